@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("execution-activation: not implemented yet");
+    std::process::exit(1);
+}

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("uninstall: not implemented yet");
+    std::process::exit(1);
+}

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("update-handoff: not implemented yet");
+    std::process::exit(1);
+}

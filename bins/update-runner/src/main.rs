@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("update-runner: not implemented yet");
+    std::process::exit(1);
+}

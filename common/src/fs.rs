@@ -1,0 +1,1 @@
+//! Safe filesystem primitives (placeholder; being written).

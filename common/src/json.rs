@@ -1,0 +1,1 @@
+//! Python-compatible JSON (placeholder; being written).

@@ -1,0 +1,27 @@
+//! Shared library of the AgentsServer lifecycle helpers.
+//!
+//! Each module ports one concept of the upstream Python modules that the five
+//! helpers (`uninstall`, `update-runner`, `update-handoff`,
+//! `execution-activation`, `execution-manage`) import. Every check, refusal
+//! message and ordering of fsync, rename, lock and re-check follows the seeds,
+//! because Python code that stays (install.sh's journal writer, the server, the
+//! worker) reads and writes the same files.
+//!
+//! Map by concern:
+//! - errors that keep the Python exception class: [`Error`], [`ErrorClass`];
+// MODULE-DOCS (each module adds one bullet line above this marker)
+
+#![deny(missing_docs)]
+
+mod error;
+pub use error::{Error, ErrorClass, Result};
+
+// json (Python-compatible JSON)
+mod json;
+// fs (safe filesystem primitives and secrets)
+mod fs;
+// layout (ExecutionLayout, unit/plist rendering, layout manifest)
+// install_lock (InstallationLock)
+// services (NativeServices)
+// http (PID-pinned loopback HTTP)
+// worker_control (WorkerControl)
