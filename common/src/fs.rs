@@ -1,1 +1,288 @@
-//! Safe filesystem primitives (placeholder; being written).
+//! Safe filesystem primitives of `execution_install` and the execution secret
+//! of `execution_transport`.
+//!
+//! Every helper reads and writes configuration that install.sh, the server and
+//! the worker (all Python) also read and write, so each check, refusal message,
+//! exception class and fsync/rename ordering follows the Python functions named
+//! in the doc comments. Paths are taken as Python `Path` objects would see them:
+//! lexically normalised (`/a//b/` is `/a/b`) before use and in messages.
+//!
+//! Deliberate deviations from Python, all on hostile input only:
+//! - `normalize_path` refuses non-UTF-8 paths (Python carries them as surrogate
+//!   escapes) with the `_text` message, because the journal and manifest store
+//!   paths as JSON strings.
+//! - `read_file` and `read_secret` open with `O_NONBLOCK` so a FIFO planted at a
+//!   configuration path is refused by the regular-file check instead of hanging
+//!   the helper in `open`; the flag does not change reads of regular files.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+
+mod python_path;
+mod secret;
+
+pub use secret::{ensure_execution_secret, read_secret};
+
+/// Upper bound of every configuration file `read_file` accepts (1 MiB); also
+/// the response-body limit of the worker control requests.
+pub const MAX_CONFIG_BYTES: u64 = 1_048_576;
+
+/// `_text`: refuses empty text and text with a code point below 32, so values
+/// written into units, journals and messages cannot smuggle line breaks.
+pub fn check_text(value: &str) -> Result<()> {
+    if value.is_empty() || value.chars().any(|c| (c as u32) < 32) {
+        return Err(Error::value(
+            "configuration text must be nonempty and contain no control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// `_path`: the normalised absolute path that journals and manifests store,
+/// refusing relative paths, `..`, any symlink in the existing prefix (dangling
+/// ones included), symlink loops (RuntimeError) and control characters.
+pub fn normalize_path(path: &Path) -> Result<PathBuf> {
+    let result = python_path::pure_path(path);
+    if !python_path::is_absolute(&result) || python_path::has_traversal(&result) {
+        return Err(Error::value(
+            "execution paths must be absolute without traversal",
+        ));
+    }
+    if python_path::resolve(&result)? != result {
+        return Err(Error::value(format!(
+            "execution path contains a symlink: {}",
+            result.display()
+        )));
+    }
+    let Some(text) = result.to_str() else {
+        return Err(Error::value(
+            "configuration text must be nonempty and contain no control characters",
+        ));
+    };
+    check_text(text)?;
+    Ok(result)
+}
+
+/// `_owned_directory`: refuses anything but a real directory owned by the real
+/// uid without group/other write; `private` demands exactly 0700. A missing
+/// path is the raw `FileNotFoundError`.
+pub fn owned_directory(path: &Path, private: bool) -> Result<()> {
+    let path = python_path::pure_path(path);
+    let info = lstat(&path)?;
+    if !is_type(&info, FileType::Directory) || info.st_uid != current_uid() {
+        return Err(Error::permission(format!(
+            "execution directory is not an owned directory: {}",
+            path.display()
+        )));
+    }
+    let mode = permission_bits(&info);
+    if mode & 0o022 != 0 || (private && mode != 0o700) {
+        return Err(Error::permission(format!(
+            "execution directory permissions are unsafe: {}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `_ensure_directory`: creates a missing directory (and missing non-private
+/// parents) with mode 0700, fsyncs each parent, then checks ownership and mode
+/// of the target. Returns the normalised path.
+pub fn ensure_directory(path: &Path, private: bool) -> Result<PathBuf> {
+    let path = normalize_path(path)?;
+    if !exists(&path)? {
+        let parent = python_path::parent(&path);
+        ensure_directory(&parent, false)?;
+        rustix::fs::mkdir(&path, Mode::from_raw_mode(0o700))
+            .map_err(|errno| Error::from_errno(errno, &path))?;
+        fsync_directory(&parent)?;
+    }
+    owned_directory(&path, private)?;
+    Ok(path)
+}
+
+/// `_fsync_directory`: makes a rename or creation inside `path` durable.
+pub fn fsync_directory(path: &Path) -> Result<()> {
+    let path = python_path::pure_path(path);
+    let fd = open(&path, OFlags::RDONLY, Mode::empty())?;
+    rustix::fs::fsync(&fd)?;
+    Ok(())
+}
+
+/// `_read_file`: reads a configuration file without following a symlink at the
+/// leaf, refusing (PermissionError) anything but a regular file owned by the
+/// real uid with one link, no group/other write, at most 1 MiB, and exactly
+/// 0600 when `private`. Returns the bytes and the permission bits.
+pub fn read_file(path: &Path, private: bool) -> Result<(Vec<u8>, u32)> {
+    let path = python_path::pure_path(path);
+    let fd = open(
+        &path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+        Mode::empty(),
+    )?;
+    let info = rustix::fs::fstat(&fd)?;
+    let mode = permission_bits(&info);
+    if !is_type(&info, FileType::RegularFile)
+        || info.st_uid != current_uid()
+        || info.st_nlink != 1
+        || mode & 0o022 != 0
+        || (private && mode != 0o600)
+        || info.st_size as u64 > MAX_CONFIG_BYTES
+    {
+        return Err(Error::permission(format!(
+            "execution configuration is unsafe: {}",
+            path.display()
+        )));
+    }
+    let data = read_up_to(&fd, MAX_CONFIG_BYTES as usize + 1)?;
+    let current = lstat(&path)?;
+    if (current.st_dev, current.st_ino) != (info.st_dev, info.st_ino) {
+        return Err(Error::runtime(
+            "execution configuration changed while reading",
+        ));
+    }
+    if data.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(Error::value("execution configuration exceeds size limit"));
+    }
+    Ok((data, mode))
+}
+
+/// `_atomic_write`: replaces `path` (never following a symlink there) with a
+/// fully fsynced file of exactly `mode`, whatever the umask, via a uniquely
+/// named temporary in the same directory that is removed on any failure.
+pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let path = python_path::pure_path(path);
+    let parent = python_path::parent(&path);
+    ensure_directory(&parent, false)?;
+    let mut name = b".".to_vec();
+    name.extend_from_slice(python_path::name(&path));
+    name.extend_from_slice(format!(".{}.tmp", token_hex(12)?).as_bytes());
+    let temporary = python_path::child(&parent, &name);
+    let fd = open(
+        &temporary,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(mode),
+    )?;
+    let published = publish_temporary(fd, data, mode, &temporary, &path);
+    if published.is_err() {
+        // Only our own temporary is removed; after a successful rename it is gone.
+        let _ = rustix::fs::unlink(&temporary);
+    }
+    published
+}
+
+/// The steps of `_atomic_write` after the temporary exists; any failure leaves
+/// the temporary for the caller to remove.
+fn publish_temporary(
+    fd: OwnedFd,
+    data: &[u8],
+    mode: u32,
+    temporary: &Path,
+    path: &Path,
+) -> Result<()> {
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    write_all(&fd, data)?;
+    rustix::fs::fsync(&fd)?;
+    drop(fd);
+    rustix::fs::rename(temporary, path).map_err(|errno| {
+        // Python words a two-path OSError as `[Errno n] text: 'src' -> 'dst'`.
+        let both = format!("{}' -> '{}", temporary.display(), path.display());
+        Error::from_errno(errno, Path::new(&both))
+    })?;
+    fsync_directory(&python_path::parent(path))
+}
+
+/// The real uid, which every ownership check compares with (Python `os.getuid()`).
+pub fn current_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+/// `secrets.token_hex(nbytes)`: `2 * nbytes` lowercase hex digits from the
+/// kernel CSPRNG, for temporary names, identifiers and secrets.
+pub fn token_hex(nbytes: usize) -> Result<String> {
+    let mut bytes = vec![0u8; nbytes];
+    let mut filled = 0;
+    while filled < nbytes {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(count) => filled += count,
+            Err(Errno::INTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Ok(hex(&bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `Path.exists()`: follows symlinks; "missing" covers the errors Python ignores.
+fn exists(path: &Path) -> Result<bool> {
+    match rustix::fs::stat(path) {
+        Ok(_) => Ok(true),
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP) => Ok(false),
+        Err(errno) => Err(Error::from_errno(errno, path)),
+    }
+}
+
+/// `os.lstat` with Python's errors: NUL refused as ValueError, else raw OSError.
+fn lstat(path: &Path) -> Result<Stat> {
+    reject_nul(path)?;
+    rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))
+}
+
+/// `os.open` with Python's errors; descriptors are close-on-exec as in Python.
+fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
+    reject_nul(path)?;
+    rustix::fs::open(path, flags | OFlags::CLOEXEC, mode)
+        .map_err(|errno| Error::from_errno(errno, path))
+}
+
+fn reject_nul(path: &Path) -> Result<()> {
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(Error::value("embedded null byte"));
+    }
+    Ok(())
+}
+
+fn is_type(info: &Stat, kind: FileType) -> bool {
+    FileType::from_raw_mode(info.st_mode) == kind
+}
+
+/// `stat.S_IMODE`: permission, set-id and sticky bits.
+fn permission_bits(info: &Stat) -> u32 {
+    info.st_mode & 0o7777
+}
+
+/// Reads until `limit` bytes or end of file, as Python's buffered `read(n)`.
+fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
+    let mut data = vec![0u8; limit];
+    let mut filled = 0;
+    while filled < limit {
+        match rustix::io::read(&fd, &mut data[filled..]) {
+            Ok(0) => break,
+            Ok(count) => filled += count,
+            Err(Errno::INTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    data.truncate(filled);
+    Ok(data)
+}
+
+fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
+    while !data.is_empty() {
+        match rustix::io::write(&fd, data) {
+            Ok(count) => data = &data[count..],
+            Err(Errno::INTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Ok(())
+}

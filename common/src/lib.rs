@@ -9,6 +9,9 @@
 //!
 //! Map by concern:
 //! - errors that keep the Python exception class: [`Error`], [`ErrorClass`];
+//! - guarded configuration I/O and the control secret (`execution_install`,
+//!   `execution_transport`): [`normalize_path`], [`read_file`], [`atomic_write`],
+//!   [`ensure_execution_secret`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -20,6 +23,11 @@ pub use error::{Error, ErrorClass, Result};
 mod json;
 // fs (safe filesystem primitives and secrets)
 mod fs;
+pub use fs::{
+    atomic_write, check_text, current_uid, ensure_directory, ensure_execution_secret,
+    fsync_directory, normalize_path, owned_directory, read_file, read_secret, token_hex,
+    MAX_CONFIG_BYTES,
+};
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 // install_lock (InstallationLock)
 // services (NativeServices)
