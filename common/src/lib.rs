@@ -12,6 +12,8 @@
 //! - guarded configuration I/O and the control secret (`execution_install`,
 //!   `execution_transport`): [`normalize_path`], [`read_file`], [`atomic_write`],
 //!   [`ensure_execution_secret`];
+//! - the installer's `.install-lock` PID directory shared with install.sh:
+//!   [`InstallationLock`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -30,6 +32,8 @@ pub use fs::{
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 // install_lock (InstallationLock)
+mod install_lock;
+pub use install_lock::InstallationLock;
 // services (NativeServices)
 // http (PID-pinned loopback HTTP)
 // worker_control (WorkerControl)
