@@ -54,7 +54,8 @@ pub fn normalize_path(path: &Path) -> Result<PathBuf> {
             "execution paths must be absolute without traversal",
         ));
     }
-    if python_path::resolve(&result)? != result {
+    // Compare bytes: `Path` equality would treat a leading `//` as `/`.
+    if python_path::resolve(&result)?.as_os_str() != result.as_os_str() {
         return Err(Error::value(format!(
             "execution path contains a symlink: {}",
             result.display()

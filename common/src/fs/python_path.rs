@@ -53,7 +53,7 @@ pub(crate) fn ancestors(path: &Path) -> Vec<PathBuf> {
     let mut current = path.to_path_buf();
     loop {
         let next = parent(&current);
-        if next == current {
+        if next.as_os_str() == current.as_os_str() {
             return result;
         }
         result.push(next.clone());

@@ -1,0 +1,32 @@
+//! `atomic_write` leaves exactly the requested mode whatever the umask. The
+//! umask is process-wide, so this binary holds a single test.
+
+mod fs_support;
+
+use std::fs;
+
+use agents_common::atomic_write;
+use fs_support::{mode_of, TempDir};
+use rustix::fs::Mode;
+
+#[test]
+fn atomic_write_mode_is_independent_of_the_umask() {
+    let dir = TempDir::new();
+    let previous = rustix::process::umask(Mode::from_raw_mode(0o077));
+    let outcome = std::panic::catch_unwind(|| {
+        for (umask, mode) in [
+            (0o077, 0o644),
+            (0o777, 0o640),
+            (0o000, 0o600),
+            (0o022, 0o666),
+        ] {
+            rustix::process::umask(Mode::from_raw_mode(umask));
+            let path = dir.join(&format!("u{umask:o}-m{mode:o}"));
+            atomic_write(&path, b"x", mode).unwrap();
+            assert_eq!(mode_of(&path), mode, "umask {umask:o}");
+            assert_eq!(fs::read(&path).unwrap(), b"x");
+        }
+    });
+    rustix::process::umask(previous);
+    outcome.unwrap();
+}
