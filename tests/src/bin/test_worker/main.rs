@@ -1,0 +1,2 @@
+//! Test-only stand-in for the Python execution service (not shipped).
+fn main() {}

@@ -1,0 +1,79 @@
+//! Process identities read from `/proc`, so tests can prove what is running
+//! and that nothing is left behind, without ever matching processes by name.
+
+use std::fs;
+
+/// A PID together with its kernel start time, so a recycled PID is never
+/// mistaken for the process that was observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessIdentity {
+    /// The process ID.
+    pub pid: u32,
+    /// Field 22 of `/proc/<pid>/stat` (clock ticks since boot).
+    pub start_time: u64,
+}
+
+struct Stat {
+    state: char,
+    parent: u32,
+    start_time: u64,
+}
+
+fn read_stat(pid: u32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is parenthesised and may itself contain ") ".
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        parent: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+impl ProcessIdentity {
+    /// The identity of a live (non-zombie) process, if there is one.
+    pub fn of(pid: u32) -> Option<ProcessIdentity> {
+        let stat = read_stat(pid)?;
+        (stat.state != 'Z').then_some(ProcessIdentity {
+            pid,
+            start_time: stat.start_time,
+        })
+    }
+
+    /// True while this exact process still runs (zombies count as gone).
+    pub fn is_alive(&self) -> bool {
+        ProcessIdentity::of(self.pid).is_some_and(|now| now.start_time == self.start_time)
+    }
+}
+
+/// True when a live, non-zombie process has this PID.
+pub fn process_alive(pid: u32) -> bool {
+    ProcessIdentity::of(pid).is_some()
+}
+
+/// Every live descendant of `pid` (children, grandchildren, ...), found by
+/// walking parent links in `/proc`.
+pub fn descendants(pid: u32) -> Vec<ProcessIdentity> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let table: Vec<(u32, Stat)> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|candidate| Some((candidate, read_stat(candidate)?)))
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (child, stat) in &table {
+            if stat.parent == parent && stat.state != 'Z' {
+                found.push(ProcessIdentity {
+                    pid: *child,
+                    start_time: stat.start_time,
+                });
+                frontier.push(*child);
+            }
+        }
+    }
+    found
+}
