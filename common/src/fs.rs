@@ -26,8 +26,10 @@ use crate::error::{Error, Result};
 
 mod python_path;
 mod secret;
+mod snapshot;
 
 pub use secret::{ensure_execution_secret, read_secret};
+pub use snapshot::{desired, snapshot};
 
 /// Upper bound of every configuration file `read_file` accepts (1 MiB); also
 /// the response-body limit of the worker control requests.

@@ -26,8 +26,8 @@ mod json;
 // fs (safe filesystem primitives and secrets)
 mod fs;
 pub use fs::{
-    atomic_write, check_text, current_uid, ensure_directory, ensure_execution_secret,
-    fsync_directory, normalize_path, owned_directory, read_file, read_secret, token_hex,
+    atomic_write, check_text, current_uid, desired, ensure_directory, ensure_execution_secret,
+    fsync_directory, normalize_path, owned_directory, read_file, read_secret, snapshot, token_hex,
     MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
