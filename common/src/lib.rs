@@ -14,6 +14,8 @@
 //!   [`ensure_execution_secret`];
 //! - the installer's `.install-lock` PID directory shared with install.sh:
 //!   [`InstallationLock`];
+//! - Python-compatible JSON (`json.loads`, the `json.dumps` styles): [`Json`],
+//!   [`JsonObject`], [`parse_json`], [`encode_indented`], [`json_object!`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -23,6 +25,10 @@ pub use error::{Error, ErrorClass, Result};
 
 // json (Python-compatible JSON)
 mod json;
+pub use json::{
+    encode_compact, encode_compact_sorted, encode_indented, encode_line, parse_json,
+    parse_json_unique, Json, JsonObject,
+};
 // fs (safe filesystem primitives and secrets)
 mod fs;
 pub use fs::{

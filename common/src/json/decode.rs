@@ -1,0 +1,389 @@
+//! `json.loads` on bytes: CPython 3.11's C scanner (`_json.c`), ported step for
+//! step so that the same documents are accepted and refusals carry the same
+//! message and position.
+
+use super::text::decode_document;
+use super::value::{Json, JsonObject};
+use crate::{Error, Result};
+
+/// Deepest array/object nesting accepted. CPython 3.11 raises `RecursionError`
+/// at 996 levels when `json.loads` is called from a shallow stack; the exact
+/// depth depends on the caller's stack there, so this is the value observed
+/// from a top-level call.
+const MAX_DEPTH: usize = 995;
+
+/// Python 3.11's `sys.get_int_max_str_digits()` default: longer integers raise
+/// `ValueError` during parsing.
+const MAX_INT_DIGITS: usize = 4300;
+
+/// Parses a JSON document like Python's `json.loads(data)`: UTF-8 (with or
+/// without a byte-order mark), UTF-16 or UTF-32 input, `NaN`/`Infinity`
+/// accepted, and the last of duplicate keys wins in the first key's position.
+///
+/// Errors are `ValueError`s with Python's `JSONDecodeError` or
+/// `UnicodeDecodeError` text. Where Python returns something Rust cannot hold
+/// (a string with a lone surrogate, an integer outside `i128`) the whole parse
+/// is refused with a `ValueError`; nesting deeper than Python's recursion limit
+/// is a `ValueError` here where Python raises `RecursionError`.
+pub fn parse_json(data: &[u8]) -> Result<Json> {
+    parse(data, None)
+}
+
+/// Parses like [`parse_json`], but a duplicate key in any object raises
+/// `ValueError(duplicate_message)`, as `json.loads` with an
+/// `object_pairs_hook` that refuses repeated keys does (update_handoff's
+/// handoff file). The check runs when each object closes, as the hook does.
+pub fn parse_json_unique(data: &[u8], duplicate_message: &str) -> Result<Json> {
+    parse(data, Some(duplicate_message))
+}
+
+fn parse(data: &[u8], duplicate_message: Option<&str>) -> Result<Json> {
+    let text = decode_document(data)?;
+    let mut scanner = Scanner {
+        text: &text,
+        duplicate_message,
+        depth: 0,
+        unrepresentable: None,
+    };
+    // JSONDecoder.decode: skip whitespace, one value, skip whitespace, end.
+    let start = scanner.skip_whitespace(0);
+    let (value, end) = scanner.scan_value(start)?;
+    let end = scanner.skip_whitespace(end);
+    if end != text.len() {
+        return Err(scanner.error("Extra data", end));
+    }
+    // Python would have returned a value here; refuse only now so that any
+    // syntax error Python reports takes precedence.
+    match scanner.unrepresentable {
+        Some(error) => Err(error),
+        None => Ok(value),
+    }
+}
+
+fn is_high_surrogate(point: u32) -> bool {
+    (0xd800..0xdc00).contains(&point)
+}
+
+fn is_low_surrogate(point: u32) -> bool {
+    (0xdc00..0xe000).contains(&point)
+}
+
+struct Scanner<'a> {
+    text: &'a [u32],
+    duplicate_message: Option<&'a str>,
+    depth: usize,
+    /// The first value Python accepts but `Json` cannot hold.
+    unrepresentable: Option<Error>,
+}
+
+impl Scanner<'_> {
+    /// `JSONDecodeError(message, doc, position)` as `str()` renders it.
+    fn error(&self, message: &str, position: usize) -> Error {
+        let newline = u32::from('\n');
+        let before = &self.text[..position];
+        let line = before.iter().filter(|&&point| point == newline).count() + 1;
+        let column = match before.iter().rposition(|&point| point == newline) {
+            Some(newline) => position - newline,
+            None => position + 1,
+        };
+        Error::value(format!(
+            "{message}: line {line} column {column} (char {position})"
+        ))
+    }
+
+    fn note_unrepresentable(&mut self, message: &str, position: usize) {
+        if self.unrepresentable.is_none() {
+            self.unrepresentable = Some(self.error(message, position));
+        }
+    }
+
+    /// The character at `index`, `None` at the end. A lone surrogate reads
+    /// as U+FFFD, which no JSON syntax rule matches either.
+    fn at(&self, index: usize) -> Option<char> {
+        let point = *self.text.get(index)?;
+        Some(char::from_u32(point).unwrap_or(char::REPLACEMENT_CHARACTER))
+    }
+
+    fn skip_whitespace(&self, mut index: usize) -> usize {
+        while matches!(self.at(index), Some(' ' | '\t' | '\n' | '\r')) {
+            index += 1;
+        }
+        index
+    }
+
+    fn has_literal(&self, index: usize, literal: &str) -> bool {
+        let Some(found) = self.text.get(index..index + literal.len()) else {
+            return false;
+        };
+        found.iter().copied().eq(literal.chars().map(u32::from))
+    }
+
+    /// `scan_once`: one value starting at `index`; returns it and the index
+    /// just after it.
+    fn scan_value(&mut self, index: usize) -> Result<(Json, usize)> {
+        let Some(first) = self.at(index) else {
+            return Err(self.error("Expecting value", index));
+        };
+        match first {
+            '"' => {
+                let (text, end) = self.scan_string(index + 1)?;
+                return Ok((Json::Str(text), end));
+            }
+            '{' => return self.nested("object", |scanner| scanner.scan_object(index + 1)),
+            '[' => return self.nested("array", |scanner| scanner.scan_array(index + 1)),
+            _ => {}
+        }
+        let constants = [
+            ("null", Json::Null),
+            ("true", Json::Bool(true)),
+            ("false", Json::Bool(false)),
+            ("NaN", Json::Float(f64::NAN)),
+            ("Infinity", Json::Float(f64::INFINITY)),
+            ("-Infinity", Json::Float(f64::NEG_INFINITY)),
+        ];
+        for (name, value) in constants {
+            if self.has_literal(index, name) {
+                return Ok((value, index + name.len()));
+            }
+        }
+        self.scan_number(index)
+    }
+
+    /// Runs `scan` one nesting level deeper, refusing where Python's recursion
+    /// limit would stop it.
+    fn nested(
+        &mut self,
+        kind: &str,
+        scan: impl FnOnce(&mut Self) -> Result<(Json, usize)>,
+    ) -> Result<(Json, usize)> {
+        if self.depth >= MAX_DEPTH {
+            return Err(Error::value(format!(
+                "maximum recursion depth exceeded while decoding a JSON {kind} from a unicode string"
+            )));
+        }
+        self.depth += 1;
+        let result = scan(self);
+        self.depth -= 1;
+        result
+    }
+
+    /// `_match_number_unicode`: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`
+    /// where a fraction or exponent without digits is left unread.
+    fn scan_number(&mut self, start: usize) -> Result<(Json, usize)> {
+        let digit_at = |index: usize| self.at(index).is_some_and(|c| c.is_ascii_digit());
+        let mut index = start;
+        if self.at(index) == Some('-') {
+            index += 1;
+        }
+        match self.at(index) {
+            Some('0') => index += 1,
+            Some('1'..='9') => {
+                while digit_at(index) {
+                    index += 1;
+                }
+            }
+            _ => return Err(self.error("Expecting value", start)),
+        }
+        let mut is_float = false;
+        if self.at(index) == Some('.') && digit_at(index + 1) {
+            is_float = true;
+            index += 2;
+            while digit_at(index) {
+                index += 1;
+            }
+        }
+        if matches!(self.at(index), Some('e' | 'E')) {
+            let mut end = index + 1;
+            if matches!(self.at(end), Some('-' | '+')) {
+                end += 1;
+            }
+            if digit_at(end) {
+                while digit_at(end) {
+                    end += 1;
+                }
+                is_float = true;
+                index = end;
+            }
+        }
+        // Every code point in the range is ASCII by construction.
+        let literal: String = (start..index).filter_map(|at| self.at(at)).collect();
+        if is_float {
+            // Rust's parser rounds correctly and overflows to infinity, as
+            // Python's float() does.
+            let number = literal
+                .parse::<f64>()
+                .map_err(|_| self.error("Expecting value", start))?;
+            return Ok((Json::Float(number), index));
+        }
+        if let Ok(number) = literal.parse::<i128>() {
+            return Ok((Json::Int(number), index));
+        }
+        let digits = literal.trim_start_matches('-').len();
+        if digits > MAX_INT_DIGITS {
+            return Err(Error::value(format!(
+                "Exceeds the limit ({MAX_INT_DIGITS} digits) for integer string conversion: \
+                 value has {digits} digits; use sys.set_int_max_str_digits() to increase the limit"
+            )));
+        }
+        self.note_unrepresentable("Integer does not fit in 128 bits", start);
+        Ok((Json::Int(0), index))
+    }
+
+    /// `scanstring_unicode` with `strict=True`; `start` is just after the
+    /// opening quote. Returns the text and the index after the closing quote.
+    fn scan_string(&mut self, start: usize) -> Result<(String, usize)> {
+        let begin = start - 1;
+        let length = self.text.len();
+        let mut text = String::new();
+        let mut lone_surrogate = false;
+        let mut end = start;
+        loop {
+            // The run up to the next quote or backslash.
+            let mut next = end;
+            while next < length && !matches!(self.at(next), Some('"' | '\\')) {
+                if self.text[next] <= 0x1f {
+                    return Err(self.error("Invalid control character at", next));
+                }
+                next += 1;
+            }
+            if next == length {
+                return Err(self.error("Unterminated string starting at", begin));
+            }
+            for &point in &self.text[end..next] {
+                lone_surrogate |= push_code_point(&mut text, point);
+            }
+            let terminator = self.at(next);
+            next += 1;
+            if terminator == Some('"') {
+                end = next;
+                break;
+            }
+            let Some(escape) = self.at(next) else {
+                return Err(self.error("Unterminated string starting at", begin));
+            };
+            if escape != 'u' {
+                end = next + 1;
+                let decoded = match escape {
+                    '"' | '\\' | '/' => escape,
+                    'b' => '\u{8}',
+                    'f' => '\u{c}',
+                    'n' => '\n',
+                    'r' => '\r',
+                    't' => '\t',
+                    _ => return Err(self.error("Invalid \\escape", end - 2)),
+                };
+                text.push(decoded);
+                continue;
+            }
+            next += 1;
+            end = next + 4;
+            // Python also demands room for the closing quote here.
+            if end >= length {
+                return Err(self.error("Invalid \\uXXXX escape", next - 1));
+            }
+            let mut point = self.hex4(next, end - 5)?;
+            if is_high_surrogate(point)
+                && end + 6 < length
+                && self.at(end) == Some('\\')
+                && self.at(end + 1) == Some('u')
+            {
+                let low = self.hex4(end + 2, end + 1)?;
+                if is_low_surrogate(low) {
+                    point = 0x10000 + ((point - 0xd800) << 10) + (low - 0xdc00);
+                    end += 6;
+                }
+            }
+            lone_surrogate |= push_code_point(&mut text, point);
+        }
+        if lone_surrogate {
+            self.note_unrepresentable("Lone surrogate in string starting at", begin);
+        }
+        Ok((text, end))
+    }
+
+    /// Four hex digits at `index`; a bad digit is reported at `error_position`
+    /// (the escape's `u`), as Python does.
+    fn hex4(&self, index: usize, error_position: usize) -> Result<u32> {
+        let mut value = 0;
+        for at in index..index + 4 {
+            let digit = self
+                .at(at)
+                .and_then(|c| c.to_digit(16))
+                .ok_or_else(|| self.error("Invalid \\uXXXX escape", error_position))?;
+            value = (value << 4) | digit;
+        }
+        Ok(value)
+    }
+
+    /// `_parse_object_unicode`; `index` is just after `{`.
+    fn scan_object(&mut self, index: usize) -> Result<(Json, usize)> {
+        let mut object = JsonObject::new();
+        let mut duplicate = false;
+        let mut index = self.skip_whitespace(index);
+        if self.at(index) != Some('}') {
+            loop {
+                if self.at(index) != Some('"') {
+                    return Err(
+                        self.error("Expecting property name enclosed in double quotes", index)
+                    );
+                }
+                let (key, after_key) = self.scan_string(index + 1)?;
+                index = self.skip_whitespace(after_key);
+                if self.at(index) != Some(':') {
+                    return Err(self.error("Expecting ':' delimiter", index));
+                }
+                index = self.skip_whitespace(index + 1);
+                let (value, after_value) = self.scan_value(index)?;
+                duplicate |= object.insert(key, value).is_some();
+                index = self.skip_whitespace(after_value);
+                if self.at(index) == Some('}') {
+                    break;
+                }
+                if self.at(index) != Some(',') {
+                    return Err(self.error("Expecting ',' delimiter", index));
+                }
+                index = self.skip_whitespace(index + 1);
+            }
+        }
+        if let (true, Some(message)) = (duplicate, self.duplicate_message) {
+            return Err(Error::value(message));
+        }
+        Ok((Json::Object(object), index + 1))
+    }
+
+    /// `_parse_array_unicode`; `index` is just after `[`.
+    fn scan_array(&mut self, index: usize) -> Result<(Json, usize)> {
+        let mut items = Vec::new();
+        let mut index = self.skip_whitespace(index);
+        if self.at(index) != Some(']') {
+            loop {
+                let (item, after_item) = self.scan_value(index)?;
+                items.push(item);
+                index = self.skip_whitespace(after_item);
+                if self.at(index) == Some(']') {
+                    break;
+                }
+                if self.at(index) != Some(',') {
+                    return Err(self.error("Expecting ',' delimiter", index));
+                }
+                index = self.skip_whitespace(index + 1);
+            }
+        }
+        Ok((Json::Array(items), index + 1))
+    }
+}
+
+/// Appends a decoded code point; a surrogate (which a Rust string cannot hold)
+/// becomes U+FFFD and is reported by returning true.
+fn push_code_point(text: &mut String, point: u32) -> bool {
+    match char::from_u32(point) {
+        Some(c) => {
+            text.push(c);
+            false
+        }
+        None => {
+            text.push(char::REPLACEMENT_CHARACTER);
+            true
+        }
+    }
+}
