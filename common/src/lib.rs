@@ -16,6 +16,8 @@
 //!   [`InstallationLock`];
 //! - Python-compatible JSON (`json.loads`, the `json.dumps` styles): [`Json`],
 //!   [`JsonObject`], [`parse_json`], [`encode_indented`], [`json_object!`];
+//! - argparse-compatible command lines and exit statuses of the five helpers:
+//!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -43,3 +45,9 @@ pub use install_lock::InstallationLock;
 // services (NativeServices)
 // http (PID-pinned loopback HTTP)
 // worker_control (WorkerControl)
+// cli (argparse-compatible command lines, exit statuses)
+mod cli;
+pub use cli::{
+    exit_status, not_implemented, parse_command_line, python_int, try_parse_command_line,
+    CommandLineExit, CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
+};

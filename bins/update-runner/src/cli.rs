@@ -1,0 +1,465 @@
+//! The update runner's command line: every option of `update_runner.py`'s
+//! argparse parser, in its order, with its requirements and defaults.
+
+use std::path::PathBuf;
+
+use agents_common::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
+
+/// The program name in usage and error lines, whatever `argv[0]` is: the
+/// server may start the runner as `update_runner.py` for its liveness check.
+pub const PROGRAM: &str = "update-runner";
+
+/// `sorted(RELEASE_TRACKS)`, the order argparse lists the choices in.
+const TRACK_CHOICES: &[&str] = &["beta", "stable"];
+
+const fn option(
+    long: &'static str,
+    kind: ValueKind,
+    required: bool,
+    help: &'static str,
+) -> OptionSpec {
+    OptionSpec {
+        long,
+        kind,
+        required,
+        help,
+    }
+}
+
+/// The parser, option for option as the seed declares it.
+pub static SPEC: CommandSpec = CommandSpec {
+    name: PROGRAM,
+    summary: "",
+    description: "Downloads, verifies and installs an AgentsServer release for the \
+                  managed update the server started, reporting progress in its status file.",
+    positional: None,
+    options: &[
+        option(
+            "status-file",
+            ValueKind::RawPath,
+            true,
+            "the server-update.json status row this update owns",
+        ),
+        option(
+            "public-key",
+            ValueKind::RawPath,
+            true,
+            "PEM Ed25519 key that signs release manifests",
+        ),
+        option("port", ValueKind::Int, true, "the server's public port"),
+        option("bind", ValueKind::Text, true, "the server's bind address"),
+        option(
+            "expected-version",
+            ValueKind::Text,
+            false,
+            "install exactly this release version",
+        ),
+        option(
+            "current-version",
+            ValueKind::Text,
+            false,
+            "the version running now",
+        ),
+        option(
+            "track",
+            ValueKind::Choice(TRACK_CHOICES),
+            false,
+            "release track (default: stable)",
+        ),
+        option(
+            "npm-descriptor",
+            ValueKind::Flag,
+            false,
+            "the release is described by an npm package",
+        ),
+        option(
+            "prepared-receipt",
+            ValueKind::RawPath,
+            false,
+            "receipt of an already prepared release",
+        ),
+        option(
+            "prepared-receipt-sha256",
+            ValueKind::Text,
+            false,
+            "SHA-256 of the prepared receipt",
+        ),
+        option(
+            "execution-handoff-file",
+            ValueKind::RawPath,
+            false,
+            "the split worker's sealed handoff",
+        ),
+        option(
+            "recover-only",
+            ValueKind::Flag,
+            false,
+            "only recover an interrupted installation",
+        ),
+        option(
+            "recovery-transaction",
+            ValueKind::RawPath,
+            false,
+            "the interrupted transaction to recover",
+        ),
+        option(
+            "auth-token-file",
+            ValueKind::RawPath,
+            false,
+            "one-time file holding the server's access token",
+        ),
+        option(
+            "expected-server-identity",
+            ValueKind::Text,
+            true,
+            "stable identity of the server being updated",
+        ),
+        option(
+            "update-id",
+            ValueKind::Text,
+            true,
+            "the update this runner owns",
+        ),
+        option(
+            "expected-service-cgroup",
+            ValueKind::Text,
+            false,
+            "the server's service cgroup",
+        ),
+        option(
+            "expected-team-hub-id",
+            ValueKind::Text,
+            false,
+            "identity of the Team Hub this server hosts",
+        ),
+        option(
+            "expected-team-hub-transport",
+            ValueKind::Text,
+            false,
+            "the hosted Team Hub's transport",
+        ),
+        option(
+            "expected-team-hub-url",
+            ValueKind::Text,
+            false,
+            "the hosted Team Hub's URL",
+        ),
+        option(
+            "expected-team-hub-direct-ip-url",
+            ValueKind::Text,
+            false,
+            "the hosted Team Hub's direct-IP URL",
+        ),
+        option(
+            "team-hub-snapshot",
+            ValueKind::Text,
+            false,
+            "Team Hub snapshot for rollback",
+        ),
+        option(
+            "team-hub-data-dir",
+            ValueKind::Text,
+            false,
+            "Team Hub data directory",
+        ),
+        option(
+            "repair-failed-team-hub-host",
+            ValueKind::Flag,
+            false,
+            "repair a Team Hub host whose update failed",
+        ),
+    ],
+    subcommands: &[],
+};
+
+/// The runner's arguments with argparse's defaults applied. `None` means the
+/// option was absent; `Some("")` means it was given empty — the seed tells
+/// the two apart (`getattr(args, ..., None) is not None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub status_file: PathBuf,
+    pub public_key: PathBuf,
+    pub port: i128,
+    pub bind: String,
+    pub expected_version: Option<String>,
+    pub current_version: Option<String>,
+    pub track: String,
+    pub npm_descriptor: bool,
+    pub prepared_receipt: Option<PathBuf>,
+    pub prepared_receipt_sha256: Option<String>,
+    pub execution_handoff_file: Option<PathBuf>,
+    pub recover_only: bool,
+    pub recovery_transaction: Option<PathBuf>,
+    pub auth_token_file: Option<PathBuf>,
+    pub expected_server_identity: String,
+    pub update_id: String,
+    pub expected_service_cgroup: Option<String>,
+    pub expected_team_hub_id: Option<String>,
+    pub expected_team_hub_transport: Option<String>,
+    pub expected_team_hub_url: Option<String>,
+    pub expected_team_hub_direct_ip_url: Option<String>,
+    pub team_hub_snapshot: Option<String>,
+    pub team_hub_data_dir: Option<String>,
+    pub repair_failed_team_hub_host: bool,
+}
+
+fn required<T>(value: Option<T>, long: &str) -> T {
+    value.unwrap_or_else(|| panic!("--{long} is required by the parser"))
+}
+
+impl Args {
+    /// Types the parsed command line.
+    pub fn from_parsed(parsed: &ParsedArgs) -> Args {
+        let text = |long| parsed.text(long).map(str::to_string);
+        let path = |long| parsed.path(long).map(PathBuf::from);
+        Args {
+            status_file: required(path("status-file"), "status-file"),
+            public_key: required(path("public-key"), "public-key"),
+            port: required(parsed.int("port"), "port"),
+            bind: required(text("bind"), "bind"),
+            expected_version: text("expected-version"),
+            current_version: text("current-version"),
+            track: text("track").unwrap_or_else(|| "stable".to_string()),
+            npm_descriptor: parsed.flag("npm-descriptor"),
+            prepared_receipt: path("prepared-receipt"),
+            prepared_receipt_sha256: text("prepared-receipt-sha256"),
+            execution_handoff_file: path("execution-handoff-file"),
+            recover_only: parsed.flag("recover-only"),
+            recovery_transaction: path("recovery-transaction"),
+            auth_token_file: path("auth-token-file"),
+            expected_server_identity: required(
+                text("expected-server-identity"),
+                "expected-server-identity",
+            ),
+            update_id: required(text("update-id"), "update-id"),
+            expected_service_cgroup: text("expected-service-cgroup"),
+            expected_team_hub_id: text("expected-team-hub-id"),
+            expected_team_hub_transport: text("expected-team-hub-transport"),
+            expected_team_hub_url: text("expected-team-hub-url"),
+            expected_team_hub_direct_ip_url: text("expected-team-hub-direct-ip-url"),
+            team_hub_snapshot: text("team-hub-snapshot"),
+            team_hub_data_dir: text("team-hub-data-dir"),
+            repair_failed_team_hub_host: parsed.flag("repair-failed-team-hub-host"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agents_common::{try_parse_command_line, CommandLineExit, RELEASE_TRACKS};
+    use std::ffi::OsString;
+
+    fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
+        let words: Vec<OsString> = words.iter().map(OsString::from).collect();
+        try_parse_command_line(&SPEC, &words).map(|parsed| Args::from_parsed(&parsed))
+    }
+
+    const REQUIRED: &[&str] = &[
+        "--status-file",
+        "/s",
+        "--public-key",
+        "/k",
+        "--port",
+        "7",
+        "--bind",
+        "b",
+        "--expected-server-identity",
+        "i",
+        "--update-id",
+        "u",
+    ];
+
+    fn with_required(extra: &[&'static str]) -> Vec<&'static str> {
+        REQUIRED
+            .iter()
+            .copied()
+            .chain(extra.iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn track_choices_are_the_sorted_release_tracks() {
+        let mut tracks = RELEASE_TRACKS.to_vec();
+        tracks.sort();
+        assert_eq!(TRACK_CHOICES, tracks.as_slice());
+    }
+
+    // Expected values: vars(parser.parse_args(argv)) of the seed's parser.
+    #[test]
+    fn defaults_match_the_seed() {
+        let args = parse(REQUIRED).unwrap();
+        assert_eq!(
+            args,
+            Args {
+                status_file: "/s".into(),
+                public_key: "/k".into(),
+                port: 7,
+                bind: "b".into(),
+                expected_version: None,
+                current_version: None,
+                track: "stable".into(),
+                npm_descriptor: false,
+                prepared_receipt: None,
+                prepared_receipt_sha256: None,
+                execution_handoff_file: None,
+                recover_only: false,
+                recovery_transaction: None,
+                auth_token_file: None,
+                expected_server_identity: "i".into(),
+                update_id: "u".into(),
+                expected_service_cgroup: None,
+                expected_team_hub_id: None,
+                expected_team_hub_transport: None,
+                expected_team_hub_url: None,
+                expected_team_hub_direct_ip_url: None,
+                team_hub_snapshot: None,
+                team_hub_data_dir: None,
+                repair_failed_team_hub_host: false,
+            }
+        );
+    }
+
+    #[test]
+    fn every_option_in_both_forms() {
+        let separate = parse(&with_required(&[
+            "--expected-version",
+            "1.2.3",
+            "--current-version",
+            "1.2.2",
+            "--track",
+            "beta",
+            "--npm-descriptor",
+            "--prepared-receipt",
+            "/r",
+            "--prepared-receipt-sha256",
+            "ab",
+            "--execution-handoff-file",
+            "/h",
+            "--recover-only",
+            "--recovery-transaction",
+            "/t",
+            "--auth-token-file",
+            "/a",
+            "--expected-service-cgroup",
+            "/c",
+            "--expected-team-hub-id",
+            "hub",
+            "--expected-team-hub-transport",
+            "tr",
+            "--expected-team-hub-url",
+            "http://u",
+            "--expected-team-hub-direct-ip-url",
+            "http://1",
+            "--team-hub-snapshot",
+            "/snap",
+            "--team-hub-data-dir",
+            "/data",
+            "--repair-failed-team-hub-host",
+        ]))
+        .unwrap();
+        let joined = parse(&[
+            "--status-file=/s",
+            "--public-key=/k",
+            "--port=7",
+            "--bind=b",
+            "--expected-server-identity=i",
+            "--update-id=u",
+            "--expected-version=1.2.3",
+            "--current-version=1.2.2",
+            "--track=beta",
+            "--npm-descriptor",
+            "--prepared-receipt=/r",
+            "--prepared-receipt-sha256=ab",
+            "--execution-handoff-file=/h",
+            "--recover-only",
+            "--recovery-transaction=/t",
+            "--auth-token-file=/a",
+            "--expected-service-cgroup=/c",
+            "--expected-team-hub-id=hub",
+            "--expected-team-hub-transport=tr",
+            "--expected-team-hub-url=http://u",
+            "--expected-team-hub-direct-ip-url=http://1",
+            "--team-hub-snapshot=/snap",
+            "--team-hub-data-dir=/data",
+            "--repair-failed-team-hub-host",
+        ])
+        .unwrap();
+        assert_eq!(separate, joined);
+        assert_eq!(separate.track, "beta");
+        assert!(
+            separate.npm_descriptor
+                && separate.recover_only
+                && separate.repair_failed_team_hub_host
+        );
+        assert_eq!(separate.prepared_receipt_sha256.as_deref(), Some("ab"));
+        assert_eq!(separate.recovery_transaction, Some(PathBuf::from("/t")));
+        assert_eq!(
+            separate.expected_team_hub_direct_ip_url.as_deref(),
+            Some("http://1")
+        );
+    }
+
+    #[test]
+    fn empty_values_differ_from_absent_ones() {
+        let args = parse(&with_required(&[
+            "--expected-team-hub-url",
+            "",
+            "--execution-handoff-file=",
+            "--bind",
+            "",
+        ]))
+        .unwrap();
+        assert_eq!(args.expected_team_hub_url.as_deref(), Some(""));
+        assert_eq!(args.execution_handoff_file, Some(PathBuf::new()));
+        assert_eq!(args.bind, "");
+        assert_eq!(args.expected_team_hub_transport, None);
+    }
+
+    #[test]
+    fn abbreviations_repetition_and_python_ints() {
+        let args = parse(&with_required(&[
+            "--prepared-receipt",
+            "/exact",
+            "--prepared-receipt-s",
+            "cd",
+            "--po",
+            " +0_8 ",
+            "--bind",
+            "-1",
+            "--update-id",
+            "first",
+            "--update-id",
+            "last",
+            "--recover-o",
+        ]))
+        .unwrap();
+        assert_eq!(args.prepared_receipt, Some(PathBuf::from("/exact")));
+        assert_eq!(args.prepared_receipt_sha256.as_deref(), Some("cd"));
+        assert_eq!(args.port, 8);
+        assert_eq!(args.bind, "-1");
+        assert_eq!(args.update_id, "last");
+        assert!(args.recover_only);
+    }
+
+    #[test]
+    fn refusals_are_usage_errors() {
+        for extra in [
+            &["--track", "nightly"][..],
+            &["--port", "7.0"],
+            &["--p", "1"],
+            &["--recover"],
+            &["--bogus"],
+            &["--npm-descriptor=yes"],
+            &["--bind"],
+            &["positional"],
+        ] {
+            match parse(&with_required(extra)) {
+                Err(CommandLineExit::Usage(text)) => {
+                    assert!(text.starts_with("usage: update-runner [-h]"), "{text}")
+                }
+                other => panic!("{extra:?} gave {other:?}"),
+            }
+        }
+    }
+}
