@@ -18,6 +18,8 @@
 //!   [`JsonObject`], [`parse_json`], [`encode_indented`], [`json_object!`];
 //! - argparse-compatible command lines and exit statuses of the five helpers:
 //!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`];
+//! - release trust of the update runner (versions, tracks, signed manifests,
+//!   the npm envelope): [`ReleaseTrust`], [`ReleaseManifest`], [`version_key`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -50,4 +52,15 @@ mod cli;
 pub use cli::{
     exit_status, not_implemented, parse_command_line, python_int, try_parse_command_line,
     CommandLineExit, CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
+};
+// release (update runner: release trust, downloads, archives)
+mod release;
+pub use release::{
+    download_bytes, download_release_archive, normalized_release_track, release_candidates,
+    release_track, release_transition_allowed, release_versions_from_html, safe_extract,
+    version_is_prerelease, version_is_valid, version_key, FetchError, HttpStatusError,
+    ReleaseEndpoints, ReleaseManifest, ReleaseTrust, VersionKey, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS,
+    INVALID_SIGNATURE_MESSAGE, MAX_ARCHIVE_BYTES, MAX_METADATA_BYTES, MAX_NPM_MANIFEST_BYTES,
+    METADATA_DOWNLOAD_DEADLINE_SECONDS, NPM_PACKAGE_NAME, NPM_REGISTRY_BASE_ENV,
+    RELEASES_API_URL_ENV, RELEASE_BASE_ENV, RELEASE_REPOSITORY, RELEASE_TRACKS, UPDATER_USER_AGENT,
 };

@@ -1,0 +1,621 @@
+//! The release archive: streamed to a private file while hashed, verified
+//! against the signed manifest before a single entry is read, then extracted
+//! with the seed's `safe_extract` checks and Python's tarfile `data` filter.
+//!
+//! The archive is read once: entries are checked and extracted in one pass,
+//! and a refusal found later in the stream still wins over an extraction
+//! error found earlier, exactly as the seed's "check every member, then
+//! `extractall`" order decides. Work done before a refusal is discarded with
+//! the caller's temporary directory.
+//!
+//! Deviations from Python, on malformed or hostile archives only:
+//! - PAX global headers (`g`) are skipped instead of applied to later members.
+//! - Member names containing `..` that stay inside the destination are
+//!   extracted at their normalised location (Python may fail with
+//!   `FileExistsError` creating `a/..`).
+//! - Gzip and tar corruption messages name the failure in our words.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256, Sha512};
+
+use super::download::{download_npm_archive_to, download_to, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS};
+use super::manifest::ReleaseManifest;
+use super::version::python_string_repr;
+use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
+use crate::error::{Error, Result};
+use crate::json::{parse_json, Json};
+
+/// Most members an npm archive may hold.
+const NPM_MAX_MEMBERS: usize = 4096;
+/// Most bytes an npm archive may expand to.
+const NPM_MAX_TOTAL_BYTES: u64 = 1024 * 1024 * 1024;
+/// Copy buffer for entry data.
+const COPY_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Download the manifest's archive into `directory` under `archive.name`,
+/// hashing while streaming, and refuse it unless it matches the signature:
+/// exact size, SHA-256 and `sha512-` integrity for npm releases, SHA-256 for
+/// GitHub releases. The file is private (0600) and removed on refusal.
+pub fn download_release_archive(manifest: &ReleaseManifest, directory: &Path) -> Result<PathBuf> {
+    let path = directory.join(manifest.archive_name());
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc_nofollow())
+        .open(&path)
+        .map_err(|err| Error::from_io_path(&err, &path))?;
+    let mut sink = HashingWriter::new(file, manifest.is_npm());
+    let result = fetch_and_check(manifest, &mut sink);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    result.map(|()| path)
+}
+
+fn fetch_and_check(manifest: &ReleaseManifest, sink: &mut HashingWriter) -> Result<()> {
+    let url = manifest.archive_url();
+    if manifest.is_npm() {
+        let size = manifest
+            .archive_size()
+            .and_then(|size| u64::try_from(size).ok())
+            .unwrap_or(0);
+        download_npm_archive_to(&url, size, sink)?;
+        sink.flush()?;
+        // verify_npm_archive: exact size, SHA-256 and integrity together.
+        let matches = sink.size == size
+            && manifest
+                .archive_sha256()
+                .is_some_and(|signed| signed.to_lowercase() == sink.sha256_hex())
+            && manifest.npm_integrity() == sink.npm_integrity().as_deref();
+        if !matches {
+            return Err(Error::runtime(
+                "npm archive does not match the signed release descriptor",
+            ));
+        }
+    } else {
+        download_to(
+            &url,
+            MAX_ARCHIVE_BYTES,
+            ARCHIVE_DOWNLOAD_DEADLINE_SECONDS,
+            sink,
+        )?;
+        sink.flush()?;
+    }
+    // run_update compares with the signed text as is, so an uppercase
+    // checksum passes verify_manifest and fails here, as in Python.
+    if manifest.archive_sha256() != Some(sink.sha256_hex().as_str()) {
+        return Err(Error::runtime(
+            "release archive checksum does not match the signed manifest",
+        ));
+    }
+    Ok(())
+}
+
+fn libc_nofollow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+}
+
+/// A file sink that hashes what it writes.
+struct HashingWriter {
+    file: File,
+    sha256: Sha256,
+    sha512: Option<Sha512>,
+    size: u64,
+}
+
+impl HashingWriter {
+    fn new(file: File, with_sha512: bool) -> Self {
+        HashingWriter {
+            file,
+            sha256: Sha256::new(),
+            sha512: with_sha512.then(Sha512::new),
+            size: 0,
+        }
+    }
+
+    fn sha256_hex(&self) -> String {
+        hex(&self.sha256.clone().finalize())
+    }
+
+    fn npm_integrity(&self) -> Option<String> {
+        let digest = self.sha512.clone()?.finalize();
+        Some(format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        ))
+    }
+}
+
+impl Write for HashingWriter {
+    fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
+        let written = self.file.write(buffer)?;
+        self.sha256.update(&buffer[..written]);
+        if let Some(sha512) = self.sha512.as_mut() {
+            sha512.update(&buffer[..written]);
+        }
+        self.size += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The kind of a tar member, as tarfile classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemberKind {
+    File,
+    Directory,
+    Link,
+    Special,
+}
+
+/// The seed's `safe_extract`: extract `archive_path` into `destination` and
+/// return the release source directory (`package/server` for npm releases,
+/// the single top-level directory otherwise).
+///
+/// Refused before extraction takes effect: names that resolve outside the
+/// destination, symlinks and hard links, and for npm any special file, more
+/// than 4096 members, over 1 GiB in total or duplicate names. The `data`
+/// filter then strips leading slashes, refuses special files, drops
+/// setuid/setgid/sticky and group/other write bits, makes files `u+rw`,
+/// clears execute bits the owner lacks, leaves directory modes to the umask
+/// and ignores archive ownership.
+pub fn safe_extract(
+    archive_path: &Path,
+    destination: &Path,
+    npm_manifest: Option<&ReleaseManifest>,
+) -> Result<PathBuf> {
+    let destination = resolve_lexically(&absolute(destination)?);
+    let file = File::open(archive_path).map_err(|err| Error::from_io_path(&err, archive_path))?;
+    let decoder = DecoderErrors::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)));
+    let source_failed = decoder.failed.clone();
+    let mut archive = tar::Archive::new(decoder);
+    let mut pass = ExtractionPass::new(&destination, npm_manifest.is_some());
+    let entries = archive
+        .entries()
+        .map_err(|err| archive_error(&err, source_failed.get()))?;
+    for entry in entries {
+        let mut entry = match entry {
+            Ok(entry) => entry,
+            // tarfile ends the archive silently at an unreadable header after
+            // the first one; only a decompression failure or a bad first
+            // header is an error.
+            Err(err) if source_failed.get() || pass.members == 0 => {
+                return Err(archive_error(&err, source_failed.get()));
+            }
+            Err(_) => break,
+        };
+        if entry.header().entry_type().is_pax_global_extensions() {
+            continue;
+        }
+        match pass.visit(&mut entry) {
+            Ok(()) => {}
+            Err(err) if source_failed.get() => return Err(archive_error_text(&err)),
+            Err(err) => return Err(err),
+        }
+    }
+    if source_failed.get() {
+        return Err(Error::runtime("release archive is not a valid gzip stream"));
+    }
+    pass.finish()?;
+    match npm_manifest {
+        Some(manifest) => npm_layout(&destination, manifest),
+        None => legacy_layout(&destination),
+    }
+}
+
+/// State of the single pass over the members.
+struct ExtractionPass<'a> {
+    destination: &'a Path,
+    npm: bool,
+    members: usize,
+    total_size: u64,
+    names: HashSet<Vec<u8>>,
+    duplicate_name: bool,
+    refusal: Option<Error>,
+    extraction_error: Option<Error>,
+    directories: Vec<(Vec<u8>, PathBuf, Option<rustix::fs::Timestamps>)>,
+}
+
+impl<'a> ExtractionPass<'a> {
+    fn new(destination: &'a Path, npm: bool) -> Self {
+        ExtractionPass {
+            destination,
+            npm,
+            members: 0,
+            total_size: 0,
+            names: HashSet::new(),
+            duplicate_name: false,
+            refusal: None,
+            extraction_error: None,
+            directories: Vec::new(),
+        }
+    }
+
+    fn exceeds_npm_bounds(&self) -> bool {
+        self.npm
+            && (self.members > NPM_MAX_MEMBERS
+                || self.total_size > NPM_MAX_TOTAL_BYTES
+                || self.duplicate_name)
+    }
+
+    fn visit<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<()> {
+        let raw_type = entry.header().as_bytes()[156];
+        let mut name = entry.path_bytes().into_owned();
+        let kind = member_kind(raw_type, &name);
+        if kind == MemberKind::Directory {
+            // tarfile drops the trailing slashes of directory names.
+            while name.len() > 1 && name.ends_with(b"/") {
+                name.pop();
+            }
+        }
+        self.members += 1;
+        self.total_size = self.total_size.saturating_add(entry.size());
+        if self.npm && !self.names.insert(name.clone()) {
+            self.duplicate_name = true;
+        }
+        if self.refusal.is_none() {
+            self.refusal = self.precheck(&name, kind).err();
+        }
+        if self.refusal.is_some() || self.extraction_error.is_some() || self.exceeds_npm_bounds() {
+            return Ok(()); // tar skips the unread data
+        }
+        if let Err(err) = self.extract(entry, &name, kind) {
+            if err.class() == crate::error::ErrorClass::Runtime
+                && err.message() == DECOMPRESSION_FAILED
+            {
+                return Err(err);
+            }
+            self.extraction_error = Some(err);
+        }
+        Ok(())
+    }
+
+    /// The seed's per-member checks, before any extraction in Python.
+    fn precheck(&self, name: &[u8], kind: MemberKind) -> Result<()> {
+        if !stays_inside(self.destination, name) {
+            return Err(Error::runtime("release archive contains an unsafe path"));
+        }
+        if kind == MemberKind::Link {
+            return Err(Error::runtime("release archive must not contain links"));
+        }
+        if self.npm && kind == MemberKind::Special {
+            return Err(Error::runtime(
+                "npm release archive contains a special file",
+            ));
+        }
+        Ok(())
+    }
+
+    /// One member through the `data` filter and `_extract_member`.
+    fn extract<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        name: &[u8],
+        kind: MemberKind,
+    ) -> Result<()> {
+        if kind != MemberKind::File && kind != MemberKind::Directory {
+            return Err(Error::runtime(format!(
+                "{} is a special file",
+                python_string_repr(&String::from_utf8_lossy(name))
+            )));
+        }
+        let stripped = strip_leading_slashes(name);
+        let target = resolve_lexically(&self.destination.join(OsStr::from_bytes(stripped)));
+        let mtime = member_mtime(entry);
+        if let Some(parent) = target.parent() {
+            if !parent.exists() {
+                std::fs::create_dir_all(parent).map_err(|err| Error::from_io_path(&err, parent))?;
+            }
+        }
+        if kind == MemberKind::Directory {
+            match std::fs::create_dir(&target) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(err) => return Err(Error::from_io_path(&err, &target)),
+            }
+            self.directories.push((name.to_vec(), target, mtime));
+            return Ok(());
+        }
+        let mut mode = entry.header().mode().unwrap_or(0) & 0o755;
+        if mode & 0o100 == 0 {
+            mode &= !0o111;
+        }
+        mode |= 0o600;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&target)
+            .map_err(|err| Error::from_io_path(&err, &target))?;
+        let size = entry.size();
+        copy_exact(entry, &mut file, size)?;
+        drop(file);
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))
+            .map_err(|err| Error::from_io_path(&err, &target))?;
+        set_mtime(&target, mtime)?;
+        Ok(())
+    }
+
+    /// Decide the outcome in the seed's order, then set directory times
+    /// deepest name first as `extractall` does.
+    fn finish(mut self) -> Result<()> {
+        if let Some(refusal) = self.refusal.take() {
+            return Err(refusal);
+        }
+        if self.exceeds_npm_bounds() {
+            return Err(Error::runtime(
+                "npm release archive exceeds its extraction bounds",
+            ));
+        }
+        if let Some(error) = self.extraction_error.take() {
+            return Err(error);
+        }
+        self.directories.sort_by(|left, right| right.0.cmp(&left.0));
+        for (_, path, mtime) in &self.directories {
+            set_mtime(path, mtime.clone())?;
+        }
+        Ok(())
+    }
+}
+
+/// Copy exactly `size` bytes of entry data (tarfile's `copyfileobj` raises
+/// `ReadError("unexpected end of data")` on a short member).
+fn copy_exact(source: &mut dyn Read, target: &mut File, size: u64) -> Result<()> {
+    let mut buffer = vec![
+        0u8;
+        COPY_BUFFER_BYTES
+            .min(usize::try_from(size).unwrap_or(usize::MAX))
+            .max(1)
+    ];
+    let mut remaining = size;
+    while remaining > 0 {
+        let wanted = usize::try_from(remaining)
+            .unwrap_or(usize::MAX)
+            .min(buffer.len());
+        let read = match source.read(&mut buffer[..wanted]) {
+            Ok(0) => return Err(Error::runtime("unexpected end of data")),
+            Ok(read) => read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) if err.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(Error::runtime("unexpected end of data"))
+            }
+            Err(_) => return Err(Error::runtime(DECOMPRESSION_FAILED)),
+        };
+        target.write_all(&buffer[..read])?;
+        remaining -= read as u64;
+    }
+    Ok(())
+}
+
+const DECOMPRESSION_FAILED: &str = "release archive is not a valid gzip stream";
+
+fn member_kind(raw_type: u8, name: &[u8]) -> MemberKind {
+    match raw_type {
+        b'0' | b'7' | b'S' => MemberKind::File,
+        // Old-style regular file; a trailing slash made it a directory.
+        b'\0' if name.ends_with(b"/") => MemberKind::Directory,
+        b'\0' => MemberKind::File,
+        b'5' => MemberKind::Directory,
+        b'1' | b'2' => MemberKind::Link,
+        _ => MemberKind::Special,
+    }
+}
+
+/// The member's mtime (PAX `mtime` first, else the header), as tarfile sets it.
+fn member_mtime<R: Read>(entry: &mut tar::Entry<'_, R>) -> Option<rustix::fs::Timestamps> {
+    let mut seconds = entry.header().mtime().ok().map(|value| value as f64);
+    if let Ok(Some(extensions)) = entry.pax_extensions() {
+        for extension in extensions.flatten() {
+            if extension.key_bytes() == b"mtime" {
+                if let Some(value) = extension
+                    .value()
+                    .ok()
+                    .and_then(|text| text.trim().parse::<f64>().ok())
+                {
+                    seconds = Some(value);
+                }
+            }
+        }
+    }
+    let seconds = seconds.filter(|value| value.is_finite())?;
+    let whole = seconds.floor();
+    let time = rustix::fs::Timespec {
+        tv_sec: whole as i64,
+        tv_nsec: ((seconds - whole) * 1e9) as _,
+    };
+    Some(rustix::fs::Timestamps {
+        last_access: time,
+        last_modification: time,
+    })
+}
+
+fn set_mtime(path: &Path, times: Option<rustix::fs::Timestamps>) -> Result<()> {
+    let Some(times) = times else {
+        return Ok(());
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, path, &times, rustix::fs::AtFlags::empty())
+        .map_err(|errno| Error::from_errno(errno, path))
+}
+
+fn strip_leading_slashes(name: &[u8]) -> &[u8] {
+    let start = name
+        .iter()
+        .position(|byte| *byte != b'/')
+        .unwrap_or(name.len());
+    &name[start..]
+}
+
+/// `(destination / name).resolve()` stays within `destination` (no symlinks
+/// exist in a fresh extraction, so resolution is lexical). Like pathlib, an
+/// absolute name replaces the destination and exactly two leading slashes
+/// form a distinct root that no destination is under.
+fn stays_inside(destination: &Path, name: &[u8]) -> bool {
+    if name.starts_with(b"//") && !name.starts_with(b"///") {
+        return false;
+    }
+    let joined = destination.join(OsStr::from_bytes(name));
+    let target = resolve_lexically(&joined);
+    target.starts_with(destination)
+}
+
+/// Normalise `.` and `..` without touching the filesystem.
+fn resolve_lexically(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(part) => out.push(part),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// `destination.resolve()`: absolute, with its existing prefix's symlinks
+/// resolved (the temporary directory may live under a symlinked `$TMPDIR`).
+fn absolute(path: &Path) -> Result<PathBuf> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    let mut existing = absolute.clone();
+    let mut missing = Vec::new();
+    loop {
+        match existing.canonicalize() {
+            Ok(resolved) => {
+                let mut out = resolved;
+                for part in missing.iter().rev() {
+                    out.push(part);
+                }
+                return Ok(out);
+            }
+            Err(_) => match (existing.file_name(), existing.parent()) {
+                (Some(name), Some(parent)) => {
+                    missing.push(name.to_os_string());
+                    existing = parent.to_path_buf();
+                }
+                _ => return Ok(absolute),
+            },
+        }
+    }
+}
+
+/// Python's npm layout checks: only `package/` at the top, a matching
+/// `package.json`, `server/install.sh` and `server/VERSION`.
+fn npm_layout(destination: &Path, manifest: &ReleaseManifest) -> Result<PathBuf> {
+    let top: Vec<_> = list_directory(destination)?;
+    if top.len() != 1 || top[0] != "package" {
+        return Err(Error::runtime("npm release archive has an invalid layout"));
+    }
+    let package = destination.join("package");
+    let metadata_path = package.join("package.json");
+    let metadata_bytes =
+        std::fs::read(&metadata_path).map_err(|err| Error::from_io_path(&err, &metadata_path))?;
+    let metadata_text = String::from_utf8(metadata_bytes).map_err(|err| {
+        Error::value(format!(
+            "'utf-8' codec can't decode byte 0x{:02x} in position {}: invalid start byte",
+            err.as_bytes()[err.utf8_error().valid_up_to()],
+            err.utf8_error().valid_up_to()
+        ))
+    })?;
+    let metadata = parse_json(metadata_text.as_bytes())?;
+    let source = package.join("server");
+    let identity_matches = metadata.get("name").and_then(Json::as_str) == Some(NPM_PACKAGE_NAME)
+        && metadata.get("version").and_then(Json::as_str) == Some(manifest.version())
+        && source.join("install.sh").is_file()
+        && read_version_file(&source.join("VERSION"))? == manifest.version();
+    if !identity_matches {
+        return Err(Error::runtime(
+            "npm release archive payload identity does not match",
+        ));
+    }
+    Ok(source)
+}
+
+fn read_version_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|err| Error::from_io_path(&err, path))?;
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(super::version::python_strip(&text).to_string())
+}
+
+/// Python's legacy layout: exactly one top-level directory holding `install.sh`.
+fn legacy_layout(destination: &Path) -> Result<PathBuf> {
+    let mut roots = Vec::new();
+    for name in list_directory(destination)? {
+        let path = destination.join(&name);
+        if path.is_dir() {
+            roots.push(path);
+        }
+    }
+    if roots.len() != 1 || !roots[0].join("install.sh").is_file() {
+        return Err(Error::runtime("release archive has an invalid layout"));
+    }
+    Ok(roots.remove(0))
+}
+
+fn list_directory(path: &Path) -> Result<Vec<std::ffi::OsString>> {
+    let entries = std::fs::read_dir(path).map_err(|err| Error::from_io_path(&err, path))?;
+    entries
+        .map(|entry| {
+            entry
+                .map(|entry| entry.file_name())
+                .map_err(|err| Error::from_io_path(&err, path))
+        })
+        .collect()
+}
+
+/// Wraps the decompressor so tar-format errors (which end the archive after
+/// its first member, like tarfile) can be told apart from gzip failures.
+struct DecoderErrors<R> {
+    inner: R,
+    failed: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R> DecoderErrors<R> {
+    fn new(inner: R) -> Self {
+        DecoderErrors {
+            inner,
+            failed: std::rc::Rc::new(std::cell::Cell::new(false)),
+        }
+    }
+}
+
+impl<R: Read> Read for DecoderErrors<R> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buffer).inspect_err(|err| {
+            if err.kind() != io::ErrorKind::Interrupted {
+                self.failed.set(true);
+            }
+        })
+    }
+}
+
+fn archive_error(err: &io::Error, source_failed: bool) -> Error {
+    if source_failed {
+        return Error::runtime(DECOMPRESSION_FAILED);
+    }
+    Error::runtime(format!("release archive is not a valid tar archive: {err}"))
+}
+
+fn archive_error_text(_err: &Error) -> Error {
+    Error::runtime(DECOMPRESSION_FAILED)
+}

@@ -1,0 +1,151 @@
+//! SemVer precedence, tracks, transitions and release discovery against the
+//! seed's own functions on identical inputs.
+
+mod release_support;
+
+use agents_common::{
+    json_object, normalized_release_track, release_candidates, release_transition_allowed,
+    release_versions_from_html, version_key, Json,
+};
+use release_support::python_oracle;
+
+const VERSIONS: &[&str] = &[
+    "0.0.0",
+    "0.1.26-beta.66",
+    "1.0.0-beta.1",
+    "1.0.0-beta.2",
+    "1.0.0-beta.10",
+    "1.0.0-beta",
+    "1.0.0-alpha.beta",
+    "1.0.0-alpha.1",
+    "1.0.0-rc.1",
+    "1.0.0",
+    "1.0.0+build.7",
+    "01.0.0",
+    "1.0.1",
+    "1.0.7-beta.5",
+    "1.0.7",
+    "1.10.0",
+    "1.9.0",
+    "2.0.0-0",
+    "2.0.0-a-b",
+    "2.0.0-1a",
+    "2.0.0-18446744073709551616",
+    "2.0.0-18446744073709551617",
+    "2.0.0-340282366920938463463374607431768211456",
+    "340282366920938463463374607431768211456.0.0",
+    "2.0.0-..",
+    "2.0.0-a..b",
+];
+
+#[test]
+fn precedence_and_transitions_match_the_seed() {
+    let script = r#"
+versions = json.load(sys.stdin)
+order = [[(update_runner.version_key(a) > update_runner.version_key(b)) - (update_runner.version_key(a) < update_runner.version_key(b)) for b in versions] for a in versions]
+transitions = [[[update_runner.release_transition_allowed(a, b, t) for t in ("stable", "beta")] for b in versions] for a in versions]
+print(json.dumps({"order": order, "transitions": transitions}))
+"#;
+    let input = agents_common::encode_compact(&Json::Array(
+        VERSIONS.iter().map(|v| Json::from(*v)).collect(),
+    ))
+    .unwrap();
+    let oracle = python_oracle(script, &input);
+    let order = oracle.get("order").unwrap().as_array().unwrap();
+    let transitions = oracle.get("transitions").unwrap().as_array().unwrap();
+    for (i, a) in VERSIONS.iter().enumerate() {
+        for (j, b) in VERSIONS.iter().enumerate() {
+            let ours = version_key(a).unwrap().cmp(&version_key(b).unwrap()) as i128;
+            let seed = order[i].as_array().unwrap()[j].as_int().unwrap();
+            assert_eq!(ours, seed, "{a} vs {b}");
+            for (k, track) in ["stable", "beta"].iter().enumerate() {
+                let seed = transitions[i].as_array().unwrap()[j].as_array().unwrap()[k]
+                    .as_bool()
+                    .unwrap();
+                assert_eq!(
+                    release_transition_allowed(a, b, track).unwrap(),
+                    seed,
+                    "{a} -> {b} on {track}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn candidates_and_html_discovery_match_the_seed() {
+    let releases = Json::Array(vec![
+        Json::Object(json_object! {"tag_name" => "v1.0.7", "prerelease" => false}),
+        Json::Object(json_object! {"tag_name" => "v1.0.8", "draft" => true}),
+        Json::Object(json_object! {"tag_name" => "v1.0.9", "draft" => 1}),
+        Json::Object(json_object! {"tag_name" => "v1.0.6", "prerelease" => true}),
+        Json::Object(json_object! {"tag_name" => "v1.0.5", "prerelease" => 0}),
+        Json::Object(json_object! {"tag_name" => "v1.0.5"}),
+        Json::Object(json_object! {"tag_name" => "v1.1.0-beta.2", "prerelease" => true}),
+        Json::Object(json_object! {"tag_name" => "v1.1.0-beta.10", "prerelease" => "yes"}),
+        Json::Object(json_object! {"tag_name" => "v1.1.0-beta.3", "prerelease" => Json::Null}),
+        Json::Object(json_object! {"tag_name" => "v1.1.0-beta.4", "prerelease" => ""}),
+        Json::Object(json_object! {"tag_name" => "1.2.0"}),
+        Json::Object(json_object! {"tag_name" => "vgarbage"}),
+        Json::Object(json_object! {"tag_name" => 5}),
+        Json::Object(json_object! {"name" => "no tag"}),
+        Json::from("not an object"),
+        Json::Array(vec![]),
+        Json::Object(json_object! {"tag_name" => "v10.0.0", "prerelease" => Json::Array(vec![])}),
+    ]);
+    let html = br#"<a href="/ZhengyiLuo/AgentsServer/releases/tag/v1.0.7">x</a>
+        <a href='/ZhengyiLuo/AgentsServer/releases/tag/v1.0.10?x'>y</a>
+        /ZhengyiLuo/AgentsServer/releases/tag/v1.1.0-beta.1#frag
+        /ZhengyiLuo/AgentsServer/releases/tag/v/ZhengyiLuo/AgentsServer/releases/tag/v2.0.0
+        /Other/AgentsServer/releases/tag/v9.9.9 /ZhengyiLuo/AgentsServer/releases/tag/vbad
+        /ZhengyiLuo/AgentsServer/releases/tag/v1.0.7"#;
+    let script = r#"
+data = json.load(sys.stdin)
+html = base64.b64decode(data["html"])
+out = {}
+for track in ("stable", "beta"):
+    out[track] = update_runner.release_candidates(data["releases"], track)
+    out["html-" + track] = sorted(update_runner.release_versions_from_html(html, track), key=update_runner.version_key, reverse=True)
+try:
+    update_runner.release_candidates({"not": "a list"}, "stable")
+except Exception as exc:
+    out["refusal"] = str(exc)
+print(json.dumps(out))
+"#;
+    let input = Json::Object(json_object! {
+        "releases" => releases.clone(),
+        "html" => release_support::b64(html),
+    });
+    let oracle = python_oracle(script, &agents_common::encode_compact(&input).unwrap());
+    for track in ["stable", "beta"] {
+        let ours: Vec<Json> = release_candidates(&releases, track)
+            .unwrap()
+            .into_iter()
+            .map(Json::from)
+            .collect();
+        assert_eq!(&Json::Array(ours), oracle.get(track).unwrap(), "{track}");
+        let ours: Vec<Json> = release_versions_from_html(html, track)
+            .unwrap()
+            .into_iter()
+            .map(Json::from)
+            .collect();
+        assert_eq!(
+            &Json::Array(ours),
+            oracle.get(&format!("html-{track}")).unwrap(),
+            "html {track}"
+        );
+    }
+    let refusal =
+        release_candidates(&Json::Object(json_object! {"not" => "a list"}), "stable").unwrap_err();
+    assert_eq!(
+        Some(refusal.message()),
+        oracle.get("refusal").and_then(Json::as_str)
+    );
+    assert!(!release_candidates(&releases, "stable").unwrap().is_empty());
+    assert_eq!(
+        normalized_release_track(Some("weekly"))
+            .unwrap_err()
+            .message(),
+        "invalid release track: weekly"
+    );
+}
