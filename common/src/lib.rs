@@ -20,6 +20,8 @@
 //!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`];
 //! - release trust of the update runner (versions, tracks, signed manifests,
 //!   the npm envelope): [`ReleaseTrust`], [`ReleaseManifest`], [`version_key`];
+//! - PID-pinned loopback HTTP (`execution_http.request_json`): [`request_json`],
+//!   [`PinnedRequest`], [`LsofRunner`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -45,7 +47,8 @@ pub use fs::{
 mod install_lock;
 pub use install_lock::InstallationLock;
 // services (NativeServices)
-// http (PID-pinned loopback HTTP)
+mod http;
+pub use http::{request_json, LsofRunner, PinnedRequest, SystemLsof};
 // worker_control (WorkerControl)
 // cli (argparse-compatible command lines, exit statuses)
 mod cli;

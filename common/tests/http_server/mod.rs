@@ -1,0 +1,209 @@
+//! Real loopback peers for the pinned HTTP client tests: a one-shot server
+//! thread inside the test process (so the connection is owned by this PID)
+//! and a one-shot server in a child process (so it is not).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use agents_common::Result;
+
+/// What the server thread saw: the client's address and every byte it sent.
+pub struct Seen {
+    pub client: SocketAddr,
+    pub received: Vec<u8>,
+}
+
+/// How the server thread answers.
+pub enum Reply {
+    /// Read one request (head plus any Content-Length body), then write these
+    /// bytes and close.
+    After(Vec<u8>),
+    /// Read until the client closes or `Duration` passes, answering nothing.
+    Silent(Duration),
+}
+
+/// A server thread of this process that accepts exactly one connection.
+pub struct ThreadServer {
+    pub address: SocketAddr,
+    accepted: Receiver<SocketAddr>,
+    handle: JoinHandle<Seen>,
+}
+
+impl ThreadServer {
+    pub fn start(reply: Reply) -> Self {
+        Self::start_on("127.0.0.1:0", reply)
+    }
+
+    pub fn start_on(bind: &str, reply: Reply) -> Self {
+        let listener = TcpListener::bind(bind).expect("bind loopback");
+        let address = listener.local_addr().unwrap();
+        let (accepted_tx, accepted) = mpsc::channel();
+        let handle = thread::spawn(move || {
+            let (mut stream, client) = listener.accept().expect("accept");
+            let _ = accepted_tx.send(client);
+            let received = match reply {
+                Reply::After(response) => {
+                    let request = read_request(&mut stream);
+                    // The client may stop reading early (oversized headers); that is its right.
+                    let _ = stream.write_all(&response);
+                    request
+                }
+                Reply::Silent(limit) => read_until_close(&mut stream, limit),
+            };
+            Seen { client, received }
+        });
+        ThreadServer {
+            address,
+            accepted,
+            handle,
+        }
+    }
+
+    /// `http://<address><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// The client address of the accepted connection, once accepted.
+    pub fn accepted_client(&self, wait: Duration) -> Option<SocketAddr> {
+        self.accepted.recv_timeout(wait).ok()
+    }
+
+    pub fn finish(self) -> Seen {
+        self.handle.join().expect("server thread")
+    }
+}
+
+/// Reads one HTTP request: the head, then as many body bytes as its
+/// Content-Length says.
+pub fn read_request(stream: &mut TcpStream) -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .map_or(0, |v| v.parse().unwrap());
+            if data.len() >= end + 4 + length {
+                return data;
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return data,
+            Ok(n) => data.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn read_until_close(stream: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut data = Vec::new();
+    let _ = stream.read_to_end(&mut data);
+    data
+}
+
+/// `HTTP/1.1 200 OK` with a Content-Length and `body`.
+pub fn ok_json(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A one-shot server in a child Python process: it prints its port, accepts
+/// one connection, waits for the request head (or for the client to close),
+/// answers `response` if any request arrived, and finally prints how many
+/// bytes it received.
+pub struct ChildServer {
+    pub child: Child,
+    pub port: u16,
+    stdout: BufReader<ChildStdout>,
+}
+
+const CHILD_SERVER: &str = r#"
+import socket, sys
+response = sys.argv[1].encode("latin-1")
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+print(listener.getsockname()[1], flush=True)
+connection, _ = listener.accept()
+connection.settimeout(15)
+received = b""
+try:
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    if received:
+        connection.sendall(response)
+except OSError:
+    pass
+connection.close()
+print(len(received), flush=True)
+"#;
+
+impl ChildServer {
+    pub fn start(response: &str) -> Self {
+        let mut child = Command::new("python3")
+            .args(["-B", "-c", CHILD_SERVER, response])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 must be available to run the child server");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let port = line.trim().parse().expect("child server port");
+        ChildServer {
+            child,
+            port,
+            stdout,
+        }
+    }
+
+    pub fn pid(&self) -> i64 {
+        i64::from(self.child.id())
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Bytes the child received, after the client side has closed.
+    pub fn bytes_received(&mut self) -> usize {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let _ = self.child.wait();
+        line.trim().parse().expect("child server byte count")
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        // Only this test's own child, by its handle; it has usually exited.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `verify_owner` callback that counts its calls.
+pub fn counting(calls: &std::cell::Cell<u32>) -> impl FnMut() -> Result<()> + '_ {
+    move || {
+        calls.set(calls.get() + 1);
+        Ok(())
+    }
+}
