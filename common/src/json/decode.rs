@@ -42,7 +42,6 @@ fn parse(data: &[u8], duplicate_message: Option<&str>) -> Result<Json> {
     let mut scanner = Scanner {
         text: &text,
         duplicate_message,
-        depth: 0,
         unrepresentable: None,
     };
     // JSONDecoder.decode: skip whitespace, one value, skip whitespace, end.
@@ -68,10 +67,31 @@ fn is_low_surrogate(point: u32) -> bool {
     (0xdc00..0xe000).contains(&point)
 }
 
+/// A container whose closing bracket has not been read yet.
+enum Container {
+    Array(Vec<Json>),
+    Object {
+        members: JsonObject,
+        /// The name of the member whose value is being read.
+        key: String,
+        duplicate: bool,
+    },
+}
+
+/// Refuses to open another container where Python's recursion limit would
+/// stop `json.loads`.
+fn check_depth(open: &[Container], kind: &str) -> Result<()> {
+    if open.len() < MAX_DEPTH {
+        return Ok(());
+    }
+    Err(Error::value(format!(
+        "maximum recursion depth exceeded while decoding a JSON {kind} from a unicode string"
+    )))
+}
+
 struct Scanner<'a> {
     text: &'a [u32],
     duplicate_message: Option<&'a str>,
-    depth: usize,
     /// The first value Python accepts but `Json` cannot hold.
     unrepresentable: Option<Error>,
 }
@@ -120,19 +140,122 @@ impl Scanner<'_> {
 
     /// `scan_once`: one value starting at `index`; returns it and the index
     /// just after it.
+    ///
+    /// Python recurses into `_parse_object_unicode`/`_parse_array_unicode`;
+    /// this keeps the open containers on a heap stack instead, so that deep
+    /// input cannot overflow a thread's stack, and visits the bytes and
+    /// raises the errors in the same order.
     fn scan_value(&mut self, index: usize) -> Result<(Json, usize)> {
-        let Some(first) = self.at(index) else {
-            return Err(self.error("Expecting value", index));
-        };
-        match first {
-            '"' => {
-                let (text, end) = self.scan_string(index + 1)?;
-                return Ok((Json::Str(text), end));
+        let mut open: Vec<Container> = Vec::new();
+        let mut index = index;
+        'value: loop {
+            // One value at `index`, or the first member of a new container.
+            let (mut value, mut end) = match self.at(index) {
+                None => return Err(self.error("Expecting value", index)),
+                Some('"') => {
+                    let (text, end) = self.scan_string(index + 1)?;
+                    (Json::Str(text), end)
+                }
+                Some('{') => {
+                    check_depth(&open, "object")?;
+                    let first = self.skip_whitespace(index + 1);
+                    if self.at(first) == Some('}') {
+                        (Json::Object(JsonObject::new()), first + 1)
+                    } else {
+                        let (key, value_start) = self.scan_key(first)?;
+                        open.push(Container::Object {
+                            members: JsonObject::new(),
+                            key,
+                            duplicate: false,
+                        });
+                        index = value_start;
+                        continue 'value;
+                    }
+                }
+                Some('[') => {
+                    check_depth(&open, "array")?;
+                    let first = self.skip_whitespace(index + 1);
+                    if self.at(first) == Some(']') {
+                        (Json::Array(Vec::new()), first + 1)
+                    } else {
+                        open.push(Container::Array(Vec::new()));
+                        index = first;
+                        continue 'value;
+                    }
+                }
+                Some(_) => self.scan_scalar(index)?,
+            };
+            // Hand the value to its container; close every container that
+            // ends right after it.
+            loop {
+                let Some(container) = open.last_mut() else {
+                    return Ok((value, end));
+                };
+                let after = self.skip_whitespace(end);
+                let closing = match container {
+                    Container::Array(items) => {
+                        items.push(value);
+                        ']'
+                    }
+                    Container::Object {
+                        members,
+                        key,
+                        duplicate,
+                    } => {
+                        *duplicate |= members.insert(std::mem::take(key), value).is_some();
+                        '}'
+                    }
+                };
+                if self.at(after) == Some(closing) {
+                    let container = open.pop().expect("a container is open");
+                    value = self.close(container)?;
+                    end = after + 1;
+                    continue;
+                }
+                if self.at(after) != Some(',') {
+                    return Err(self.error("Expecting ',' delimiter", after));
+                }
+                index = self.skip_whitespace(after + 1);
+                if let Some(Container::Object { key, .. }) = open.last_mut() {
+                    let (next_key, value_start) = self.scan_key(index)?;
+                    *key = next_key;
+                    index = value_start;
+                }
+                continue 'value;
             }
-            '{' => return self.nested("object", |scanner| scanner.scan_object(index + 1)),
-            '[' => return self.nested("array", |scanner| scanner.scan_array(index + 1)),
-            _ => {}
         }
+    }
+
+    /// A member name and the `:` after it; returns the name and where its
+    /// value starts.
+    fn scan_key(&mut self, index: usize) -> Result<(String, usize)> {
+        if self.at(index) != Some('"') {
+            return Err(self.error("Expecting property name enclosed in double quotes", index));
+        }
+        let (key, after_key) = self.scan_string(index + 1)?;
+        let colon = self.skip_whitespace(after_key);
+        if self.at(colon) != Some(':') {
+            return Err(self.error("Expecting ':' delimiter", colon));
+        }
+        Ok((key, self.skip_whitespace(colon + 1)))
+    }
+
+    /// The finished container as a value; this is where the unique parser's
+    /// `object_pairs_hook` sees the object and refuses a repeated key.
+    fn close(&self, container: Container) -> Result<Json> {
+        match container {
+            Container::Array(items) => Ok(Json::Array(items)),
+            Container::Object {
+                members, duplicate, ..
+            } => match (duplicate, self.duplicate_message) {
+                (true, Some(message)) => Err(Error::value(message)),
+                _ => Ok(Json::Object(members)),
+            },
+        }
+    }
+
+    /// The named constants, else a number.
+    fn scan_scalar(&mut self, index: usize) -> Result<(Json, usize)> {
         let constants = [
             ("null", Json::Null),
             ("true", Json::Bool(true)),
@@ -147,24 +270,6 @@ impl Scanner<'_> {
             }
         }
         self.scan_number(index)
-    }
-
-    /// Runs `scan` one nesting level deeper, refusing where Python's recursion
-    /// limit would stop it.
-    fn nested(
-        &mut self,
-        kind: &str,
-        scan: impl FnOnce(&mut Self) -> Result<(Json, usize)>,
-    ) -> Result<(Json, usize)> {
-        if self.depth >= MAX_DEPTH {
-            return Err(Error::value(format!(
-                "maximum recursion depth exceeded while decoding a JSON {kind} from a unicode string"
-            )));
-        }
-        self.depth += 1;
-        let result = scan(self);
-        self.depth -= 1;
-        result
     }
 
     /// `_match_number_unicode`: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`
@@ -313,63 +418,6 @@ impl Scanner<'_> {
             value = (value << 4) | digit;
         }
         Ok(value)
-    }
-
-    /// `_parse_object_unicode`; `index` is just after `{`.
-    fn scan_object(&mut self, index: usize) -> Result<(Json, usize)> {
-        let mut object = JsonObject::new();
-        let mut duplicate = false;
-        let mut index = self.skip_whitespace(index);
-        if self.at(index) != Some('}') {
-            loop {
-                if self.at(index) != Some('"') {
-                    return Err(
-                        self.error("Expecting property name enclosed in double quotes", index)
-                    );
-                }
-                let (key, after_key) = self.scan_string(index + 1)?;
-                index = self.skip_whitespace(after_key);
-                if self.at(index) != Some(':') {
-                    return Err(self.error("Expecting ':' delimiter", index));
-                }
-                index = self.skip_whitespace(index + 1);
-                let (value, after_value) = self.scan_value(index)?;
-                duplicate |= object.insert(key, value).is_some();
-                index = self.skip_whitespace(after_value);
-                if self.at(index) == Some('}') {
-                    break;
-                }
-                if self.at(index) != Some(',') {
-                    return Err(self.error("Expecting ',' delimiter", index));
-                }
-                index = self.skip_whitespace(index + 1);
-            }
-        }
-        if let (true, Some(message)) = (duplicate, self.duplicate_message) {
-            return Err(Error::value(message));
-        }
-        Ok((Json::Object(object), index + 1))
-    }
-
-    /// `_parse_array_unicode`; `index` is just after `[`.
-    fn scan_array(&mut self, index: usize) -> Result<(Json, usize)> {
-        let mut items = Vec::new();
-        let mut index = self.skip_whitespace(index);
-        if self.at(index) != Some(']') {
-            loop {
-                let (item, after_item) = self.scan_value(index)?;
-                items.push(item);
-                index = self.skip_whitespace(after_item);
-                if self.at(index) == Some(']') {
-                    break;
-                }
-                if self.at(index) != Some(',') {
-                    return Err(self.error("Expecting ',' delimiter", index));
-                }
-                index = self.skip_whitespace(index + 1);
-            }
-        }
-        Ok((Json::Array(items), index + 1))
     }
 }
 

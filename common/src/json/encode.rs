@@ -254,6 +254,12 @@ fn split_scientific(text: &str) -> (String, i32) {
 /// both read back as it, David Gay's `dtoa` (Python's `repr`) takes the one
 /// with an even last digit; Rust's formatter rounds such ties up.
 fn break_tie_to_even(magnitude: f64, digits: String, exponent: i32) -> String {
+    // A tie needs the value to be exactly the digits and a final 5; rounding
+    // to one more digit rules most values out cheaply.
+    let (one_more, _) = split_scientific(&format!("{magnitude:.*e}", digits.len()));
+    if !one_more.ends_with('5') {
+        return digits;
+    }
     // The exact decimal expansion: no f64 has more than 767 significant digits.
     let (exact, exact_exponent) = split_scientific(&format!("{magnitude:.800e}"));
     if exact_exponent != exponent {
