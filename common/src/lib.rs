@@ -22,6 +22,10 @@
 //!   the npm envelope): [`ReleaseTrust`], [`ReleaseManifest`], [`version_key`];
 //! - PID-pinned loopback HTTP (`execution_http.request_json`): [`request_json`],
 //!   [`PinnedRequest`], [`LsofRunner`];
+//! - the two-service execution layout (`execution_install.ExecutionLayout`),
+//!   its systemd units / launchd plists and installed manifest:
+//!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
+//!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -43,6 +47,12 @@ pub use fs::{
     MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
+mod layout;
+pub use layout::{
+    active_worker_release, layout_manifest, maintenance_operation_id, prepare_runtime,
+    render_service, service_arguments, uuid5_url, ExecutionLayout, FORMAT, GATEWAY_LABEL,
+    GATEWAY_UNIT, LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL, WORKER_UNIT,
+};
 // install_lock (InstallationLock)
 mod install_lock;
 pub use install_lock::InstallationLock;

@@ -1,0 +1,151 @@
+//! Real install trees for the layout tests: a base directory holding
+//! `install/`, `config/`, `state/` and `home/` (each 0755, owned by the caller)
+//! and complete releases under `install/releases/<version>/`.
+
+#![allow(dead_code)] // each test file uses a different part of this support
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agents_common::{json_object, Error, ErrorClass, Json, JsonObject};
+
+static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
+
+/// A base directory removed when dropped.
+pub struct Base {
+    pub path: PathBuf,
+}
+
+impl Base {
+    /// A fresh base under /tmp (unique per process and call).
+    pub fn new(tag: &str) -> Base {
+        let path = PathBuf::from(format!(
+            "/tmp/agents-layout-{tag}-{}-{}",
+            std::process::id(),
+            NEXT_BASE.fetch_add(1, Ordering::SeqCst)
+        ));
+        Base::at(&path)
+    }
+
+    /// A base at exactly `path` (recreated from scratch).
+    pub fn at(path: &Path) -> Base {
+        let _ = fs::remove_dir_all(path);
+        make_dir(path, 0o755);
+        for root in ["install", "config", "state", "home"] {
+            make_dir(&path.join(root), 0o755);
+        }
+        Base {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// `base/<relative>`.
+    pub fn join(&self, relative: &str) -> PathBuf {
+        self.path.join(relative)
+    }
+
+    /// The base as text, for `{BASE}` substitution.
+    pub fn text(&self) -> String {
+        self.path.to_str().expect("UTF-8 base").to_string()
+    }
+
+    /// A complete release `install/releases/<version>/` whose VERSION holds
+    /// `<version>\n`.
+    pub fn release(&self, version: &str) -> PathBuf {
+        self.release_with_version(version, format!("{version}\n").as_bytes())
+    }
+
+    /// A complete release directory `name` whose VERSION holds `content`.
+    pub fn release_with_version(&self, name: &str, content: &[u8]) -> PathBuf {
+        let releases = self.join("install/releases");
+        if !releases.exists() {
+            make_dir(&releases, 0o755);
+        }
+        let release = releases.join(name);
+        make_dir(&release, 0o755);
+        write_file(&release.join("VERSION"), content, 0o644);
+        write_file(
+            &release.join("execution_service.py"),
+            b"# execution service\n",
+            0o644,
+        );
+        make_dir(&release.join(".venv"), 0o755);
+        make_dir(&release.join(".venv/bin"), 0o755);
+        write_file(
+            &release.join(".venv/bin/python"),
+            b"#!/bin/sh\nexit 0\n",
+            0o755,
+        );
+        release
+    }
+
+    /// A serialized layout over this base (Python `to_dict` shape).
+    pub fn layout(&self, platform: &str, worker: &str, gateway: &str) -> JsonObject {
+        json_object! {
+            "install_root" => self.join("install").to_str().unwrap(),
+            "config_root" => self.join("config").to_str().unwrap(),
+            "state_root" => self.join("state").to_str().unwrap(),
+            "home" => self.join("home").to_str().unwrap(),
+            "platform" => platform,
+            "worker_release" => self.join(&format!("install/releases/{worker}")).to_str().unwrap(),
+            "gateway_release" => self.join(&format!("install/releases/{gateway}")).to_str().unwrap(),
+            "bind" => "127.0.0.1",
+            "port" => 7850_i64,
+            "environment" => JsonObject::new(),
+        }
+    }
+}
+
+impl Drop for Base {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// `mkdir` with an exact mode whatever the umask.
+pub fn make_dir(path: &Path, mode: u32) {
+    fs::create_dir(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+    set_mode(path, mode);
+}
+
+/// Write a file with an exact mode whatever the umask.
+pub fn write_file(path: &Path, data: &[u8], mode: u32) {
+    fs::write(path, data).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    set_mode(path, mode);
+}
+
+pub fn set_mode(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+pub fn link(target: &Path, at: &Path) {
+    symlink(target, at).unwrap();
+}
+
+/// A copy of `object` with `key` replaced.
+pub fn with(object: &JsonObject, key: &str, value: impl Into<Json>) -> Json {
+    let mut copy = object.clone();
+    copy.insert(key, value.into());
+    Json::Object(copy)
+}
+
+/// Assert the Python class and exact message of an error.
+#[track_caller]
+pub fn assert_error<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    class: ErrorClass,
+    message: &str,
+) {
+    match result {
+        Ok(value) => panic!("expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => {
+            assert_eq!(
+                (error.class(), error.message()),
+                (class, message),
+                "unexpected error"
+            );
+        }
+    }
+}
