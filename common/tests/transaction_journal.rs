@@ -1,0 +1,618 @@
+//! The `.execution-transaction` journal against real install trees: every
+//! phase transition, the bytes it publishes (checked against the golden
+//! renderings), and each refusal leaving the files as they were.
+
+mod layout_support;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use agents_common::{
+    encode_indented, json_object, parse_json, render_service, ErrorClass, ExecutionLayout,
+    ExecutionTransaction, Json, JsonObject,
+};
+use layout_support::{assert_error, link, write_file, Base};
+
+const GOLDEN: &str = include_str!("../../../shared/golden/layouts.json");
+
+/// An install tree with releases and the layout the test activates.
+struct Install {
+    base: Base,
+}
+
+impl Install {
+    fn new(tag: &str, releases: &[&str]) -> Install {
+        let base = Base::new(tag);
+        for version in releases {
+            base.release(version);
+        }
+        Install { base }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.base.join("install")
+    }
+
+    fn layout(&self, worker: &str, gateway: &str) -> ExecutionLayout {
+        let value = Json::Object(self.base.layout("Linux", worker, gateway));
+        ExecutionLayout::from_dict(&value).expect("valid layout")
+    }
+
+    fn journal_dir(&self) -> PathBuf {
+        self.root().join(".execution-transaction")
+    }
+
+    fn journal(&self) -> Json {
+        parse_json(&fs::read(self.journal_dir().join("manifest.json")).unwrap()).unwrap()
+    }
+
+    /// Every file the transaction may touch, with its bytes and mode, plus
+    /// the `current` link text: compared before and after a refusal.
+    fn state(&self) -> Vec<(String, Option<(Vec<u8>, u32)>)> {
+        let mut paths = vec![
+            self.base
+                .join("home/.config/systemd/user/agents-server.service"),
+            self.base
+                .join("home/.config/systemd/user/agents-server-gateway.service"),
+            self.root().join("execution-layout.json"),
+            self.journal_dir().join("manifest.json"),
+        ];
+        paths.sort();
+        let mut state: Vec<_> = paths
+            .iter()
+            .map(|path| {
+                let entry = fs::read(path)
+                    .ok()
+                    .map(|data| (data, fs::metadata(path).unwrap().mode() & 0o7777));
+                (path.display().to_string(), entry)
+            })
+            .collect();
+        let current = fs::read_link(self.root().join("current"))
+            .ok()
+            .map(|target| (target.to_string_lossy().as_bytes().to_vec(), 0));
+        state.push(("current".into(), current));
+        state
+    }
+}
+
+fn absent_services() -> Json {
+    Json::Object(json_object! {
+        "worker" => json_object! {"state" => "absent", "enabled" => false},
+        "gateway" => json_object! {"state" => "absent", "enabled" => false},
+    })
+}
+
+fn stopped_services() -> Json {
+    Json::Object(json_object! {
+        "worker" => json_object! {"state" => "stopped", "enabled" => true},
+        "gateway" => json_object! {"state" => "stopped", "enabled" => true},
+    })
+}
+
+fn receipt(layout: &ExecutionLayout, worker_version: &str, gateway_version: &str) -> Json {
+    Json::Object(json_object! {
+        "gateway_version" => gateway_version,
+        "worker_version" => worker_version,
+        "worker_release" => layout.worker_release.to_str().unwrap(),
+        "protocol_version" => 1_i64,
+        "server_identity" => "0123456789abcdef01234567",
+        "gateway_pid" => 4242_i64,
+        "worker_pid" => 4343_i64,
+        "worker_instance_id" => "8d2f0c0e9a7a4c1f9d1c3b5a7e9f0a1b",
+        "maintenance_held" => true,
+    })
+}
+
+fn golden_case(name: &str) -> JsonObject {
+    let golden = parse_json(GOLDEN.as_bytes()).unwrap();
+    let cases = golden.get("cases").and_then(Json::as_array).unwrap();
+    cases
+        .iter()
+        .find(|case| case.get("name").and_then(Json::as_str) == Some(name))
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap()
+}
+
+fn golden_text(case: &JsonObject, key: &str, base: &Base) -> Vec<u8> {
+    case.get(key)
+        .and_then(Json::as_str)
+        .unwrap()
+        .replace("{BASE}", &base.text())
+        .into_bytes()
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+/// Stage, publish, commit and finish a migration to `version`.
+fn migrate(install: &Install, version: &str) -> ExecutionLayout {
+    let layout = install.layout(version, version);
+    ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+    ExecutionTransaction::publish(&install.root()).unwrap();
+    ExecutionTransaction::commit(&install.root(), &receipt(&layout, version, version)).unwrap();
+    ExecutionTransaction::finish(&install.root()).unwrap();
+    layout
+}
+
+#[test]
+fn migration_publishes_golden_bytes_and_retires_the_journal() {
+    let install = Install::new("txn-migrate", &["0.1.25"]);
+    let layout = install.layout("0.1.25", "0.1.25");
+    let staged =
+        ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+
+    // The pending journal is private and complete before anything changes.
+    assert_eq!(mode(&install.journal_dir()), 0o700);
+    assert_eq!(mode(&install.journal_dir().join("manifest.json")), 0o600);
+    let journal = install.journal();
+    assert_eq!(journal, staged);
+    assert_eq!(
+        fs::read(install.journal_dir().join("manifest.json")).unwrap(),
+        encode_indented(&staged)
+    );
+    let id = journal
+        .get("id")
+        .and_then(Json::as_str)
+        .unwrap()
+        .to_string();
+    assert!(id.starts_with("execution-") && id.len() == 34, "{id}");
+    assert_eq!(journal.get("phase"), Some(&Json::from("prepared")));
+    assert_eq!(journal.get("current_before"), Some(&Json::Null));
+    assert!(!install.root().join("execution-layout.json").exists());
+    let drafts: Vec<_> = fs::read_dir(install.root())
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".execution-draft-")
+        })
+        .collect();
+    assert!(drafts.is_empty(), "the draft is renamed, not left behind");
+
+    let published = ExecutionTransaction::publish(&install.root()).unwrap();
+    assert_eq!(published.get("phase"), Some(&Json::from("published")));
+    let golden = golden_case("linux-basic");
+    let units = install.base.join("home/.config/systemd/user");
+    for (file, key) in [
+        ("agents-server.service", "worker_service"),
+        ("agents-server-gateway.service", "gateway_service"),
+    ] {
+        assert_eq!(
+            fs::read(units.join(file)).unwrap(),
+            golden_text(&golden, key, &install.base),
+            "{file}"
+        );
+        assert_eq!(mode(&units.join(file)), 0o600);
+    }
+    let manifest = install.root().join("execution-layout.json");
+    assert_eq!(
+        fs::read(&manifest).unwrap(),
+        golden_text(&golden, "layout_manifest_file", &install.base)
+    );
+    assert_eq!(mode(&manifest), 0o600);
+    assert_eq!(
+        fs::read_link(install.root().join("current")).unwrap(),
+        layout.gateway_release
+    );
+
+    // Publishing again from `published` converges without rewriting anything.
+    let before = install.state();
+    ExecutionTransaction::publish(&install.root()).unwrap();
+    assert_eq!(install.state(), before);
+
+    let committed =
+        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25"))
+            .unwrap();
+    assert_eq!(committed.get("phase"), Some(&Json::from("committed")));
+    // The receipt is kept verbatim, extra keys included.
+    assert_eq!(
+        committed.get("receipt"),
+        Some(&receipt(&layout, "0.1.25", "0.1.25"))
+    );
+    ExecutionTransaction::finish(&install.root()).unwrap();
+    assert!(!install.journal_dir().exists());
+    let retired = install
+        .root()
+        .join(format!(".execution-completed-{id}/manifest.json"));
+    let retired = parse_json(&fs::read(retired).unwrap()).unwrap();
+    assert_eq!(retired.get("phase"), Some(&Json::from("committed")));
+}
+
+#[test]
+fn rollback_removes_what_a_migration_published() {
+    let install = Install::new("txn-rollback", &["0.1.25"]);
+    let layout = install.layout("0.1.25", "0.1.25");
+    let untouched = install.state();
+    ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+    ExecutionTransaction::publish(&install.root()).unwrap();
+    let rolled = ExecutionTransaction::rollback(&install.root()).unwrap();
+    assert_eq!(rolled.get("phase"), Some(&Json::from("rolled-back")));
+    // Rolling back again is idempotent.
+    ExecutionTransaction::rollback(&install.root()).unwrap();
+    ExecutionTransaction::finish(&install.root()).unwrap();
+    assert_eq!(install.state(), untouched);
+    assert!(!install.journal_dir().exists());
+}
+
+#[test]
+fn worker_update_restores_the_previous_unit_with_its_mode() {
+    let install = Install::new("txn-worker", &["1.0.0", "1.1.0"]);
+    let old = migrate(&install, "1.0.0");
+    let unit = install
+        .base
+        .join("home/.config/systemd/user/agents-server.service");
+    // An operator-visible mode that rollback must restore exactly.
+    fs::set_permissions(&unit, fs::Permissions::from_mode(0o644)).unwrap();
+    let old_state = install.state();
+
+    let layout = install.layout("1.1.0", "1.0.0");
+    let journal =
+        ExecutionTransaction::stage(&layout, "worker", &stopped_services(), None).unwrap();
+    assert_eq!(
+        journal.get("current_before"),
+        Some(&Json::from(old.gateway_release.to_str().unwrap()))
+    );
+    ExecutionTransaction::publish(&install.root()).unwrap();
+    assert_eq!(
+        fs::read(&unit).unwrap(),
+        render_service(&layout, "worker").unwrap()
+    );
+    assert_eq!(mode(&unit), 0o600);
+    // Only the worker unit and the manifest change in worker scope.
+    let gateway_unit = install
+        .base
+        .join("home/.config/systemd/user/agents-server-gateway.service");
+    assert_eq!(
+        fs::read(&gateway_unit).unwrap(),
+        render_service(&old, "gateway").unwrap()
+    );
+
+    ExecutionTransaction::rollback(&install.root()).unwrap();
+    ExecutionTransaction::finish(&install.root()).unwrap();
+    assert_eq!(install.state(), old_state);
+    assert_eq!(mode(&unit), 0o644);
+}
+
+#[test]
+fn stage_refusals_change_nothing() {
+    let install = Install::new("txn-stage", &["1.0.0", "1.1.0"]);
+    let layout = install.layout("1.0.0", "1.0.0");
+    let untouched = install.state();
+    assert_error(
+        ExecutionTransaction::stage(&layout, "everything", &absent_services(), None),
+        ErrorClass::Value,
+        "unknown execution activation scope",
+    );
+    assert_error(
+        ExecutionTransaction::stage(&layout, "worker", &absent_services(), None),
+        ErrorClass::Value,
+        "execution activation requires a previous layout",
+    );
+    let one_service = Json::Object(json_object! {
+        "worker" => json_object! {"state" => "absent", "enabled" => false},
+    });
+    assert_error(
+        ExecutionTransaction::stage(&layout, "migration", &one_service, None),
+        ErrorClass::Value,
+        "both prior native service states are required",
+    );
+    for bad in [
+        json_object! {"state" => "absent", "enabled" => true},
+        json_object! {"state" => "paused", "enabled" => false},
+        json_object! {"state" => "stopped", "enabled" => 1_i64},
+        json_object! {"state" => "stopped"},
+        json_object! {"state" => "stopped", "enabled" => false, "colour" => "red"},
+    ] {
+        let services = Json::Object(
+            json_object! {"worker" => bad, "gateway" => json_object! {"state" => "absent", "enabled" => false}},
+        );
+        assert_error(
+            ExecutionTransaction::stage(&layout, "migration", &services, None),
+            ErrorClass::Value,
+            "invalid prior native service state",
+        );
+    }
+    let bad_pid = Json::Object(json_object! {
+        "worker" => json_object! {"state" => "running", "enabled" => true, "pid" => 0_i64},
+        "gateway" => json_object! {"state" => "absent", "enabled" => false},
+    });
+    assert_error(
+        ExecutionTransaction::stage(&layout, "migration", &bad_pid, None),
+        ErrorClass::Value,
+        "invalid native service process identity",
+    );
+    assert_error(
+        ExecutionTransaction::stage(&layout, "migration", &stopped_services(), None),
+        ErrorClass::Value,
+        "loaded native service has no restorable configuration",
+    );
+    assert_error(
+        ExecutionTransaction::stage(&layout, "migration", &absent_services(), Some("a\nb")),
+        ErrorClass::Value,
+        "configuration text must be nonempty and contain no control characters",
+    );
+    // A dangling legacy journal link still blocks execution activation.
+    link(
+        Path::new("/nonexistent/journal"),
+        &install.root().join(".activation-transaction"),
+    );
+    assert_error(
+        ExecutionTransaction::stage(&layout, "migration", &absent_services(), None),
+        ErrorClass::Runtime,
+        "legacy activation recovery must finish before execution activation",
+    );
+    fs::remove_file(install.root().join(".activation-transaction")).unwrap();
+    assert_eq!(install.state(), untouched);
+
+    ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+    let pending = install.state();
+    assert_error(
+        ExecutionTransaction::stage(&layout, "migration", &absent_services(), None),
+        ErrorClass::FileExists,
+        "an execution activation is already pending",
+    );
+    assert_eq!(install.state(), pending);
+}
+
+#[test]
+fn component_scopes_refuse_foreign_changes() {
+    let install = Install::new("txn-scope", &["1.0.0", "1.1.0"]);
+    migrate(&install, "1.0.0");
+    let settled = install.state();
+    // Gateway scope may change only the gateway release.
+    let layout = install.layout("1.1.0", "1.1.0");
+    assert_error(
+        ExecutionTransaction::stage(&layout, "gateway", &stopped_services(), None),
+        ErrorClass::Value,
+        "gateway activation changes another component's configuration",
+    );
+    // A retained unit that no longer matches its layout is never overwritten.
+    let unit = install
+        .base
+        .join("home/.config/systemd/user/agents-server.service");
+    let original = fs::read(&unit).unwrap();
+    write_file(&unit, b"[Unit]\nDescription=edited by hand\n", 0o600);
+    let layout = install.layout("1.0.0", "1.1.0");
+    assert_error(
+        ExecutionTransaction::stage(&layout, "gateway", &stopped_services(), None),
+        ErrorClass::Runtime,
+        "retained service configuration no longer matches its layout",
+    );
+    write_file(&unit, &original, 0o600);
+    // A running retained worker must be named exactly for gateway scope.
+    let running = Json::Object(json_object! {
+        "worker" => json_object! {"state" => "running", "enabled" => true, "pid" => 77_i64},
+        "gateway" => json_object! {"state" => "stopped", "enabled" => true},
+    });
+    assert_error(
+        ExecutionTransaction::stage(&layout, "gateway", &running, None),
+        ErrorClass::Value,
+        "gateway activation requires the retained worker's process identity",
+    );
+    assert_error(
+        ExecutionTransaction::stage(
+            &install.layout("1.0.0", "1.0.0"),
+            "migration",
+            &absent_services(),
+            None,
+        ),
+        ErrorClass::Value,
+        "execution layout already exists; migration is not an update",
+    );
+    assert_eq!(install.state(), settled);
+}
+
+#[test]
+fn outside_changes_block_every_later_step() {
+    let install = Install::new("txn-outside", &["0.1.25"]);
+    let layout = install.layout("0.1.25", "0.1.25");
+    ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+    ExecutionTransaction::publish(&install.root()).unwrap();
+    let unit = install
+        .base
+        .join("home/.config/systemd/user/agents-server.service");
+    write_file(&unit, b"tampered\n", 0o600);
+    let tampered = install.state();
+    let message = "worker configuration changed outside execution activation";
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25")),
+        ErrorClass::Runtime,
+        message,
+    );
+    assert_error(
+        ExecutionTransaction::rollback(&install.root()),
+        ErrorClass::Runtime,
+        message,
+    );
+    assert_error(
+        ExecutionTransaction::publish(&install.root()),
+        ErrorClass::Runtime,
+        message,
+    );
+    assert_eq!(install.state(), tampered);
+    fs::write(&unit, render_service(&layout, "worker").unwrap()).unwrap();
+
+    // `current` pointing at another release is someone else's change.
+    let other = install.base.release("9.9.9");
+    fs::remove_file(install.root().join("current")).unwrap();
+    link(&other, &install.root().join("current"));
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25")),
+        ErrorClass::Runtime,
+        "gateway current changed outside execution activation",
+    );
+}
+
+#[test]
+fn commit_and_finish_refusals() {
+    let install = Install::new("txn-commit", &["0.1.25"]);
+    let layout = install.layout("0.1.25", "0.1.25");
+    ExecutionTransaction::stage(
+        &layout,
+        "migration",
+        &absent_services(),
+        Some("0123456789abcdef01234567"),
+    )
+    .unwrap();
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25")),
+        ErrorClass::Value,
+        "execution activation has not been published",
+    );
+    assert_error(
+        ExecutionTransaction::finish(&install.root()),
+        ErrorClass::Value,
+        "execution activation is not finished",
+    );
+    ExecutionTransaction::publish(&install.root()).unwrap();
+    let published = install.state();
+    let mismatch = "authenticated component health does not match the activation";
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.24", "0.1.25")),
+        ErrorClass::Value,
+        mismatch,
+    );
+    let mut zero_pid = receipt(&layout, "0.1.25", "0.1.25");
+    zero_pid
+        .as_object_mut()
+        .unwrap()
+        .insert("worker_pid", 0_i64);
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &zero_pid),
+        ErrorClass::Value,
+        mismatch,
+    );
+    let mut bool_pid = receipt(&layout, "0.1.25", "0.1.25");
+    bool_pid
+        .as_object_mut()
+        .unwrap()
+        .insert("gateway_pid", true);
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &bool_pid),
+        ErrorClass::Value,
+        mismatch,
+    );
+    let mut other_identity = receipt(&layout, "0.1.25", "0.1.25");
+    other_identity
+        .as_object_mut()
+        .unwrap()
+        .insert("server_identity", "somebody-else");
+    assert_error(
+        ExecutionTransaction::commit(&install.root(), &other_identity),
+        ErrorClass::Value,
+        "activation changed the authenticated server identity",
+    );
+    assert_eq!(install.state(), published);
+
+    ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25")).unwrap();
+    assert_error(
+        ExecutionTransaction::rollback(&install.root()),
+        ErrorClass::Value,
+        "committed execution activation cannot roll back",
+    );
+    // A temporary file left by a killed save blocks retirement.
+    let leftover = install
+        .journal_dir()
+        .join(".manifest.json.0123456789abcdef01234567.tmp");
+    write_file(&leftover, b"{}", 0o600);
+    assert_error(
+        ExecutionTransaction::finish(&install.root()),
+        ErrorClass::Runtime,
+        "execution transaction contains unexpected files",
+    );
+    fs::remove_file(&leftover).unwrap();
+    ExecutionTransaction::finish(&install.root()).unwrap();
+}
+
+#[test]
+fn load_refuses_unsafe_or_stale_journals() {
+    let install = Install::new("txn-load", &["0.1.25"]);
+    let layout = install.layout("0.1.25", "0.1.25");
+    ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+    let manifest = install.journal_dir().join("manifest.json");
+    let original = fs::read(&manifest).unwrap();
+    let path_text = manifest.display().to_string();
+
+    fs::set_permissions(&manifest, fs::Permissions::from_mode(0o644)).unwrap();
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Permission,
+        &format!("execution configuration is unsafe: {path_text}"),
+    );
+    fs::set_permissions(&manifest, fs::Permissions::from_mode(0o600)).unwrap();
+
+    let rewrite = |edit: &dyn Fn(&mut JsonObject)| {
+        let mut value = parse_json(&original).unwrap();
+        edit(value.as_object_mut().unwrap());
+        write_file(&manifest, &encode_indented(&value), 0o600);
+    };
+    rewrite(&|journal| {
+        journal.insert("extra", 1_i64);
+    });
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "invalid execution transaction",
+    );
+    rewrite(&|journal| {
+        journal.insert("id", "execution-XYZ");
+    });
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "invalid execution transaction identity",
+    );
+    rewrite(&|journal| {
+        journal.insert("phase", "dreaming");
+    });
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "invalid execution transaction state",
+    );
+    rewrite(&|journal| {
+        journal.insert("current_after", "/elsewhere");
+    });
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "execution transaction paths changed",
+    );
+    rewrite(&|journal| {
+        let mut before = journal.get("before").unwrap().as_object().unwrap().clone();
+        before.insert(
+            "worker",
+            json_object! {"exists" => true, "mode" => 0o666_i64, "sha256" => "00", "data" => ""},
+        );
+        journal.insert("before", before);
+    });
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "invalid execution snapshot content",
+    );
+    rewrite(&|journal| {
+        journal.insert("current_before", "/tmp");
+    });
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "previous execution current escaped release root",
+    );
+    write_file(&manifest, &original, 0o600);
+    ExecutionTransaction::load(&install.root()).unwrap();
+
+    // A changed VERSION re-renders differently: the pending plan is stale.
+    let version = install.base.join("install/releases/0.1.25/VERSION");
+    write_file(&version, b"0.1.26\n", 0o644);
+    assert_error(
+        ExecutionTransaction::load(&install.root()),
+        ErrorClass::Value,
+        "execution transaction content changed",
+    );
+}
