@@ -7,13 +7,20 @@
 
 mod binaries;
 mod cgroup;
+mod http_client;
 mod poll;
 mod processes;
 mod sandbox;
 mod tempdir;
+mod worker_files;
 
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
+pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, ProcessIdentity};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 pub use tempdir::TempDir;
+pub use worker_files::{
+    request_log_path, switches_path, test_worker_dir, Death, DeathPoint, RequestMatch,
+    RequestRecord, Role, Stall, Switches,
+};
