@@ -327,7 +327,7 @@ fn clap_command(spec: &'static CommandSpec) -> Command {
 }
 
 /// Name of the subcommand choice in messages (the seeds' `dest="command"`).
-const SUBCOMMAND_DEST: &str = "command";
+pub(crate) const SUBCOMMAND_DEST: &str = "command";
 
 fn prog(top: &CommandSpec, spec: &CommandSpec) -> String {
     if std::ptr::eq(top, spec) {
@@ -475,6 +475,9 @@ pub fn try_parse_command_line(
         }
         None => (top, &matches),
     };
+    if let Some((owner, message)) = &canonical.stopped {
+        return Err(usage_error(top, owner, message));
+    }
     for (spec, matches) in [(spec, chosen), (top, &matches)] {
         let missing = missing_required(spec, matches);
         if !missing.is_empty() {
@@ -484,6 +487,15 @@ pub fn try_parse_command_line(
             );
             return Err(usage_error(top, spec, &message));
         }
+    }
+    if !canonical.extras.is_empty() {
+        let extras: Vec<String> = canonical
+            .extras
+            .iter()
+            .map(|word| word.to_string_lossy().into_owned())
+            .collect();
+        let message = format!("unrecognized arguments: {}", extras.join(" "));
+        return Err(usage_error(top, top, &message));
     }
     let positional = spec.positional.as_ref().and_then(|positional| {
         match chosen.get_one::<Value>(positional.dest) {

@@ -11,7 +11,8 @@
 use std::ffi::{OsStr, OsString};
 
 use super::python_int::decimal_digit;
-use super::{CommandSpec, ValueKind};
+use super::text::python_repr;
+use super::{CommandSpec, ValueKind, SUBCOMMAND_DEST};
 
 /// What argparse's `_parse_optional` makes of one word.
 enum Word<'a> {
@@ -31,14 +32,21 @@ enum Word<'a> {
     Unknown,
 }
 
-/// The canonical command line and what the caller needs to render its outcome.
+/// The canonical command line and what argparse would report beyond clap.
 pub(crate) struct Canonical {
-    /// Words for clap, without the program name.
+    /// Words for clap, without the program name. They stop early where
+    /// argparse fails at a word clap would read differently (see `stopped`).
     pub words: Vec<OsString>,
     /// The subcommand chosen (by name), if the command has subcommands.
     pub subcommand: Option<&'static CommandSpec>,
     /// The command whose help was requested first, if any.
     pub help_of: Option<&'static CommandSpec>,
+    /// argparse's error at the word where `words` stop: a missing value or an
+    /// invalid positional choice. It applies if clap accepts all of `words`.
+    pub stopped: Option<(&'static CommandSpec, String)>,
+    /// Words argparse reports as unrecognized after every other check:
+    /// unknown options and surplus positional words, in order.
+    pub extras: Vec<OsString>,
 }
 
 /// An ambiguous abbreviation: argparse reports it before parsing anything.
@@ -182,6 +190,19 @@ fn help_leftover(attached: Option<&[u8]>, single_dash: bool) -> Option<&[u8]> {
     rest.map(|at| &attached[at..])
 }
 
+fn invalid_choice_message(word: &OsStr, choices: &[&str]) -> String {
+    let listed: Vec<String> = choices
+        .iter()
+        .map(|choice| python_repr(choice.as_bytes()))
+        .collect();
+    format!(
+        "argument {}: invalid choice: {} (choose from {})",
+        SUBCOMMAND_DEST,
+        python_repr(word.as_encoded_bytes()),
+        listed.join(", ")
+    )
+}
+
 /// Rewrites `words` (without the program name) into the canonical form.
 pub(crate) fn canonicalize(
     top: &'static CommandSpec,
@@ -193,29 +214,33 @@ pub(crate) fn canonicalize(
     let mut spec = top;
     let mut classes = Vec::with_capacity(words.len());
     let mut after_separator = false;
+    let mut first_positional = true;
     for word in words {
         let class = if after_separator {
             Word::Positional
         } else {
             classify(spec, word)?
         };
-        match class {
-            Word::Separator => after_separator = true,
-            Word::Positional if spec.subcommands.iter().any(|sub| word == sub.name) => {
-                if let Some(sub) = spec.subcommands.iter().find(|sub| word == sub.name) {
-                    spec = sub;
-                }
-            }
-            _ => {}
-        }
+        let positional = matches!(class, Word::Positional);
+        after_separator |= matches!(class, Word::Separator);
         classes.push((class, spec));
+        if positional && std::mem::take(&mut first_positional) {
+            if let Some(sub) = spec.subcommands.iter().find(|sub| word == sub.name) {
+                spec = sub;
+            }
+        }
     }
 
     let mut canonical = Canonical {
         words: Vec::with_capacity(words.len()),
         subcommand: (!std::ptr::eq(spec, top)).then_some(spec),
         help_of: None,
+        stopped: None,
+        extras: Vec::new(),
     };
+    // Whether the positional argument (or subcommand name) of the command
+    // being read is still to come.
+    let mut awaiting_positional = true;
     let mut index = 0;
     while index < words.len() {
         let word = &words[index];
@@ -242,32 +267,55 @@ pub(crate) fn canonicalize(
                 (ValueKind::Flag, None) => canonical.words.push(format!("--{long}").into()),
                 (_, None) => {
                     // argparse takes the next word as the value if it reads as
-                    // a value; `--opt -- v` takes `v`. Otherwise clap reports
-                    // the missing value.
+                    // a value; `--opt -- v` takes `v`.
                     let value_at = match classes.get(index) {
                         Some((Word::Positional, _)) => Some(index),
                         Some((Word::Separator, _)) if index + 1 < words.len() => Some(index + 1),
                         _ => None,
                     };
-                    match value_at {
-                        Some(at) => {
-                            canonical
-                                .words
-                                .push(joined(long, words[at].as_encoded_bytes()));
-                            if at > index {
-                                // The separator was consumed with the value;
-                                // later words stay values for clap too.
-                                canonical.words.push("--".into());
-                            }
-                            index = at + 1;
-                        }
-                        None => canonical.words.push(format!("--{long}").into()),
+                    let Some(at) = value_at else {
+                        let message = format!("argument --{long}: expected one argument");
+                        canonical.stopped = Some((*owner, message));
+                        break;
+                    };
+                    canonical
+                        .words
+                        .push(joined(long, words[at].as_encoded_bytes()));
+                    if at > index {
+                        // The separator went with the value; what follows it
+                        // stays positional for clap too.
+                        canonical.words.push("--".into());
                     }
+                    index = at + 1;
                 }
             },
-            Word::Separator | Word::Positional | Word::Unknown => {
-                canonical.words.push(word.clone())
+            Word::Separator => canonical.words.push(word.clone()),
+            Word::Positional if awaiting_positional && !owner.subcommands.is_empty() => {
+                if !owner.subcommands.iter().any(|sub| word == sub.name) {
+                    let names: Vec<&str> = owner.subcommands.iter().map(|sub| sub.name).collect();
+                    canonical.stopped = Some((*owner, invalid_choice_message(word, &names)));
+                    break;
+                }
+                // The subcommand's own positional argument is still to come.
+                awaiting_positional = true;
+                canonical.words.push(word.clone());
+                continue;
             }
+            Word::Positional if awaiting_positional && owner.positional.is_some() => {
+                let positional = owner.positional.as_ref().expect("checked above");
+                if !positional.choices.iter().any(|choice| word == *choice) {
+                    let message = invalid_choice_message(word, positional.choices).replacen(
+                        SUBCOMMAND_DEST,
+                        positional.dest,
+                        1,
+                    );
+                    canonical.stopped = Some((*owner, message));
+                    break;
+                }
+                awaiting_positional = false;
+                canonical.words.push(word.clone());
+            }
+            Word::Positional | Word::Unknown => canonical.extras.push(word.clone()),
         }
     }
     Ok(canonical)
