@@ -10,9 +10,6 @@
 //!
 //! Deviations from Python, on malformed or hostile archives only:
 //! - PAX global headers (`g`) are skipped instead of applied to later members.
-//! - Member names containing `..` that stay inside the destination are
-//!   extracted at their normalised location (Python may fail with
-//!   `FileExistsError` creating `a/..`).
 //! - Gzip and tar corruption messages name the failure in our words.
 
 use std::collections::HashSet;
@@ -166,7 +163,8 @@ enum MemberKind {
 
 /// The seed's `safe_extract`: extract `archive_path` into `destination` and
 /// return the release source directory (`package/server` for npm releases,
-/// the single top-level directory otherwise).
+/// identified by their signed `npm_version`; the single top-level directory
+/// otherwise).
 ///
 /// Refused before extraction takes effect: names that resolve outside the
 /// destination, symlinks and hard links, and for npm any special file, more
@@ -178,43 +176,51 @@ enum MemberKind {
 pub fn safe_extract(
     archive_path: &Path,
     destination: &Path,
-    npm_manifest: Option<&ReleaseManifest>,
+    npm_version: Option<&str>,
 ) -> Result<PathBuf> {
     let destination = resolve_lexically(&absolute(destination)?);
     let file = File::open(archive_path).map_err(|err| Error::from_io_path(&err, archive_path))?;
-    let decoder = DecoderErrors::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)));
-    let source_failed = decoder.failed.clone();
+    let decoder = TrackedDecoder::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)));
+    let state = decoder.state.clone();
     let mut archive = tar::Archive::new(decoder);
-    let mut pass = ExtractionPass::new(&destination, npm_manifest.is_some());
+    let mut pass = ExtractionPass::new(&destination, npm_version.is_some());
     let entries = archive
         .entries()
-        .map_err(|err| archive_error(&err, source_failed.get()))?;
+        .map_err(|err| first_header_error(&err, &state))?;
     for entry in entries {
         let mut entry = match entry {
             Ok(entry) => entry,
-            // tarfile ends the archive silently at an unreadable header after
-            // the first one; only a decompression failure or a bad first
-            // header is an error.
-            Err(err) if source_failed.get() || pass.members == 0 => {
-                return Err(archive_error(&err, source_failed.get()));
+            Err(_) if state.failed() => return Err(state.stream_error()),
+            Err(err) if pass.members == 0 => return Err(first_header_error(&err, &state)),
+            // tarfile checks that the previous member's data (with padding)
+            // is all there before reading the next header...
+            Err(_) if state.produced.get() < pass.next_header => {
+                return Err(Error::runtime(UNEXPECTED_END))
             }
+            // ...and ends the archive silently at an unreadable header.
             Err(_) => break,
         };
         if entry.header().entry_type().is_pax_global_extensions() {
             continue;
         }
-        match pass.visit(&mut entry) {
-            Ok(()) => {}
-            Err(err) if source_failed.get() => return Err(archive_error_text(&err)),
-            Err(err) => return Err(err),
+        pass.visit(&mut entry)?;
+        if pass.truncated {
+            return Err(Error::runtime(UNEXPECTED_END));
+        }
+        if state.failed() {
+            return Err(state.stream_error());
         }
     }
-    if source_failed.get() {
-        return Err(Error::runtime("release archive is not a valid gzip stream"));
+    if state.failed() {
+        return Err(state.stream_error());
+    }
+    if pass.members == 0 && state.produced.get() < 512 {
+        let no_header = io::Error::other("no header");
+        return Err(first_header_error(&no_header, &state));
     }
     pass.finish()?;
-    match npm_manifest {
-        Some(manifest) => npm_layout(&destination, manifest),
+    match npm_version {
+        Some(version) => npm_layout(&destination, version),
         None => legacy_layout(&destination),
     }
 }
@@ -230,6 +236,10 @@ struct ExtractionPass<'a> {
     refusal: Option<Error>,
     extraction_error: Option<Error>,
     directories: Vec<(Vec<u8>, PathBuf, Option<rustix::fs::Timestamps>)>,
+    /// Stream offset of the header after the current member.
+    next_header: u64,
+    /// A member's data ended early: tarfile's fatal "unexpected end of data".
+    truncated: bool,
 }
 
 impl<'a> ExtractionPass<'a> {
@@ -244,6 +254,8 @@ impl<'a> ExtractionPass<'a> {
             refusal: None,
             extraction_error: None,
             directories: Vec::new(),
+            next_header: 0,
+            truncated: false,
         }
     }
 
@@ -264,6 +276,9 @@ impl<'a> ExtractionPass<'a> {
                 name.pop();
             }
         }
+        self.next_header = entry
+            .raw_file_position()
+            .saturating_add(entry.size().div_ceil(512).saturating_mul(512));
         self.members += 1;
         self.total_size = self.total_size.saturating_add(entry.size());
         if self.npm && !self.names.insert(name.clone()) {
@@ -276,10 +291,10 @@ impl<'a> ExtractionPass<'a> {
             return Ok(()); // tar skips the unread data
         }
         if let Err(err) = self.extract(entry, &name, kind) {
-            if err.class() == crate::error::ErrorClass::Runtime
-                && err.message() == DECOMPRESSION_FAILED
-            {
-                return Err(err);
+            // A short member or a decompression failure is reported by the
+            // caller; anything else is this member's extraction failure.
+            if err.message() == UNEXPECTED_END {
+                self.truncated = true;
             }
             self.extraction_error = Some(err);
         }
@@ -315,12 +330,22 @@ impl<'a> ExtractionPass<'a> {
                 python_string_repr(&String::from_utf8_lossy(name))
             )));
         }
+        // tarfile joins the filtered name to the destination without
+        // normalising it and lets the kernel resolve `.` and `..`.
         let stripped = strip_leading_slashes(name);
-        let target = resolve_lexically(&self.destination.join(OsStr::from_bytes(stripped)));
+        let mut raw = self.destination.as_os_str().as_bytes().to_vec();
+        raw.push(b'/');
+        raw.extend_from_slice(stripped);
+        while raw.len() > 1 && raw.ends_with(b"/") {
+            raw.pop();
+        }
+        let target = PathBuf::from(OsStr::from_bytes(&raw));
         let mtime = member_mtime(entry);
-        if let Some(parent) = target.parent() {
-            if !parent.exists() {
-                std::fs::create_dir_all(parent).map_err(|err| Error::from_io_path(&err, parent))?;
+        let upper = python_dirname(&raw);
+        if !upper.is_empty() {
+            let upper = Path::new(OsStr::from_bytes(upper));
+            if !upper.exists() {
+                python_makedirs(upper)?;
             }
         }
         if kind == MemberKind::Directory {
@@ -389,13 +414,13 @@ fn copy_exact(source: &mut dyn Read, target: &mut File, size: u64) -> Result<()>
             .unwrap_or(usize::MAX)
             .min(buffer.len());
         let read = match source.read(&mut buffer[..wanted]) {
-            Ok(0) => return Err(Error::runtime("unexpected end of data")),
+            Ok(0) => return Err(Error::runtime(UNEXPECTED_END)),
             Ok(read) => read,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(err) if err.kind() == io::ErrorKind::UnexpectedEof => {
-                return Err(Error::runtime("unexpected end of data"))
+                return Err(Error::runtime(UNEXPECTED_END))
             }
-            Err(_) => return Err(Error::runtime(DECOMPRESSION_FAILED)),
+            Err(err) => return Err(Error::from(err)),
         };
         target.write_all(&buffer[..read])?;
         remaining -= read as u64;
@@ -403,7 +428,8 @@ fn copy_exact(source: &mut dyn Read, target: &mut File, size: u64) -> Result<()>
     Ok(())
 }
 
-const DECOMPRESSION_FAILED: &str = "release archive is not a valid gzip stream";
+/// tarfile's `ReadError` for member data cut short.
+const UNEXPECTED_END: &str = "unexpected end of data";
 
 fn member_kind(raw_type: u8, name: &[u8]) -> MemberKind {
     match raw_type {
@@ -451,6 +477,59 @@ fn set_mtime(path: &Path, times: Option<rustix::fs::Timestamps>) -> Result<()> {
     };
     rustix::fs::utimensat(rustix::fs::CWD, path, &times, rustix::fs::AtFlags::empty())
         .map_err(|errno| Error::from_errno(errno, path))
+}
+
+/// `os.path.dirname` of a byte path.
+fn python_dirname(path: &[u8]) -> &[u8] {
+    let Some(index) = path.iter().rposition(|byte| *byte == b'/') else {
+        return b"";
+    };
+    let head = &path[..=index];
+    let trimmed = head.len() - head.iter().rev().take_while(|byte| **byte == b'/').count();
+    if trimmed == 0 {
+        head
+    } else {
+        &head[..trimmed]
+    }
+}
+
+/// `os.makedirs(path)` (mode 0o777 before the umask, `exist_ok=False`):
+/// parents are created as needed and an existing final component raises
+/// `FileExistsError`, even when it is spelt `a/..`.
+fn python_makedirs(path: &Path) -> Result<()> {
+    let bytes = path.as_os_str().as_bytes();
+    let (mut head, mut tail) = python_split(bytes);
+    if tail.is_empty() {
+        (head, tail) = python_split(head);
+    }
+    if !head.is_empty() && !tail.is_empty() {
+        let head_path = Path::new(OsStr::from_bytes(head));
+        if !head_path.exists() {
+            match python_makedirs(head_path) {
+                Err(err) if err.class() == crate::error::ErrorClass::FileExists => {}
+                other => other?,
+            }
+        }
+        if tail == b"." {
+            return Ok(());
+        }
+    }
+    std::fs::create_dir(path).map_err(|err| Error::from_io_path(&err, path))
+}
+
+/// `os.path.split` of a byte path.
+fn python_split(path: &[u8]) -> (&[u8], &[u8]) {
+    let index = path
+        .iter()
+        .rposition(|byte| *byte == b'/')
+        .map_or(0, |index| index + 1);
+    let (head, tail) = path.split_at(index);
+    let trimmed = head.len() - head.iter().rev().take_while(|byte| **byte == b'/').count();
+    if trimmed == 0 {
+        (head, tail)
+    } else {
+        (&head[..trimmed], tail)
+    }
 }
 
 fn strip_leading_slashes(name: &[u8]) -> &[u8] {
@@ -521,28 +600,20 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 
 /// Python's npm layout checks: only `package/` at the top, a matching
 /// `package.json`, `server/install.sh` and `server/VERSION`.
-fn npm_layout(destination: &Path, manifest: &ReleaseManifest) -> Result<PathBuf> {
+fn npm_layout(destination: &Path, version: &str) -> Result<PathBuf> {
     let top: Vec<_> = list_directory(destination)?;
     if top.len() != 1 || top[0] != "package" {
         return Err(Error::runtime("npm release archive has an invalid layout"));
     }
     let package = destination.join("package");
     let metadata_path = package.join("package.json");
-    let metadata_bytes =
-        std::fs::read(&metadata_path).map_err(|err| Error::from_io_path(&err, &metadata_path))?;
-    let metadata_text = String::from_utf8(metadata_bytes).map_err(|err| {
-        Error::value(format!(
-            "'utf-8' codec can't decode byte 0x{:02x} in position {}: invalid start byte",
-            err.as_bytes()[err.utf8_error().valid_up_to()],
-            err.utf8_error().valid_up_to()
-        ))
-    })?;
+    let metadata_text = read_text(&metadata_path)?;
     let metadata = parse_json(metadata_text.as_bytes())?;
     let source = package.join("server");
     let identity_matches = metadata.get("name").and_then(Json::as_str) == Some(NPM_PACKAGE_NAME)
-        && metadata.get("version").and_then(Json::as_str) == Some(manifest.version())
+        && metadata.get("version").and_then(Json::as_str) == Some(version)
         && source.join("install.sh").is_file()
-        && read_version_file(&source.join("VERSION"))? == manifest.version();
+        && read_version_file(&source.join("VERSION"))? == version;
     if !identity_matches {
         return Err(Error::runtime(
             "npm release archive payload identity does not match",
@@ -552,9 +623,24 @@ fn npm_layout(destination: &Path, manifest: &ReleaseManifest) -> Result<PathBuf>
 }
 
 fn read_version_file(path: &Path) -> Result<String> {
+    Ok(super::version::python_strip(&read_text(path)?).to_string())
+}
+
+/// `Path.read_text()`: strict UTF-8, failing with Python's decode message.
+fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|err| Error::from_io_path(&err, path))?;
-    let text = String::from_utf8_lossy(&bytes);
-    Ok(super::version::python_strip(&text).to_string())
+    String::from_utf8(bytes).map_err(|err| {
+        let position = err.utf8_error().valid_up_to();
+        let byte = err.as_bytes()[position];
+        let reason = match err.utf8_error().error_len() {
+            None => "unexpected end of data",
+            Some(_) if (0xc2..=0xf4).contains(&byte) => "invalid continuation byte",
+            Some(_) => "invalid start byte",
+        };
+        Error::value(format!(
+            "'utf-8' codec can't decode byte 0x{byte:02x} in position {position}: {reason}"
+        ))
+    })
 }
 
 /// Python's legacy layout: exactly one top-level directory holding `install.sh`.
@@ -583,39 +669,75 @@ fn list_directory(path: &Path) -> Result<Vec<std::ffi::OsString>> {
         .collect()
 }
 
-/// Wraps the decompressor so tar-format errors (which end the archive after
-/// its first member, like tarfile) can be told apart from gzip failures.
-struct DecoderErrors<R> {
-    inner: R,
-    failed: std::rc::Rc<std::cell::Cell<bool>>,
+/// What the decompressor has done so far: how much it produced and whether
+/// it failed, so tar-format errors (which end the archive after its first
+/// member, like tarfile) are told apart from gzip failures.
+#[derive(Clone, Default)]
+struct DecoderState {
+    produced: std::rc::Rc<std::cell::Cell<u64>>,
+    failure: std::rc::Rc<std::cell::Cell<Option<io::ErrorKind>>>,
 }
 
-impl<R> DecoderErrors<R> {
-    fn new(inner: R) -> Self {
-        DecoderErrors {
-            inner,
-            failed: std::rc::Rc::new(std::cell::Cell::new(false)),
+impl DecoderState {
+    fn failed(&self) -> bool {
+        self.failure.get().is_some()
+    }
+
+    /// The gzip failure in tarfile's words where it has fixed ones.
+    fn stream_error(&self) -> Error {
+        match self.failure.get() {
+            _ if self.produced.get() == 0 => Error::runtime("not a gzip file"),
+            Some(io::ErrorKind::UnexpectedEof) => {
+                Error::runtime("Compressed file ended before the end-of-stream marker was reached")
+            }
+            _ => Error::runtime("release archive is not a valid gzip stream"),
         }
     }
 }
 
-impl<R: Read> Read for DecoderErrors<R> {
+/// tarfile's refusal of an archive whose first header is unusable.
+fn first_header_error(err: &io::Error, state: &DecoderState) -> Error {
+    if state.failed() {
+        return state.stream_error();
+    }
+    let message = match state.produced.get() {
+        0 => "empty file",
+        1..=511 => "truncated header",
+        _ if err.to_string().contains("checksum") => "bad checksum",
+        _ => "invalid header",
+    };
+    Error::runtime(message)
+}
+
+struct TrackedDecoder<R> {
+    inner: R,
+    state: DecoderState,
+}
+
+impl<R> TrackedDecoder<R> {
+    fn new(inner: R) -> Self {
+        TrackedDecoder {
+            inner,
+            state: DecoderState::default(),
+        }
+    }
+}
+
+impl<R: Read> Read for TrackedDecoder<R> {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
-        self.inner.read(buffer).inspect_err(|err| {
-            if err.kind() != io::ErrorKind::Interrupted {
-                self.failed.set(true);
+        match self.inner.read(buffer) {
+            Ok(read) => {
+                self.state
+                    .produced
+                    .set(self.state.produced.get() + read as u64);
+                Ok(read)
             }
-        })
+            Err(err) => {
+                if err.kind() != io::ErrorKind::Interrupted {
+                    self.state.failure.set(Some(err.kind()));
+                }
+                Err(err)
+            }
+        }
     }
-}
-
-fn archive_error(err: &io::Error, source_failed: bool) -> Error {
-    if source_failed {
-        return Error::runtime(DECOMPRESSION_FAILED);
-    }
-    Error::runtime(format!("release archive is not a valid tar archive: {err}"))
-}
-
-fn archive_error_text(_err: &Error) -> Error {
-    Error::runtime(DECOMPRESSION_FAILED)
 }

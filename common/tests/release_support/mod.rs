@@ -113,3 +113,145 @@ pub fn b64(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// One member of a hand-built tar archive; every field is written raw so
+/// hostile names, types and modes reach the extractor unchanged.
+#[derive(Clone)]
+pub struct Member {
+    pub name: Vec<u8>,
+    pub typeflag: u8,
+    pub mode: u32,
+    pub data: Vec<u8>,
+    /// Header size when it differs from the data written (truncated members).
+    pub declared_size: Option<u64>,
+    pub linkname: Vec<u8>,
+    pub mtime: u64,
+    pub uid: u64,
+    /// PAX `path` record replacing the header name.
+    pub pax_path: Option<Vec<u8>>,
+}
+
+impl Member {
+    pub fn file(name: &str, data: &[u8]) -> Member {
+        Member {
+            name: name.as_bytes().to_vec(),
+            typeflag: b'0',
+            mode: 0o644,
+            data: data.to_vec(),
+            declared_size: None,
+            linkname: Vec::new(),
+            mtime: 1_700_000_000,
+            uid: 4321,
+            pax_path: None,
+        }
+    }
+
+    pub fn dir(name: &str) -> Member {
+        Member {
+            typeflag: b'5',
+            mode: 0o755,
+            ..Member::file(name, b"")
+        }
+    }
+
+    pub fn special(name: &str, typeflag: u8) -> Member {
+        Member {
+            typeflag,
+            ..Member::file(name, b"")
+        }
+    }
+
+    pub fn link(name: &str, typeflag: u8, target: &str) -> Member {
+        Member {
+            typeflag,
+            linkname: target.as_bytes().to_vec(),
+            ..Member::file(name, b"")
+        }
+    }
+
+    pub fn mode(mut self, mode: u32) -> Member {
+        self.mode = mode;
+        self
+    }
+}
+
+/// Write `members` as a gzip-compressed ustar archive (PAX records where
+/// asked), ending with the two zero blocks unless the last member is
+/// truncated (then the stream simply stops, as a cut download would).
+pub fn write_tar_gz(path: &Path, members: &[Member]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut out = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+    let mut truncated = false;
+    for member in members {
+        if let Some(pax_path) = &member.pax_path {
+            let mut record = format!(" path={}\n", String::from_utf8_lossy(pax_path)).into_bytes();
+            let mut length = record.len() + 2;
+            while format!("{length}").len() + record.len() != length {
+                length = format!("{length}").len() + record.len();
+            }
+            record.splice(0..0, format!("{length}").into_bytes());
+            write_member(
+                &mut out,
+                b"././@PaxHeader",
+                b'x',
+                0o644,
+                &record,
+                None,
+                b"",
+                0,
+                0,
+            );
+        }
+        write_member(
+            &mut out,
+            &member.name,
+            member.typeflag,
+            member.mode,
+            &member.data,
+            member.declared_size,
+            &member.linkname,
+            member.mtime,
+            member.uid,
+        );
+        truncated = member.declared_size.is_some();
+    }
+    if !truncated {
+        out.write_all(&[0u8; 1024]).unwrap();
+    }
+    out.finish().unwrap();
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_member(
+    out: &mut impl Write,
+    name: &[u8],
+    typeflag: u8,
+    mode: u32,
+    data: &[u8],
+    declared_size: Option<u64>,
+    linkname: &[u8],
+    mtime: u64,
+    uid: u64,
+) {
+    let mut header = tar::Header::new_ustar();
+    {
+        let ustar = header.as_ustar_mut().unwrap();
+        let name = &name[..name.len().min(100)];
+        ustar.name[..name.len()].copy_from_slice(name);
+        let link = &linkname[..linkname.len().min(100)];
+        ustar.linkname[..link.len()].copy_from_slice(link);
+    }
+    header.set_entry_type(tar::EntryType::new(typeflag));
+    header.set_mode(mode);
+    header.set_size(declared_size.unwrap_or(data.len() as u64));
+    header.set_mtime(mtime);
+    header.set_uid(uid);
+    header.set_gid(uid);
+    header.set_cksum();
+    out.write_all(header.as_bytes()).unwrap();
+    out.write_all(data).unwrap();
+    if declared_size.is_none() {
+        let padding = (512 - data.len() % 512) % 512;
+        out.write_all(&vec![0; padding]).unwrap();
+    }
+}
