@@ -26,6 +26,8 @@
 //!   its systemd units / launchd plists and installed manifest:
 //!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
 //!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
+//! - the `server-update.json` row shared with the server (flock, CAS on the
+//!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -76,4 +78,11 @@ pub use release::{
     INVALID_SIGNATURE_MESSAGE, MAX_ARCHIVE_BYTES, MAX_METADATA_BYTES, MAX_NPM_MANIFEST_BYTES,
     METADATA_DOWNLOAD_DEADLINE_SECONDS, NPM_PACKAGE_NAME, NPM_REGISTRY_BASE_ENV,
     RELEASES_API_URL_ENV, RELEASE_BASE_ENV, RELEASE_REPOSITORY, RELEASE_TRACKS, UPDATER_USER_AGENT,
+};
+// update_status (server-update.json flock + CAS protocol)
+mod update_status;
+pub use update_status::{
+    atomic_json, is_ownership_lost, read_status_unlocked, runner_owns, update_status,
+    update_status_unlocked, utc_now, StatusLock, OWNERSHIP_LOST_MESSAGE,
+    RUNNER_OWNED_ACTIVE_PHASES,
 };

@@ -17,6 +17,7 @@ pub use download::{
     METADATA_DOWNLOAD_DEADLINE_SECONDS,
 };
 pub use manifest::{ReleaseManifest, ReleaseTrust, INVALID_SIGNATURE_MESSAGE};
+pub(crate) use version::python_str_or_empty;
 pub use version::{
     normalized_release_track, release_candidates, release_track, release_transition_allowed,
     release_versions_from_html, version_is_prerelease, version_is_valid, version_key, VersionKey,
