@@ -255,3 +255,146 @@ fn write_member(
         out.write_all(&vec![0; padding]).unwrap();
     }
 }
+
+/// One request the test server received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// What the test server answers.
+pub struct Reply {
+    pub status: u16,
+    pub reason: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// `Content-Length` to declare; `None` sends none and closes after the body.
+    pub content_length: Option<u64>,
+}
+
+impl Reply {
+    pub fn ok(body: &[u8]) -> Reply {
+        Reply {
+            status: 200,
+            reason: "OK",
+            headers: Vec::new(),
+            body: body.to_vec(),
+            content_length: Some(body.len() as u64),
+        }
+    }
+
+    pub fn status(status: u16, reason: &'static str) -> Reply {
+        Reply {
+            status,
+            reason,
+            ..Reply::ok(b"")
+        }
+    }
+
+    pub fn redirect(status: u16, location: &str) -> Reply {
+        let mut reply = Reply::status(status, "Found");
+        reply
+            .headers
+            .push(("Location".to_string(), location.to_string()));
+        reply
+    }
+}
+
+type Handler = dyn Fn(&SeenRequest) -> Reply + Send + Sync;
+
+/// A real HTTP/1.1 server on 127.0.0.1 (one response per connection) that
+/// records every request; it stops when dropped.
+pub struct TestServer {
+    pub port: u16,
+    pub requests: std::sync::Arc<std::sync::Mutex<Vec<SeenRequest>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub fn start(handler: impl Fn(&SeenRequest) -> Reply + Send + Sync + 'static) -> TestServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handler: std::sync::Arc<Handler> = std::sync::Arc::new(handler);
+        let (seen, stopping) = (requests.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut stream) = stream else { continue };
+                let Some(request) = read_request(&mut stream) else {
+                    continue;
+                };
+                seen.lock().unwrap().push(request.clone());
+                let reply = handler(&request);
+                let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reply.reason);
+                for (key, value) in &reply.headers {
+                    head.push_str(&format!("{key}: {value}\r\n"));
+                }
+                if let Some(length) = reply.content_length {
+                    head.push_str(&format!("Content-Length: {length}\r\n"));
+                }
+                head.push_str("Connection: close\r\n\r\n");
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&reply.body);
+                let _ = stream.flush();
+            }
+        });
+        TestServer {
+            port,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn read_request(stream: &mut std::net::TcpStream) -> Option<SeenRequest> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.split("\r\n");
+    let path = lines.next()?.split(' ').nth(1)?.to_string();
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(key, value)| (key.trim().to_string(), value.trim().to_string()))
+        .collect();
+    Some(SeenRequest { path, headers })
+}
