@@ -7,6 +7,7 @@
 
 mod binaries;
 mod cgroup;
+mod fixture;
 mod http_client;
 mod poll;
 mod processes;
@@ -15,6 +16,7 @@ mod tempdir;
 mod worker_files;
 
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
+pub use fixture::{free_port, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT};
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, ProcessIdentity};

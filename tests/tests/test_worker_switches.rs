@@ -1,0 +1,495 @@
+//! The test worker's misbehaviour switches and request log, exercised on
+//! services a real systemd user manager runs.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use agents_common::{encode_compact, json_object, Json, JsonObject, GATEWAY_UNIT, WORKER_UNIT};
+use agents_tests::{
+    free_port, poll_until, process_alive, Death, DeathPoint, HttpRequest, HttpResponse,
+    Installation, RequestMatch, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
+};
+
+/// listener, path, query present, credential, action, status
+type Seen<'a> = (&'a str, &'a str, bool, &'a str, Option<&'a str>, u16);
+
+const OPERATION: &str = "85efcaaf-5f93-5352-b00d-95a2551e6a7c";
+const MAINTENANCE: &str = "/api/admin/execution/maintenance";
+const STATUS: &str = "/api/admin/execution/status";
+
+struct Split {
+    sandbox: Sandbox,
+    installation: Installation,
+    services: SplitServices,
+    public: SocketAddr,
+    token: String,
+}
+
+fn running_split(test: &str) -> Option<Split> {
+    let sandbox = Sandbox::start_or_skip(test)?;
+    let installation = Installation::in_sandbox(&sandbox);
+    let release = installation.add_release("1.0.0");
+    let port = free_port();
+    let layout = installation.layout(&release, &release, port);
+    installation.install_split(&layout);
+    let services = installation.start_split(&sandbox, &layout);
+    let token = installation.control_token();
+    Some(Split {
+        sandbox,
+        installation,
+        services,
+        public: SocketAddr::from(([127, 0, 0, 1], port)),
+        token,
+    })
+}
+
+impl Split {
+    fn maintenance(&self, action: &str, lease: Option<&str>) -> HttpResponse {
+        let mut body = json_object! {
+            "action" => action,
+            "expected_worker_instance_id" => self.services.worker_instance_id(),
+            "operation_id" => OPERATION,
+        };
+        if let Some(lease) = lease {
+            body.insert("lease_id", lease);
+        }
+        HttpRequest::post_json(MAINTENANCE, encode_compact(&Json::Object(body)).unwrap())
+            .bearer(&self.token)
+            .send(self.services.callback())
+            .unwrap()
+    }
+
+    fn status(&self) -> Json {
+        let response = HttpRequest::get(STATUS)
+            .bearer(&self.token)
+            .send(self.services.callback())
+            .unwrap();
+        assert_eq!(response.status, 200);
+        response.json()
+    }
+
+    fn worker_health(&self) -> HttpResponse {
+        HttpRequest::get("/api/health")
+            .bearer(AGENT_TOKEN)
+            .send(self.services.callback())
+            .unwrap()
+    }
+}
+
+fn lease_id(reply: &Json) -> String {
+    reply
+        .get("lease")
+        .unwrap()
+        .get("lease_id")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn busy_lying_and_refusing_workers() {
+    let Some(split) = running_split("busy_lying_and_refusing_workers") else {
+        return;
+    };
+    // Busy: the counters are reported and obeyed.
+    let busy = Switches {
+        blockers: vec![
+            ("active_runs".to_string(), 1),
+            ("managed_update".to_string(), 1),
+        ],
+        ..Switches::default()
+    };
+    split.installation.set_switches(Role::Worker, &busy);
+    let status = split.status();
+    assert_eq!(status.get("idle"), Some(&Json::Bool(false)));
+    assert_eq!(
+        status.get("blockers").unwrap().get("active_runs"),
+        Some(&Json::Int(1))
+    );
+    assert_eq!(
+        status.get("blockers").unwrap().get("queued_turns"),
+        Some(&Json::Int(0))
+    );
+    let refused = split.maintenance("acquire", None);
+    assert_eq!(
+        (refused.status, refused.detail().as_deref()),
+        (
+            409,
+            Some("Execution is busy; running agents were left untouched")
+        )
+    );
+
+    // Refusing seal: acquire works, seal is refused and changes nothing.
+    split.installation.set_switches(
+        Role::Worker,
+        &Switches {
+            refuse: vec!["seal".to_string()],
+            ..Switches::default()
+        },
+    );
+    let acquired = split.maintenance("acquire", None);
+    assert_eq!(acquired.status, 200);
+    let lease = lease_id(&acquired.json());
+    let seal = split.maintenance("seal", Some(&lease));
+    assert_eq!(
+        (seal.status, seal.detail().as_deref()),
+        (409, Some("Execution work appeared before retirement"))
+    );
+    assert_eq!(
+        split.status().get("lease").unwrap().get("sealed"),
+        Some(&Json::Bool(false))
+    );
+
+    // Lying about the instance: replies carry the fake, requests are still
+    // checked against the real one.
+    split.installation.set_switches(
+        Role::Worker,
+        &Switches {
+            reply_instance_id: Some("impostor".to_string()),
+            ..Switches::default()
+        },
+    );
+    assert_eq!(
+        split.status().get("worker_instance_id"),
+        Some(&Json::from("impostor"))
+    );
+    let health = split.worker_health().json();
+    assert_eq!(
+        health.get("execution_service").unwrap().get("instance_id"),
+        Some(&Json::from("impostor"))
+    );
+    let released = split.maintenance("release", Some(&lease));
+    assert_eq!(released.status, 200);
+    assert_eq!(
+        released.json().get("worker_instance_id"),
+        Some(&Json::from("impostor"))
+    );
+
+    // Back to faithful once the switches are gone.
+    split
+        .installation
+        .set_switches(Role::Worker, &Switches::default());
+    assert_eq!(
+        split.status().get("worker_instance_id"),
+        Some(&Json::from(split.services.worker_instance_id()))
+    );
+}
+
+#[test]
+fn a_stalled_reply_outlasts_the_client_but_not_other_requests() {
+    let Some(split) = running_split("a_stalled_reply_outlasts_the_client_but_not_other_requests")
+    else {
+        return;
+    };
+    split.installation.set_switches(
+        Role::Worker,
+        &Switches {
+            stall: Some(Stall {
+                on: RequestMatch::path(STATUS),
+                seconds: 3.0,
+            }),
+            ..Switches::default()
+        },
+    );
+    let started = Instant::now();
+    let stalled = HttpRequest::get(STATUS)
+        .bearer(&split.token)
+        .send_with_timeout(split.services.callback(), Duration::from_millis(700));
+    assert!(stalled.is_err(), "the client timed out: {stalled:?}");
+    // Meanwhile other requests are answered at once.
+    let health = split.worker_health();
+    assert_eq!(health.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "health waited for the stalled reply"
+    );
+    let records = split.installation.requests(Role::Worker);
+    let stalled_record = records.iter().find(|record| record.path == STATUS).unwrap();
+    assert_eq!(
+        (stalled_record.outcome.as_str(), stalled_record.status),
+        ("stalled", 200)
+    );
+}
+
+#[test]
+fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
+    let Some(split) = running_split("dying_workers_leave_their_receipt_and_systemd_restarts_them")
+    else {
+        return;
+    };
+    // Die after the seal took effect, before replying, with status 3.
+    split.installation.set_switches(
+        Role::Worker,
+        &Switches {
+            die: Some(Death {
+                on: RequestMatch::maintenance("seal"),
+                when: DeathPoint::BeforeReply,
+                exit_code: Some(3),
+            }),
+            ..Switches::default()
+        },
+    );
+    let lease = lease_id(&split.maintenance("acquire", None).json());
+    let body = json_object! {
+        "action" => "seal",
+        "expected_worker_instance_id" => split.services.worker_instance_id(),
+        "operation_id" => OPERATION,
+        "lease_id" => lease.as_str(),
+    };
+    let seal = HttpRequest::post_json(MAINTENANCE, encode_compact(&Json::Object(body)).unwrap())
+        .bearer(&split.token)
+        .send(split.services.callback());
+    assert!(seal.is_err(), "no reply from a dead worker: {seal:?}");
+    let old_pid = split.services.worker_pid;
+    poll_until(Duration::from_secs(5), "the worker to exit", || {
+        (!process_alive(old_pid)).then_some(())
+    });
+    // A crash leaves the stale receipt; the seal was persisted first.
+    let stale = split.installation.receipt(Role::Worker).unwrap();
+    assert_eq!(stale.get("pid"), Some(&Json::from(old_pid)));
+    let persisted = fs::read_to_string(
+        split
+            .installation
+            .state_root
+            .join("admin/execution-maintenance.json"),
+    )
+    .unwrap();
+    assert!(persisted.contains("\"sealed\": true"), "{persisted}");
+    let record = split.installation.requests(Role::Worker).pop().unwrap();
+    assert_eq!(
+        (record.outcome.as_str(), record.action.as_deref()),
+        ("died", Some("seal"))
+    );
+
+    // systemd (Restart=always) starts a new epoch that inherits no lease.
+    split
+        .installation
+        .set_switches(Role::Worker, &Switches::default());
+    let (receipt, pid) = poll_until(Duration::from_secs(15), "the restarted worker", || {
+        let (receipt, pid) =
+            split
+                .installation
+                .wait_for_service(&split.sandbox, WORKER_UNIT, Role::Worker);
+        (pid != old_pid).then_some((receipt, pid))
+    });
+    assert_ne!(receipt.get("instance_id"), stale.get("instance_id"));
+    let origin = receipt.get("callback_origin").unwrap().as_str().unwrap();
+    let callback = agents_tests::origin_address(origin).unwrap();
+    let status = HttpRequest::get(STATUS)
+        .bearer(&split.token)
+        .send(callback)
+        .unwrap()
+        .json();
+    assert_eq!(status.get("lease"), Some(&Json::Null));
+    assert!(process_alive(pid));
+
+    // SIGKILL on a health request, before handling: the gateway is untouched.
+    split.installation.set_switches(
+        Role::Worker,
+        &Switches {
+            die: Some(Death {
+                on: RequestMatch::path("/api/health"),
+                when: DeathPoint::BeforeHandling,
+                exit_code: None,
+            }),
+            ..Switches::default()
+        },
+    );
+    assert!(HttpRequest::get("/api/health")
+        .bearer(AGENT_TOKEN)
+        .send(callback)
+        .is_err());
+    poll_until(
+        Duration::from_secs(5),
+        "the killed worker to vanish",
+        || (!process_alive(pid)).then_some(()),
+    );
+    assert!(process_alive(split.services.gateway_pid));
+    split
+        .installation
+        .set_switches(Role::Worker, &Switches::default());
+}
+
+#[test]
+fn delayed_receipts_other_versions_and_health_switches() {
+    let delayed = Switches {
+        receipt_delay_seconds: 1.5,
+        version: Some("9.9.9".to_string()),
+        ..Switches::default()
+    };
+    let Some(sandbox) =
+        Sandbox::start_or_skip("delayed_receipts_other_versions_and_health_switches")
+    else {
+        return;
+    };
+    let installation = Installation::in_sandbox(&sandbox);
+    let release = installation.add_release("1.0.0");
+    let port = free_port();
+    let layout = installation.layout(&release, &release, port);
+    installation.install_split(&layout);
+    installation.set_switches(Role::Worker, &delayed);
+    sandbox.systemctl_ok(&["daemon-reload"]);
+    sandbox.systemctl_ok(&["start", WORKER_UNIT]);
+    let running = sandbox.wait_for_unit(WORKER_UNIT, Duration::from_secs(5), "running", |state| {
+        state.is_running()
+    });
+    let since = Instant::now();
+    assert!(
+        installation.receipt(Role::Worker).is_none(),
+        "the receipt waits"
+    );
+    let (receipt, pid) = installation.wait_for_service(&sandbox, WORKER_UNIT, Role::Worker);
+    assert!(
+        since.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        since.elapsed()
+    );
+    assert_eq!(pid, running.main_pid);
+    assert_eq!(receipt.get("version"), Some(&Json::from("9.9.9")));
+    sandbox.systemctl_ok(&["start", GATEWAY_UNIT]);
+    installation.wait_for_service(&sandbox, GATEWAY_UNIT, Role::Gateway);
+    let public = SocketAddr::from(([127, 0, 0, 1], port));
+    let health = poll_until(Duration::from_secs(10), "public health", || {
+        HttpRequest::get("/api/health")
+            .bearer(AGENT_TOKEN)
+            .send(public)
+            .ok()
+    });
+    let health = health.json();
+    assert_eq!(health.get("server_version"), Some(&Json::from("9.9.9")));
+    assert_eq!(
+        health.get("execution_service").unwrap().get("version"),
+        Some(&Json::from("9.9.9"))
+    );
+    assert_eq!(
+        health.get("gateway").unwrap().get("version"),
+        Some(&Json::from("1.0.0"))
+    );
+
+    // Health failures and extra health fields, per role.
+    let mut extra = JsonObject::new();
+    extra.insert(
+        "capabilities",
+        Json::Object(json_object! {"secure_peer_v1" => true}),
+    );
+    installation.set_switches(
+        Role::Worker,
+        &Switches {
+            health_extra: extra,
+            ..Switches::default()
+        },
+    );
+    let health = HttpRequest::get("/api/health")
+        .bearer(AGENT_TOKEN)
+        .send(public)
+        .unwrap()
+        .json();
+    assert_eq!(
+        health.get("capabilities").unwrap().get("secure_peer_v1"),
+        Some(&Json::Bool(true))
+    );
+    installation.set_switches(
+        Role::Worker,
+        &Switches {
+            health_status: Some(503),
+            ..Switches::default()
+        },
+    );
+    let failing = HttpRequest::get("/api/health")
+        .bearer(AGENT_TOKEN)
+        .send(public)
+        .unwrap();
+    assert_eq!(
+        failing.status, 503,
+        "the gateway passes the worker's failure through"
+    );
+    assert!(failing.json().get("gateway").is_none());
+}
+
+#[test]
+fn the_request_log_records_what_arrived_without_secrets() {
+    let Some(split) = running_split("the_request_log_records_what_arrived_without_secrets") else {
+        return;
+    };
+    let callback = split.services.callback();
+    let (worker_before, gateway_before) = (
+        split.installation.requests(Role::Worker).len(),
+        split.installation.requests(Role::Gateway).len(),
+    );
+    HttpRequest::get("/api/health?token=x")
+        .send(callback)
+        .unwrap();
+    HttpRequest::get(STATUS)
+        .bearer(&split.token)
+        .header("X-Extra", "1")
+        .send(callback)
+        .unwrap();
+    split.maintenance("acquire", None);
+    HttpRequest::get("/api/health")
+        .bearer(AGENT_TOKEN)
+        .send(split.public)
+        .unwrap();
+
+    let worker = split.installation.requests(Role::Worker)[worker_before..].to_vec();
+    let summary: Vec<Seen> = worker
+        .iter()
+        .map(|record| {
+            (
+                record.listener.as_str(),
+                record.path.as_str(),
+                record.query,
+                record.credential.as_str(),
+                record.action.as_deref(),
+                record.status,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("callback", "/api/health", true, "none", None, 401),
+            ("callback", STATUS, false, "control", None, 200),
+            (
+                "callback",
+                MAINTENANCE,
+                false,
+                "control",
+                Some("acquire"),
+                200
+            ),
+            // The gateway's forwarded health request.
+            ("callback", "/api/health", false, "agent", None, 200),
+        ]
+    );
+    assert_eq!(
+        worker[1].headers,
+        ["host", "authorization", "x-extra", "connection"]
+    );
+    assert!(worker
+        .iter()
+        .all(|record| record.pid == split.services.worker_pid));
+    let gateway = split.installation.requests(Role::Gateway)[gateway_before..].to_vec();
+    assert_eq!(gateway.len(), 1, "{gateway:?}");
+    assert_eq!(
+        (gateway[0].listener.as_str(), gateway[0].credential.as_str()),
+        ("public", "agent")
+    );
+    assert_eq!(gateway[0].pid, split.services.gateway_pid);
+
+    let logs = fs::read_to_string(agents_tests::request_log_path(
+        &split.installation.state_root,
+        Role::Worker,
+    ))
+    .unwrap()
+        + &fs::read_to_string(agents_tests::request_log_path(
+            &split.installation.state_root,
+            Role::Gateway,
+        ))
+        .unwrap();
+    assert!(
+        !logs.contains(&split.token) && !logs.contains(AGENT_TOKEN),
+        "no token values in the logs"
+    );
+}
