@@ -241,6 +241,7 @@ pub(crate) fn canonicalize(
     // Whether the positional argument (or subcommand name) of the command
     // being read is still to come.
     let mut awaiting_positional = true;
+    let mut positional_at = None;
     let mut index = 0;
     while index < words.len() {
         let word = &words[index];
@@ -263,33 +264,46 @@ pub(crate) fn canonicalize(
                 kind,
                 attached,
             } => match (kind, attached) {
+                // argparse drops a `--` value and keeps an empty list, which
+                // no helper can use: refused here (a documented deviation).
+                (kind, Some([b'-', b'-'])) if !matches!(kind, ValueKind::Flag) => {
+                    let message = format!("argument --{long}: expected one argument");
+                    canonical.stopped = Some((*owner, message));
+                    break;
+                }
                 (_, Some(value)) => canonical.words.push(joined(long, value)),
                 (ValueKind::Flag, None) => canonical.words.push(format!("--{long}").into()),
                 (_, None) => {
-                    // argparse takes the next word as the value if it reads as
-                    // a value; `--opt -- v` takes `v`.
-                    let value_at = match classes.get(index) {
-                        Some((Word::Positional, _)) => Some(index),
-                        Some((Word::Separator, _)) if index + 1 < words.len() => Some(index + 1),
-                        _ => None,
-                    };
-                    let Some(at) = value_at else {
+                    // argparse takes the next word as the value only if it
+                    // reads as a value (never the `--` separator).
+                    let Some((Word::Positional, _)) = classes.get(index) else {
                         let message = format!("argument --{long}: expected one argument");
                         canonical.stopped = Some((*owner, message));
                         break;
                     };
                     canonical
                         .words
-                        .push(joined(long, words[at].as_encoded_bytes()));
-                    if at > index {
-                        // The separator went with the value; what follows it
-                        // stays positional for clap too.
-                        canonical.words.push("--".into());
-                    }
-                    index = at + 1;
+                        .push(joined(long, words[index].as_encoded_bytes()));
+                    index += 1;
                 }
             },
-            Word::Separator => canonical.words.push(word.clone()),
+            // A separator next to the positional word is consumed with it;
+            // before a subcommand name it is taken as the (invalid) name;
+            // anywhere else it is an unrecognized argument.
+            Word::Separator if awaiting_positional && !owner.subcommands.is_empty() => {
+                let names: Vec<&str> = owner.subcommands.iter().map(|sub| sub.name).collect();
+                canonical.stopped = Some((*owner, invalid_choice_message(word, &names)));
+                break;
+            }
+            Word::Separator
+                if awaiting_positional
+                    && owner.positional.is_some()
+                    && matches!(classes.get(index), Some((Word::Positional, _))) =>
+            {
+                canonical.words.push(word.clone());
+            }
+            Word::Separator if positional_at == Some(index - 2) => {}
+            Word::Separator => canonical.extras.push(word.clone()),
             Word::Positional if awaiting_positional && !owner.subcommands.is_empty() => {
                 if !owner.subcommands.iter().any(|sub| word == sub.name) {
                     let names: Vec<&str> = owner.subcommands.iter().map(|sub| sub.name).collect();
@@ -313,6 +327,7 @@ pub(crate) fn canonicalize(
                     break;
                 }
                 awaiting_positional = false;
+                positional_at = Some(index - 1);
                 canonical.words.push(word.clone());
             }
             Word::Positional | Word::Unknown => canonical.extras.push(word.clone()),

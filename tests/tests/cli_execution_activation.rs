@@ -1,0 +1,190 @@
+//! execution-activation's command line against `execution_activation.py`'s
+//! own argparse parser, argv for argv.
+
+mod cli_support;
+
+use cli_support::{assert_same_as_seed, not_implemented_line, run, text};
+
+const PROGRAM: &str = "execution-activation";
+const SEED: &str = "execution_activation";
+
+const OPERATIONS: [&str; 15] = [
+    "detect",
+    "snapshot",
+    "candidate-api-contract",
+    "preflight",
+    "durability",
+    "publish",
+    "stop",
+    "start",
+    "suppress",
+    "restore",
+    "verify",
+    "verify-restored",
+    "previous-worker",
+    "release",
+    "recovery-state",
+];
+
+fn words(args: &[&str]) -> Vec<String> {
+    args.iter().map(|word| word.to_string()).collect()
+}
+
+/// Compares with the seed; an accepted command line names `operation`.
+fn check(operation: &str, args: &[&str]) {
+    assert_same_as_seed(
+        PROGRAM,
+        SEED,
+        &words(args),
+        &not_implemented_line(PROGRAM, operation),
+    );
+}
+
+#[test]
+fn every_operation_is_accepted_anywhere_on_the_line() {
+    for operation in OPERATIONS {
+        check(operation, &[operation, "--root", "/i"]);
+        check(operation, &["--root=/i", operation]);
+    }
+}
+
+#[test]
+fn install_sh_invocations_in_both_forms() {
+    // install.sh's full `stop` argv (install-sh-contract §2).
+    let stop = [
+        "stop",
+        "--root",
+        "/i",
+        "--config-root",
+        "/c",
+        "--state-root",
+        "/s",
+        "--home",
+        "/h",
+        "--platform",
+        "Linux",
+        "--release-dir",
+        "/i/releases/1.0.0",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "8765",
+        "--expected-server-identity",
+        "srv",
+        "--health-file",
+        "",
+        "--managed-update-id",
+        "m",
+        "--handoff-file",
+        "/f",
+        "--candidate-source",
+        "/rt",
+        "--release-version",
+        "1.0.0",
+        "--api-contract",
+        "3",
+        "--update-file",
+        "/u",
+        "--expected-native-pid",
+        "42",
+    ];
+    check("stop", &stop);
+    let mut joined = vec!["stop".to_string()];
+    for pair in stop[1..].chunks(2) {
+        joined.push(format!("{}={}", pair[0], pair[1]));
+    }
+    let joined: Vec<&str> = joined.iter().map(String::as_str).collect();
+    check("stop", &joined);
+}
+
+#[test]
+fn empty_values_abbreviations_and_repetition() {
+    for args in [
+        &["detect", "--root", ""][..],
+        &["detect", "--root="],
+        &[
+            "detect",
+            "--root",
+            "/a",
+            "--handoff-file",
+            "",
+            "--health-file=",
+        ],
+        &[
+            "detect", "--ro", "/a", "--co", "/c", "--st", "/s", "--ho", "/h", "--pl", "Linux",
+        ],
+        &["detect", "--root", "/a", "--re", "x"], // ambiguous: --release-dir, --release-version
+        &["detect", "--root", "/a", "--h"],       // ambiguous with --help
+        &["detect", "--root", "/a", "--hel"],     // help
+        &["detect", "--root", "/a", "--ha", "/f"],
+        &["detect", "--root", "/a", "--expected", "1"], // ambiguous
+        &["detect", "--root", "/a", "--expected-n", "1"],
+        &["detect", "--root", "/first", "--root", "/last"],
+        &["detect", "detect", "--root", "/a"],
+    ] {
+        check("detect", args);
+    }
+}
+
+#[test]
+fn ints_are_python_ints() {
+    for option in ["--port", "--api-contract", "--expected-native-pid"] {
+        for value in [
+            " 7", "+7", "0_1", "-1", "\u{663}", "1_", "7.0", "", "x", "-0_7", "-.5",
+        ] {
+            check("verify", &["verify", "--root", "/i", option, value]);
+            check(
+                "verify",
+                &["verify", "--root", "/i", &format!("{option}={value}")],
+            );
+        }
+    }
+}
+
+#[test]
+fn refusals_are_usage_errors() {
+    for args in [
+        &[][..],
+        &["detect"],
+        &["--root", "/i"],
+        &["bogus", "--root", "/i"],
+        &["Detect", "--root", "/i"],
+        &["", "--root", "/i"],
+        &["-5", "--root", "/i"],
+        &["detect", "--root", "/i", "extra"],
+        &["detect", "--root", "/i", "extra", "more", "--bogus"],
+        &["detect", "--root"],
+        &["detect", "--root", "--port", "1"],
+        &["detect", "--root", "/i", "--bogus"],
+        &["--bogus", "detect"],
+        &["detect", "-x", "--root", "/i"],
+        &["detect", "--root", "/i", "--port", "x", "--bogus"],
+        &["--port", "x", "bogus"],
+        &["bogus", "--port", "x"],
+        &["detect", "--root", "/i", "--"],
+        &["--root", "/i", "--", "detect"],
+        &["--root", "/i", "detect", "--"],
+        &["--root", "/i", "--", "--", "detect"],
+        &["--root", "--", "/i", "detect"],
+        &["detect", "--", "--root", "/i"],
+        &["-hx", "detect"],
+    ] {
+        check("detect", args);
+    }
+}
+
+#[test]
+fn help_exits_zero() {
+    for args in [
+        &["-h"][..],
+        &["--help"],
+        &["detect", "--root", "/i", "-h"],
+        &["--he", "bogus"],
+    ] {
+        check("detect", args);
+    }
+    let page = text(&run(PROGRAM, &["--help"]).stdout);
+    for operation in OPERATIONS {
+        assert!(page.contains(operation), "{operation} missing:\n{page}");
+    }
+}

@@ -1,0 +1,188 @@
+//! update-handoff's command line. The seed has no parser (its functions are
+//! imported), so the oracle is the same surface declared with Python's
+//! argparse — `release --root DIR --handoff-file FILE` and `retry-failed
+//! --root DIR --status-file FILE --expected-status FILE_OR_-`, `type=Path`
+//! like the functions' parameters — which must end every argv as we do.
+
+mod cli_support;
+
+use std::fs;
+
+use agents_tests::TempDir;
+use cli_support::{assert_same_as_parser, not_implemented_line, run, text};
+
+const PROGRAM: &str = "update-handoff";
+
+const PARSER: &str = r#"
+import argparse
+from pathlib import Path
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", required=True)
+    release = commands.add_parser("release")
+    release.add_argument("--root", type=Path, required=True)
+    release.add_argument("--handoff-file", type=Path, required=True)
+    retry = commands.add_parser("retry-failed")
+    retry.add_argument("--root", type=Path, required=True)
+    retry.add_argument("--status-file", type=Path, required=True)
+    retry.add_argument("--expected-status", required=True)
+    parser.parse_args(argv)
+"#;
+
+fn check_all(cases: &[(&str, &[&str])]) {
+    let dir = TempDir::new("cli-handoff-parser");
+    fs::write(dir.path().join("handoff_parser.py"), PARSER).unwrap();
+    for (operation, args) in cases {
+        assert_same_as_parser(
+            PROGRAM,
+            dir.path(),
+            "handoff_parser",
+            args,
+            &not_implemented_line(PROGRAM, operation),
+        );
+    }
+}
+
+const HANDOFF: &str = "/i/.update-preparations/0123456789abcdef0123456789abcdef/handoff-0123456789abcdef0123456789abcdef.json";
+
+#[test]
+fn both_subcommands_in_both_forms() {
+    let handoff_joined = format!("--handoff-file={HANDOFF}");
+    check_all(&[
+        (
+            "release",
+            &["release", "--root", "/i", "--handoff-file", HANDOFF],
+        ),
+        ("release", &["release", &handoff_joined, "--root=/i"]),
+        ("release", &["release", "--ro", "/i", "--ha", HANDOFF]),
+        (
+            "release",
+            &["release", "--root", "/a", "--root", "/i", "--handoff-file="],
+        ),
+        (
+            "retry-failed",
+            &[
+                "retry-failed",
+                "--root",
+                "/i",
+                "--status-file",
+                "/s/admin/server-update.json",
+                "--expected-status",
+                "-",
+            ],
+        ),
+        (
+            "retry-failed",
+            &[
+                "retry-failed",
+                "--root=/i",
+                "--status-file=/s",
+                "--expected-status=/saved.json",
+            ],
+        ),
+        (
+            "retry-failed",
+            &["retry-failed", "--r", "/i", "--s", "/s", "--e", ""],
+        ),
+    ]);
+}
+
+#[test]
+fn refusals_are_usage_errors() {
+    check_all(&[
+        ("release", &[]),
+        ("release", &["bogus"]),
+        ("release", &["retry"]),
+        ("release", &["release"]),
+        ("release", &["release", "--root", "/i"]),
+        ("release", &["release", "--h", HANDOFF, "--root", "/i"]),
+        (
+            "release",
+            &[
+                "release",
+                "--root",
+                "/i",
+                "--handoff-file",
+                HANDOFF,
+                "--bogus",
+            ],
+        ),
+        (
+            "release",
+            &[
+                "release",
+                "--root",
+                "/i",
+                "--handoff-file",
+                HANDOFF,
+                "extra",
+            ],
+        ),
+        ("release", &["release", "--root", "/i", "--handoff-file"]),
+        (
+            "release",
+            &[
+                "release",
+                "--root",
+                "/i",
+                "--handoff-file",
+                HANDOFF,
+                "--status-file",
+                "/s",
+            ],
+        ),
+        (
+            "retry-failed",
+            &["retry-failed", "--root", "/i", "--status-file", "/s"],
+        ),
+        (
+            "retry-failed",
+            &[
+                "retry-failed",
+                "--root",
+                "/i",
+                "--st",
+                "/s",
+                "--expected-status",
+            ],
+        ),
+        (
+            "retry-failed",
+            &[
+                "retry-failed",
+                "--root",
+                "/i",
+                "--status-file",
+                "/s",
+                "--expected-status",
+                "--",
+            ],
+        ),
+        ("retry-failed", &["--root", "/i", "retry-failed"]),
+    ]);
+}
+
+#[test]
+fn help_exits_zero_and_documents_both_forms() {
+    check_all(&[
+        ("release", &["-h"]),
+        ("release", &["--help", "bogus"]),
+        ("release", &["release", "-h"]),
+        ("release", &["retry-failed", "--he"]),
+    ]);
+    let output = run(PROGRAM, &["--help"]);
+    assert_eq!(output.status.code(), Some(0));
+    let page = text(&output.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for needle in [
+        "release --root DIR --handoff-file FILE",
+        "retry-failed --root DIR --status-file FILE --expected-status FILE_OR_-",
+        "'-' reads it from standard input",
+        "already_released, operation_id, released and worker_instance_id",
+    ] {
+        assert!(page.contains(needle), "{needle:?} missing from:\n{page}");
+    }
+}
