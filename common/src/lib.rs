@@ -28,6 +28,9 @@
 //!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
 //! - the `server-update.json` row shared with the server (flock, CAS on the
 //!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
+//! - install.sh's `.activation-transaction` journal (`activation_transaction`)
+//!   and its write-ahead configuration publication: [`ActivationManifest`],
+//!   [`execution_context`], [`validate_invocation`], [`replace_config`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -85,4 +88,14 @@ pub use update_status::{
     atomic_json, is_ownership_lost, read_status_unlocked, runner_owns, update_status,
     update_status_unlocked, utc_now, StatusLock, OWNERSHIP_LOST_MESSAGE,
     RUNNER_OWNED_ACTIVE_PHASES,
+};
+// activation (install.sh's .activation-transaction journal and replace_config)
+mod activation;
+pub use activation::{
+    absolute_path, canonical_manifest_bytes, config_path_matches_desired, config_staging_paths,
+    execution_context, link_state, locate_release, pure_path_text, read_owned_config,
+    read_private_file, release_identity, release_matches, replace_config,
+    replace_config_with_checkpoints, validate_invocation, write_new_private, ActivationInvocation,
+    ActivationManifest, ReplaceConfigStep, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    ACTIVATION_JOURNAL_NAME,
 };

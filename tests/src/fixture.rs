@@ -7,16 +7,18 @@ use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use agents_common::{
     atomic_write, encode_indented, json_object, layout_manifest, parse_json, prepare_runtime,
-    read_secret, render_service, ExecutionLayout, Json, GATEWAY_UNIT, WORKER_UNIT,
+    read_secret, render_service, service_arguments, ExecutionLayout, Json, GATEWAY_UNIT,
+    WORKER_UNIT,
 };
 
 use crate::binaries::test_worker_path;
 use crate::http_client::{origin_address, HttpRequest};
-use crate::poll::poll_until;
+use crate::poll::{poll_until, POLL_INTERVAL};
 use crate::sandbox::Sandbox;
 use crate::tempdir::TempDir;
 use crate::worker_files::{RequestRecord, Role, Switches};
@@ -347,6 +349,38 @@ impl Installation {
         }
     }
 
+    /// The service's command line and environment exactly as the rendered
+    /// unit runs it (ExecStart arguments; the layout environment plus the
+    /// layout-authoritative variables), for tests that need no systemd.
+    pub fn service_command(&self, layout: &ExecutionLayout, role: Role) -> Command {
+        let arguments = service_arguments(layout, role.name());
+        let mut command = Command::new(&arguments[0]);
+        command
+            .args(&arguments[1..])
+            .env_clear()
+            .stdin(Stdio::null());
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        for (key, value) in layout.environment_variables() {
+            command.env(key, value);
+        }
+        let port = layout
+            .public_port()
+            .map(|port| port.to_string())
+            .unwrap_or_default();
+        command
+            .env("AGENTS_SERVER_INSTALL_DIR", &layout.install_root)
+            .env("AGENTS_SERVER_CONFIG_DIR", &layout.config_root)
+            .env("AGENTSDOCK_STATE_DIR", &layout.state_root)
+            .env("AGENTS_SERVER_STATE_DIR", &layout.state_root)
+            .env("AGENTSDOCK_AGENT_BIND", &layout.bind)
+            .env("AGENTSDOCK_AGENT_PORT", port)
+            .env("AGENTSDOCK_EXECUTION_ROLE", role.name())
+            .env("AGENTSDOCK_EXECUTION_RUNTIME_DIR", layout.runtime_dir());
+        command
+    }
+
     /// Waits until `unit` runs and the role's receipt carries its MainPID.
     pub fn wait_for_service(&self, sandbox: &Sandbox, unit: &str, role: Role) -> (Json, u32) {
         poll_until(
@@ -359,5 +393,50 @@ impl Installation {
                     .then_some((receipt, state.main_pid))
             },
         )
+    }
+}
+
+/// A service process started directly (see [`Installation::service_command`]);
+/// stopped with SIGTERM (then SIGKILL) on drop.
+#[derive(Debug)]
+pub struct DirectService {
+    child: Child,
+}
+
+impl DirectService {
+    /// Spawns the command (stdout and stderr inherited).
+    pub fn spawn(mut command: Command) -> DirectService {
+        DirectService {
+            child: command.spawn().expect("spawn the test worker"),
+        }
+    }
+
+    /// The process's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and returns the exit status once it exits.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + SERVICE_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        let _ = self.child.kill();
+        self.child.wait().expect("reap the test worker")
+    }
+}
+
+impl Drop for DirectService {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
     }
 }

@@ -16,7 +16,9 @@ mod tempdir;
 mod worker_files;
 
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
-pub use fixture::{free_port, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT};
+pub use fixture::{
+    free_port, DirectService, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT,
+};
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, ProcessIdentity};

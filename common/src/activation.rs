@@ -1,0 +1,40 @@
+//! The outer activation journal of install.sh (`activation_transaction`) and
+//! the parts of its companions that `execution_activation` needs.
+//!
+//! install.sh's own Python writer (`activation_transaction.py begin/record/
+//! activate-files/restore-files/finish`) creates and advances
+//! `<root>/.activation-transaction/`; the split-service helper reads it on
+//! every call and writes it only through [`replace_config`]. So every
+//! validation step, message, byte of the canonical encoding and fsync/rename
+//! order follows the Python module: a journal either side writes is read the
+//! same way by the other.
+//!
+//! Deliberate deviations (hostile input only):
+//! - Python raises `TypeError` for an unhashable value in a membership test
+//!   (`phase` holding a dict); the port reports the field's refusal message.
+//! - The macOS volume-UUID binding (`fgetattrlist`) is not ported: on macOS a
+//!   journal carrying volume bindings is refused as unsupported.
+
+// `stat` field types differ between platforms (u64 on Linux x86_64, i32
+// st_dev on macOS); the casts that are no-ops here are not elsewhere.
+#![allow(clippy::unnecessary_cast)]
+
+mod config;
+mod invocation;
+mod io;
+mod manifest;
+mod paths;
+mod release;
+mod replace_config;
+mod text;
+
+pub use config::{config_path_matches_desired, config_staging_paths};
+pub use invocation::{execution_context, validate_invocation, ActivationInvocation};
+pub use io::{
+    read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,
+    ACTIVATION_CONTROL_LIMIT,
+};
+pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
+pub use paths::{absolute_path, pure_path_text};
+pub use release::{link_state, locate_release, release_identity, release_matches};
+pub use replace_config::{replace_config, replace_config_with_checkpoints, ReplaceConfigStep};

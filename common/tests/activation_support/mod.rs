@@ -1,0 +1,581 @@
+//! A stand-in for install.sh's journal writer (`activation_transaction.py
+//! begin/record/activate-files/restore-files/finish`) over real install trees,
+//! so tests read journals in the documented on-disk format: a 0700
+//! `.activation-transaction/` with a canonical `manifest.json` and 0600 byte
+//! backups of each configuration that existed.
+//!
+//! Shared by the common crate's `activation_*` tests and the black-box
+//! `execution_activation_*` tests (included there by path).
+
+#![allow(dead_code)] // each test file uses a different part of this support
+
+use std::fs;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agents_common::{
+    active_worker_release, canonical_manifest_bytes, encode_indented, json_object, layout_manifest,
+    link_state, parse_json, release_identity, release_matches, render_service, uuid5_url,
+    write_new_private, Error, ErrorClass, ExecutionLayout, Json, JsonObject,
+};
+
+static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
+
+/// The API contract every fixture release declares.
+pub const API_CONTRACT: i64 = 7;
+
+/// A base directory holding `install/` (0700, as install.sh creates it),
+/// `config/`, `state/` and `home/` (0755), removed when dropped.
+pub struct Install {
+    pub base: PathBuf,
+}
+
+impl Install {
+    /// A fresh base under /tmp (unique per process and call).
+    pub fn new(tag: &str) -> Install {
+        let base = PathBuf::from(format!(
+            "/tmp/agents-activation-{tag}-{}-{}",
+            std::process::id(),
+            NEXT_BASE.fetch_add(1, Ordering::SeqCst)
+        ));
+        Install::at(&base)
+    }
+
+    /// A base at exactly `base` (recreated from scratch), for tests whose
+    /// expectations embed the path (golden renderings).
+    pub fn at(base: &Path) -> Install {
+        let _ = fs::remove_dir_all(base);
+        make_dir(base, 0o755);
+        make_dir(&base.join("install"), 0o700);
+        make_dir(&base.join("install/releases"), 0o755);
+        for name in ["config", "state", "home"] {
+            make_dir(&base.join(name), 0o755);
+        }
+        Install {
+            base: base.to_path_buf(),
+        }
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.base.join("install")
+    }
+    pub fn releases(&self) -> PathBuf {
+        self.root().join("releases")
+    }
+    pub fn config_root(&self) -> PathBuf {
+        self.base.join("config")
+    }
+    pub fn state_root(&self) -> PathBuf {
+        self.base.join("state")
+    }
+    pub fn home(&self) -> PathBuf {
+        self.base.join("home")
+    }
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.state_root().join("execution")
+    }
+    pub fn env_path(&self) -> PathBuf {
+        self.config_root().join("env")
+    }
+    pub fn unit_dir(&self) -> PathBuf {
+        self.home().join(".config/systemd/user")
+    }
+    pub fn service_path(&self) -> PathBuf {
+        self.unit_dir().join("agents-server.service")
+    }
+    pub fn gateway_path(&self) -> PathBuf {
+        self.unit_dir().join("agents-server-gateway.service")
+    }
+    pub fn journal(&self) -> PathBuf {
+        self.root().join(".activation-transaction")
+    }
+    pub fn manifest_path(&self) -> PathBuf {
+        self.journal().join("manifest.json")
+    }
+    pub fn release_dir(&self, version: &str) -> PathBuf {
+        self.releases().join(version)
+    }
+
+    /// A complete release directory `releases/<name>` whose VERSION holds
+    /// `<version>\n`, with the files layout validation and the API contract
+    /// probe read, and an executable `.venv/bin/python`.
+    pub fn release_named(&self, name: &str, version: &str) -> PathBuf {
+        let release = self.releases().join(name);
+        make_dir(&release, 0o755);
+        write_file(
+            &release.join("VERSION"),
+            format!("{version}\n").as_bytes(),
+            0o644,
+        );
+        write_file(
+            &release.join("execution_service.py"),
+            b"# execution service\n",
+            0o644,
+        );
+        write_file(
+            &release.join("agent_server.py"),
+            format!("\"\"\"server\"\"\"\nAPI_CONTRACT_VERSION = {API_CONTRACT}\n").as_bytes(),
+            0o644,
+        );
+        make_dir(&release.join(".venv"), 0o755);
+        make_dir(&release.join(".venv/bin"), 0o755);
+        write_file(
+            &release.join(".venv/bin/python"),
+            b"#!/bin/sh\nexit 0\n",
+            0o755,
+        );
+        release
+    }
+
+    /// `releases/<version>`.
+    pub fn release(&self, version: &str) -> PathBuf {
+        self.release_named(version, version)
+    }
+
+    /// The staging directory install.sh activates (`releases/.staging-<v>-<pid>`).
+    pub fn staging(&self, version: &str) -> PathBuf {
+        self.release_named(&format!(".staging-{version}-4242"), version)
+    }
+
+    /// Point `current` at `releases/<version>` as an installed system has it.
+    pub fn link_current(&self, version: &str) {
+        symlink(self.release_dir(version), self.root().join("current")).unwrap();
+    }
+
+    /// A private runtime env file (install.sh writes it 0600).
+    pub fn write_env(&self, content: &str) {
+        write_file(&self.env_path(), content.as_bytes(), 0o600);
+    }
+
+    /// A unit file at `path` with `mode`, creating the unit directory.
+    pub fn write_unit(&self, path: &Path, content: &str, mode: u32) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        write_file(path, content.as_bytes(), mode);
+    }
+
+    /// The split layout install.sh would have installed for `version`
+    /// (worker and gateway on the same release, no extra environment).
+    pub fn layout(&self, version: &str) -> ExecutionLayout {
+        ExecutionLayout {
+            install_root: self.root(),
+            config_root: self.config_root(),
+            state_root: self.state_root(),
+            home: self.home(),
+            platform: "Linux".into(),
+            worker_release: self.release_dir(version),
+            gateway_release: self.release_dir(version),
+            bind: "127.0.0.1".into(),
+            port: Json::from(7850),
+            environment: Json::Object(JsonObject::new()),
+        }
+    }
+
+    /// Install `version` as a split layout: both units (0644) and
+    /// `execution-layout.json` (0600), with `current` pointing at it.
+    pub fn install_split(&self, version: &str) {
+        let layout = self.layout(version);
+        self.write_unit(
+            &self.service_path(),
+            std::str::from_utf8(&render_service(&layout, "worker").unwrap()).unwrap(),
+            0o644,
+        );
+        self.write_unit(
+            &self.gateway_path(),
+            std::str::from_utf8(&render_service(&layout, "gateway").unwrap()).unwrap(),
+            0o644,
+        );
+        write_file(
+            &self.root().join("execution-layout.json"),
+            &encode_indented(&layout_manifest(&layout).unwrap()),
+            0o600,
+        );
+        if fs::symlink_metadata(self.root().join("current")).is_err() {
+            self.link_current(version);
+        }
+    }
+
+    /// The command-line layout flags install.sh passes for `release_dir`.
+    pub fn layout_args(&self, version: &str) -> Vec<String> {
+        let text = |p: PathBuf| p.to_str().unwrap().to_string();
+        vec![
+            "--root".into(),
+            text(self.root()),
+            "--config-root".into(),
+            text(self.config_root()),
+            "--state-root".into(),
+            text(self.state_root()),
+            "--home".into(),
+            text(self.home()),
+            "--platform".into(),
+            "Linux".into(),
+            "--release-dir".into(),
+            text(self.release_dir(version)),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            "7850".into(),
+        ]
+    }
+}
+
+impl Drop for Install {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.base);
+    }
+}
+
+/// What `activation_transaction begin` is told.
+#[derive(Clone)]
+pub struct Begin {
+    pub candidate_source: PathBuf,
+    pub version: String,
+    /// `(old_source, old_target)`: the rollback release (`current`'s target).
+    pub old: Option<(PathBuf, PathBuf)>,
+    pub service_state: String,
+    pub service_enabled: bool,
+    pub gateway_state: String,
+    pub gateway_enabled: bool,
+    /// `None` writes a format-2 (legacy) journal.
+    pub execution: bool,
+    pub handoff: Option<Json>,
+    pub api_contract: i64,
+}
+
+impl Begin {
+    /// A split activation of `candidate_source` as `version`.
+    pub fn split(candidate_source: &Path, version: &str) -> Begin {
+        Begin {
+            candidate_source: candidate_source.to_path_buf(),
+            version: version.to_string(),
+            old: None,
+            service_state: "absent".into(),
+            service_enabled: false,
+            gateway_state: "absent".into(),
+            gateway_enabled: false,
+            execution: true,
+            handoff: None,
+            api_contract: API_CONTRACT,
+        }
+    }
+}
+
+impl Install {
+    /// `activation_transaction begin`: snapshot links and configurations into
+    /// a staged private directory, write the canonical manifest, and rename it
+    /// into place. Returns the transaction id.
+    pub fn begin(&self, spec: &Begin) -> String {
+        let root = self.root();
+        let temporary = root.join(format!(".activation-transaction.{}.tmp", hex24()));
+        make_dir(&temporary, 0o700);
+        let release_dir = self.release_dir(&spec.version);
+        let transaction_id = format!("activation-{}", hex24());
+        let current = root.join("current");
+        let previous = root.join("previous");
+        let old_release = match &spec.old {
+            Some((source, target)) => release_identity(source, target).unwrap(),
+            None => Json::Object(JsonObject::new()),
+        };
+        let previous_release = match link_state(&previous, false).unwrap().get("kind") {
+            Some(kind) if kind == &Json::from("symlink") => {
+                let target = fs::read_link(&previous).unwrap();
+                release_identity(&target, &target).unwrap_or(Json::Object(JsonObject::new()))
+            }
+            _ => Json::Object(JsonObject::new()),
+        };
+        let env = configuration(&self.env_path(), &temporary, "env");
+        let service = configuration(&self.service_path(), &temporary, "service");
+        let mut value = json_object! {
+            "format" => 2,
+            "volume_bindings" => JsonObject::new(),
+            "transaction_id" => transaction_id.as_str(),
+            "release_version" => spec.version.as_str(),
+            "release_dir" => text(&release_dir),
+            "candidate_release" => release_identity(&spec.candidate_source, &release_dir).unwrap(),
+            "old_target" => spec.old.as_ref().map(|(_, target)| text(target)).unwrap_or_default(),
+            "old_release" => old_release.clone(),
+            "current" => link_state(&current, true).unwrap(),
+            "previous" => link_state(&previous, false).unwrap(),
+            "previous_release" => previous_release,
+            "env_path" => text(&self.env_path()),
+            "env" => env.clone(),
+            "service_path" => text(&self.service_path()),
+            "service" => service.clone(),
+            "service_state" => spec.service_state.as_str(),
+            "service_enabled" => spec.service_enabled,
+            "legacy_service_state" => "absent",
+            "legacy_service_enabled" => false,
+            "prior_port" => 7850,
+            "prior_bind_address" => "127.0.0.1",
+            "intent" => "ordinary",
+            "client_binding" => "",
+            "desired_env" => Json::Null,
+            "desired_service" => Json::Null,
+            "phase" => "prepared",
+            "rollback_from" => Json::Null,
+            "hub" => JsonObject::new(),
+            "guard" => JsonObject::new(),
+            "authority_pending" => false,
+            "observed_env_sha256" => vec![env.get("sha256").cloned().unwrap()],
+            "observed_service_sha256" => vec![service.get("sha256").cloned().unwrap()],
+        };
+        if spec.execution {
+            let layout_path = root.join("execution-layout.json");
+            let mut old_worker = old_release.clone();
+            if layout_path.exists() {
+                let worker = active_worker_release(&root)
+                    .unwrap()
+                    .expect("installed layout");
+                let keep = old_release
+                    .as_object()
+                    .filter(|old| !old.is_empty())
+                    .is_some_and(|old| release_matches(&worker, old).unwrap());
+                if !keep {
+                    old_worker = release_identity(&worker, &worker).unwrap();
+                }
+            }
+            let operation = match &spec.handoff {
+                Some(handoff) => handoff.get("operation_id").unwrap().clone(),
+                None => Json::from(uuid5_url(&format!(
+                    "agentsdock-activation:{transaction_id}"
+                ))),
+            };
+            value.insert("format", 3);
+            value.insert(
+                "execution",
+                json_object! {
+                    "runtime_dir" => text(&self.runtime_dir()),
+                    "operation_id" => operation,
+                    "gateway_state" => spec.gateway_state.as_str(),
+                    "gateway_enabled" => spec.gateway_enabled,
+                    "old_worker_release" => old_worker,
+                    "handoff" => spec.handoff.clone().unwrap_or(Json::Null),
+                    "api_contract" => spec.api_contract,
+                },
+            );
+            for (kind, path) in [
+                ("gateway", self.gateway_path()),
+                ("execution_layout", layout_path),
+            ] {
+                let snapshot = configuration(&path, &temporary, kind);
+                value.insert(format!("{kind}_path"), text(&path));
+                value.insert(format!("desired_{kind}"), Json::Null);
+                value.insert(
+                    format!("observed_{kind}_sha256"),
+                    vec![snapshot.get("sha256").cloned().unwrap()],
+                );
+                value.insert(kind, snapshot);
+            }
+        }
+        write_new_private(
+            &temporary.join("manifest.json"),
+            &canonical_manifest_bytes(&Json::Object(value)),
+        )
+        .unwrap();
+        fs::rename(&temporary, self.journal()).unwrap();
+        transaction_id
+    }
+
+    /// The manifest as stored.
+    pub fn manifest(&self) -> JsonObject {
+        let data = fs::read(self.manifest_path()).unwrap();
+        match parse_json(&data).unwrap() {
+            Json::Object(object) => object,
+            other => panic!("manifest is not an object: {other:?}"),
+        }
+    }
+
+    /// Rewrite the manifest (canonical bytes, 0600) with `edit` applied, as a
+    /// hand-edited or foreign journal would be.
+    pub fn edit_manifest(&self, edit: impl FnOnce(&mut JsonObject)) {
+        let mut value = self.manifest();
+        edit(&mut value);
+        self.write_manifest(&canonical_manifest_bytes(&Json::Object(value)));
+    }
+
+    /// Replace the manifest bytes verbatim (0600, one link).
+    pub fn write_manifest(&self, data: &[u8]) {
+        let path = self.manifest_path();
+        fs::remove_file(&path).unwrap();
+        write_file(&path, data, 0o600);
+    }
+
+    /// `activation_transaction record --phase`: a rollback phase remembers
+    /// where the rollback started.
+    pub fn record(&self, phase: &str) {
+        self.edit_manifest(|value| {
+            let previous = value.get("phase").cloned().unwrap();
+            if phase == "rolling-back" && previous != Json::from("rolling-back") {
+                value.insert("rollback_from", previous);
+            }
+            value.insert("phase", phase);
+        });
+    }
+
+    /// `activation_transaction activate-files`: move the candidate into
+    /// `releases/<v>`, then point `previous` at the rollback release and
+    /// `current` at the candidate.
+    pub fn activate_files(&self) {
+        let value = self.manifest();
+        let candidate = value.get("candidate_release").unwrap();
+        let source = PathBuf::from(candidate.get("source").unwrap().as_str().unwrap());
+        let target = PathBuf::from(candidate.get("target").unwrap().as_str().unwrap());
+        if source.exists() && !target.exists() {
+            fs::rename(&source, &target).unwrap();
+        }
+        let old_target = value.get("old_target").unwrap().as_str().unwrap();
+        if !old_target.is_empty() {
+            replace_symlink(&self.root().join("previous"), Path::new(old_target));
+        }
+        replace_symlink(&self.root().join("current"), &target);
+    }
+
+    /// `activation_transaction restore-files`: restore the links and every
+    /// configuration from the backups (removing what did not exist), and
+    /// drop any staging names of this transaction.
+    pub fn restore_files(&self) {
+        let value = self.manifest();
+        let root = self.root();
+        for (name, key) in [("current", "current"), ("previous", "previous")] {
+            let link = root.join(name);
+            let state = value.get(key).unwrap();
+            let _ = fs::remove_file(&link);
+            if state.get("kind") == Some(&Json::from("symlink")) {
+                symlink(state.get("target").unwrap().as_str().unwrap(), &link).unwrap();
+            }
+        }
+        let id = value
+            .get("transaction_id")
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        for kind in kinds(&value) {
+            let destination = PathBuf::from(
+                value
+                    .get(&format!("{kind}_path"))
+                    .unwrap()
+                    .as_str()
+                    .unwrap(),
+            );
+            for suffix in ["source", "publication"] {
+                let name = format!(
+                    ".{}.activation-{id}-{kind}.{suffix}",
+                    destination.file_name().unwrap().to_str().unwrap()
+                );
+                let _ = fs::remove_file(destination.parent().unwrap().join(name));
+            }
+            let snapshot = value.get(kind).unwrap();
+            let _ = fs::remove_file(&destination);
+            if snapshot.get("existed") == Some(&Json::Bool(true)) {
+                let data = fs::read(self.journal().join(format!("{kind}.backup"))).unwrap();
+                let mode = snapshot.get("mode").unwrap().as_int().unwrap() as u32;
+                write_file(&destination, &data, mode);
+            }
+        }
+    }
+
+    /// `activation_transaction finish`: retire and delete the journal.
+    pub fn finish(&self) {
+        let id = self
+            .manifest()
+            .get("transaction_id")
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        let retired = self.root().join(format!(".activation-transaction-gc-{id}"));
+        fs::rename(self.journal(), &retired).unwrap();
+        fs::remove_dir_all(&retired).unwrap();
+    }
+}
+
+/// The configuration kinds a stored manifest owns.
+pub fn kinds(value: &JsonObject) -> Vec<&'static str> {
+    if value.get("format") == Some(&Json::from(3)) {
+        vec!["env", "service", "gateway", "execution_layout"]
+    } else {
+        vec!["env", "service"]
+    }
+}
+
+/// `_configuration(path, backup)`: the snapshot record, copying an existing
+/// file's bytes into `<kind>.backup`.
+fn configuration(path: &Path, directory: &Path, kind: &str) -> Json {
+    let backup = format!("{kind}.backup");
+    match fs::symlink_metadata(path) {
+        Err(_) => Json::Object(json_object! {
+            "existed" => false, "backup" => backup.as_str(), "sha256" => Json::Null, "mode" => Json::Null,
+        }),
+        Ok(info) => {
+            let data = fs::read(path).unwrap();
+            write_new_private(&directory.join(&backup), &data).unwrap();
+            Json::Object(json_object! {
+                "existed" => true,
+                "backup" => backup.as_str(),
+                "sha256" => sha256_hex(&data),
+                "mode" => info.mode() & 0o7777,
+            })
+        }
+    }
+}
+
+/// Lowercase SHA-256 of bytes, computed independently of the crate under test.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let output = child.wait_with_output().unwrap();
+    String::from_utf8(output.stdout).unwrap()[..64].to_string()
+}
+
+fn hex24() -> String {
+    agents_common::token_hex(12).unwrap()
+}
+
+fn replace_symlink(link: &Path, target: &Path) {
+    let _ = fs::remove_file(link);
+    symlink(target, link).unwrap();
+}
+
+pub fn text(path: &Path) -> String {
+    path.to_str().unwrap().to_string()
+}
+
+/// `mkdir` with an exact mode whatever the umask.
+pub fn make_dir(path: &Path, mode: u32) {
+    fs::create_dir(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+    set_mode(path, mode);
+}
+
+/// Write a file with an exact mode whatever the umask.
+pub fn write_file(path: &Path, data: &[u8], mode: u32) {
+    fs::write(path, data).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    set_mode(path, mode);
+}
+
+pub fn set_mode(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Assert the Python class and exact message of an error.
+#[track_caller]
+pub fn assert_error<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    class: ErrorClass,
+    message: &str,
+) {
+    match result {
+        Ok(value) => panic!("expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => assert_eq!(
+            (error.class(), error.message()),
+            (class, message),
+            "unexpected error"
+        ),
+    }
+}

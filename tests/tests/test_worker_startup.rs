@@ -1,0 +1,252 @@
+//! The test worker's startup: the hold it derives from pending lifecycle
+//! files, the refusals that stop it, and its clean shutdown. The worker runs
+//! directly with the unit's command line and environment (no systemd needed).
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::Path;
+
+use agents_common::{json_object, maintenance_operation_id, uuid5_url, ExecutionTransaction, Json};
+use agents_tests::{free_port, DirectService, HttpRequest, Installation, Role};
+
+fn both_running() -> Json {
+    Json::Object(json_object! {
+        "worker" => Json::Object(json_object! {"state" => "running", "enabled" => true}),
+        "gateway" => Json::Object(json_object! {"state" => "running", "enabled" => true}),
+    })
+}
+
+/// An installed split layout on release 1.0.0 (nothing running).
+fn installed() -> (Installation, agents_common::ExecutionLayout) {
+    let installation = Installation::in_temp();
+    let release = installation.add_release("1.0.0");
+    let layout = installation.layout(&release, &release, free_port());
+    installation.install_split(&layout);
+    (installation, layout)
+}
+
+/// Starts the worker and returns it with the lease its status reports.
+fn start_worker(
+    installation: &Installation,
+    layout: &agents_common::ExecutionLayout,
+) -> (DirectService, Json) {
+    let worker = DirectService::spawn(installation.service_command(layout, Role::Worker));
+    let pid = Json::from(worker.pid());
+    let receipt = installation.wait_for_receipt(Role::Worker, "of the spawned worker", |receipt| {
+        receipt.get("pid") == Some(&pid)
+    });
+    let callback =
+        agents_tests::origin_address(receipt.get("callback_origin").unwrap().as_str().unwrap())
+            .unwrap();
+    let status = HttpRequest::get("/api/admin/execution/status")
+        .bearer(&installation.control_token())
+        .send(callback)
+        .unwrap()
+        .json();
+    (worker, status.get("lease").unwrap().clone())
+}
+
+/// Runs the worker to its exit and returns (status code, stderr).
+fn failed_start(
+    installation: &Installation,
+    layout: &agents_common::ExecutionLayout,
+) -> (Option<i32>, String) {
+    let output = installation
+        .service_command(layout, Role::Worker)
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn write_intent(root: &Path, operation: &str) {
+    let intent = json_object! {"format" => 1, "operation_id" => operation, "phase" => "prepared"};
+    fs::write(
+        root.join(".execution-uninstall.json"),
+        agents_common::encode_indented(&Json::Object(intent)),
+    )
+    .unwrap();
+}
+
+fn write_outer_journal(root: &Path, format: i64, candidate: &Path, operation: &str) {
+    let directory = root.join(".activation-transaction");
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&directory)
+        .unwrap();
+    let identity = fs::metadata(candidate).unwrap();
+    let journal = json_object! {
+        "format" => format,
+        "candidate_release" => Json::Object(json_object! {
+            "source" => candidate.to_str().unwrap(),
+            "target" => candidate.to_str().unwrap(),
+            "device" => identity.dev(),
+            "inode" => identity.ino(),
+        }),
+        "execution" => Json::Object(json_object! {"operation_id" => operation, "old_worker_release" => Json::Object(Default::default())}),
+    };
+    fs::write(
+        directory.join("manifest.json"),
+        agents_common::encode_indented(&Json::Object(journal)),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_idle_install_starts_unheld_and_sigterm_removes_the_receipt() {
+    let (installation, layout) = installed();
+    let (mut worker, lease) = start_worker(&installation, &layout);
+    assert_eq!(lease, Json::Null);
+    let status = worker.terminate();
+    assert_eq!(status.code(), Some(0));
+    assert!(installation.receipt(Role::Worker).is_none());
+}
+
+#[test]
+fn sigterm_keeps_a_receipt_that_names_another_instance() {
+    let (installation, layout) = installed();
+    let (mut worker, _) = start_worker(&installation, &layout);
+    let path = installation.runtime_dir().join("worker.json");
+    let foreign = fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"instance_id\": \"", "\"instance_id\": \"f");
+    fs::write(&path, &foreign).unwrap();
+    assert_eq!(worker.terminate().code(), Some(0));
+    assert_eq!(fs::read_to_string(&path).unwrap(), foreign);
+}
+
+#[test]
+fn an_uninstall_intent_holds_the_pinned_worker() {
+    let (installation, layout) = installed();
+    let operation = "0f0e0d0c-0b0a-4908-8706-050403020100";
+    write_intent(&installation.install_root, operation);
+    let (_worker, lease) = start_worker(&installation, &layout);
+    assert_eq!(lease.get("operation_id"), Some(&Json::from(operation)));
+    assert_eq!(lease.get("sealed"), Some(&Json::Bool(true)));
+
+    // A worker generation the installed layout does not pin is refused.
+    drop(_worker);
+    let mut other = layout.clone();
+    other.worker_release = installation.add_release("2.0.0");
+    let (code, stderr) = failed_start(&installation, &other);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("worker is not retained by the pending uninstall"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_outer_execution_activation_holds_its_candidate() {
+    let (installation, layout) = installed();
+    let operation = uuid5_url("agentsdock-activation:activation-000000000000000000000001");
+    write_outer_journal(
+        &installation.install_root,
+        3,
+        &layout.worker_release,
+        &operation,
+    );
+    let (worker, lease) = start_worker(&installation, &layout);
+    assert_eq!(
+        lease.get("operation_id"),
+        Some(&Json::from(operation.as_str()))
+    );
+    drop(worker);
+
+    let mut other = layout.clone();
+    other.worker_release = installation.add_release("2.0.0");
+    let (code, stderr) = failed_start(&installation, &other);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("worker runtime is not retained by the pending activation"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_legacy_outer_activation_holds_nothing() {
+    let (installation, layout) = installed();
+    let operation = uuid5_url("agentsdock-activation:activation-000000000000000000000002");
+    write_outer_journal(
+        &installation.install_root,
+        2,
+        &layout.worker_release,
+        &operation,
+    );
+    let (_worker, lease) = start_worker(&installation, &layout);
+    assert_eq!(lease, Json::Null);
+}
+
+#[test]
+fn a_pending_worker_journal_holds_both_generations_only() {
+    let (installation, layout) = installed();
+    let mut next = layout.clone();
+    next.worker_release = installation.add_release("2.0.0");
+    let journal = ExecutionTransaction::stage(&next, "worker", &both_running(), None).unwrap();
+    let operation = maintenance_operation_id(&journal).unwrap();
+    for generation in [&layout, &next] {
+        let (worker, lease) = start_worker(&installation, generation);
+        assert_eq!(
+            lease.get("operation_id"),
+            Some(&Json::from(operation.as_str())),
+            "{generation:?}"
+        );
+        drop(worker);
+    }
+    let mut stranger = layout.clone();
+    stranger.worker_release = installation.add_release("3.0.0");
+    let (code, stderr) = failed_start(&installation, &stranger);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("worker runtime is outside the pending activation generations"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_pending_gateway_journal_holds_nothing() {
+    let (installation, layout) = installed();
+    let mut next = layout.clone();
+    next.gateway_release = installation.add_release("2.0.0");
+    // A gateway activation while the worker is stopped (no identity needed).
+    let prior = Json::Object(json_object! {
+        "worker" => Json::Object(json_object! {"state" => "stopped", "enabled" => true}),
+        "gateway" => Json::Object(json_object! {"state" => "running", "enabled" => true}),
+    });
+    ExecutionTransaction::stage(&next, "gateway", &prior, None).unwrap();
+    let (_worker, lease) = start_worker(&installation, &layout);
+    assert_eq!(lease, Json::Null);
+}
+
+#[test]
+fn conflicting_claims_stop_the_worker() {
+    let (installation, layout) = installed();
+    let root = &installation.install_root;
+    write_intent(root, "0f0e0d0c-0b0a-4908-8706-050403020100");
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(root.join(".execution-transaction"))
+        .unwrap();
+    let (code, stderr) = failed_start(&installation, &layout);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("activation and uninstall both claim execution ownership"),
+        "{stderr}"
+    );
+
+    fs::remove_file(root.join(".execution-uninstall.json")).unwrap();
+    let operation = uuid5_url("agentsdock-activation:activation-000000000000000000000003");
+    write_outer_journal(root, 3, &layout.worker_release, &operation);
+    let (code, stderr) = failed_start(&installation, &layout);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("two activation journals claim execution ownership"),
+        "{stderr}"
+    );
+    assert!(
+        installation.receipt(Role::Worker).is_none(),
+        "a refused worker publishes nothing"
+    );
+}
