@@ -54,3 +54,22 @@ pub fn binary_path(name: &str) -> PathBuf {
 pub fn test_worker_path() -> PathBuf {
     binary_path(TEST_WORKER)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_says_how_to_build_it() {
+        let panic = std::panic::catch_unwind(|| binary_path("no-such-helper")).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(
+            message.contains("run `cargo build --workspace` first"),
+            "{message}"
+        );
+        assert!(
+            profile_dir().join("deps").is_dir(),
+            "the profile dir holds deps/"
+        );
+    }
+}

@@ -210,3 +210,39 @@ impl HttpResponse {
 pub fn origin_address(origin: &str) -> Option<SocketAddr> {
     origin.strip_prefix("http://")?.parse().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_encode_and_responses_parse() {
+        let request = HttpRequest::post_json("/p?q", "{}").bearer("t");
+        assert_eq!(
+            String::from_utf8(request.encode("127.0.0.1:9")).unwrap(),
+            "POST /p?q HTTP/1.1\r\nHost: 127.0.0.1:9\r\nContent-Type: application/json\r\n\
+             Authorization: Bearer t\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+        );
+        let explicit = HttpRequest::get("/")
+            .header("Content-Length", "5")
+            .encode("h");
+        assert!(!String::from_utf8(explicit)
+            .unwrap()
+            .contains("Content-Length: 0"));
+        let response = HttpResponse::parse(
+            b"HTTP/1.1 409 Conflict\r\nContent-Length: 14\r\n\r\n{\"detail\":\"x\"}extra",
+        )
+        .unwrap();
+        assert_eq!(
+            (response.status, response.detail().as_deref()),
+            (409, Some("x"))
+        );
+        assert_eq!(response.header("content-length"), Some("14"));
+        assert!(HttpResponse::parse(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert_eq!(
+            origin_address("http://127.0.0.1:80"),
+            Some(SocketAddr::from(([127, 0, 0, 1], 80)))
+        );
+        assert_eq!(origin_address("https://127.0.0.1:80"), None);
+    }
+}

@@ -1,9 +1,47 @@
 //! Real-component test support for the black-box tests of the five helpers.
 //!
+//! Cargo builds other packages' binaries only with `cargo build --workspace`,
+//! so tests find the helpers and the test worker with [`binary_path`].
+//!
 //! - [`Sandbox`]: a real `systemd --user` manager per test, in its own mount
-//!   namespace with a private `HOME` and `XDG_RUNTIME_DIR`.
-//! - [`binary_path`]: the built helpers and the test worker.
-//! - [`TempDir`], [`poll_until`], [`ProcessIdentity`]: small utilities.
+//!   namespace and cgroup with a private `HOME` and `XDG_RUNTIME_DIR`; run
+//!   helpers with [`Sandbox::command`] so their `systemctl --user` reaches it.
+//!   Without root, `unshare` or `systemd` a test says why and skips; under
+//!   `CI=true` it fails instead.
+//! - [`Installation`]: owned `install/ config/ state/` roots beside the home,
+//!   releases whose `.venv/bin/python` is the test worker, `current`,
+//!   `config/env`, rendered units, the installed manifest, and
+//!   [`Installation::start_split`] to run worker and gateway under the
+//!   sandbox ([`Installation::service_command`] runs one without systemd).
+//! - The test worker (`test-worker` binary) plays the worker, gateway or a
+//!   legacy monolith; [`Switches`] make it misbehave and [`RequestRecord`]s
+//!   tell what it received.
+//! - [`HttpRequest`]: a raw loopback HTTP client for any request, well-formed
+//!   or not.
+//!
+//! ```no_run
+//! use agents_tests::{free_port, Installation, Role, Sandbox, Switches};
+//!
+//! let Some(sandbox) = Sandbox::start_or_skip("my_test") else { return };
+//! let installation = Installation::in_sandbox(&sandbox);
+//! let release = installation.add_release("1.0.0");
+//! let layout = installation.layout(&release, &release, free_port());
+//! installation.install_split(&layout);
+//! let services = installation.start_split(&sandbox, &layout);
+//! installation.set_switches(Role::Worker, &Switches {
+//!     blockers: vec![("active_runs".to_string(), 1)],
+//!     ..Switches::default()
+//! });
+//! let output = sandbox
+//!     .command(agents_tests::binary_path("execution-manage"))
+//!     .args(["inspect", "--root"])
+//!     .arg(&installation.install_root)
+//!     .output()
+//!     .unwrap();
+//! # let _ = (services, output);
+//! ```
+
+#![deny(missing_docs)]
 
 mod binaries;
 mod cgroup;
@@ -21,7 +59,7 @@ pub use fixture::{
 };
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
-pub use processes::{descendants, process_alive, ProcessIdentity};
+pub use processes::{process_alive, ProcessIdentity};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 pub use tempdir::TempDir;
 pub use worker_files::{

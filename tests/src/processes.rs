@@ -1,5 +1,5 @@
 //! Process identities read from `/proc`, so tests can prove what is running
-//! and that nothing is left behind, without ever matching processes by name.
+//! and that it stopped, without ever matching processes by name.
 
 use std::fs;
 
@@ -15,7 +15,6 @@ pub struct ProcessIdentity {
 
 struct Stat {
     state: char,
-    parent: u32,
     start_time: u64,
 }
 
@@ -26,7 +25,6 @@ fn read_stat(pid: u32) -> Option<Stat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some(Stat {
         state: fields.first()?.chars().next()?,
-        parent: fields.get(1)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -50,30 +48,4 @@ impl ProcessIdentity {
 /// True when a live, non-zombie process has this PID.
 pub fn process_alive(pid: u32) -> bool {
     ProcessIdentity::of(pid).is_some()
-}
-
-/// Every live descendant of `pid` (children, grandchildren, ...), found by
-/// walking parent links in `/proc`.
-pub fn descendants(pid: u32) -> Vec<ProcessIdentity> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let table: Vec<(u32, Stat)> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|candidate| Some((candidate, read_stat(candidate)?)))
-        .collect();
-    let mut found = Vec::new();
-    let mut frontier = vec![pid];
-    while let Some(parent) = frontier.pop() {
-        for (child, stat) in &table {
-            if stat.parent == parent && stat.state != 'Z' {
-                found.push(ProcessIdentity {
-                    pid: *child,
-                    start_time: stat.start_time,
-                });
-                frontier.push(*child);
-            }
-        }
-    }
-    found
 }

@@ -444,3 +444,65 @@ impl RequestRecord {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tempdir::TempDir;
+
+    #[test]
+    fn switches_survive_the_file_and_default_when_absent() {
+        let state = TempDir::new("switches");
+        assert_eq!(
+            Switches::load(state.path(), Role::Worker),
+            Ok(Switches::default())
+        );
+        let switches = Switches {
+            blockers: vec![("active_runs".to_string(), 2)],
+            reply_instance_id: Some("x".to_string()),
+            refuse: vec!["seal".to_string()],
+            stall: Some(Stall {
+                on: RequestMatch::path("/api/health"),
+                seconds: 1.5,
+            }),
+            die: Some(Death {
+                on: RequestMatch::maintenance("release"),
+                when: DeathPoint::AfterReply,
+                exit_code: None,
+            }),
+            receipt_delay_seconds: 0.25,
+            version: Some("9".to_string()),
+            server_identity: Some("id".to_string()),
+            health_status: Some(503),
+            health_extra: json_object! {"capabilities" => Json::Object(JsonObject::new())},
+        };
+        switches.store(state.path(), Role::Worker).unwrap();
+        assert_eq!(
+            Switches::load(state.path(), Role::Worker),
+            Ok(switches.clone())
+        );
+        assert_eq!(switches.blocker("active_runs"), 2);
+        assert_eq!(switches.blocker("queued_turns"), 0);
+        assert_eq!(
+            Switches::load(state.path(), Role::Gateway),
+            Ok(Switches::default())
+        );
+        fs::write(
+            switches_path(state.path(), Role::Gateway),
+            r#"{"die": {"path": "/x"}}"#,
+        )
+        .unwrap();
+        assert!(Switches::load(state.path(), Role::Gateway)
+            .unwrap_err()
+            .contains("die.when"));
+    }
+
+    #[test]
+    fn matches_by_path_and_action() {
+        let seal = RequestMatch::maintenance("seal");
+        assert!(seal.matches("/api/admin/execution/maintenance", Some("seal")));
+        assert!(!seal.matches("/api/admin/execution/maintenance", Some("release")));
+        assert!(!seal.matches("/api/admin/execution/maintenance", None));
+        assert!(RequestMatch::path("/api/health").matches("/api/health", None));
+    }
+}
