@@ -1,0 +1,186 @@
+//! Stopping the one legacy service before any file is removed: the systemd
+//! user unit `agents-server.service` on Linux, the launchd agent
+//! `com.agentsdock.server` on macOS, each with the script's bounded wait
+//! (50 polls, 0.1 s apart) and its refusal to remove files while the
+//! service may still run.
+//!
+//! The commands are looked up on PATH, as the script runs them, behind
+//! [`Host`] so the launchd path can be exercised off macOS.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::shell::{rm_f, rm_rf};
+use super::Exit;
+use crate::output::{say, warn};
+use crate::roots::join_bytes;
+
+/// What the service stop needs from the machine.
+pub trait Host {
+    /// Runs a command with its output discarded (`>/dev/null 2>&1`); true
+    /// when it ran and exited 0.
+    fn quiet(&mut self, program: &str, args: &[&OsStr]) -> bool;
+    /// Runs a command with its output shown (the script's `daemon-reload`).
+    fn shown(&mut self, program: &str, args: &[&OsStr]) -> bool;
+    /// `sleep 0.1` between polls; `Err` when a trapped signal arrived.
+    fn pause(&mut self) -> Result<(), Exit>;
+}
+
+/// The real machine: commands on PATH with the uninstaller's stdin.
+pub struct RealHost;
+
+impl Host for RealHost {
+    fn quiet(&mut self, program: &str, args: &[&OsStr]) -> bool {
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
+    fn shown(&mut self, program: &str, args: &[&OsStr]) -> bool {
+        match Command::new(program).args(args).status() {
+            Ok(status) => status.success(),
+            Err(err) => {
+                warn(&[b"uninstall: ", program.as_bytes(), b": ", err.to_string().as_bytes()]);
+                false
+            }
+        }
+    }
+
+    fn pause(&mut self) -> Result<(), Exit> {
+        std::thread::sleep(Duration::from_millis(100));
+        super::checkpoint()
+    }
+}
+
+/// The legacy systemd unit.
+const SERVICE_NAME: &str = "agents-server";
+/// The legacy launchd label.
+const LABEL: &str = "com.agentsdock.server";
+/// How many times the script polls for the stop (0.1 s apart).
+const STOP_POLLS: usize = 50;
+
+/// The host kernel as `uname -s` names it.
+pub fn os_name() -> OsString {
+    OsStr::from_bytes(rustix::system::uname().sysname().to_bytes()).to_os_string()
+}
+
+/// Stops the service and removes its definition (and macOS logs), or
+/// refuses with every file kept.
+pub fn stop_and_remove(host: &mut dyn Host, os: &OsStr, home: &OsStr) -> Result<(), Exit> {
+    match os.as_bytes() {
+        b"Darwin" => stop_launchd(host, home),
+        b"Linux" => stop_systemd(host, home),
+        _ => {
+            warn(&[b"Unsupported host OS: ", os.as_bytes(), b"; no files were removed."]);
+            Err(Exit(1))
+        }
+    }
+}
+
+fn stop_launchd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
+    let plist = join_bytes(
+        home,
+        format!("/Library/LaunchAgents/{LABEL}.plist").as_bytes(),
+    );
+    // `id -u` prints the effective uid.
+    let target = OsString::from(format!("gui/{}/{LABEL}", rustix::process::geteuid().as_raw()));
+    let print = |host: &mut dyn Host| host.quiet("launchctl", &[OsStr::new("print"), &target]);
+    if print(host) {
+        super::checkpoint()?;
+        say(&[b"Stopping ", LABEL.as_bytes()]);
+        if !host.quiet("launchctl", &[OsStr::new("bootout"), &target]) && print(host) {
+            warn(&[b"Could not stop ", LABEL.as_bytes(), b"; no files were removed."]);
+            return Err(Exit(1));
+        }
+        super::checkpoint()?;
+        if !wait_until_stopped(host, print)? {
+            warn(&[LABEL.as_bytes(), b" did not stop; no files were removed."]);
+            return Err(Exit(1));
+        }
+    }
+    super::checkpoint()?;
+    if is_file(&plist) {
+        say(&[b"Removing ", plist.as_os_str().as_bytes()]);
+        rm_f(&plist).map_err(|()| Exit(1))?;
+    }
+    let logs = join_bytes(home, b"/Library/Logs/AgentsServer");
+    if is_dir(&logs) {
+        say(&[b"Removing ", logs.as_os_str().as_bytes()]);
+        rm_rf(&logs).map_err(|()| Exit(1))?;
+    }
+    Ok(())
+}
+
+fn stop_systemd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
+    let unit = format!("{SERVICE_NAME}.service");
+    let service_file: PathBuf = join_bytes(home, format!("/.config/systemd/user/{unit}").as_bytes());
+    let user = OsStr::new("--user");
+    if !host.quiet("systemctl", &[user, OsStr::new("show-environment")]) {
+        warn(&[b"The systemd user service manager is unavailable; no files were removed."]);
+        return Err(Exit(1));
+    }
+    super::checkpoint()?;
+    let is_active = |host: &mut dyn Host| {
+        host.quiet(
+            "systemctl",
+            &[user, OsStr::new("is-active"), OsStr::new("--quiet"), OsStr::new(&unit)],
+        )
+    };
+    if is_file(&service_file) || is_active(host) {
+        super::checkpoint()?;
+        say(&[b"Stopping ", unit.as_bytes()]);
+        let disabled = host.quiet(
+            "systemctl",
+            &[user, OsStr::new("disable"), OsStr::new("--now"), OsStr::new(&unit)],
+        );
+        if !disabled && is_active(host) {
+            warn(&[b"Could not stop ", unit.as_bytes(), b"; no files were removed."]);
+            return Err(Exit(1));
+        }
+        super::checkpoint()?;
+        if !wait_until_stopped(host, is_active)? {
+            warn(&[unit.as_bytes(), b" did not stop; no files were removed."]);
+            return Err(Exit(1));
+        }
+    }
+    super::checkpoint()?;
+    if is_file(&service_file) {
+        say(&[b"Removing ", service_file.as_os_str().as_bytes()]);
+        rm_f(&service_file).map_err(|()| Exit(1))?;
+        // `systemctl --user daemon-reload || true`
+        host.shown("systemctl", &[user, OsStr::new("daemon-reload")]);
+        super::checkpoint()?;
+    }
+    Ok(())
+}
+
+/// The script's poll loop: true once `running` reports false.
+fn wait_until_stopped(
+    host: &mut dyn Host,
+    running: impl Fn(&mut dyn Host) -> bool,
+) -> Result<bool, Exit> {
+    for _ in 0..STOP_POLLS {
+        if !running(host) {
+            return Ok(true);
+        }
+        super::checkpoint()?;
+        host.pause()?;
+    }
+    Ok(false)
+}
+
+/// `[[ -f path ]]`: a regular file, following symlinks.
+fn is_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file())
+}
+
+/// `[[ -d path ]]`.
+fn is_dir(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_dir())
+}

@@ -1,0 +1,36 @@
+//! `trap 'exit 130' HUP INT TERM`: after the install lock is taken, a hangup,
+//! interrupt or termination ends the uninstaller with status 130 through the
+//! normal exit path, so the lock is released exactly as the script's EXIT
+//! trap releases it.
+//!
+//! Like bash, the signal is acted on between steps: a running `systemctl` or
+//! a 0.1 s poll finishes first, while a prompt waiting for input is
+//! interrupted at once (the handler is installed without `SA_RESTART`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static PENDING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn note_signal(_signal: libc::c_int) {
+    PENDING.store(true, Ordering::SeqCst);
+}
+
+/// Installs the handlers (the script's `trap` line).
+pub fn trap_exit_130() {
+    for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; the sigaction struct is fully initialised.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = note_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            action.sa_flags = 0;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// True once a trapped signal has arrived.
+pub fn pending() -> bool {
+    PENDING.load(Ordering::SeqCst)
+}

@@ -1,0 +1,484 @@
+//! Shared support of the `uninstall` black-box tests: running the seed
+//! `uninstall.sh` (the oracle) and the port side by side, a pseudo-terminal
+//! for the prompts, legacy installation fixtures and file-tree snapshots.
+
+#![allow(dead_code)]
+
+pub mod pty;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use agents_tests::{binary_path, poll_until, Sandbox};
+
+pub use pty::Pty;
+
+/// The seed script: `<repo>/../shared/seeds/extracted/uninstall.sh`, or
+/// under `$AGENTS_SHARED_DIR` when set.
+pub fn seed_script() -> PathBuf {
+    let shared = std::env::var_os("AGENTS_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    let script = shared.join("seeds/extracted/uninstall.sh");
+    assert!(
+        script.is_file(),
+        "the seed {} is missing (set AGENTS_SHARED_DIR to the shared/ folder)",
+        script.display()
+    );
+    script
+}
+
+/// Which implementation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Implementation {
+    /// `bash uninstall.sh`, the oracle.
+    Seed,
+    /// The `uninstall` binary under test.
+    Port,
+}
+
+impl Implementation {
+    /// Both, oracle first.
+    pub const BOTH: [Implementation; 2] = [Implementation::Seed, Implementation::Port];
+
+    /// A command running this implementation with no arguments yet.
+    pub fn command(self) -> Command {
+        match self {
+            Implementation::Seed => {
+                let mut command = Command::new("bash");
+                command.arg(seed_script());
+                command
+            }
+            Implementation::Port => Command::new(binary_path("uninstall")),
+        }
+    }
+}
+
+/// What stdin is.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// `/dev/null`: not a terminal.
+    Null,
+    /// A pseudo-terminal on which these bytes are typed (the answers,
+    /// newline-terminated; `\x04` at a line start is end of input).
+    Terminal(Vec<u8>),
+}
+
+/// How one run ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// The exit code (panics when killed by a signal).
+    pub fn code(&self) -> i32 {
+        self.status
+            .code()
+            .unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
+    }
+
+    /// Both streams with `base` replaced by `<BASE>`, for comparing runs in
+    /// different directories.
+    pub fn normalized(&self, base: &Path) -> (i32, String, String) {
+        let base = base.to_string_lossy();
+        (
+            self.code(),
+            self.stdout.replace(base.as_ref(), "<BASE>"),
+            self.stderr.replace(base.as_ref(), "<BASE>"),
+        )
+    }
+
+    /// stdout lines.
+    pub fn stdout_lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+}
+
+/// The environment of a run: only these variables (plus `LC_ALL=C`, so the
+/// coreutils messages of both implementations are the same).
+pub fn clean_env(vars: &[(&str, OsString)]) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = vars
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.clone()))
+        .collect();
+    env.push(("LC_ALL".into(), "C".into()));
+    if !env.iter().any(|(name, _)| name == "PATH") {
+        env.push((
+            "PATH".into(),
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        ));
+    }
+    env
+}
+
+/// A started run whose output is collected in the background.
+pub struct Running {
+    child: Child,
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<thread::JoinHandle<()>>,
+    // Kept open until the child has exited.
+    pty: Option<Pty>,
+}
+
+fn collect(
+    mut stream: impl Read + Send + 'static,
+) -> (Arc<Mutex<Vec<u8>>>, thread::JoinHandle<()>) {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&buffer);
+    let handle = thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(count) => sink.lock().unwrap().extend_from_slice(&chunk[..count]),
+            }
+        }
+    });
+    (buffer, handle)
+}
+
+/// Starts `implementation args` with exactly `env` and `input`.
+pub fn start(
+    implementation: Implementation,
+    env: &[(String, OsString)],
+    args: &[&str],
+    input: Input,
+) -> Running {
+    let mut command = implementation.command();
+    command
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let pty = match &input {
+        Input::Null => {
+            command.stdin(Stdio::null());
+            None
+        }
+        Input::Terminal(_) => {
+            let pty = Pty::open();
+            command.stdin(pty.slave_stdio());
+            Some(pty)
+        }
+    };
+    let mut child = command.spawn().expect("the uninstaller starts");
+    if let (Some(pty), Input::Terminal(typed)) = (&pty, &input) {
+        pty.type_input(typed);
+    }
+    let (stdout, out_reader) = collect(child.stdout.take().unwrap());
+    let (stderr, err_reader) = collect(child.stderr.take().unwrap());
+    Running {
+        child,
+        stdout,
+        stderr,
+        readers: vec![out_reader, err_reader],
+        pty,
+    }
+}
+
+impl Running {
+    /// The PID of the uninstaller (bash or the port).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (bounded) until stderr contains `text`.
+    pub fn wait_for_stderr(&self, text: &str) {
+        poll_until(
+            Duration::from_secs(20),
+            &format!("stderr to show {text:?}"),
+            || self.stderr_so_far().contains(text).then_some(()),
+        );
+    }
+
+    /// Types more input on the terminal.
+    pub fn type_input(&self, bytes: &[u8]) {
+        self.pty
+            .as_ref()
+            .expect("stdin is a terminal")
+            .type_input(bytes);
+    }
+
+    /// Sends a signal to the uninstaller.
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, signal).expect("the uninstaller is running");
+    }
+
+    /// Waits (bounded: 60 s) for the end of the run.
+    pub fn finish(mut self) -> Outcome {
+        let status = poll_until(Duration::from_secs(60), "the uninstaller to exit", || {
+            self.child.try_wait().expect("waitpid works")
+        });
+        for reader in self.readers.drain(..) {
+            reader.join().unwrap();
+        }
+        drop(self.pty.take());
+        let text = |buffer: &Arc<Mutex<Vec<u8>>>| {
+            String::from_utf8_lossy(&buffer.lock().unwrap()).into_owned()
+        };
+        Outcome {
+            status,
+            stdout: text(&self.stdout),
+            stderr: text(&self.stderr),
+        }
+    }
+}
+
+/// Runs to the end.
+pub fn run(
+    implementation: Implementation,
+    env: &[(String, OsString)],
+    args: &[&str],
+    input: Input,
+) -> Outcome {
+    start(implementation, env, args, input).finish()
+}
+
+/// One entry of a file-tree snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A directory and its permission bits.
+    Directory(u32),
+    /// A regular file, its permission bits and content.
+    File(u32, Vec<u8>),
+    /// A symlink and its target.
+    Link(PathBuf),
+    /// Anything else (FIFO, socket, device).
+    Other,
+}
+
+/// Every entry under `root` (not following symlinks), by relative path;
+/// empty when `root` does not exist.
+pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
+    let mut entries = BTreeMap::new();
+    if fs::symlink_metadata(root).is_ok() {
+        walk(root, Path::new(""), &mut entries);
+    }
+    entries
+}
+
+fn walk(root: &Path, relative: &Path, entries: &mut BTreeMap<PathBuf, Entry>) {
+    let path = root.join(relative);
+    let meta = fs::symlink_metadata(&path).unwrap();
+    let mode = meta.mode() & 0o7777;
+    let entry = if meta.file_type().is_symlink() {
+        Entry::Link(fs::read_link(&path).unwrap())
+    } else if meta.is_dir() {
+        let mut names: Vec<_> = fs::read_dir(&path)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            walk(root, &relative.join(name), entries);
+        }
+        Entry::Directory(mode)
+    } else if meta.is_file() {
+        Entry::File(mode, fs::read(&path).unwrap())
+    } else {
+        Entry::Other
+    };
+    entries.insert(relative.to_path_buf(), entry);
+}
+
+/// Writes a file with a mode, creating parents.
+pub fn write_file(path: &Path, content: &[u8], mode: u32) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, content).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Creates a directory (and parents) with a mode.
+pub fn make_dir(path: &Path, mode: u32) {
+    fs::create_dir_all(path).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The legacy unit name.
+pub const LEGACY_UNIT: &str = "agents-server.service";
+
+/// Where a legacy installation lives (the script's default roots).
+#[derive(Debug, Clone)]
+pub struct LegacyRoots {
+    /// `HOME`.
+    pub home: PathBuf,
+    /// `$HOME/.local/share/agents-server`.
+    pub install: PathBuf,
+    /// `$HOME/.config/agents-server`.
+    pub config: PathBuf,
+    /// `$HOME/.agentsdock`.
+    pub state: PathBuf,
+}
+
+impl LegacyRoots {
+    /// The default roots under `home`.
+    pub fn under(home: &Path) -> LegacyRoots {
+        LegacyRoots {
+            home: home.to_path_buf(),
+            install: home.join(".local/share/agents-server"),
+            config: home.join(".config/agents-server"),
+            state: home.join(".agentsdock"),
+        }
+    }
+
+    /// The unit file of the legacy service.
+    pub fn unit_file(&self) -> PathBuf {
+        self.home.join(".config/systemd/user").join(LEGACY_UNIT)
+    }
+}
+
+/// What the legacy fixture contains besides the basics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LegacyOptions {
+    /// `state/team-hub/team-hub.sqlite3` exists.
+    pub team_hub: bool,
+    /// `$HOME/.zenithbot-agent` is a symlink to the state root.
+    pub legacy_alias: bool,
+    /// The unit file is installed, enabled and started (else no service).
+    pub service: bool,
+    /// The unit refuses manual stops (`RefuseManualStop=yes`).
+    pub unstoppable: bool,
+}
+
+/// A realistic legacy installation under `home`: a release with a venv, a
+/// `current` link, hidden files, generated configuration with a token, and
+/// state with chat history and secure-peer credentials.
+pub fn legacy_install(home: &Path, options: LegacyOptions) -> LegacyRoots {
+    let roots = LegacyRoots::under(home);
+    let release = roots.install.join("releases/1.0.6");
+    write_file(&release.join("VERSION"), b"1.0.6\n", 0o644);
+    write_file(
+        &release.join("agent_server.py"),
+        b"print('server')\n",
+        0o644,
+    );
+    make_dir(&release.join(".venv/lib"), 0o775);
+    write_file(
+        &release.join(".venv/pyvenv.cfg"),
+        b"home = /usr/bin\n",
+        0o644,
+    );
+    symlink("releases/1.0.6", roots.install.join("current")).unwrap();
+    write_file(&roots.install.join(".release-channel"), b"beta\n", 0o600);
+    write_file(
+        &roots.config.join("env"),
+        b"AGENTSDOCK_AGENT_TOKEN=legacy-token-0123456789\n",
+        0o600,
+    );
+    write_file(
+        &roots.state.join("sessions.json"),
+        b"{\"sessions\": []}\n",
+        0o600,
+    );
+    write_file(
+        &roots.state.join("secure-peers/client/identity.key"),
+        b"private-key\n",
+        0o600,
+    );
+    if options.team_hub {
+        write_file(
+            &roots.state.join("team-hub/team-hub.sqlite3"),
+            b"SQLite",
+            0o600,
+        );
+    }
+    if options.legacy_alias {
+        symlink(&roots.state, home.join(".zenithbot-agent")).unwrap();
+    }
+    roots
+}
+
+/// Installs, enables and starts the legacy unit in `sandbox` (a long sleep
+/// standing in for the monolithic server).
+pub fn start_legacy_service(sandbox: &Sandbox, unstoppable: bool) -> u32 {
+    let refuse = if unstoppable {
+        "RefuseManualStop=yes\n"
+    } else {
+        ""
+    };
+    let unit = format!(
+        "[Unit]\nDescription=AgentsServer (legacy test stand-in)\n{refuse}\n[Service]\n\
+         Type=simple\nExecStart=/bin/sleep 600\n\n[Install]\nWantedBy=default.target\n"
+    );
+    fs::write(sandbox.unit_dir().join(LEGACY_UNIT), unit).unwrap();
+    sandbox.systemctl_ok(&["daemon-reload"]);
+    sandbox.systemctl_ok(&["enable", "--now", LEGACY_UNIT]);
+    sandbox
+        .wait_for_unit(LEGACY_UNIT, Duration::from_secs(10), "running", |state| {
+            state.is_running()
+        })
+        .main_pid
+}
+
+/// A sandbox with a legacy installation, for one implementation.
+pub struct LegacyCase {
+    /// The sandboxed manager and home.
+    pub sandbox: Sandbox,
+    /// The installation's roots.
+    pub roots: LegacyRoots,
+    /// The service's PID when it was started.
+    pub service_pid: Option<u32>,
+}
+
+impl LegacyCase {
+    /// Starts a sandbox (or returns `None` when this machine cannot) and
+    /// builds the installation in its home.
+    pub fn start(test: &str, options: LegacyOptions) -> Option<LegacyCase> {
+        let sandbox = Sandbox::start_or_skip(test)?;
+        let roots = legacy_install(sandbox.home(), options);
+        let service_pid = options
+            .service
+            .then(|| start_legacy_service(&sandbox, options.unstoppable));
+        Some(LegacyCase {
+            sandbox,
+            roots,
+            service_pid,
+        })
+    }
+
+    /// The run environment: the sandbox's HOME, XDG_RUNTIME_DIR and PATH.
+    pub fn env(&self) -> Vec<(String, OsString)> {
+        clean_env(&self.sandbox.env())
+    }
+
+    /// The home directory's files by relative path, with the sandbox base
+    /// in symlink targets replaced by `<BASE>` so cases compare.
+    pub fn home_tree(&self) -> BTreeMap<PathBuf, Entry> {
+        let base = self.sandbox.base().to_string_lossy().into_owned();
+        snapshot(&self.roots.home)
+            .into_iter()
+            .map(|(path, entry)| match entry {
+                Entry::Link(target) => (
+                    path,
+                    Entry::Link(PathBuf::from(
+                        target.to_string_lossy().replace(&base, "<BASE>"),
+                    )),
+                ),
+                other => (path, other),
+            })
+            .collect()
+    }
+}
