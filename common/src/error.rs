@@ -196,10 +196,7 @@ mod tests {
 
     #[test]
     fn os_errors_read_like_python() {
-        let err = Error::from_io_path(
-            &io::Error::from_raw_os_error(2),
-            Path::new("/missing"),
-        );
+        let err = Error::from_io_path(&io::Error::from_raw_os_error(2), Path::new("/missing"));
         assert_eq!(err.class(), ErrorClass::NotFound);
         assert_eq!(
             err.python_line(),
