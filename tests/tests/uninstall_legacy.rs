@@ -6,6 +6,7 @@
 mod uninstall_support;
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use uninstall_support::*;
@@ -18,9 +19,24 @@ struct Ran {
 }
 
 impl Ran {
-    fn unchanged(&self) -> bool {
-        self.case.home_tree() == self.before
+    /// Panics with the changes unless the home tree is as before the run.
+    #[track_caller]
+    fn assert_unchanged(&self) {
+        let changes = differences(&self.before, &self.case.home_tree());
+        assert!(changes.is_empty(), "files changed: {changes:?}");
     }
+}
+
+/// Extra environment variables for a case.
+type ExtraEnv<'a> = &'a dyn Fn(&LegacyCase) -> Vec<(String, OsString)>;
+
+/// How a case is prepared and run, beyond the fixture options.
+#[derive(Default)]
+struct Setup<'a> {
+    /// Changes the fresh case before the run (both cases alike).
+    prepare: Option<&'a dyn Fn(&LegacyCase)>,
+    /// Extra environment variables, computed per case.
+    env: Option<ExtraEnv<'a>>,
 }
 
 /// Runs both implementations on identical fresh cases, checks that their
@@ -31,18 +47,39 @@ fn side_by_side(
     args: &[&str],
     input: Input,
 ) -> Option<[Ran; 2]> {
-    let mut results = Vec::new();
-    for implementation in Implementation::BOTH {
+    side_by_side_with(test, options, Setup::default(), args, input)
+}
+
+fn side_by_side_with(
+    test: &str,
+    options: LegacyOptions,
+    setup: Setup<'_>,
+    args: &[&str],
+    input: Input,
+) -> Option<[Ran; 2]> {
+    compare(test, |implementation| {
         let case = LegacyCase::start(test, options)?;
+        if let Some(prepare) = setup.prepare {
+            prepare(&case);
+        }
         let before = case.home_tree();
-        let outcome = run(implementation, &case.env(), args, input.clone());
-        results.push(Ran {
+        let mut env = case.env();
+        if let Some(extra) = setup.env {
+            env.extend(extra(&case));
+        }
+        let outcome = run(implementation, &env, args, input.clone());
+        Some(Ran {
             case,
             before,
             outcome,
-        });
-    }
-    let [seed, port]: [Ran; 2] = results.try_into().ok().expect("two runs");
+        })
+    })
+}
+
+/// Runs `one` for the seed and then the port and checks that they agree.
+fn compare(test: &str, one: impl Fn(Implementation) -> Option<Ran>) -> Option<[Ran; 2]> {
+    let seed = one(Implementation::Seed)?;
+    let port = one(Implementation::Port)?;
     assert_eq!(
         seed.outcome.normalized(seed.case.sandbox.base()),
         port.outcome.normalized(port.case.sandbox.base()),
@@ -210,7 +247,7 @@ fn no_terminal_without_yes_is_refused_and_changes_nothing() {
             "Refusing to Proceed? without --yes on a non-interactive run.\n\
              Aborted; nothing was changed.\n"
         );
-        assert!(ran.unchanged());
+        ran.assert_unchanged();
         assert_service_untouched(ran);
     }
 }
@@ -233,7 +270,425 @@ fn purge_without_a_terminal_is_refused_even_with_yes() {
              the state guard.\n"
         );
         assert_eq!(ran.outcome.stdout, "");
-        assert!(ran.unchanged());
+        ran.assert_unchanged();
         assert_service_untouched(ran);
     }
+}
+
+/// The lines a successful run prints after the removals when state is kept.
+fn preserved_lines(roots: &LegacyRoots) -> Vec<String> {
+    vec![
+        format!(
+            "Preserved chat history, jobs, files, tokens, and secure-peer credentials at {}.",
+            roots.state.display()
+        ),
+        PRESERVED_TAIL.to_string(),
+    ]
+}
+
+fn full_success_lines(roots: &LegacyRoots) -> Vec<String> {
+    let mut lines = removal_lines(roots);
+    lines.extend(preserved_lines(roots));
+    lines.extend(FINAL_LINES.map(String::from));
+    lines
+}
+
+#[test]
+fn unsafe_or_overlapping_roots_exit_2_and_keep_everything() {
+    let test = "unsafe_or_overlapping_roots_exit_2_and_keep_everything";
+    let home_as_install = |case: &LegacyCase| {
+        vec![(
+            "AGENTS_SERVER_INSTALL_DIR".into(),
+            case.roots.home.clone().into_os_string(),
+        )]
+    };
+    let nested_config = |case: &LegacyCase| {
+        vec![(
+            "AGENTS_SERVER_CONFIG_DIR".into(),
+            case.roots.install.join("config").into_os_string(),
+        )]
+    };
+    let expectations: [(ExtraEnv, &str); 2] = [
+        (
+            &home_as_install,
+            "Refusing unsafe AGENTS_SERVER_INSTALL_DIR target: <BASE>/home\n",
+        ),
+        (
+            &nested_config,
+            "Refusing overlapping install, configuration, and state roots; each must be a \
+             separate directory.\n",
+        ),
+    ];
+    for (env, stderr) in expectations {
+        let setup = Setup {
+            env: Some(env),
+            ..Default::default()
+        };
+        let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null)
+        else {
+            return;
+        };
+        for ran in &runs {
+            let (code, stdout, actual) = ran.outcome.normalized(ran.case.sandbox.base());
+            assert_eq!((code, stdout.as_str(), actual.as_str()), (2, "", stderr));
+            ran.assert_unchanged();
+            assert_service_untouched(ran);
+        }
+    }
+}
+
+#[test]
+fn help_and_unknown_options_change_nothing() {
+    let test = "help_and_unknown_options_change_nothing";
+    for (args, code) in [(&["--yes", "--help"][..], 0), (&["--yes", "--force"], 2)] {
+        let Some(runs) = side_by_side(test, with_service(), args, Input::Null) else {
+            return;
+        };
+        for ran in &runs {
+            assert_eq!(ran.outcome.code(), code);
+            let usage_stream = if code == 0 {
+                &ran.outcome.stdout
+            } else {
+                assert!(ran
+                    .outcome
+                    .stderr
+                    .starts_with("Unknown option: --force\nUsage: "));
+                &ran.outcome.stderr
+            };
+            assert!(usage_stream.contains("Usage: ./uninstall.sh [--yes] [--purge-state]\n"));
+            ran.assert_unchanged();
+            assert_service_untouched(ran);
+        }
+    }
+}
+
+#[test]
+fn a_live_lock_owner_is_refused() {
+    let test = "a_live_lock_owner_is_refused";
+    let owner = std::process::id();
+    let plant = move |case: &LegacyCase| {
+        let lock = case.roots.install.join(".install-lock");
+        make_dir(&lock, 0o700);
+        write_file(&lock.join("pid"), format!("{owner}\n").as_bytes(), 0o644);
+    };
+    let setup = Setup {
+        prepare: Some(&plant),
+        ..Default::default()
+    };
+    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1);
+        assert_eq!(ran.outcome.stdout, "");
+        assert_eq!(
+            ran.outcome.stderr,
+            format!(
+                "Refusing to uninstall while an AgentsServer install/update is active (PID {owner}).\n"
+            )
+        );
+        ran.assert_unchanged();
+        assert_service_untouched(ran);
+    }
+}
+
+#[test]
+fn a_dead_lock_owner_is_taken_over() {
+    let test = "a_dead_lock_owner_is_taken_over";
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let plant = move |case: &LegacyCase| {
+        let lock = case.roots.install.join(".install-lock");
+        make_dir(&lock, 0o700);
+        write_file(&lock.join("pid"), format!("{dead}\n").as_bytes(), 0o644);
+        write_file(&lock.join("leftover"), b"from the dead installer", 0o644);
+    };
+    let setup = Setup {
+        prepare: Some(&plant),
+        ..Default::default()
+    };
+    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(
+            ran.outcome.stdout_lines(),
+            full_success_lines(&ran.case.roots)
+        );
+        assert!(
+            !ran.case.roots.install.exists(),
+            "lock and install root are gone"
+        );
+        let stale = ".uninstall-stale-lock-";
+        assert!(ran
+            .case
+            .home_tree()
+            .keys()
+            .all(|path| !path.to_string_lossy().contains(stale)));
+        assert_service_gone(ran);
+    }
+}
+
+#[test]
+fn a_pending_split_transaction_is_refused_before_the_lock() {
+    let test = "a_pending_split_transaction_is_refused_before_the_lock";
+    let plant = |case: &LegacyCase| {
+        // A dangling symlink counts as present.
+        std::os::unix::fs::symlink("missing", case.roots.install.join(".execution-transaction"))
+            .unwrap();
+    };
+    let setup = Setup {
+        prepare: Some(&plant),
+        ..Default::default()
+    };
+    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1);
+        assert_eq!(
+            ran.outcome.stderr,
+            "This uninstaller does not support the separate gateway/execution layout or its \
+             pending transaction.\nUse the execution-aware managed lifecycle; the pinned worker \
+             has not been changed.\n"
+        );
+        ran.assert_unchanged();
+        assert_service_untouched(ran);
+    }
+}
+
+#[test]
+fn a_service_that_refuses_to_stop_keeps_every_file() {
+    let options = LegacyOptions {
+        unstoppable: true,
+        ..with_service()
+    };
+    let test = "a_service_that_refuses_to_stop_keeps_every_file";
+    let Some(runs) = side_by_side(test, options, &["--yes"], Input::Null) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1);
+        assert_eq!(
+            ran.outcome.stdout_lines()[2],
+            "Stopping agents-server.service"
+        );
+        assert_eq!(
+            ran.outcome.stderr,
+            "Could not stop agents-server.service; no files were removed.\n"
+        );
+        // Every file is kept; only `disable` removed the boot-time link.
+        assert_eq!(
+            differences(&ran.before, &ran.case.home_tree()),
+            [
+                "- .config/systemd/user/default.target.wants",
+                "- .config/systemd/user/default.target.wants/agents-server.service"
+            ]
+        );
+        let unit = ran.case.sandbox.unit_state(LEGACY_UNIT);
+        assert_eq!(
+            unit.main_pid,
+            ran.case.service_pid.unwrap(),
+            "still running"
+        );
+    }
+}
+
+#[test]
+fn without_a_service_manager_no_file_is_removed() {
+    let test = "without_a_service_manager_no_file_is_removed";
+    let elsewhere = |_case: &LegacyCase| {
+        vec![(
+            "XDG_RUNTIME_DIR".into(),
+            OsString::from("/nonexistent-runtime-dir"),
+        )]
+    };
+    let setup = Setup {
+        env: Some(&elsewhere),
+        ..Default::default()
+    };
+    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1);
+        assert_eq!(
+            ran.outcome.stderr,
+            "The systemd user service manager is unavailable; no files were removed.\n"
+        );
+        ran.assert_unchanged();
+        assert_service_untouched(ran);
+    }
+}
+
+#[test]
+fn without_a_unit_nothing_is_stopped() {
+    let test = "without_a_unit_nothing_is_stopped";
+    let Some(runs) = side_by_side(test, LegacyOptions::default(), &["--yes"], Input::Null) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0);
+        let mut expected = removal_lines(&ran.case.roots);
+        expected.drain(2..4);
+        expected.extend(preserved_lines(&ran.case.roots));
+        expected.extend(FINAL_LINES.map(String::from));
+        assert_eq!(ran.outcome.stdout_lines(), expected);
+    }
+}
+
+#[test]
+fn the_prompt_accepts_only_the_scripts_yes_words() {
+    let test = "the_prompt_accepts_only_the_scripts_yes_words";
+    for (typed, accepted) in [
+        (&b"y\n"[..], true),
+        (b"YES\n", true),
+        (b"  yes\t\n", true),
+        (b"Yes\n", false),
+        (b"n\n", false),
+        (b"\n", false),
+        (b"\x04", false),
+    ] {
+        let input = Input::Terminal(typed.to_vec());
+        let Some(runs) = side_by_side(test, with_service(), &[], input) else {
+            return;
+        };
+        for ran in &runs {
+            let roots = &ran.case.roots;
+            let mut stdout = removal_lines(roots);
+            stdout.truncate(2);
+            if accepted {
+                assert_eq!(ran.outcome.code(), 0, "{typed:?} {:?}", ran.outcome);
+                assert_eq!(ran.outcome.stdout_lines(), full_success_lines(roots));
+                assert_eq!(ran.outcome.stderr, "Proceed? [y/N] ");
+                assert_service_gone(ran);
+            } else {
+                assert_eq!(ran.outcome.code(), 1, "{typed:?}");
+                assert_eq!(ran.outcome.stdout_lines(), stdout);
+                assert_eq!(
+                    ran.outcome.stderr,
+                    "Proceed? [y/N] Aborted; nothing was changed.\n"
+                );
+                ran.assert_unchanged();
+                assert_service_untouched(ran);
+            }
+        }
+    }
+}
+
+#[test]
+fn purging_needs_the_exact_state_path_typed_at_the_terminal() {
+    let test = "purging_needs_the_exact_state_path_typed_at_the_terminal";
+    let options = LegacyOptions {
+        legacy_alias: true,
+        team_hub: true,
+        ..with_service()
+    };
+    // The typed path is the case's own state root (they differ per case).
+    for (answer, confirm, purged) in [
+        ("{state}", "y", true),
+        (" {state} ", "yes", true),
+        ("{state}/", "y", false),
+        ("{state}", "n", false),
+    ] {
+        for args in [&["--purge-state"][..], &["--purge-state", "--yes"]] {
+            let assume_yes = args.contains(&"--yes");
+            let Some(runs) = compare(test, |implementation| {
+                let case = LegacyCase::start(test, options)?;
+                let before = case.home_tree();
+                let state = case.roots.state.to_string_lossy().into_owned();
+                let mut typed = format!("{}\n", answer.replace("{state}", &state));
+                if !assume_yes {
+                    typed.push_str(&format!("{confirm}\n"));
+                }
+                let outcome = run(
+                    implementation,
+                    &case.env(),
+                    args,
+                    Input::Terminal(typed.into()),
+                );
+                Some(Ran {
+                    case,
+                    before,
+                    outcome,
+                })
+            }) else {
+                return;
+            };
+            let path_matches = !answer.ends_with('/');
+            for ran in &runs {
+                let roots = &ran.case.roots;
+                let prompt = format!(
+                    "Type the exact state path to confirm ({}): ",
+                    roots.state.display()
+                );
+                let first =
+                    "Permanent deletion requested for chat history, jobs, files, and tokens.";
+                if !path_matches {
+                    assert_eq!(ran.outcome.code(), 1);
+                    assert_eq!(ran.outcome.stdout_lines(), [first]);
+                    assert_eq!(
+                        ran.outcome.stderr,
+                        format!("{prompt}State path did not match; nothing was changed.\n")
+                    );
+                    ran.assert_unchanged();
+                    assert_service_untouched(ran);
+                    continue;
+                }
+                if !purged && !assume_yes {
+                    assert_eq!(ran.outcome.code(), 1);
+                    ran.assert_unchanged();
+                    assert_eq!(
+                        ran.outcome.stderr,
+                        format!("{prompt}Proceed? [y/N] Aborted; nothing was changed.\n")
+                    );
+                    continue;
+                }
+                assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+                let mut expected = vec![first.to_string()];
+                expected.extend(removal_lines(roots));
+                expected.push(format!("Deleted {}", roots.state.display()));
+                expected.extend(FINAL_LINES.map(String::from));
+                assert_eq!(ran.outcome.stdout_lines(), expected);
+                let confirm_prompt = if assume_yes { "" } else { "Proceed? [y/N] " };
+                assert_eq!(ran.outcome.stderr, format!("{prompt}{confirm_prompt}"));
+                assert!(!roots.state.exists());
+                assert!(std::fs::symlink_metadata(roots.home.join(".zenithbot-agent")).is_err());
+                assert_service_gone(ran);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
+    let test = "a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock";
+    compare(test, |implementation| {
+        let case = LegacyCase::start(test, with_service())?;
+        let before = case.home_tree();
+        let running = start(
+            implementation,
+            &case.env(),
+            &[],
+            Input::Terminal(Vec::new()),
+        );
+        running.wait_for_stderr("Proceed? [y/N] ");
+        assert!(
+            case.roots.install.join(".install-lock/pid").is_file(),
+            "lock held at the prompt"
+        );
+        running.signal(rustix::process::Signal::TERM);
+        let outcome = running.finish();
+        assert_eq!(outcome.code(), 130, "{outcome:?}");
+        let ran = Ran {
+            case,
+            before,
+            outcome,
+        };
+        ran.assert_unchanged();
+        assert_service_untouched(&ran);
+        Some(ran)
+    });
 }

@@ -175,7 +175,9 @@ mod tests {
     fn usage_keeps_the_indentation_and_names_the_state_root() {
         let text = String::from_utf8(usage(b"/s")).unwrap();
         assert!(text.starts_with("Usage: ./uninstall.sh [--yes] [--purge-state]\n\nStops"));
-        assert!(text.contains("\n                   configuration.\n  --purge-state   Also delete /s (chat"));
+        assert!(text.contains(
+            "\n                   configuration.\n  --purge-state   Also delete /s (chat"
+        ));
         assert!(text.ends_with("                   --yes never bypasses it.\n"));
         assert_eq!(text.lines().count(), 15);
     }

@@ -263,7 +263,9 @@ pub fn is_symlink(path: &Path) -> bool {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|window| window == needle)
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 fn concat(parts: &[&[u8]]) -> Vec<u8> {
@@ -308,7 +310,10 @@ mod tests {
     fn unresolvable_home_is_refused_after_the_parent() {
         let refusal = managed_roots(&Fixed(HashMap::from([
             ("HOME", OsString::from("/nonexistent-home-for-test")),
-            ("AGENTS_SERVER_INSTALL_DIR", OsString::from("/usr/no/such/dir///")),
+            (
+                "AGENTS_SERVER_INSTALL_DIR",
+                OsString::from("/usr/no/such/dir///"),
+            ),
         ])))
         .unwrap_err();
         assert_eq!(

@@ -70,8 +70,14 @@ pub fn bash_read(prompt: &[u8]) -> BashReply {
 fn bash_reply_value(line: &[u8]) -> Vec<u8> {
     let kept: Vec<u8> = line.iter().copied().filter(|&byte| byte != 0).collect();
     let ifs = |byte: &u8| matches!(byte, b' ' | b'\t' | b'\n');
-    let start = kept.iter().position(|byte| !ifs(byte)).unwrap_or(kept.len());
-    let end = kept.iter().rposition(|byte| !ifs(byte)).map_or(start, |at| at + 1);
+    let start = kept
+        .iter()
+        .position(|byte| !ifs(byte))
+        .unwrap_or(kept.len());
+    let end = kept
+        .iter()
+        .rposition(|byte| !ifs(byte))
+        .map_or(start, |at| at + 1);
     kept[start..end].to_vec()
 }
 

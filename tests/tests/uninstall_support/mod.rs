@@ -482,3 +482,24 @@ impl LegacyCase {
             .collect()
     }
 }
+
+/// What changed between two snapshots, one line per path: `- path` (gone),
+/// `+ path` (new) or `~ path` (changed), in path order.
+pub fn differences(
+    before: &BTreeMap<PathBuf, Entry>,
+    after: &BTreeMap<PathBuf, Entry>,
+) -> Vec<String> {
+    let mut changes = Vec::new();
+    for (path, entry) in before {
+        match after.get(path) {
+            None => changes.push(format!("- {}", path.display())),
+            Some(now) if now != entry => changes.push(format!("~ {}", path.display())),
+            Some(_) => {}
+        }
+    }
+    for path in after.keys().filter(|path| !before.contains_key(*path)) {
+        changes.push(format!("+ {}", path.display()));
+    }
+    changes.sort_by(|a, b| a[2..].cmp(&b[2..]));
+    changes
+}

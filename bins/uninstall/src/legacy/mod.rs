@@ -38,6 +38,14 @@ pub fn checkpoint() -> Result<(), Exit> {
     }
 }
 
+/// A distinct number per call, for unit tests' private directories.
+#[cfg(test)]
+pub(crate) fn tests_counter() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
 /// What the operator asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
@@ -150,14 +158,15 @@ fn confirm(prompt: &[u8], assume_yes: bool) -> Result<bool, Exit> {
         return Ok(true);
     }
     if !stdin_is_terminal() {
-        warn(&[b"Refusing to ", prompt, b" without --yes on a non-interactive run."]);
+        warn(&[
+            b"Refusing to ",
+            prompt,
+            b" without --yes on a non-interactive run.",
+        ]);
         return Ok(false);
     }
     match bash_read(&[prompt, b" [y/N] "].concat()) {
-        BashReply::Line(reply) => Ok(matches!(
-            reply.as_slice(),
-            b"y" | b"Y" | b"yes" | b"YES"
-        )),
+        BashReply::Line(reply) => Ok(matches!(reply.as_slice(), b"y" | b"Y" | b"yes" | b"YES")),
         BashReply::Failed => Ok(false),
         BashReply::Interrupted => Err(Exit(130)),
     }

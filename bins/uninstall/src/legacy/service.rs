@@ -46,7 +46,12 @@ impl Host for RealHost {
         match Command::new(program).args(args).status() {
             Ok(status) => status.success(),
             Err(err) => {
-                warn(&[b"uninstall: ", program.as_bytes(), b": ", err.to_string().as_bytes()]);
+                warn(&[
+                    b"uninstall: ",
+                    program.as_bytes(),
+                    b": ",
+                    err.to_string().as_bytes(),
+                ]);
                 false
             }
         }
@@ -77,7 +82,11 @@ pub fn stop_and_remove(host: &mut dyn Host, os: &OsStr, home: &OsStr) -> Result<
         b"Darwin" => stop_launchd(host, home),
         b"Linux" => stop_systemd(host, home),
         _ => {
-            warn(&[b"Unsupported host OS: ", os.as_bytes(), b"; no files were removed."]);
+            warn(&[
+                b"Unsupported host OS: ",
+                os.as_bytes(),
+                b"; no files were removed.",
+            ]);
             Err(Exit(1))
         }
     }
@@ -89,13 +98,20 @@ fn stop_launchd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
         format!("/Library/LaunchAgents/{LABEL}.plist").as_bytes(),
     );
     // `id -u` prints the effective uid.
-    let target = OsString::from(format!("gui/{}/{LABEL}", rustix::process::geteuid().as_raw()));
+    let target = OsString::from(format!(
+        "gui/{}/{LABEL}",
+        rustix::process::geteuid().as_raw()
+    ));
     let print = |host: &mut dyn Host| host.quiet("launchctl", &[OsStr::new("print"), &target]);
     if print(host) {
         super::checkpoint()?;
         say(&[b"Stopping ", LABEL.as_bytes()]);
         if !host.quiet("launchctl", &[OsStr::new("bootout"), &target]) && print(host) {
-            warn(&[b"Could not stop ", LABEL.as_bytes(), b"; no files were removed."]);
+            warn(&[
+                b"Could not stop ",
+                LABEL.as_bytes(),
+                b"; no files were removed.",
+            ]);
             return Err(Exit(1));
         }
         super::checkpoint()?;
@@ -119,7 +135,8 @@ fn stop_launchd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
 
 fn stop_systemd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
     let unit = format!("{SERVICE_NAME}.service");
-    let service_file: PathBuf = join_bytes(home, format!("/.config/systemd/user/{unit}").as_bytes());
+    let service_file: PathBuf =
+        join_bytes(home, format!("/.config/systemd/user/{unit}").as_bytes());
     let user = OsStr::new("--user");
     if !host.quiet("systemctl", &[user, OsStr::new("show-environment")]) {
         warn(&[b"The systemd user service manager is unavailable; no files were removed."]);
@@ -129,7 +146,12 @@ fn stop_systemd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
     let is_active = |host: &mut dyn Host| {
         host.quiet(
             "systemctl",
-            &[user, OsStr::new("is-active"), OsStr::new("--quiet"), OsStr::new(&unit)],
+            &[
+                user,
+                OsStr::new("is-active"),
+                OsStr::new("--quiet"),
+                OsStr::new(&unit),
+            ],
         )
     };
     if is_file(&service_file) || is_active(host) {
@@ -137,10 +159,19 @@ fn stop_systemd(host: &mut dyn Host, home: &OsStr) -> Result<(), Exit> {
         say(&[b"Stopping ", unit.as_bytes()]);
         let disabled = host.quiet(
             "systemctl",
-            &[user, OsStr::new("disable"), OsStr::new("--now"), OsStr::new(&unit)],
+            &[
+                user,
+                OsStr::new("disable"),
+                OsStr::new("--now"),
+                OsStr::new(&unit),
+            ],
         );
         if !disabled && is_active(host) {
-            warn(&[b"Could not stop ", unit.as_bytes(), b"; no files were removed."]);
+            warn(&[
+                b"Could not stop ",
+                unit.as_bytes(),
+                b"; no files were removed.",
+            ]);
             return Err(Exit(1));
         }
         super::checkpoint()?;
@@ -183,4 +214,180 @@ fn is_file(path: &Path) -> bool {
 /// `[[ -d path ]]`.
 fn is_dir(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|meta| meta.is_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// Decides a command's success from its line and how often it ran before.
+    type Answer = Box<dyn FnMut(&str, usize) -> bool>;
+
+    /// Answers commands from a script of `(command line, success)` rules;
+    /// records every call.
+    struct FakeHost {
+        calls: Vec<String>,
+        answer: Answer,
+    }
+
+    impl FakeHost {
+        fn new(answer: impl FnMut(&str, usize) -> bool + 'static) -> Self {
+            FakeHost {
+                calls: Vec::new(),
+                answer: Box::new(answer),
+            }
+        }
+
+        fn record(&mut self, program: &str, args: &[&OsStr]) -> bool {
+            let mut line = program.to_string();
+            for arg in args {
+                line.push(' ');
+                line.push_str(&arg.to_string_lossy());
+            }
+            let count = self.calls.iter().filter(|call| **call == line).count();
+            self.calls.push(line.clone());
+            (self.answer)(&line, count)
+        }
+    }
+
+    impl Host for FakeHost {
+        fn quiet(&mut self, program: &str, args: &[&OsStr]) -> bool {
+            self.record(program, args)
+        }
+
+        fn shown(&mut self, program: &str, args: &[&OsStr]) -> bool {
+            self.record(program, args)
+        }
+
+        fn pause(&mut self) -> Result<(), Exit> {
+            self.calls.push("sleep 0.1".into());
+            Ok(())
+        }
+    }
+
+    fn mac_home() -> (PathBuf, PathBuf, PathBuf) {
+        let home = std::env::temp_dir().join(format!(
+            "uninstall-launchd-{}-{}",
+            std::process::id(),
+            crate::legacy::tests_counter()
+        ));
+        let plist = home.join(format!("Library/LaunchAgents/{LABEL}.plist"));
+        let logs = home.join("Library/Logs/AgentsServer");
+        fs::create_dir_all(plist.parent().unwrap()).unwrap();
+        fs::write(&plist, b"<plist/>").unwrap();
+        fs::create_dir_all(&logs).unwrap();
+        fs::write(logs.join("server.log"), b"log").unwrap();
+        (home, plist, logs)
+    }
+
+    fn target() -> String {
+        format!("gui/{}/{LABEL}", rustix::process::geteuid().as_raw())
+    }
+
+    #[test]
+    fn launchd_agent_is_booted_out_then_plist_and_logs_removed() {
+        let (home, plist, logs) = mac_home();
+        let print = format!("launchctl print {}", target());
+        let bootout = format!("launchctl bootout {}", target());
+        let mut host = FakeHost::new({
+            let print = print.clone();
+            move |line, count| line != print || count == 0
+        });
+        assert_eq!(
+            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            Ok(())
+        );
+        assert_eq!(host.calls, [print.clone(), bootout, print]);
+        assert!(!plist.exists() && !logs.exists());
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn launchd_agent_that_stays_loaded_keeps_every_file() {
+        let (home, plist, logs) = mac_home();
+        // bootout fails and the agent is still printed.
+        let mut host = FakeHost::new(|line, _| !line.starts_with("launchctl bootout"));
+        assert_eq!(
+            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            Err(Exit(1))
+        );
+        assert_eq!(host.calls.len(), 3);
+        // bootout succeeds but the agent never goes away: 50 polls, then refusal.
+        let mut host = FakeHost::new(|_, _| true);
+        assert_eq!(
+            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            Err(Exit(1))
+        );
+        let polls = host
+            .calls
+            .iter()
+            .filter(|call| call.contains(" print "))
+            .count();
+        let sleeps = host
+            .calls
+            .iter()
+            .filter(|call| *call == "sleep 0.1")
+            .count();
+        assert_eq!((polls, sleeps), (1 + STOP_POLLS, STOP_POLLS));
+        assert!(plist.exists() && logs.join("server.log").exists());
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn launchd_without_a_loaded_agent_only_removes_files() {
+        let (home, plist, logs) = mac_home();
+        let mut host = FakeHost::new(|_, _| false);
+        assert_eq!(
+            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            Ok(())
+        );
+        assert_eq!(host.calls, [format!("launchctl print {}", target())]);
+        assert!(!plist.exists() && !logs.exists());
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn systemd_unit_that_stays_active_keeps_its_file() {
+        let home = std::env::temp_dir().join(format!(
+            "uninstall-systemd-{}-{}",
+            std::process::id(),
+            crate::legacy::tests_counter()
+        ));
+        let unit = home.join(".config/systemd/user/agents-server.service");
+        fs::create_dir_all(unit.parent().unwrap()).unwrap();
+        fs::write(&unit, b"[Service]\n").unwrap();
+        // `disable --now` succeeds, yet the unit stays active.
+        let mut host = FakeHost::new(|_, _| true);
+        assert_eq!(
+            stop_and_remove(&mut host, OsStr::new("Linux"), home.as_os_str()),
+            Err(Exit(1))
+        );
+        assert_eq!(
+            host.calls[..3],
+            [
+                "systemctl --user show-environment",
+                "systemctl --user disable --now agents-server.service",
+                "systemctl --user is-active --quiet agents-server.service",
+            ]
+        );
+        let sleeps = host
+            .calls
+            .iter()
+            .filter(|call| *call == "sleep 0.1")
+            .count();
+        assert_eq!(sleeps, STOP_POLLS);
+        assert!(unit.exists());
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn other_systems_are_refused_before_any_command() {
+        let mut host = FakeHost::new(|_, _| true);
+        assert_eq!(
+            stop_and_remove(&mut host, OsStr::new("FreeBSD"), OsStr::new("/nonexistent")),
+            Err(Exit(1))
+        );
+        assert!(host.calls.is_empty());
+    }
 }
