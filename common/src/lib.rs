@@ -31,9 +31,6 @@
 //! - install.sh's `.activation-transaction` journal (`activation_transaction`)
 //!   and its write-ahead configuration publication: [`ActivationManifest`],
 //!   [`execution_context`], [`validate_invocation`], [`replace_config`];
-//! - the helpers' authenticated client of the running worker and of public
-//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
-//!   [`ServiceSnapshot`], [`shlex_split`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -67,8 +64,7 @@ pub use install_lock::InstallationLock;
 // services (NativeServices)
 mod http;
 pub use http::{request_json, LsofRunner, PinnedRequest, SystemLsof};
-mod worker_control;
-pub use worker_control::{shlex_split, SealedHold, ServiceSnapshot, WorkerControl};
+// worker_control (WorkerControl)
 // cli (argparse-compatible command lines, exit statuses)
 mod cli;
 pub use cli::{

@@ -111,6 +111,10 @@ fn parse_body(raw: &[u8]) -> Result<Json, Refusal> {
             invalid()
         }
     })?;
+    // Upstream's parse_constant fires on the NaN/Infinity literals only; a
+    // non-finite float here can also come from an overflowing literal such as
+    // 1e999, which upstream would accept (and then refuse as a field). The
+    // stand-in refuses both the same way.
     if has_non_finite(&value) {
         return refuse(400, "Invalid JSON number");
     }
