@@ -31,6 +31,10 @@
 //! - install.sh's `.activation-transaction` journal (`activation_transaction`)
 //!   and its write-ahead configuration publication: [`ActivationManifest`],
 //!   [`execution_context`], [`validate_invocation`], [`replace_config`];
+//! - the split uninstall's `.execution-uninstall.json` intent (read by the
+//!   worker at startup) and the installed-layout provenance it relies on:
+//!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
+//!   [`installed_layout`], [`no_activation`], [`directory_binding`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -98,4 +102,11 @@ pub use activation::{
     replace_config_with_checkpoints, validate_invocation, write_new_private, ActivationInvocation,
     ActivationManifest, ReplaceConfigStep, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
     ACTIVATION_JOURNAL_NAME,
+};
+// uninstall_marker (the split uninstall's intent and installed-layout provenance)
+mod uninstall_marker;
+pub use uninstall_marker::{
+    check_binding, directory_binding, entry_present, installed_layout, no_activation,
+    pending_uninstall_operation, read_uninstall_intent, store_uninstall_intent,
+    write_uninstall_intent, UNINSTALL_INTENT_NAME, UNINSTALL_PHASES,
 };

@@ -1,0 +1,369 @@
+//! The `.execution-uninstall.json` intent of a split uninstall
+//! (`execution_uninstall`), and the installed-layout provenance checks it
+//! relies on (`update_handoff._installed_layout` / `_no_activation`,
+//! `execution_preparation._binding` / `_check_binding`).
+//!
+//! The marker names the exact installation an interrupted uninstall owns:
+//! root, both releases, their directory identities, the manifest's hash, the
+//! operation id of the worker's admission hold and the data-removal choice.
+//! The Python worker reads it at startup (to keep its hold across a restart),
+//! so its keys, value rules and bytes (sorted, indent-2 JSON plus a newline,
+//! mode 0600) are exactly Python's.
+//!
+//! Deviations from Python, on hostile marker content only:
+//! - an unhashable `phase` (a list or object) is refused as a mismatch, where
+//!   Python's set membership raises `TypeError`;
+//! - directory identities are Linux-only for now: macOS's volume UUID is not
+//!   read, so on Darwin [`directory_binding`] refuses.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use crate::{
+    atomic_write, current_uid, encode_indented, layout_manifest, normalize_path, parse_json,
+    read_file, Error, ExecutionLayout, Json, JsonObject, Result, LAYOUT_NAME, TRANSACTION_NAME,
+};
+
+/// File name of the uninstall intent inside the install root.
+pub const UNINSTALL_INTENT_NAME: &str = ".execution-uninstall.json";
+
+/// install.sh's outer activation journal, which also claims the installation.
+const ACTIVATION_NAME: &str = ".activation-transaction";
+
+/// The keys of an intent, exactly.
+const INTENT_KEYS: [&str; 10] = [
+    "format",
+    "root",
+    "worker_release",
+    "gateway_release",
+    "operation_id",
+    "purge_state",
+    "identities",
+    "layout_sha256",
+    "phase",
+    "server_identity",
+];
+
+/// The phases an intent moves through: written before the worker's hold is
+/// requested, after it was sealed, and after both services stopped.
+pub const UNINSTALL_PHASES: [&str; 3] = ["prepared", "sealed", "stopped"];
+
+/// `Path.exists() or Path.is_symlink()`: true when anything, even a dangling
+/// symlink, is at `path`; the "not there" errors Python swallows are false.
+pub fn entry_present(path: &Path) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(err)
+            if matches!(
+                err.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
+                Some(
+                    rustix::io::Errno::NOENT
+                        | rustix::io::Errno::NOTDIR
+                        | rustix::io::Errno::BADF
+                        | rustix::io::Errno::LOOP
+                        | rustix::io::Errno::NAMETOOLONG
+                )
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(err) => Err(Error::from_io_path(&err, path)),
+    }
+}
+
+/// `update_handoff._no_activation`: refuses (RuntimeError) while an
+/// activation journal of install.sh or of execution-manage exists, even as a
+/// dangling symlink, because that operation owns the installation.
+pub fn no_activation(root: &Path) -> Result<()> {
+    for name in [ACTIVATION_NAME, TRANSACTION_NAME] {
+        if entry_present(&root.join(name))? {
+            return Err(Error::runtime("activation already owns handoff recovery"));
+        }
+    }
+    Ok(())
+}
+
+/// `update_handoff._installed_layout`: the layout of the private installed
+/// manifest under `root`, which must still equal a fresh rendering of that
+/// layout (ValueError `installed execution layout changed` otherwise).
+pub fn installed_layout(root: &Path) -> Result<ExecutionLayout> {
+    let (data, _mode) = read_file(&root.join(LAYOUT_NAME), true)?;
+    let value = parse_json(&data)?;
+    if value.as_object().is_none() {
+        return Err(Error::value("installed execution layout is invalid"));
+    }
+    let layout = ExecutionLayout::from_dict(value.get("layout").unwrap_or(&Json::Null))?;
+    if layout.install_root != root || value != layout_manifest(&layout)? {
+        return Err(Error::value("installed execution layout changed"));
+    }
+    Ok(layout)
+}
+
+/// `execution_preparation._binding`: the identity (`device`, `inode`,
+/// `volume_uuid`) of an owned directory without group/other write that its
+/// owner can read and enter; it proves later that the same directory, not a
+/// replacement at the same path, is meant.
+pub fn directory_binding(path: &Path) -> Result<Json> {
+    let info = rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))?;
+    let mode = info.st_mode & 0o7777;
+    if rustix::fs::FileType::from_raw_mode(info.st_mode) != rustix::fs::FileType::Directory
+        || info.st_uid != current_uid()
+        || mode & 0o022 != 0
+        || mode & 0o500 != 0o500
+    {
+        return Err(Error::permission(
+            "preparation directory is not safely owned",
+        ));
+    }
+    if cfg!(target_os = "macos") {
+        return Err(Error::runtime(
+            "prepared filesystem identity is unavailable on this platform",
+        ));
+    }
+    let mut binding = JsonObject::new();
+    binding.insert("device", Json::Int(i128::from(info.st_dev)));
+    binding.insert("inode", Json::Int(i128::from(info.st_ino)));
+    binding.insert("volume_uuid", Json::Null);
+    Ok(Json::Object(binding))
+}
+
+/// `execution_preparation._check_binding`: `path` must still be the directory
+/// `saved` identified (same inode, and on Linux the same device).
+pub fn check_binding(path: &Path, saved: &Json) -> Result<()> {
+    let positive = |key: &str| {
+        saved
+            .get(key)
+            .and_then(|value| match value {
+                Json::Int(number) => Some(*number),
+                _ => None,
+            })
+            .is_some_and(|number| number >= 1)
+    };
+    let valid = saved.as_object().is_some_and(|object| {
+        object.len() == 3
+            && ["device", "inode", "volume_uuid"]
+                .iter()
+                .all(|key| object.contains_key(key))
+    }) && positive("device")
+        && positive("inode");
+    if !valid {
+        return Err(Error::value("invalid preparation directory identity"));
+    }
+    let current = directory_binding(path)?;
+    if current.get("inode") != saved.get("inode") {
+        return Err(Error::runtime("prepared directory identity changed"));
+    }
+    if saved.get("volume_uuid") != Some(&Json::Null) || saved.get("device") != current.get("device")
+    {
+        return Err(Error::runtime("prepared filesystem identity changed"));
+    }
+    Ok(())
+}
+
+/// The SHA-256 hex digest of the installed manifest's bytes.
+fn manifest_digest(root: &Path) -> Result<String> {
+    let (manifest, _mode) = read_file(&root.join(LAYOUT_NAME), true)?;
+    Ok(Sha256::digest(&manifest)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect())
+}
+
+/// `str(path)` of a normalised layout path.
+fn text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// `_read_intent`: the retained intent of `root`, or `None` when there is
+/// none. Refuses a marker that is not a private regular file, is not exactly
+/// this installation's (ValueError `uninstall intent does not match this
+/// installed runtime`), whose directories were replaced, or whose manifest
+/// changed since admission (RuntimeError).
+pub fn read_uninstall_intent(root: &Path, layout: &ExecutionLayout) -> Result<Option<JsonObject>> {
+    let data = match read_file(&root.join(UNINSTALL_INTENT_NAME), true) {
+        Ok((data, _mode)) => data,
+        Err(err) if err.is_not_found() => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let value = parse_json(&data)?;
+    let mismatch = || Error::value("uninstall intent does not match this installed runtime");
+    let Json::Object(intent) = value else {
+        return Err(mismatch());
+    };
+    if intent.len() != INTENT_KEYS.len() || INTENT_KEYS.iter().any(|key| !intent.contains_key(key))
+    {
+        return Err(mismatch());
+    }
+    let field = |key: &str| intent.get(key).unwrap_or(&Json::Null);
+    let is_text = |key: &str, expected: &str| field(key).as_str() == Some(expected);
+    let matches = matches!(field("format"), Json::Int(1))
+        && matches!(field("purge_state"), Json::Bool(_))
+        && is_text("root", &text(root))
+        && is_text("worker_release", &text(&layout.worker_release))
+        && is_text("gateway_release", &text(&layout.gateway_release))
+        && field("phase")
+            .as_str()
+            .is_some_and(|phase| UNINSTALL_PHASES.contains(&phase))
+        && field("server_identity")
+            .as_str()
+            .is_some_and(is_server_identity);
+    if !matches {
+        return Err(mismatch());
+    }
+    let Some(operation) = field("operation_id").as_str() else {
+        return Err(mismatch());
+    };
+    if python_uuid(operation)? != operation {
+        return Err(mismatch());
+    }
+    let identities = field("identities");
+    let valid_identities = identities.as_object().is_some_and(|object| {
+        object.len() == 3
+            && ["root", "worker", "gateway"]
+                .iter()
+                .all(|key| object.contains_key(key))
+    });
+    if !valid_identities {
+        return Err(Error::value("uninstall intent identities are invalid"));
+    }
+    for (name, path) in [
+        ("root", root),
+        ("worker", layout.worker_release.as_path()),
+        ("gateway", layout.gateway_release.as_path()),
+    ] {
+        check_binding(path, identities.get(name).unwrap_or(&Json::Null))?;
+    }
+    if field("layout_sha256").as_str() != Some(manifest_digest(root)?.as_str()) {
+        return Err(Error::runtime(
+            "installed execution layout changed after uninstall admission",
+        ));
+    }
+    Ok(Some(intent))
+}
+
+/// `_write_intent`: persists a new intent in phase `prepared` for
+/// `operation`, refusing (RuntimeError) when any intent, even a dangling
+/// symlink, is already there. Returns what was written.
+pub fn write_uninstall_intent(
+    root: &Path,
+    layout: &ExecutionLayout,
+    operation: &str,
+    purge_state: bool,
+    server_identity: &str,
+) -> Result<JsonObject> {
+    if entry_present(&root.join(UNINSTALL_INTENT_NAME))? {
+        return Err(Error::runtime("another uninstall intent already exists"));
+    }
+    let digest = manifest_digest(root)?;
+    let mut identities = JsonObject::new();
+    identities.insert("root", directory_binding(root)?);
+    identities.insert("worker", directory_binding(&layout.worker_release)?);
+    identities.insert("gateway", directory_binding(&layout.gateway_release)?);
+    let mut intent = JsonObject::new();
+    intent.insert("format", 1_i64);
+    intent.insert("root", text(root));
+    intent.insert("worker_release", text(&layout.worker_release));
+    intent.insert("gateway_release", text(&layout.gateway_release));
+    intent.insert("operation_id", operation);
+    intent.insert("server_identity", server_identity);
+    intent.insert("purge_state", purge_state);
+    intent.insert("phase", "prepared");
+    intent.insert("layout_sha256", digest);
+    intent.insert("identities", identities);
+    store_uninstall_intent(root, &intent)?;
+    Ok(intent)
+}
+
+/// Replaces the intent file with `intent` (used to advance its phase).
+pub fn store_uninstall_intent(root: &Path, intent: &JsonObject) -> Result<()> {
+    atomic_write(
+        &root.join(UNINSTALL_INTENT_NAME),
+        &encode_indented(&Json::Object(intent.clone())),
+        0o600,
+    )
+}
+
+/// `pending_uninstall_operation`: the operation id a worker starting from
+/// `runtime_root` must hold, when a retained intent keeps exactly that
+/// worker (RuntimeError `worker is not retained by the pending uninstall`
+/// otherwise). Never writes.
+pub fn pending_uninstall_operation(root: &Path, runtime_root: &Path) -> Result<String> {
+    no_activation(root)?;
+    let layout = installed_layout(root)?;
+    let intent = read_uninstall_intent(root, &layout)?;
+    let not_retained = || Error::runtime("worker is not retained by the pending uninstall");
+    let Some(intent) = intent else {
+        return Err(not_retained());
+    };
+    if normalize_path(runtime_root)? != layout.worker_release {
+        return Err(not_retained());
+    }
+    Ok(intent
+        .get("operation_id")
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// `re.fullmatch(r"[A-Za-z0-9_-]{1,128}", text)`.
+fn is_server_identity(text: &str) -> bool {
+    (1..=128).contains(&text.len())
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+}
+
+/// `str(uuid.UUID(text))`: Python accepts braces, a `urn:uuid:` prefix and
+/// hyphens anywhere around 32 hex digits; anything else is the ValueError
+/// `badly formed hexadecimal UUID string`.
+fn python_uuid(text: &str) -> Result<String> {
+    let mut hex = text.replace("urn:", "").replace("uuid:", "");
+    hex = hex.trim_matches(|c| c == '{' || c == '}').replace('-', "");
+    if hex.len() != 32 || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Err(Error::value("badly formed hexadecimal UUID string"));
+    }
+    let hex = hex.to_ascii_lowercase();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_text_follows_python() {
+        let canonical = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert_eq!(python_uuid(canonical).unwrap(), canonical);
+        assert_eq!(
+            python_uuid("{0F8FAD5B-D9CB-469F-A165-70867728950E}").unwrap(),
+            canonical
+        );
+        assert_eq!(
+            python_uuid("urn:uuid:0f8fad5bd9cb469fa16570867728950e").unwrap(),
+            canonical
+        );
+        for bad in ["", "0f8fad5b", "0f8fad5b-d9cb-469f-a165-70867728950g"] {
+            assert_eq!(
+                python_uuid(bad).unwrap_err().python_line(),
+                "ValueError: badly formed hexadecimal UUID string"
+            );
+        }
+    }
+
+    #[test]
+    fn server_identity_pattern() {
+        assert!(is_server_identity("server_fixture-1"));
+        assert!(!is_server_identity(""));
+        assert!(!is_server_identity("a b"));
+        assert!(!is_server_identity(&"a".repeat(129)));
+        assert!(!is_server_identity("é"));
+    }
+}

@@ -1,0 +1,406 @@
+//! The `.execution-uninstall.json` intent: exact keys and bytes (checked by
+//! a live CPython round trip), what the worker's startup reader accepts, and
+//! every refusal of a marker that no longer names this installation.
+
+use std::fs;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use agents_common::{
+    encode_indented, parse_json, pending_uninstall_operation, read_uninstall_intent,
+    store_uninstall_intent, write_uninstall_intent, ExecutionLayout, Json, JsonObject,
+    UNINSTALL_INTENT_NAME,
+};
+use agents_tests::{free_port, Installation};
+
+const OPERATION: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
+
+fn installed() -> (Installation, ExecutionLayout) {
+    let installation = Installation::in_temp();
+    let worker = installation.add_release("1.0.0");
+    let gateway = installation.add_release("1.1.0");
+    let layout = installation.layout(&worker, &gateway, free_port());
+    installation.install_split(&layout);
+    (installation, layout)
+}
+
+fn intent_path(installation: &Installation) -> std::path::PathBuf {
+    installation.install_root.join(UNINSTALL_INTENT_NAME)
+}
+
+/// `json.dumps(json.loads(data), sort_keys=True, indent=2) + "\n"` by CPython.
+fn python_rendering(data: &[u8]) -> Vec<u8> {
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import json,sys; v=json.loads(sys.stdin.buffer.read()); \
+             sys.stdout.write(json.dumps(v, sort_keys=True, indent=2) + '\\n')",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (the byte format is checked against CPython)");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    output.stdout
+}
+
+fn binding(path: &Path) -> Json {
+    let meta = fs::symlink_metadata(path).unwrap();
+    let mut object = JsonObject::new();
+    object.insert("device", Json::Int(meta.dev().into()));
+    object.insert("inode", Json::Int(meta.ino().into()));
+    object.insert("volume_uuid", Json::Null);
+    Json::Object(object)
+}
+
+#[test]
+fn the_written_intent_has_pythons_keys_bytes_and_mode() {
+    let (installation, layout) = installed();
+    let written = write_uninstall_intent(
+        &installation.install_root,
+        &layout,
+        OPERATION,
+        true,
+        "server_a",
+    )
+    .unwrap();
+    let path = intent_path(&installation);
+    let data = fs::read(&path).unwrap();
+    assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(data, python_rendering(&data), "sorted, indent-2, newline");
+    assert_eq!(data, encode_indented(&Json::Object(written.clone())));
+    let value = parse_json(&data).unwrap();
+    let mut keys: Vec<&String> = value.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "format",
+            "gateway_release",
+            "identities",
+            "layout_sha256",
+            "operation_id",
+            "phase",
+            "purge_state",
+            "root",
+            "server_identity",
+            "worker_release"
+        ]
+    );
+    let text = |key: &str| value.get(key).and_then(Json::as_str).unwrap().to_string();
+    assert_eq!(value.get("format"), Some(&Json::Int(1)));
+    assert_eq!(text("root"), installation.install_root.to_str().unwrap());
+    assert_eq!(
+        text("worker_release"),
+        layout.worker_release.to_str().unwrap()
+    );
+    assert_eq!(
+        text("gateway_release"),
+        layout.gateway_release.to_str().unwrap()
+    );
+    assert_eq!(text("operation_id"), OPERATION);
+    assert_eq!(text("server_identity"), "server_a");
+    assert_eq!(text("phase"), "prepared");
+    assert_eq!(value.get("purge_state"), Some(&Json::Bool(true)));
+    let manifest = fs::read(layout.manifest_path()).unwrap();
+    let digest = Command::new("sha256sum")
+        .arg(layout.manifest_path())
+        .output()
+        .unwrap();
+    let digest = String::from_utf8(digest.stdout).unwrap();
+    assert_eq!(text("layout_sha256"), digest.split(' ').next().unwrap());
+    assert!(!manifest.is_empty());
+    let identities = value.get("identities").unwrap();
+    assert_eq!(
+        identities.get("root"),
+        Some(&binding(&installation.install_root))
+    );
+    assert_eq!(
+        identities.get("worker"),
+        Some(&binding(&layout.worker_release))
+    );
+    assert_eq!(
+        identities.get("gateway"),
+        Some(&binding(&layout.gateway_release))
+    );
+    // Read back exactly.
+    let read = read_uninstall_intent(&installation.install_root, &layout)
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, written);
+    // A second intent is refused, even as a dangling symlink.
+    let err = write_uninstall_intent(&installation.install_root, &layout, OPERATION, true, "s")
+        .unwrap_err();
+    assert_eq!(
+        err.python_line(),
+        "RuntimeError: another uninstall intent already exists"
+    );
+    fs::remove_file(&path).unwrap();
+    symlink("missing", &path).unwrap();
+    let err = write_uninstall_intent(&installation.install_root, &layout, OPERATION, true, "s")
+        .unwrap_err();
+    assert_eq!(
+        err.python_line(),
+        "RuntimeError: another uninstall intent already exists"
+    );
+}
+
+#[test]
+fn the_startup_reader_names_the_retained_worker_and_never_writes() {
+    let (installation, layout) = installed();
+    let root = &installation.install_root;
+    let not_retained = "RuntimeError: worker is not retained by the pending uninstall";
+    let err = pending_uninstall_operation(root, &layout.worker_release).unwrap_err();
+    assert_eq!(err.python_line(), not_retained, "no intent");
+    write_uninstall_intent(root, &layout, OPERATION, false, "server_a").unwrap();
+    let path = intent_path(&installation);
+    let before = (
+        fs::read(&path).unwrap(),
+        fs::metadata(&path).unwrap().mtime_nsec(),
+    );
+    assert_eq!(
+        pending_uninstall_operation(root, &layout.worker_release).unwrap(),
+        OPERATION
+    );
+    let err = pending_uninstall_operation(root, &layout.gateway_release).unwrap_err();
+    assert_eq!(err.python_line(), not_retained, "another release");
+    let after = (
+        fs::read(&path).unwrap(),
+        fs::metadata(&path).unwrap().mtime_nsec(),
+    );
+    assert_eq!(before, after);
+    for journal in [".activation-transaction", ".execution-transaction"] {
+        symlink("missing", root.join(journal)).unwrap();
+        let err = pending_uninstall_operation(root, &layout.worker_release).unwrap_err();
+        assert_eq!(
+            err.python_line(),
+            "RuntimeError: activation already owns handoff recovery"
+        );
+        fs::remove_file(root.join(journal)).unwrap();
+    }
+}
+
+/// Rewrites the intent with `change` applied and returns the reader's error line.
+fn refusal(
+    installation: &Installation,
+    layout: &ExecutionLayout,
+    change: impl FnOnce(&mut JsonObject),
+) -> String {
+    let root = &installation.install_root;
+    let path = intent_path(installation);
+    let _ = fs::remove_file(&path);
+    let mut intent = write_uninstall_intent(root, layout, OPERATION, false, "server_a").unwrap();
+    change(&mut intent);
+    store_uninstall_intent(root, &intent).unwrap();
+    read_uninstall_intent(root, layout)
+        .unwrap_err()
+        .python_line()
+}
+
+#[test]
+fn a_marker_that_is_not_exactly_this_installation_is_refused() {
+    let (installation, layout) = installed();
+    let mismatch = "ValueError: uninstall intent does not match this installed runtime";
+    type Change = Box<dyn FnOnce(&mut JsonObject)>;
+    let cases: Vec<(Change, &str)> = vec![
+        (
+            Box::new(|i| {
+                i.remove("phase");
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("extra", 1_i64);
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("format", true);
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("format", 2_i64);
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("purge_state", 0_i64);
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("root", "/elsewhere");
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("worker_release", "/elsewhere");
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("gateway_release", "/elsewhere");
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("phase", "deleting");
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("server_identity", "has space");
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("server_identity", 7_i64);
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("operation_id", 7_i64);
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("operation_id", OPERATION.to_uppercase());
+            }),
+            mismatch,
+        ),
+        (
+            Box::new(|i| {
+                i.insert("operation_id", "not-a-uuid");
+            }),
+            "ValueError: badly formed hexadecimal UUID string",
+        ),
+        (
+            Box::new(|i| {
+                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
+                identities.remove("gateway");
+            }),
+            "ValueError: uninstall intent identities are invalid",
+        ),
+        (
+            Box::new(|i| {
+                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
+                let root = identities.get_mut("root").unwrap().as_object_mut().unwrap();
+                root.insert("inode", true);
+            }),
+            "ValueError: invalid preparation directory identity",
+        ),
+        (
+            Box::new(|i| {
+                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
+                let worker = identities
+                    .get_mut("worker")
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap();
+                worker.insert("inode", 1_i64);
+            }),
+            "RuntimeError: prepared directory identity changed",
+        ),
+        (
+            Box::new(|i| {
+                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
+                let gateway = identities
+                    .get_mut("gateway")
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap();
+                gateway.insert("device", 1_i64);
+            }),
+            "RuntimeError: prepared filesystem identity changed",
+        ),
+        (
+            Box::new(|i| {
+                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
+                let gateway = identities
+                    .get_mut("gateway")
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap();
+                gateway.insert("volume_uuid", "ABC");
+            }),
+            "RuntimeError: prepared filesystem identity changed",
+        ),
+        (
+            Box::new(|i| {
+                i.insert("layout_sha256", "0".repeat(64));
+            }),
+            "RuntimeError: installed execution layout changed after uninstall admission",
+        ),
+    ];
+    for (change, expected) in cases {
+        assert_eq!(refusal(&installation, &layout, change), expected);
+    }
+}
+
+#[test]
+fn an_unsafe_or_replaced_marker_is_refused() {
+    let (installation, layout) = installed();
+    let root = &installation.install_root;
+    let path = intent_path(&installation);
+    write_uninstall_intent(root, &layout, OPERATION, false, "server_a").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(
+        read_uninstall_intent(root, &layout)
+            .unwrap_err()
+            .python_line(),
+        format!(
+            "PermissionError: execution configuration is unsafe: {}",
+            path.display()
+        )
+    );
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    // A symlinked marker is never followed.
+    let aside = root.join("intent-copy.json");
+    fs::rename(&path, &aside).unwrap();
+    symlink(&aside, &path).unwrap();
+    let err = read_uninstall_intent(root, &layout).unwrap_err();
+    assert_eq!(
+        err.python_line(),
+        format!(
+            "OSError: [Errno 40] Too many levels of symbolic links: '{}'",
+            path.display()
+        )
+    );
+    fs::remove_file(&path).unwrap();
+    fs::rename(&aside, &path).unwrap();
+    // The worker release replaced by another directory at the same path.
+    let moved = installation.install_root.join("releases/moved");
+    fs::rename(&layout.worker_release, &moved).unwrap();
+    fs::create_dir(&layout.worker_release).unwrap();
+    for entry in fs::read_dir(&moved).unwrap() {
+        let entry = entry.unwrap();
+        fs::rename(entry.path(), layout.worker_release.join(entry.file_name())).unwrap();
+    }
+    assert_eq!(
+        read_uninstall_intent(root, &layout)
+            .unwrap_err()
+            .python_line(),
+        "RuntimeError: prepared directory identity changed"
+    );
+    // Not JSON at all.
+    fs::write(&path, b"{").unwrap();
+    let err = read_uninstall_intent(root, &layout).unwrap_err();
+    assert!(err.python_line().starts_with("ValueError: "), "{err:?}");
+}
