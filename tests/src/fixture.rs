@@ -18,10 +18,10 @@ use agents_common::{
 
 use crate::binaries::test_worker_path;
 use crate::http_client::{origin_address, HttpRequest};
-use crate::poll::{poll_until, POLL_INTERVAL};
+use crate::poll::{poll_until, try_poll_until, POLL_INTERVAL};
 use crate::sandbox::Sandbox;
 use crate::tempdir::TempDir;
-use crate::worker_files::{RequestRecord, Role, Switches};
+use crate::worker_files::{errors_log_path, RequestRecord, Role, Switches};
 
 /// The agent token every fixture writes to `config/env`.
 pub const AGENT_TOKEN: &str = "test-agent-token-0123456789abcdef";
@@ -320,6 +320,11 @@ impl Installation {
         RequestRecord::read_all(&self.state_root, role)
     }
 
+    /// Why the role's starts failed so far (empty when none did).
+    pub fn startup_errors(&self, role: Role) -> String {
+        fs::read_to_string(errors_log_path(&self.state_root, role)).unwrap_or_default()
+    }
+
     /// Loads the units into the sandbox's manager, enables both, starts the
     /// worker, then the gateway, and waits until each receipt names the
     /// MainPID systemd reports and the public listener answers.
@@ -383,16 +388,20 @@ impl Installation {
 
     /// Waits until `unit` runs and the role's receipt carries its MainPID.
     pub fn wait_for_service(&self, sandbox: &Sandbox, unit: &str, role: Role) -> (Json, u32) {
-        poll_until(
-            SERVICE_TIMEOUT,
-            &format!("{unit} with a receipt naming its MainPID"),
-            || {
-                let state = sandbox.unit_state(unit);
-                let receipt = self.receipt(role)?;
-                (state.is_running() && receipt_pid(&receipt) == state.main_pid)
-                    .then_some((receipt, state.main_pid))
-            },
-        )
+        let what = format!("{unit} with a receipt naming its MainPID");
+        try_poll_until(SERVICE_TIMEOUT, &what, || {
+            let state = sandbox.unit_state(unit);
+            let receipt = self.receipt(role)?;
+            (state.is_running() && receipt_pid(&receipt) == state.main_pid)
+                .then_some((receipt, state.main_pid))
+        })
+        .unwrap_or_else(|message| {
+            panic!(
+                "{message}; last state {:?}; startup errors:\n{}",
+                sandbox.unit_state(unit),
+                self.startup_errors(role)
+            )
+        })
     }
 }
 

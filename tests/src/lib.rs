@@ -63,6 +63,6 @@ pub use processes::{process_alive, ProcessIdentity};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 pub use tempdir::TempDir;
 pub use worker_files::{
-    request_log_path, switches_path, test_worker_dir, Death, DeathPoint, RequestMatch,
-    RequestRecord, Role, Stall, Switches,
+    errors_log_path, request_log_path, switches_path, test_worker_dir, Death, DeathPoint,
+    RequestMatch, RequestRecord, Role, Stall, Switches,
 };

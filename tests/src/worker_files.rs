@@ -5,7 +5,9 @@
 //! - `<role>.json`: [`Switches`], re-read by the worker on every request (the
 //!   receipt delay at startup), written atomically by the test;
 //! - `<role>.requests.jsonl`: one [`RequestRecord`] line per request, appended
-//!   by the worker before it replies. Token values are never logged.
+//!   by the worker before it replies. Token values are never logged;
+//! - `<role>.errors.log`: why a start failed (systemd's journal is not
+//!   available in the sandbox).
 
 use std::fs;
 use std::io::{self, Write};
@@ -49,6 +51,11 @@ pub fn switches_path(state_root: &Path, role: Role) -> PathBuf {
 /// Where a role logs the requests it received.
 pub fn request_log_path(state_root: &Path, role: Role) -> PathBuf {
     test_worker_dir(state_root).join(format!("{}.requests.jsonl", role.name()))
+}
+
+/// Where a role appends why it failed to start (one line per attempt).
+pub fn errors_log_path(state_root: &Path, role: Role) -> PathBuf {
+    test_worker_dir(state_root).join(format!("{}.errors.log", role.name()))
 }
 
 /// Which requests a switch applies to.

@@ -249,4 +249,11 @@ fn conflicting_claims_stop_the_worker() {
         installation.receipt(Role::Worker).is_none(),
         "a refused worker publishes nothing"
     );
+    let errors = installation.startup_errors(Role::Worker);
+    assert_eq!(errors.lines().count(), 2, "{errors}");
+    assert!(errors
+        .lines()
+        .last()
+        .unwrap()
+        .ends_with("exit 1: two activation journals claim execution ownership"));
 }

@@ -20,13 +20,16 @@ mod service;
 mod signals;
 mod startup_hold;
 
+use std::fs;
+use std::io::Write;
 use std::net::TcpListener;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agents_common::{json_object, read_secret};
-use agents_tests::{Role, Switches};
+use agents_tests::{errors_log_path, test_worker_dir, Role, Switches};
 
 use crate::args::Invocation;
 use crate::health::{api_contract_version, server_identity, ServerFacts};
@@ -76,18 +79,43 @@ fn version_of(directory: &Path) -> String {
         .unwrap_or_else(|_| "development".to_string())
 }
 
+/// Finds the state root, then starts; a startup failure is also appended to
+/// `state_root/test-worker/<role>.errors.log`, because systemd's journal is
+/// not available in the sandbox.
 fn run(invocation: Invocation) -> Result<(), Exit> {
-    let release = release_root(&invocation.script)?;
-    let runtime_dir = invocation.runtime_dir.clone();
     let state_root = environment(&["AGENTSDOCK_STATE_DIR", "AGENTS_SERVER_STATE_DIR"])
         .map(PathBuf::from)
         .or_else(|| {
-            runtime_dir
+            invocation
+                .runtime_dir
                 .as_ref()
                 .and_then(|dir| dir.parent())
                 .map(Path::to_path_buf)
         })
         .ok_or_else(|| fail("AGENTSDOCK_STATE_DIR is required"))?;
+    let role = invocation.role;
+    start(invocation, state_root.clone()).inspect_err(|Exit(code, message)| {
+        let line = format!("pid {} exit {code}: {message}\n", std::process::id());
+        let appended = fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(test_worker_dir(&state_root))
+            .and_then(|()| {
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(errors_log_path(&state_root, role))
+            })
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(err) = appended {
+            eprintln!("test-worker: cannot record the failure: {err}");
+        }
+    })
+}
+
+fn start(invocation: Invocation, state_root: PathBuf) -> Result<(), Exit> {
+    let release = release_root(&invocation.script)?;
+    let runtime_dir = invocation.runtime_dir.clone();
     let switches = Switches::load(&state_root, invocation.role).map_err(fail)?;
     let facts = ServerFacts {
         server_identity: server_identity(&state_root),
