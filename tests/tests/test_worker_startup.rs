@@ -6,7 +6,10 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
-use agents_common::{json_object, maintenance_operation_id, uuid5_url, ExecutionTransaction, Json};
+use agents_common::{
+    json_object, maintenance_operation_id, uuid5_url, write_uninstall_intent, ExecutionLayout,
+    ExecutionTransaction, Json,
+};
 use agents_tests::{free_port, DirectService, HttpRequest, Installation, Role};
 
 fn both_running() -> Json {
@@ -17,7 +20,7 @@ fn both_running() -> Json {
 }
 
 /// An installed split layout on release 1.0.0 (nothing running).
-fn installed() -> (Installation, agents_common::ExecutionLayout) {
+fn installed() -> (Installation, ExecutionLayout) {
     let installation = Installation::in_temp();
     let release = installation.add_release("1.0.0");
     let layout = installation.layout(&release, &release, free_port());
@@ -26,10 +29,7 @@ fn installed() -> (Installation, agents_common::ExecutionLayout) {
 }
 
 /// Starts the worker and returns it with the lease its status reports.
-fn start_worker(
-    installation: &Installation,
-    layout: &agents_common::ExecutionLayout,
-) -> (DirectService, Json) {
+fn start_worker(installation: &Installation, layout: &ExecutionLayout) -> (DirectService, Json) {
     let worker = DirectService::spawn(installation.service_command(layout, Role::Worker));
     let pid = Json::from(worker.pid());
     let receipt = installation.wait_for_receipt(Role::Worker, "of the spawned worker", |receipt| {
@@ -47,10 +47,7 @@ fn start_worker(
 }
 
 /// Runs the worker to its exit and returns (status code, stderr).
-fn failed_start(
-    installation: &Installation,
-    layout: &agents_common::ExecutionLayout,
-) -> (Option<i32>, String) {
+fn failed_start(installation: &Installation, layout: &ExecutionLayout) -> (Option<i32>, String) {
     let output = installation
         .service_command(layout, Role::Worker)
         .output()
@@ -61,11 +58,13 @@ fn failed_start(
     )
 }
 
-fn write_intent(root: &Path, operation: &str) {
-    let intent = json_object! {"format" => 1, "operation_id" => operation, "phase" => "prepared"};
-    fs::write(
-        root.join(".execution-uninstall.json"),
-        agents_common::encode_indented(&Json::Object(intent)),
+fn write_intent(layout: &ExecutionLayout, operation: &str) {
+    write_uninstall_intent(
+        &layout.install_root,
+        layout,
+        operation,
+        false,
+        "test-identity",
     )
     .unwrap();
 }
@@ -121,7 +120,7 @@ fn sigterm_keeps_a_receipt_that_names_another_instance() {
 fn an_uninstall_intent_holds_the_pinned_worker() {
     let (installation, layout) = installed();
     let operation = "0f0e0d0c-0b0a-4908-8706-050403020100";
-    write_intent(&installation.install_root, operation);
+    write_intent(&layout, operation);
     let (_worker, lease) = start_worker(&installation, &layout);
     assert_eq!(lease.get("operation_id"), Some(&Json::from(operation)));
     assert_eq!(lease.get("sealed"), Some(&Json::Bool(true)));
@@ -224,7 +223,7 @@ fn a_pending_gateway_journal_holds_nothing() {
 fn conflicting_claims_stop_the_worker() {
     let (installation, layout) = installed();
     let root = &installation.install_root;
-    write_intent(root, "0f0e0d0c-0b0a-4908-8706-050403020100");
+    write_intent(&layout, "0f0e0d0c-0b0a-4908-8706-050403020100");
     fs::DirBuilder::new()
         .mode(0o700)
         .create(root.join(".execution-transaction"))

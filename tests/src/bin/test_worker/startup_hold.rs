@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use agents_common::{
-    active_worker_release, maintenance_operation_id, parse_json, ExecutionTransaction, Json,
+    maintenance_operation_id, parse_json, pending_uninstall_operation, ExecutionTransaction, Json,
     TRANSACTION_NAME,
 };
 
@@ -36,7 +36,9 @@ pub fn pending_worker_operation(
         if present(&outer) || present(&journal) {
             return Err("activation and uninstall both claim execution ownership".to_string());
         }
-        return pending_uninstall_operation(root, release_root, &uninstall).map(Some);
+        return pending_uninstall_operation(root, release_root)
+            .map(Some)
+            .map_err(|err| err.python_line());
     }
     if present(&outer) {
         if present(&journal) {
@@ -73,26 +75,6 @@ pub fn pending_worker_operation(
     maintenance_operation_id(&value)
         .map(Some)
         .map_err(|err| err.python_line())
-}
-
-/// `pending_uninstall_operation`: the intent's operation, for the worker the
-/// installed layout pins.
-fn pending_uninstall_operation(
-    root: &Path,
-    release_root: &Path,
-    intent: &Path,
-) -> Result<String, String> {
-    let pinned = active_worker_release(root).map_err(|err| err.python_line())?;
-    if pinned.as_deref() != Some(release_root) {
-        return Err("worker is not retained by the pending uninstall".to_string());
-    }
-    match read_json(intent)?
-        .get("operation_id")
-        .and_then(Json::as_str)
-    {
-        Some(operation) if is_canonical_uuid(operation) => Ok(operation.to_string()),
-        _ => Err("uninstall intent does not match this installed runtime".to_string()),
-    }
 }
 
 /// `pending_execution_worker_operation`: only a format-3 outer journal holds
