@@ -20,6 +20,7 @@
 #![allow(clippy::unnecessary_cast)]
 
 mod config;
+mod durability;
 mod invocation;
 mod io;
 mod manifest;
@@ -29,6 +30,7 @@ mod replace_config;
 mod text;
 
 pub use config::{config_path_matches_desired, config_staging_paths};
+pub use durability::flush_activation;
 pub use invocation::{execution_context, validate_invocation, ActivationInvocation};
 pub use io::{
     read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,

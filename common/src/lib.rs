@@ -97,8 +97,8 @@ pub use update_status::{
 mod activation;
 pub use activation::{
     absolute_path, canonical_manifest_bytes, config_path_matches_desired, config_staging_paths,
-    execution_context, link_state, locate_release, pure_path_text, read_owned_config,
-    read_private_file, release_identity, release_matches, replace_config,
+    execution_context, flush_activation, link_state, locate_release, pure_path_text,
+    read_owned_config, read_private_file, release_identity, release_matches, replace_config,
     replace_config_with_checkpoints, validate_invocation, write_new_private, ActivationInvocation,
     ActivationManifest, ReplaceConfigStep, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
     ACTIVATION_JOURNAL_NAME,

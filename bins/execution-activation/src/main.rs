@@ -1,14 +1,28 @@
 //! `execution-activation`: the split gateway/worker service operations that
 //! install.sh runs during activation and rollback (the port of
 //! `execution_activation.py`).
+//!
+//! There is deliberately no independent commit, rollback, snapshot or lock:
+//! every mutating operation requires install.sh's outer activation journal
+//! and its install lock. Only `detect`, `snapshot`, `candidate-api-contract`,
+//! `previous-worker` and `recovery-state` print (one line install.sh
+//! captures); every failure is one line on stderr and exit status 1. Signals
+//! the installer ignored stay ignored: nothing here installs handlers.
 
+mod api_contract;
 mod cli;
+mod context;
+mod detect;
 
 use std::process::ExitCode;
 
-use agents_common::{exit_status, not_implemented, parse_command_line, Result};
+use agents_common::{
+    exit_status, flush_activation, locate_release, not_implemented, parse_command_line, Error,
+    Json, Result,
+};
 
-use cli::{Args, PROGRAM, SPEC};
+use cli::{Args, Operation, PROGRAM, SPEC};
+use context::{command_layout, print_line, transaction};
 
 fn main() -> ExitCode {
     let args = Args::from_parsed(&parse_command_line(&SPEC));
@@ -16,5 +30,48 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    not_implemented(PROGRAM, args.operation.word())
+    match args.operation {
+        Operation::CandidateApiContract => {
+            let contract = api_contract::candidate_api_contract(&args.candidate_source)?;
+            return print_line(&contract.to_string());
+        }
+        Operation::Detect => return print_line(detect::detect(&args.root)?),
+        _ => {}
+    }
+    let layout = command_layout(&args, None)?;
+    match args.operation {
+        Operation::Durability => {
+            let value = transaction(&args)?;
+            flush_activation(&layout.install_root, &value)?;
+            if transaction(&args)? != value {
+                return Err(Error::runtime(
+                    "activation journal changed during runtime durability barrier",
+                ));
+            }
+            Ok(())
+        }
+        Operation::PreviousWorker => previous_worker(&args),
+        operation => not_implemented(PROGRAM, operation.word()),
+    }
+}
+
+/// `previous-worker`: the retained worker generation a restored split
+/// install runs again; nothing for a legacy monolith.
+fn previous_worker(args: &Args) -> Result<()> {
+    let value = transaction(args)?;
+    if value.get("execution_layout").get("existed") != Some(&Json::Bool(true)) {
+        return Ok(());
+    }
+    let old_worker = value
+        .execution_field("old_worker_release")
+        .as_object()
+        .cloned();
+    let previous = match old_worker {
+        Some(release) if !release.is_empty() => locate_release(&release, &[])?,
+        _ => None,
+    };
+    match previous {
+        Some(path) => print_line(&path.to_string_lossy()),
+        None => Err(Error::runtime("previous worker generation is unavailable")),
+    }
 }

@@ -295,6 +295,11 @@ pub(crate) fn mtime_ns(info: &Stat) -> i128 {
     info.st_mtime as i128 * 1_000_000_000 + info.st_mtime_nsec as i128
 }
 
+/// `st_ctime_ns`.
+pub(crate) fn ctime_ns(info: &Stat) -> i128 {
+    info.st_ctime as i128 * 1_000_000_000 + info.st_ctime_nsec as i128
+}
+
 /// `stat.S_ISxxx(info.st_mode)`.
 pub(crate) fn is_type(info: &Stat, kind: FileType) -> bool {
     FileType::from_raw_mode(info.st_mode) == kind

@@ -25,10 +25,28 @@ static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
 /// The API contract every fixture release declares.
 pub const API_CONTRACT: i64 = 7;
 
+/// The four roots of an installation; the journal writer works on these, so
+/// it serves this crate's [`Install`] trees and the black-box fixtures alike.
+#[derive(Clone)]
+pub struct Roots {
+    pub root: PathBuf,
+    pub config_root: PathBuf,
+    pub state_root: PathBuf,
+    pub home: PathBuf,
+}
+
 /// A base directory holding `install/` (0700, as install.sh creates it),
 /// `config/`, `state/` and `home/` (0755), removed when dropped.
 pub struct Install {
     pub base: PathBuf,
+    pub roots: Roots,
+}
+
+impl std::ops::Deref for Install {
+    type Target = Roots;
+    fn deref(&self) -> &Roots {
+        &self.roots
+    }
 }
 
 impl Install {
@@ -54,23 +72,37 @@ impl Install {
         }
         Install {
             base: base.to_path_buf(),
+            roots: Roots {
+                root: base.join("install"),
+                config_root: base.join("config"),
+                state_root: base.join("state"),
+                home: base.join("home"),
+            },
         }
     }
+}
 
+impl Drop for Install {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.base);
+    }
+}
+
+impl Roots {
     pub fn root(&self) -> PathBuf {
-        self.base.join("install")
+        self.root.clone()
     }
     pub fn releases(&self) -> PathBuf {
-        self.root().join("releases")
+        self.root.join("releases")
     }
     pub fn config_root(&self) -> PathBuf {
-        self.base.join("config")
+        self.config_root.clone()
     }
     pub fn state_root(&self) -> PathBuf {
-        self.base.join("state")
+        self.state_root.clone()
     }
     pub fn home(&self) -> PathBuf {
-        self.base.join("home")
+        self.home.clone()
     }
     pub fn runtime_dir(&self) -> PathBuf {
         self.state_root().join("execution")
@@ -219,12 +251,6 @@ impl Install {
     }
 }
 
-impl Drop for Install {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.base);
-    }
-}
-
 /// What `activation_transaction begin` is told.
 #[derive(Clone)]
 pub struct Begin {
@@ -260,7 +286,7 @@ impl Begin {
     }
 }
 
-impl Install {
+impl Roots {
     /// `activation_transaction begin`: snapshot links and configurations into
     /// a staged private directory, write the canonical manifest, and rename it
     /// into place. Returns the transaction id.

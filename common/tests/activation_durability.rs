@@ -1,0 +1,134 @@
+//! `flush_activation`: the runtime durability barrier over real release
+//! trees, and each refusal that keeps it from vouching for an unsafe tree.
+
+mod activation_support;
+
+use std::fs;
+use std::os::unix::fs::symlink;
+
+use activation_support::{assert_error, set_mode, write_file, Begin, Install};
+use agents_common::{flush_activation, ActivationManifest, ErrorClass};
+
+/// An update journal in `prepared` with old and candidate releases.
+fn prepared(tag: &str) -> Install {
+    let install = Install::new(tag);
+    install.release("1.0.0");
+    install.write_env("AGENTS_SERVER_PORT=7850\n");
+    install.install_split("1.0.0");
+    let staging = install.staging("1.1.0");
+    let old = install.release_dir("1.0.0");
+    install.begin(&Begin {
+        old: Some((old.clone(), old)),
+        ..Begin::split(&staging, "1.1.0")
+    });
+    install
+}
+
+fn flush(install: &Install) -> agents_common::Result<()> {
+    let (_directory, manifest) = ActivationManifest::read(&install.root(), false).unwrap();
+    flush_activation(&install.root(), &manifest)
+}
+
+#[test]
+fn a_prepared_activation_flushes_without_changing_anything() {
+    let install = prepared("ok");
+    // A venv interpreter linked outside the tree must be a Python; one owned
+    // by root (these tests run as root) is skipped, as the seed never
+    // traverses OS-managed installations.
+    let interpreter = install.base.join("python-home/bin/python3.11");
+    fs::create_dir_all(interpreter.parent().unwrap()).unwrap();
+    write_file(&interpreter, b"#!/bin/sh\n", 0o755);
+    let python = install.release_dir("1.0.0").join(".venv/bin/python3");
+    symlink(&interpreter, &python).unwrap();
+    let before = fs::read(install.manifest_path()).unwrap();
+    flush(&install).unwrap();
+    assert_eq!(fs::read(install.manifest_path()).unwrap(), before);
+}
+
+#[test]
+fn the_install_root_must_be_private_and_the_phase_early() {
+    let install = prepared("root");
+    set_mode(&install.root(), 0o755);
+    assert_error(
+        flush(&install),
+        ErrorClass::Permission,
+        "activation durability requires a private install root",
+    );
+    set_mode(&install.root(), 0o700);
+    install.record("quiescing");
+    assert_error(
+        flush(&install),
+        ErrorClass::Runtime,
+        "runtime durability must precede native quiescing",
+    );
+}
+
+#[test]
+fn trees_with_unsafe_members_are_refused() {
+    let install = prepared("members");
+    let candidate = install.releases().join(".staging-1.1.0-4242");
+    let fifo = candidate.join("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    assert_error(
+        flush(&install),
+        ErrorClass::Value,
+        "durability tree contains a special file",
+    );
+    fs::remove_file(&fifo).unwrap();
+
+    let link = candidate.join("escape");
+    symlink("/etc/hostname", &link).unwrap();
+    assert_error(
+        flush(&install),
+        ErrorClass::Value,
+        "external durability link is not a Python interpreter",
+    );
+    fs::remove_file(&link).unwrap();
+
+    let control = candidate.join("bad\u{1}name");
+    write_file(&control, b"x", 0o644);
+    assert_error(
+        flush(&install),
+        ErrorClass::Value,
+        "durability member contains control characters",
+    );
+    fs::remove_file(&control).unwrap();
+
+    let dangling = candidate.join(".venv/bin/python9");
+    symlink(candidate.join("missing"), &dangling).unwrap();
+    let error = flush(&install).unwrap_err();
+    assert_eq!(error.class(), ErrorClass::NotFound, "{error:?}");
+    fs::remove_file(&dangling).unwrap();
+
+    set_mode(&candidate.join("VERSION"), 0o666);
+    assert_error(
+        flush(&install),
+        ErrorClass::Permission,
+        "activation release identity is unsafe",
+    );
+    set_mode(&candidate.join("VERSION"), 0o644);
+    flush(&install).expect("restored tree flushes");
+}
+
+#[test]
+fn a_release_that_left_the_journal_is_not_retained() {
+    let install = prepared("moved");
+    let old = install.release_dir("1.0.0");
+    fs::rename(&old, install.releases().join("elsewhere")).unwrap();
+    let (_directory, manifest) = {
+        // execution_context would already refuse; read the manifest raw.
+        ActivationManifest::read(&install.root(), false).unwrap()
+    };
+    assert_error(
+        flush_activation(&install.root(), &manifest),
+        ErrorClass::Runtime,
+        "durability runtime is not retained by the journal",
+    );
+}
