@@ -3,13 +3,17 @@
 //! directly with the unit's command line and environment (no systemd needed).
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::Path;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
 
 use agents_common::{
-    json_object, maintenance_operation_id, uuid5_url, write_uninstall_intent, ExecutionLayout,
+    json_object, maintenance_operation_id, write_uninstall_intent, ExecutionLayout,
     ExecutionTransaction, Json,
 };
+#[path = "../../common/tests/activation_support/mod.rs"]
+mod activation_support;
+
+use activation_support::{Begin, Roots};
 use agents_tests::{free_port, DirectService, HttpRequest, Installation, Role};
 
 fn both_running() -> Json {
@@ -69,28 +73,40 @@ fn write_intent(layout: &ExecutionLayout, operation: &str) {
     .unwrap();
 }
 
-fn write_outer_journal(root: &Path, format: i64, candidate: &Path, operation: &str) {
-    let directory = root.join(".activation-transaction");
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&directory)
-        .unwrap();
-    let identity = fs::metadata(candidate).unwrap();
-    let journal = json_object! {
-        "format" => format,
-        "candidate_release" => Json::Object(json_object! {
-            "source" => candidate.to_str().unwrap(),
-            "target" => candidate.to_str().unwrap(),
-            "device" => identity.dev(),
-            "inode" => identity.ino(),
-        }),
-        "execution" => Json::Object(json_object! {"operation_id" => operation, "old_worker_release" => Json::Object(Default::default())}),
+/// install.sh's `activation_transaction begin` (the shared stand-in) for
+/// release `version` staged in `releases/.staging-<version>-4242`, then its
+/// link step (the staging directory renamed to `releases/<version>`).
+/// Returns the candidate release and the journal's execution operation.
+fn begin_activation(
+    installation: &Installation,
+    version: &str,
+    execution: bool,
+) -> (PathBuf, Option<String>) {
+    let roots = Roots {
+        platform: "Linux".to_string(),
+        root: installation.install_root.clone(),
+        config_root: installation.config_root.clone(),
+        state_root: installation.state_root.clone(),
+        home: installation.home.clone(),
     };
-    fs::write(
-        directory.join("manifest.json"),
-        agents_common::encode_indented(&Json::Object(journal)),
-    )
-    .unwrap();
+    let staging = installation.add_release(&format!(".staging-{version}-4242"));
+    fs::write(staging.join("VERSION"), format!("{version}\n")).unwrap();
+    // `current` points at the installed release: that is the rollback release.
+    let current = fs::read_link(installation.install_root.join("current")).unwrap();
+    roots.begin(&Begin {
+        execution,
+        old: Some((current.clone(), current)),
+        ..Begin::split(&staging, version)
+    });
+    let candidate = installation.release_dir(version);
+    fs::rename(&staging, &candidate).unwrap();
+    let manifest = roots.manifest();
+    let operation = manifest
+        .get("execution")
+        .and_then(|execution| execution.get("operation_id"))
+        .and_then(Json::as_str)
+        .map(str::to_string);
+    (candidate, operation)
 }
 
 #[test]
@@ -138,25 +154,24 @@ fn an_uninstall_intent_holds_the_pinned_worker() {
 }
 
 #[test]
-fn an_outer_execution_activation_holds_its_candidate() {
+fn an_outer_execution_activation_holds_its_candidate_and_the_prior_worker() {
     let (installation, layout) = installed();
-    let operation = uuid5_url("agentsdock-activation:activation-000000000000000000000001");
-    write_outer_journal(
-        &installation.install_root,
-        3,
-        &layout.worker_release,
-        &operation,
-    );
-    let (worker, lease) = start_worker(&installation, &layout);
-    assert_eq!(
-        lease.get("operation_id"),
-        Some(&Json::from(operation.as_str()))
-    );
-    drop(worker);
-
-    let mut other = layout.clone();
-    other.worker_release = installation.add_release("2.0.0");
-    let (code, stderr) = failed_start(&installation, &other);
+    let (release, operation) = begin_activation(&installation, "2.0.0", true);
+    let operation = operation.unwrap();
+    let mut candidate = layout.clone();
+    candidate.worker_release = release;
+    for generation in [&layout, &candidate] {
+        let (worker, lease) = start_worker(&installation, generation);
+        assert_eq!(
+            lease.get("operation_id"),
+            Some(&Json::from(operation.as_str())),
+            "{generation:?}"
+        );
+        drop(worker);
+    }
+    let mut stranger = layout.clone();
+    stranger.worker_release = installation.add_release("3.0.0");
+    let (code, stderr) = failed_start(&installation, &stranger);
     assert_eq!(code, Some(1));
     assert!(
         stderr.contains("worker runtime is not retained by the pending activation"),
@@ -167,13 +182,7 @@ fn an_outer_execution_activation_holds_its_candidate() {
 #[test]
 fn a_legacy_outer_activation_holds_nothing() {
     let (installation, layout) = installed();
-    let operation = uuid5_url("agentsdock-activation:activation-000000000000000000000002");
-    write_outer_journal(
-        &installation.install_root,
-        2,
-        &layout.worker_release,
-        &operation,
-    );
+    assert_eq!(begin_activation(&installation, "2.0.0", false).1, None);
     let (_worker, lease) = start_worker(&installation, &layout);
     assert_eq!(lease, Json::Null);
 }
@@ -236,8 +245,12 @@ fn conflicting_claims_stop_the_worker() {
     );
 
     fs::remove_file(root.join(".execution-uninstall.json")).unwrap();
-    let operation = uuid5_url("agentsdock-activation:activation-000000000000000000000003");
-    write_outer_journal(root, 3, &layout.worker_release, &operation);
+    fs::remove_dir(root.join(".execution-transaction")).unwrap();
+    begin_activation(&installation, "2.0.0", true).1.unwrap();
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(root.join(".execution-transaction"))
+        .unwrap();
     let (code, stderr) = failed_start(&installation, &layout);
     assert_eq!(code, Some(1));
     assert!(

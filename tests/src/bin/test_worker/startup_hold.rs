@@ -4,24 +4,16 @@
 //! from its first moment.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use agents_common::{
-    maintenance_operation_id, parse_json, pending_uninstall_operation, ExecutionTransaction, Json,
-    TRANSACTION_NAME,
+    execution_context, maintenance_operation_id, pending_uninstall_operation, release_matches,
+    ExecutionTransaction, Json, TRANSACTION_NAME,
 };
-
-use crate::control::is_canonical_uuid;
 
 fn present(path: &Path) -> bool {
     // exists() or is_symlink(): a dangling link still claims ownership.
     fs::symlink_metadata(path).is_ok()
-}
-
-fn read_json(path: &Path) -> Result<Json, String> {
-    let data = fs::read(path).map_err(|err| format!("{}: {err}", path.display()))?;
-    parse_json(&data).map_err(|err| format!("{}: {err}", path.display()))
 }
 
 /// The operation this worker generation is held for, if any.
@@ -44,7 +36,7 @@ pub fn pending_worker_operation(
         if present(&journal) {
             return Err("two activation journals claim execution ownership".to_string());
         }
-        return pending_outer_operation(&outer, release_root);
+        return pending_outer_operation(root, release_root);
     }
     if !present(&journal) {
         return Ok(None);
@@ -79,32 +71,29 @@ pub fn pending_worker_operation(
 
 /// `pending_execution_worker_operation`: only a format-3 outer journal holds
 /// split workers, and only its candidate or the prior worker generation.
-/// A release matches by `target` path or by the (device, inode) it recorded;
-/// upstream additionally re-hashes VERSION, which the stand-in skips.
-fn pending_outer_operation(outer: &Path, release_root: &Path) -> Result<Option<String>, String> {
-    let value = read_json(&outer.join("manifest.json"))?;
-    if value.get("format") != Some(&Json::Int(3)) {
+fn pending_outer_operation(root: &Path, release_root: &Path) -> Result<Option<String>, String> {
+    let Some(value) = execution_context(root).map_err(|err| err.python_line())? else {
         return Ok(None);
-    }
-    let execution = value
-        .get("execution")
-        .ok_or("activation execution metadata is invalid")?;
-    let identity =
-        fs::metadata(release_root).map_err(|err| format!("{}: {err}", release_root.display()))?;
-    let matches = |release: Option<&Json>| {
-        release.is_some_and(|release| {
-            let by_path = release.get("target").and_then(Json::as_str) == release_root.to_str();
-            let by_inode = release.get("device").and_then(Json::as_int)
-                == Some(i128::from(identity.dev()))
-                && release.get("inode").and_then(Json::as_int) == Some(i128::from(identity.ino()));
-            by_path || by_inode
-        })
     };
-    if !matches(value.get("candidate_release")) && !matches(execution.get("old_worker_release")) {
+    let old_worker = value
+        .execution_field("old_worker_release")
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut retained = false;
+    for release in [value.release("candidate_release"), old_worker] {
+        if !release.is_empty()
+            && release_matches(release_root, &release).map_err(|err| err.python_line())?
+        {
+            retained = true;
+            break;
+        }
+    }
+    if !retained {
         return Err("worker runtime is not retained by the pending activation".to_string());
     }
-    match execution.get("operation_id").and_then(Json::as_str) {
-        Some(operation) if is_canonical_uuid(operation) => Ok(Some(operation.to_string())),
-        _ => Err("activation execution operation is invalid".to_string()),
-    }
+    Ok(value
+        .execution_field("operation_id")
+        .as_str()
+        .map(str::to_string))
 }
