@@ -12,6 +12,7 @@ mod legacy;
 mod output;
 mod roots;
 mod signals;
+mod split;
 mod terminal;
 
 use std::ffi::OsString;
@@ -24,10 +25,55 @@ use output::warn;
 fn main() -> ExitCode {
     let words: Vec<OsString> = std::env::args_os().skip(1).collect();
     if is_helper_form(&words) {
-        let _arguments = agents_common::parse_command_line(&command_line::HELPER_SPEC);
-        return ExitCode::from(split_unavailable());
+        let parsed = agents_common::parse_command_line(&command_line::HELPER_SPEC);
+        return ExitCode::from(split::main(&split_args(&parsed)));
     }
     ExitCode::from(run_script(&words))
+}
+
+/// The helper's typed arguments from its parsed command line.
+fn split_args(parsed: &agents_common::ParsedArgs) -> split::SplitArgs {
+    let path = |long: &str| {
+        parsed
+            .path(long)
+            .expect("argparse requires every path option")
+            .to_path_buf()
+    };
+    split::SplitArgs {
+        paths: split::Paths {
+            root: path("root"),
+            config_root: path("config-root"),
+            state_root: path("state-root"),
+            home: path("home"),
+        },
+        assume_yes: parsed.flag("yes"),
+        purge_state: parsed.flag("purge-state"),
+    }
+}
+
+/// The script's hand-over to the split helper: its command line, built from
+/// the normalised roots and the raw `HOME`, parsed as the helper parses it.
+fn hand_over(roots: &roots::ManagedRoots, assume_yes: bool, purge_state: bool) -> u8 {
+    let mut words: Vec<OsString> = vec![
+        "--root".into(),
+        roots.install.clone().into(),
+        "--config-root".into(),
+        roots.config.clone().into(),
+        "--state-root".into(),
+        roots.state.clone().into(),
+        "--home".into(),
+        roots.home.clone().into(),
+    ];
+    if assume_yes {
+        words.push("--yes".into());
+    }
+    if purge_state {
+        words.push("--purge-state".into());
+    }
+    match agents_common::try_parse_command_line(&command_line::HELPER_SPEC, &words) {
+        Ok(parsed) => split::main(&split_args(&parsed)),
+        Err(exit) => exit.exit(),
+    }
 }
 
 /// `uninstall.sh` from its first line to its hand-over or legacy path.
@@ -57,7 +103,7 @@ fn run_script(words: &[OsString]) -> u8 {
     };
     let manifest = roots.install.join(agents_common::LAYOUT_NAME);
     if std::fs::symlink_metadata(&manifest).is_ok_and(|meta| meta.file_type().is_file()) {
-        return split_unavailable();
+        return hand_over(&roots, assume_yes, purge_state);
     }
     legacy::run(
         &roots,
@@ -67,10 +113,4 @@ fn run_script(words: &[OsString]) -> u8 {
         },
         &mut legacy::RealHost,
     )
-}
-
-/// The script's refusal when it cannot run the split helper.
-fn split_unavailable() -> u8 {
-    warn(&[b"Cannot uninstall the separate gateway/execution layout: its maintained Python helper is unavailable; no services were changed."]);
-    1
 }

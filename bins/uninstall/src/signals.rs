@@ -17,7 +17,11 @@ extern "C" fn note_signal(_signal: libc::c_int) {
 
 /// Installs the handlers (the script's `trap` line).
 pub fn trap_exit_130() {
-    for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+    install(&[libc::SIGHUP, libc::SIGINT, libc::SIGTERM]);
+}
+
+fn install(signals: &[libc::c_int]) {
+    for &signal in signals {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe; the sigaction struct is fully initialised.
         unsafe {
@@ -28,6 +32,24 @@ pub fn trap_exit_130() {
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
     }
+}
+
+/// Notes SIGINT instead of dying at once, so the split uninstall can run
+/// its recovery (as Python's `KeyboardInterrupt` does) before it dies of it
+/// with [`die_of_interrupt`].
+pub fn trap_interrupt() {
+    install(&[libc::SIGINT]);
+}
+
+/// Ends the process by SIGINT's default action, as an uncaught
+/// `KeyboardInterrupt` ends Python.
+pub fn die_of_interrupt() -> ! {
+    // SAFETY: restoring the default disposition and raising a signal.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::raise(libc::SIGINT);
+    }
+    std::process::exit(130)
 }
 
 /// True once a trapped signal has arrived.

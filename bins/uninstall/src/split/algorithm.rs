@@ -1,0 +1,658 @@
+//! `execution_uninstall.uninstall`: the idle-only removal of a healthy split
+//! installation, resumable from its retained intent.
+//!
+//! Admission happens under the install lock and changes nothing: provenance,
+//! exact unit files, no pending update, free preparation locks, removable
+//! private trees, the retained intent, the native snapshot and the
+//! authenticated runtime receipt. Mutation then persists the intent before
+//! asking the worker for a hold, seals it, disables both services, stops the
+//! gateway then the worker (never a forced kill), takes the state owner's
+//! lease, proves no provider child remains, and only then removes files. A
+//! failure before removal gives the worker its admission back and deletes an
+//! intent the worker never honoured; a failure during removal leaves the
+//! intent for a retry to finish.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use agents_common::{
+    current_uid, fsync_directory, installed_layout, no_activation, normalize_path,
+    read_uninstall_intent, store_uninstall_intent, token_hex, write_uninstall_intent, Error,
+    ExecutionLayout, InstallationLock, Json, JsonObject, Result, SealedHold, WorkerControl,
+    UNINSTALL_INTENT_NAME,
+};
+
+use super::checks::{
+    hold_preparation_leases, identity, no_pending_update, no_provider_children, owned_lease,
+    removable_tree, remove_child, require_retired_owners, resolve_lenient, service_files,
+    OwnedLease, ROLES,
+};
+use super::native::Native;
+use crate::signals;
+
+/// Why the uninstall ended without removing the installation.
+#[derive(Debug)]
+pub enum Failure {
+    /// An error with Python's class and message.
+    Error(Error),
+    /// SIGINT arrived (Python's `KeyboardInterrupt`): recovery ran, and the
+    /// process must now die of the signal.
+    Interrupted,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure::Error(error)
+    }
+}
+
+/// The four paths the uninstall acts on, as given.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// `--root`.
+    pub root: PathBuf,
+    /// `--config-root`.
+    pub config_root: PathBuf,
+    /// `--state-root`.
+    pub state_root: PathBuf,
+    /// `--home`.
+    pub home: PathBuf,
+}
+
+/// A completed uninstall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    /// True unless the state root was purged.
+    pub state_preserved: bool,
+    /// The state root, normalised.
+    pub state_root: PathBuf,
+}
+
+/// Builds the native service manager of the installed layout.
+pub type NativeFactory<'a> = &'a dyn Fn(&ExecutionLayout) -> Result<Box<dyn Native>>;
+
+fn checkpoint() -> std::result::Result<(), Failure> {
+    if signals::pending() {
+        Err(Failure::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs the uninstall; see the module documentation.
+pub fn uninstall(
+    paths: &Paths,
+    purge_state: bool,
+    make_native: NativeFactory<'_>,
+) -> std::result::Result<Removed, Failure> {
+    let root = normalize_path(&paths.root)?;
+    let config_root = normalize_path(&paths.config_root)?;
+    let state_root = normalize_path(&paths.state_root)?;
+    let home = normalize_path(&paths.home)?;
+    let lock = InstallationLock::acquire(&root)?;
+    let outcome = Uninstall {
+        root: &root,
+        config_root: &config_root,
+        state_root: &state_root,
+        home: &home,
+        purge_state,
+    }
+    .run(make_native);
+    // Leases were released inside `run`; the lock outlives every removal.
+    lock.release()?;
+    outcome?;
+    fs::remove_dir(&root).map_err(|err| Error::from_io_path(&err, &root))?;
+    Ok(Removed {
+        state_preserved: !purge_state,
+        state_root,
+    })
+}
+
+struct Uninstall<'a> {
+    root: &'a Path,
+    config_root: &'a Path,
+    state_root: &'a Path,
+    home: &'a Path,
+    purge_state: bool,
+}
+
+/// `d.get(key)` with Python's `None` for a missing key.
+fn field(object: &JsonObject, key: &str) -> Json {
+    object.get(key).cloned().unwrap_or(Json::Null)
+}
+
+/// `snapshot[role]` (an empty dict stands in for a missing role).
+fn role(snapshot: &JsonObject, name: &str) -> JsonObject {
+    snapshot
+        .get(name)
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn state(snapshot: &JsonObject, name: &str) -> Json {
+    field(&role(snapshot, name), "state")
+}
+
+fn is_down(snapshot: &JsonObject, name: &str) -> bool {
+    matches!(state(snapshot, name).as_str(), Some("stopped" | "absent"))
+}
+
+fn is_running(snapshot: &JsonObject, name: &str) -> bool {
+    state(snapshot, name).as_str() == Some("running")
+}
+
+/// Python truthiness of a JSON value.
+fn truthy(value: &Json) -> bool {
+    match value {
+        Json::Null => false,
+        Json::Bool(flag) => *flag,
+        Json::Int(number) => *number != 0,
+        Json::Float(number) => *number != 0.0,
+        Json::Str(text) => !text.is_empty(),
+        Json::Array(items) => !items.is_empty(),
+        Json::Object(object) => !object.is_empty(),
+    }
+}
+
+fn text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// `str(uuid.uuid4())`.
+fn new_operation_id() -> Result<String> {
+    let mut hex: Vec<u8> = token_hex(16)?.into_bytes();
+    hex[12] = b'4';
+    let variant =
+        u8::from_str_radix(std::str::from_utf8(&hex[16..17]).unwrap_or("8"), 16).unwrap_or(8) & 0x3
+            | 0x8;
+    hex[16] = format!("{variant:x}").as_bytes()[0];
+    let hex = String::from_utf8(hex).unwrap_or_default();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
+}
+
+/// What admission established, for the mutation and its recovery.
+struct Admitted<'a> {
+    layout: ExecutionLayout,
+    native: &'a dyn Native,
+    control: WorkerControl<'a>,
+    originals: super::checks::ServiceFiles,
+    identities: Vec<(PathBuf, (u64, u64))>,
+    prior: JsonObject,
+    receipt: JsonObject,
+    stopped_resume: bool,
+    operation: String,
+}
+
+/// Mutable progress of the mutation, read by the recovery.
+struct Progress {
+    intent: Option<JsonObject>,
+    sealed: Option<SealedHold>,
+    native_changed: bool,
+    deleting: bool,
+    leases: Vec<OwnedLease>,
+}
+
+impl Uninstall<'_> {
+    fn run(&self, make_native: NativeFactory<'_>) -> std::result::Result<(), Failure> {
+        no_activation(self.root)?;
+        require_retired_owners(self.root)?;
+        let layout = installed_layout(self.root)?;
+        if (
+            layout.config_root.as_path(),
+            layout.state_root.as_path(),
+            layout.home.as_path(),
+        ) != (self.config_root, self.state_root, self.home)
+        {
+            return Err(Error::runtime(
+                "uninstall roots do not match the installed execution layout",
+            )
+            .into());
+        }
+        let native = make_native(&layout)?;
+        self.admit(layout, native.as_ref())
+    }
+
+    fn admit(
+        &self,
+        layout: ExecutionLayout,
+        native: &dyn Native,
+    ) -> std::result::Result<(), Failure> {
+        let originals = service_files(&layout)?;
+        no_pending_update(&layout)?;
+        let leases = hold_preparation_leases(self.root)?;
+        removable_tree(self.root)?;
+        removable_tree(self.config_root)?;
+        if self.purge_state {
+            removable_tree(self.state_root)?;
+        }
+        let mut identities = Vec::new();
+        for path in [self.root, self.config_root, self.state_root] {
+            identities.push((path.to_path_buf(), identity(path)?));
+        }
+        let intent = read_uninstall_intent(self.root, &layout)?;
+        if let Some(intent) = &intent {
+            if intent.get("purge_state") != Some(&Json::Bool(self.purge_state)) {
+                return Err(Error::runtime(
+                    "retry must preserve the existing uninstall data-removal choice",
+                )
+                .into());
+            }
+        }
+        checkpoint()?;
+        let prior = native.snapshot_json()?;
+        // An interrupted graceful stop can precede the `stopped` phase; the
+        // exact intent, the empty child registry and the state lease below
+        // supply the missing proof.
+        let stopped_resume = intent.is_some() && ROLES.iter().all(|name| is_down(&prior, name));
+        let partial_resume =
+            intent.is_some() && is_running(&prior, "worker") && is_down(&prior, "gateway");
+        if !stopped_resume && !partial_resume && ROLES.iter().any(|name| !is_running(&prior, name))
+        {
+            return Err(Error::runtime(
+                "safe uninstall requires a healthy running worker and gateway; stopped or broken \
+                 installations require ownership recovery",
+            )
+            .into());
+        }
+        // Python's WorkerControl reads snapshots through a NativeServices of
+        // its own; it is the same manager.
+        let control = WorkerControl::new().services(native);
+        let receipt = if partial_resume {
+            let intent = intent.as_ref().expect("partial resume has an intent");
+            self.interrupted_receipt(&layout, &control, &prior, intent)?
+        } else if stopped_resume {
+            JsonObject::new()
+        } else {
+            control.receipt(&layout, native)?
+        };
+        let worker_release = text(&layout.worker_release);
+        if !stopped_resume
+            && (field(&receipt, "worker_pid") != field(&role(&prior, "worker"), "pid")
+                || field(&receipt, "gateway_pid") != field(&role(&prior, "gateway"), "pid")
+                || field(&receipt, "worker_release").as_str() != Some(worker_release.as_str())
+                || !truthy(&field(&receipt, "server_identity"))
+                // The marker stores it as text; Python would store any truthy
+                // value and refuse it on the next read.
+                || field(&receipt, "server_identity").as_str().is_none())
+        {
+            return Err(Error::runtime(
+                "authenticated runtime is not owned by both installed native jobs",
+            )
+            .into());
+        }
+        let operation = match &intent {
+            Some(intent) => field(intent, "operation_id")
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            None => new_operation_id()?,
+        };
+        let admitted = Admitted {
+            originals,
+            identities,
+            prior,
+            receipt,
+            stopped_resume,
+            operation,
+            control,
+            native,
+            layout,
+        };
+        let mut progress = Progress {
+            intent,
+            sealed: None,
+            native_changed: false,
+            deleting: false,
+            leases,
+        };
+        let outcome = self.mutate(&admitted, &mut progress);
+        let result = match outcome {
+            Ok(()) => Ok(()),
+            Err(original) => self.recover(&admitted, &mut progress, original),
+        };
+        // Python's ExitStack releases the leases before the lock.
+        drop(progress.leases);
+        result
+    }
+
+    /// The receipt of a `partial_resume`: the running worker must still be
+    /// held idle and sealed by this intent's operation, and its callback
+    /// health must name the intent's server.
+    fn interrupted_receipt(
+        &self,
+        layout: &ExecutionLayout,
+        control: &WorkerControl<'_>,
+        prior: &JsonObject,
+        intent: &JsonObject,
+    ) -> Result<JsonObject> {
+        let (record, status) = control.status(layout)?;
+        let lease = field(&status, "lease");
+        let owned = field(&record, "pid") == field(&role(prior, "worker"), "pid")
+            && field(&record, "release_root").as_str()
+                == Some(text(&layout.worker_release).as_str())
+            && field(&status, "idle") == Json::Bool(true)
+            && lease.as_object().is_some_and(|lease| {
+                field(lease, "operation_id") == field(intent, "operation_id")
+                    && field(lease, "sealed") == Json::Bool(true)
+            });
+        if !owned {
+            return Err(Error::runtime(
+                "interrupted uninstall no longer owns the running worker",
+            ));
+        }
+        let health = control.callback_health(layout, &record)?;
+        let worker = field(&health, "execution_service");
+        let same = field(&health, "ok") == Json::Bool(true)
+            && field(&health, "server_identity") == field(intent, "server_identity")
+            && worker.as_object().is_some_and(|worker| {
+                field(worker, "pid") == field(&record, "pid")
+                    && field(worker, "instance_id") == field(&record, "instance_id")
+            });
+        if !same {
+            return Err(Error::runtime(
+                "interrupted uninstall worker health identity changed",
+            ));
+        }
+        let mut receipt = JsonObject::new();
+        receipt.insert("worker_pid", field(&record, "pid"));
+        receipt.insert("gateway_pid", field(&role(prior, "gateway"), "pid"));
+        receipt.insert("worker_release", text(&layout.worker_release));
+        receipt.insert("worker_instance_id", field(&record, "instance_id"));
+        receipt.insert("server_identity", field(&health, "server_identity"));
+        Ok(receipt)
+    }
+
+    fn mutate(
+        &self,
+        admitted: &Admitted<'_>,
+        progress: &mut Progress,
+    ) -> std::result::Result<(), Failure> {
+        let Admitted {
+            layout,
+            native,
+            control,
+            originals,
+            identities,
+            prior,
+            receipt,
+            stopped_resume,
+            operation,
+        } = admitted;
+        let prior_worker_pid = field(&role(prior, "worker"), "pid");
+        if !stopped_resume {
+            if progress.intent.is_none() {
+                let (record, status) = control.status(layout)?;
+                let idle = field(&record, "instance_id") == field(receipt, "worker_instance_id")
+                    && field(&record, "pid") == prior_worker_pid
+                    && field(&status, "idle") == Json::Bool(true)
+                    && field(&status, "lease").is_null();
+                if !idle {
+                    return Err(Error::runtime(
+                        "execution is busy or another operation owns admission",
+                    )
+                    .into());
+                }
+                // Persisted before the hold is requested: a lost reply to the
+                // seal must never leave an unidentifiable hold behind.
+                let identity = field(receipt, "server_identity");
+                progress.intent = Some(write_uninstall_intent(
+                    self.root,
+                    layout,
+                    operation,
+                    self.purge_state,
+                    identity.as_str().unwrap_or_default(),
+                )?);
+            }
+            checkpoint()?;
+            let pid = prior_worker_pid.as_int().unwrap_or(0);
+            let sealed =
+                control.seal_for_stop(layout, operation, i64::try_from(pid).unwrap_or(0))?;
+            let epoch_changed =
+                field(&sealed.record, "instance_id") != field(receipt, "worker_instance_id");
+            progress.sealed = Some(sealed);
+            if epoch_changed {
+                return Err(
+                    Error::runtime("worker epoch changed before uninstall admission").into(),
+                );
+            }
+            self.advance(progress, "sealed")?;
+        }
+        checkpoint()?;
+        no_pending_update(layout)?;
+        no_activation(self.root)?;
+        if service_files(layout)? != *originals || native.snapshot_json()? != *prior {
+            return Err(Error::runtime("native service ownership changed before uninstall").into());
+        }
+        // Boot-time activation is disabled before the graceful stops; no
+        // forced signal or process-group cleanup is ever used.
+        progress.native_changed = true;
+        let active_roles: &[&str] = if *stopped_resume {
+            &[]
+        } else {
+            &["gateway", "worker"]
+        };
+        for name in active_roles {
+            native.set_enabled(name, false)?;
+        }
+        for name in active_roles {
+            checkpoint()?;
+            if is_down(prior, name) {
+                continue;
+            }
+            let observed = role(&native.snapshot_json()?, name);
+            if field(&observed, "state").as_str() != Some("running")
+                || field(&observed, "pid") != field(&role(prior, name), "pid")
+            {
+                return Err(
+                    Error::runtime("native process changed before its authorized stop").into(),
+                );
+            }
+            if *name == "worker" {
+                let sealed = progress.sealed.as_ref().expect("sealed before any stop");
+                let (record, status) = control.status(layout)?;
+                if record != sealed.record
+                    || field(&status, "lease") != Json::Object(sealed.lease.clone())
+                    || field(&status, "idle") != Json::Bool(true)
+                {
+                    return Err(Error::runtime(
+                        "worker admission changed before its authorized stop",
+                    )
+                    .into());
+                }
+            }
+            native.stop(name)?;
+        }
+        let stopped = native.snapshot_json()?;
+        if ROLES.iter().any(|name| !is_down(&stopped, name)) {
+            return Err(Error::runtime(
+                "native services did not both stop; all files were retained",
+            )
+            .into());
+        }
+        // A vanished native PID is not enough while another process still
+        // owns the state store; the lease is kept through deletion.
+        progress.leases.push(owned_lease(
+            &self.state_root.join("admin/state-owner.lock"),
+        )?);
+        no_provider_children(self.state_root)?;
+        no_pending_update(layout)?;
+        no_activation(self.root)?;
+        let mut changed = service_files(layout)? != *originals;
+        for (path, saved) in identities {
+            changed |= identity(path)? != *saved;
+        }
+        if changed {
+            return Err(Error::runtime("managed files changed during service shutdown").into());
+        }
+        if read_uninstall_intent(self.root, layout)? != progress.intent {
+            return Err(Error::runtime("uninstall intent changed before removal").into());
+        }
+        self.advance(progress, "stopped")?;
+        checkpoint()?;
+        progress.deleting = true;
+        self.remove(layout, *native)
+    }
+
+    /// Rewrites the intent in its next phase.
+    fn advance(&self, progress: &mut Progress, phase: &str) -> Result<()> {
+        let intent = progress.intent.as_mut().expect("an intent exists");
+        intent.insert("phase", phase);
+        store_uninstall_intent(self.root, intent)
+    }
+
+    /// The removal, in the seed's order.
+    fn remove(
+        &self,
+        layout: &ExecutionLayout,
+        native: &dyn Native,
+    ) -> std::result::Result<(), Failure> {
+        for name in ["gateway", "worker"] {
+            let path = layout.service_path(name)?;
+            fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
+        }
+        native.reload()?;
+        let mut children = Vec::new();
+        for entry in fs::read_dir(self.root).map_err(|err| Error::from_io_path(&err, self.root))? {
+            let entry = entry.map_err(|err| Error::from_io_path(&err, self.root))?;
+            if entry.file_name() != ".install-lock" {
+                children.push(entry.path());
+            }
+        }
+        for child in children {
+            remove_child(&child)?;
+        }
+        remove_child(self.config_root)?;
+        if self.purge_state {
+            remove_child(self.state_root)?;
+            let alias = self.home.join(".zenithbot-agent");
+            let ours = fs::symlink_metadata(&alias)
+                .is_ok_and(|meta| meta.file_type().is_symlink() && meta.uid() == current_uid());
+            if ours && resolve_lenient(&alias).as_deref() == Some(self.state_root) {
+                fs::remove_file(&alias).map_err(|err| Error::from_io_path(&err, &alias))?;
+            }
+        }
+        fsync_directory(self.root)?;
+        Ok(())
+    }
+
+    /// The failure path: adopt or discard an unacknowledged hold, then give
+    /// the still-running worker its admission back (restarting the gateway
+    /// and restoring enablement if they changed) and delete the intent.
+    /// Never restarts the worker and never deletes runtime files.
+    fn recover(
+        &self,
+        admitted: &Admitted<'_>,
+        progress: &mut Progress,
+        original: Failure,
+    ) -> std::result::Result<(), Failure> {
+        let Admitted {
+            layout,
+            control,
+            prior,
+            receipt,
+            stopped_resume,
+            operation,
+            ..
+        } = admitted;
+        if progress.sealed.is_none() && progress.intent.is_some() && !stopped_resume {
+            // The worker may have accepted the hold although its reply was
+            // lost: look once at this exact epoch; never take a new hold.
+            let (record, status) = control.status(layout)?;
+            if field(&record, "instance_id") == field(receipt, "worker_instance_id")
+                && field(&record, "pid") == field(&role(prior, "worker"), "pid")
+            {
+                let lease = field(&status, "lease");
+                if lease.is_null() && read_uninstall_intent(self.root, layout)? == progress.intent {
+                    self.delete_intent()?;
+                    progress.intent = None;
+                } else if let Some(lease) = lease.as_object() {
+                    if field(lease, "operation_id").as_str() == Some(operation.as_str()) {
+                        progress.sealed = Some(SealedHold {
+                            record,
+                            lease: lease.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if progress.sealed.is_some() && !progress.deleting {
+            if let Err(_recovery) = self.reopen_admission(admitted, progress) {
+                return Err(Error::runtime(
+                    "uninstall stopped before file removal; service/admission recovery requires \
+                     ownership verification",
+                )
+                .into());
+            }
+        }
+        Err(original)
+    }
+
+    /// Gives the worker that granted the hold its admission back.
+    fn reopen_admission(&self, admitted: &Admitted<'_>, progress: &Progress) -> Result<()> {
+        let Admitted {
+            layout,
+            native,
+            control,
+            originals,
+            prior,
+            operation,
+            ..
+        } = admitted;
+        let sealed = progress.sealed.as_ref().expect("a hold to release");
+        let current = native.snapshot_json()?;
+        if field(&role(&current, "worker"), "pid") != field(&role(prior, "worker"), "pid")
+            || !is_running(&current, "worker")
+        {
+            return Err(Error::runtime(
+                "worker no longer has its original running identity",
+            ));
+        }
+        if service_files(layout)? != *originals {
+            return Err(Error::runtime("service configuration changed"));
+        }
+        if progress.native_changed {
+            if is_running(prior, "gateway") && !is_running(&current, "gateway") {
+                native.start("gateway")?;
+            }
+            for name in ROLES {
+                native.set_enabled(name, truthy(&field(&role(prior, name), "enabled")))?;
+            }
+        }
+        let (record, status) = control.status(layout)?;
+        let lease = field(&status, "lease");
+        let ours = lease.as_object().filter(|lease| {
+            field(lease, "operation_id").as_str() == Some(operation.as_str())
+                && field(lease, "lease_id") == field(&sealed.lease, "lease_id")
+        });
+        let Some(lease) = ours.filter(|_| record == sealed.record) else {
+            return Err(Error::runtime("worker lease changed"));
+        };
+        let result =
+            control.maintenance(layout, &record, "release", operation, lease.get("lease_id"))?;
+        if result.get("lease").is_none_or(|lease| !lease.is_null()) {
+            return Err(Error::runtime("worker did not release uninstall admission"));
+        }
+        if progress.intent.is_some() {
+            if read_uninstall_intent(self.root, layout)? != progress.intent {
+                return Err(Error::runtime("uninstall intent changed during recovery"));
+            }
+            self.delete_intent()?;
+        }
+        Ok(())
+    }
+
+    fn delete_intent(&self) -> Result<()> {
+        let path = self.root.join(UNINSTALL_INTENT_NAME);
+        fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
+        fsync_directory(self.root)
+    }
+}

@@ -1,0 +1,140 @@
+//! The split (gateway + worker) uninstall: `execution_uninstall.main`.
+//!
+//! Provenance is checked before any prompt; the purge guard (typed state
+//! path at a terminal, never bypassed by `--yes`) comes before the `[y/N]`
+//! confirmation; every failure is one `Cannot uninstall the separate
+//! gateway/execution layout: <message>` line on stderr and status 1.
+//!
+//! Python's `input()` is followed: the prompt goes to stderr when stdin and
+//! stdout are both terminals, else to stdout; only the newline is stripped.
+//! End of input at a prompt ends the run with status 1 and an `EOFError`
+//! line (Python prints a traceback there).
+
+mod algorithm;
+mod checks;
+mod native;
+
+use std::os::unix::ffi::OsStrExt;
+
+use agents_common::{installed_layout, no_activation, normalize_path, Error};
+
+pub use algorithm::{uninstall, Failure, Paths};
+pub use native::native_services;
+
+use crate::output::{prompt_stderr, prompt_stdout, say, warn};
+use crate::signals;
+use crate::terminal::{read_raw_line, stdin_is_terminal, RawLine};
+
+/// The helper's arguments (paths as argparse's `type=Path` made them).
+#[derive(Debug, Clone)]
+pub struct SplitArgs {
+    /// `--root`, `--config-root`, `--state-root`, `--home`.
+    pub paths: Paths,
+    /// `--yes`.
+    pub assume_yes: bool,
+    /// `--purge-state`.
+    pub purge_state: bool,
+}
+
+/// Why a prompt did not yield an answer.
+enum NoAnswer {
+    Error(Error),
+    EndOfInput,
+    Interrupted,
+}
+
+/// Runs the split uninstall and returns the exit status.
+pub fn main(args: &SplitArgs) -> u8 {
+    signals::trap_interrupt();
+    let outcome = confirm(args).and_then(|()| {
+        uninstall(&args.paths, args.purge_state, &|layout| {
+            native_services(layout)
+        })
+        .map_err(|failure| match failure {
+            Failure::Error(error) => NoAnswer::Error(error),
+            Failure::Interrupted => NoAnswer::Interrupted,
+        })
+    });
+    match outcome {
+        Ok(removed) => {
+            say(&[b"AgentsServer gateway, execution service, release runtime and configuration removed."]);
+            if removed.state_preserved {
+                say(&[
+                    b"Preserved chat history, jobs, files, Team Hub state and secure-peer credentials at ",
+                    removed.state_root.as_os_str().as_bytes(),
+                ]);
+            }
+            say(&[b"Persistent chat terminals remain independent and were not stopped."]);
+            0
+        }
+        Err(NoAnswer::Error(error)) => {
+            warn(&[
+                b"Cannot uninstall the separate gateway/execution layout: ",
+                error.message().as_bytes(),
+            ]);
+            1
+        }
+        Err(NoAnswer::EndOfInput) => {
+            warn(&[b"EOFError: EOF when reading a line"]);
+            1
+        }
+        Err(NoAnswer::Interrupted) => {
+            warn(&[b"KeyboardInterrupt"]);
+            signals::die_of_interrupt()
+        }
+    }
+}
+
+/// Provenance, then the purge guard, then the confirmation.
+fn confirm(args: &SplitArgs) -> Result<(), NoAnswer> {
+    let provenance = no_activation(&args.paths.root)
+        .and_then(|()| normalize_path(&args.paths.root))
+        .and_then(|root| installed_layout(&root).map(|_| ()));
+    provenance.map_err(NoAnswer::Error)?;
+    if args.purge_state {
+        if !stdin_is_terminal() {
+            return Err(NoAnswer::Error(Error::runtime(
+                "Refusing to purge state without an interactive terminal; --yes never bypasses the \
+                 state guard",
+            )));
+        }
+        let state = args.paths.state_root.as_os_str().as_bytes();
+        let prompt = [b"Type the exact state path to confirm (", state, b"): "].concat();
+        if python_input(&prompt)? != state {
+            return Err(NoAnswer::Error(Error::runtime(
+                "State path did not match; nothing was changed",
+            )));
+        }
+    }
+    if !args.assume_yes {
+        let confirmed = stdin_is_terminal() && {
+            let reply =
+                python_input(b"Remove both idle services, runtime and configuration? [y/N] ")?;
+            let reply = String::from_utf8_lossy(&reply).to_lowercase();
+            reply == "y" || reply == "yes"
+        };
+        if !confirmed {
+            return Err(NoAnswer::Error(Error::runtime(
+                "Uninstall was not confirmed; nothing was changed",
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `input(prompt)`: the line without its newline.
+fn python_input(prompt: &[u8]) -> Result<Vec<u8>, NoAnswer> {
+    // SAFETY: isatty only inspects the descriptor.
+    let stdout_terminal = unsafe { libc::isatty(1) == 1 };
+    if stdin_is_terminal() && stdout_terminal {
+        prompt_stderr(prompt);
+    } else {
+        prompt_stdout(prompt);
+    }
+    match read_raw_line() {
+        RawLine::Complete(line) => Ok(line),
+        RawLine::Ended(line) if !line.is_empty() => Ok(line),
+        RawLine::Ended(_) => Err(NoAnswer::EndOfInput),
+        RawLine::Interrupted => Err(NoAnswer::Interrupted),
+    }
+}
