@@ -267,5 +267,5 @@ fn conflicting_claims_stop_the_worker() {
         .lines()
         .last()
         .unwrap()
-        .ends_with("exit 1: two activation journals claim execution ownership"));
+        .ends_with("exit 1: RuntimeError: two activation journals claim execution ownership"));
 }

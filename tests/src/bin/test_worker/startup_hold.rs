@@ -1,56 +1,61 @@
 //! The worker's startup hold (`execution_install.pending_worker_operation`):
 //! a worker started while an activation or an uninstall is pending admits
 //! nothing until that operation's helper releases the sealed lease it holds
-//! from its first moment.
+//! from its first moment. The journals and the intent are read with the
+//! shared crate's validating readers, so a worker refuses to start on the
+//! same files upstream's would.
 
-use std::fs;
 use std::path::Path;
 
 use agents_common::{
-    execution_context, maintenance_operation_id, pending_uninstall_operation, release_matches,
-    ExecutionTransaction, Json, TRANSACTION_NAME,
+    entry_present, execution_context, maintenance_operation_id, normalize_path, owned_directory,
+    pending_uninstall_operation, read_file, release_matches, Error, ExecutionTransaction, Json,
+    Result, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
 };
 
-fn present(path: &Path) -> bool {
-    // exists() or is_symlink(): a dangling link still claims ownership.
-    fs::symlink_metadata(path).is_ok()
-}
-
-/// The operation this worker generation is held for, if any.
+/// The operation this worker generation is held for, if any; an error is
+/// the Python exception line that stops the worker.
 pub fn pending_worker_operation(
     root: &Path,
     release_root: &Path,
-) -> Result<Option<String>, String> {
-    let journal = root.join(TRANSACTION_NAME);
-    let outer = root.join(".activation-transaction");
-    let uninstall = root.join(".execution-uninstall.json");
-    if present(&uninstall) {
-        if present(&outer) || present(&journal) {
-            return Err("activation and uninstall both claim execution ownership".to_string());
+) -> std::result::Result<Option<String>, String> {
+    pending_operation(root, release_root).map_err(|err| err.python_line())
+}
+
+fn pending_operation(root: &Path, release_root: &Path) -> Result<Option<String>> {
+    let (root, release_root) = (normalize_path(root)?, normalize_path(release_root)?);
+    owned_directory(&root, false)?;
+    let journal = entry_present(&root.join(TRANSACTION_NAME))?;
+    let outer = entry_present(&root.join(".activation-transaction"))?;
+    if entry_present(&root.join(UNINSTALL_INTENT_NAME))? {
+        if outer || journal {
+            return Err(Error::runtime(
+                "activation and uninstall both claim execution ownership",
+            ));
         }
-        return pending_uninstall_operation(root, release_root)
-            .map(Some)
-            .map_err(|err| err.python_line());
+        return pending_uninstall_operation(&root, &release_root).map(Some);
     }
-    if present(&outer) {
-        if present(&journal) {
-            return Err("two activation journals claim execution ownership".to_string());
+    if outer {
+        if journal {
+            return Err(Error::runtime(
+                "two activation journals claim execution ownership",
+            ));
         }
-        return pending_outer_operation(root, release_root);
+        return pending_outer_operation(&root, &release_root);
     }
-    if !present(&journal) {
+    if !journal {
         return Ok(None);
     }
-    let (value, layout) = ExecutionTransaction::load(root).map_err(|err| err.python_line())?;
+    let (value, layout) = ExecutionTransaction::load(&root)?;
     if value.get("scope").and_then(Json::as_str) == Some("gateway") {
         return Ok(None);
     }
     let mut retained = vec![layout.worker_release.clone()];
-    if let Some(old) =
-        ExecutionTransaction::previous_layout(&value).map_err(|err| err.python_line())?
-    {
+    if let Some(old) = ExecutionTransaction::previous_layout(&value)? {
         if old.install_root != root {
-            return Err("previous execution layout belongs to another installation".to_string());
+            return Err(Error::value(
+                "previous execution layout belongs to another installation",
+            ));
         }
         retained.push(old.worker_release);
     } else if let Some(before) = value.get("current_before").and_then(Json::as_str) {
@@ -58,21 +63,23 @@ pub fn pending_worker_operation(
         retained.push(
             target
                 .canonicalize()
-                .map_err(|err| format!("{}: {err}", target.display()))?,
+                .map_err(|err| Error::from_io_path(&err, &target))?,
         );
     }
-    if !retained.iter().any(|release| release == release_root) {
-        return Err("worker runtime is outside the pending activation generations".to_string());
+    if !retained.contains(&release_root) {
+        return Err(Error::runtime(
+            "worker runtime is outside the pending activation generations",
+        ));
     }
-    maintenance_operation_id(&value)
-        .map(Some)
-        .map_err(|err| err.python_line())
+    owned_directory(&release_root, false)?;
+    read_file(&release_root.join("VERSION"), false)?;
+    maintenance_operation_id(&value).map(Some)
 }
 
 /// `pending_execution_worker_operation`: only a format-3 outer journal holds
 /// split workers, and only its candidate or the prior worker generation.
-fn pending_outer_operation(root: &Path, release_root: &Path) -> Result<Option<String>, String> {
-    let Some(value) = execution_context(root).map_err(|err| err.python_line())? else {
+fn pending_outer_operation(root: &Path, release_root: &Path) -> Result<Option<String>> {
+    let Some(value) = execution_context(root)? else {
         return Ok(None);
     };
     let old_worker = value
@@ -80,20 +87,15 @@ fn pending_outer_operation(root: &Path, release_root: &Path) -> Result<Option<St
         .as_object()
         .cloned()
         .unwrap_or_default();
-    let mut retained = false;
     for release in [value.release("candidate_release"), old_worker] {
-        if !release.is_empty()
-            && release_matches(release_root, &release).map_err(|err| err.python_line())?
-        {
-            retained = true;
-            break;
+        if !release.is_empty() && release_matches(release_root, &release)? {
+            return Ok(value
+                .execution_field("operation_id")
+                .as_str()
+                .map(str::to_string));
         }
     }
-    if !retained {
-        return Err("worker runtime is not retained by the pending activation".to_string());
-    }
-    Ok(value
-        .execution_field("operation_id")
-        .as_str()
-        .map(str::to_string))
+    Err(Error::runtime(
+        "worker runtime is not retained by the pending activation",
+    ))
 }
