@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Startup benchmark: `--help` of each release helper binary against the
+# Python (or bash) program it replaces, side by side.
+#
+# Targets: every helper starts at least 30x faster than its counterpart and
+# peaks below 6 MiB of resident memory. Exits 1 if any target is missed.
+#
+# Wall time: hyperfine when installed, otherwise a small Python helper that
+# spawns each run and waits for it (the same spawn path for both sides).
+# Peak RSS: GNU time's %M (maximum resident set, KiB), the largest of 3 runs.
+# (Linux counts a child's pages from before exec in its peak, so the measuring
+# parent must itself be small: a Python spawner would add its own ~13 MiB.)
+#
+# Environment: AGENTS_SHARED_DIR (default: <repo>/../shared) locates the
+# seeds; BENCH_RUNS_RUST (default 200) and BENCH_RUNS_PYTHON (default 20) set
+# the number of runs; SPEEDUP_TARGET (30) and RSS_TARGET_KIB (6144) the targets.
+set -euo pipefail
+
+ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+SHARED="${AGENTS_SHARED_DIR:-$ROOT/../shared}"
+SEEDS="$SHARED/seeds/extracted"
+RUNS_RUST="${BENCH_RUNS_RUST:-200}"
+RUNS_PYTHON="${BENCH_RUNS_PYTHON:-20}"
+SPEEDUP_TARGET="${SPEEDUP_TARGET:-30}"
+RSS_TARGET_KIB="${RSS_TARGET_KIB:-6144}"
+
+if [[ ! -d "$SEEDS" ]]; then
+  echo "bench-startup: seeds not found at $SEEDS (set AGENTS_SHARED_DIR)" >&2
+  exit 2
+fi
+command -v python3 >/dev/null || { echo "bench-startup: python3 is required" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "bench-startup: GNU time (/usr/bin/time) is required for peak RSS" >&2; exit 2; }
+
+cd "$ROOT"
+BINARIES=(uninstall update-runner update-handoff execution-activation execution-manage)
+build_args=()
+for binary in "${BINARIES[@]}"; do build_args+=(-p "$binary"); done
+cargo build --release --quiet "${build_args[@]}"
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+RELEASE="$TARGET_DIR/release"
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+# uninstall.sh resolves its roots under HOME before printing help.
+mkdir -p "$WORK/home"
+export HOME="$WORK/home"
+unset COLUMNS AGENTS_SERVER_INSTALL_DIR AGENTS_SERVER_CONFIG_DIR AGENTSDOCK_STATE_DIR \
+  AGENTS_SERVER_STATE_DIR ZENITHBOT_AGENT_DIR
+
+# Runs a seed whose project modules are not all present: missing imports
+# become stand-in modules, then main(argv) runs (argparse prints the help and
+# exits before any stand-in is used). Without a main (update_handoff has no
+# CLI), it imports the module and prints an argparse help page instead.
+cat >"$WORK/stubbed_seed.py" <<'PY'
+import argparse, builtins, importlib.util, os, sys, types
+seed_dir, module, prog = sys.argv[1:4]
+argv = sys.argv[4:]
+class Stub(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {})
+real_import = builtins.__import__
+def tolerant_import(name, globals=None, locals=None, fromlist=(), level=0):
+    try:
+        return real_import(name, globals, locals, fromlist, level)
+    except ImportError:
+        sys.modules[name] = Stub(name)
+        return sys.modules[name]
+builtins.__import__ = tolerant_import
+sys.argv = [prog] + argv
+spec = importlib.util.spec_from_file_location(module, os.path.join(seed_dir, module + ".py"))
+seed = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(seed)
+builtins.__import__ = real_import
+if hasattr(seed, "main"):
+    seed.main(argv)
+else:
+    argparse.ArgumentParser(prog=prog).parse_args(argv)
+PY
+
+# Measures a command: mean wall seconds over N runs and the worst exit
+# status. Prints "<mean_seconds> <status>".
+cat >"$WORK/measure.py" <<'PY'
+import os, sys, time
+runs = int(sys.argv[1])
+argv = sys.argv[2:]
+devnull = os.open(os.devnull, os.O_WRONLY)
+total, status = 0.0, 0
+for _ in range(runs):
+    start = time.perf_counter()
+    pid = os.posix_spawnp(argv[0], argv, os.environ,
+                          file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+    _, raw = os.waitpid(pid, 0)
+    total += time.perf_counter() - start
+    status = max(status, os.waitstatus_to_exitcode(raw))
+print(f"{total / runs:.6f} {status}")
+PY
+
+# Peak resident set (KiB) of a command: the largest of 3 runs under GNU time.
+peak_rss_kib() {
+  local peak=0 run rss
+  for run in 1 2 3; do
+    /usr/bin/time -f %M -o "$WORK/rss" "$@" >/dev/null 2>&1 || true
+    rss="$(tail -n 1 "$WORK/rss")"
+    ((rss > peak)) && peak="$rss"
+  done
+  echo "$peak"
+}
+
+# Mean wall seconds of a command, from hyperfine when available.
+mean_seconds() {
+  local runs="$1"; shift
+  if command -v hyperfine >/dev/null; then
+    local quoted
+    quoted="$(printf '%q ' "$@")"
+    hyperfine --runs "$runs" --warmup 3 -N --export-json "$WORK/hyperfine.json" \
+      --style none "$quoted" >/dev/null 2>&1 || hyperfine --runs "$runs" --warmup 3 \
+      --export-json "$WORK/hyperfine.json" --style none "$quoted" >/dev/null 2>&1
+    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"])' \
+      "$WORK/hyperfine.json"
+  else
+    python3 -B "$WORK/measure.py" "$runs" "$@" | cut -d' ' -f1
+  fi
+}
+
+# The counterpart of each helper and what it is.
+counterpart() {
+  case "$1" in
+    uninstall) echo "bash $SEEDS/uninstall.sh --help" ;;
+    update-runner) echo "python3 -B $SEEDS/update_runner.py --help" ;;
+    update-handoff) echo "python3 -B $WORK/stubbed_seed.py $SEEDS update_handoff update-handoff --help" ;;
+    execution-activation) echo "python3 -B $WORK/stubbed_seed.py $SEEDS execution_activation execution-activation --help" ;;
+    execution-manage) echo "python3 -B $WORK/stubbed_seed.py $SEEDS execution_manage execution-manage --help" ;;
+  esac
+}
+describe() {
+  case "$1" in
+    uninstall) echo "bash uninstall.sh --help" ;;
+    update-runner) echo "update_runner.py --help (all imports present)" ;;
+    update-handoff) echo "import update_handoff + argparse --help; no CLI, project imports stubbed (lower bound)" ;;
+    *) echo "${1//-/_}.py --help; missing project imports stubbed (lower bound)" ;;
+  esac
+}
+
+# update_runner.py runs as is only with its imports (cryptography) present.
+if ! python3 -B "$SEEDS/update_runner.py" --help >/dev/null 2>&1; then
+  counterpart_update_runner="python3 -B $WORK/stubbed_seed.py $SEEDS update_runner update-runner --help"
+else
+  counterpart_update_runner=""
+fi
+
+failed=0
+printf '%-22s %10s %10s %9s %9s %9s  %s\n' helper "ours ms" "seed ms" speedup "ours KiB" "seed KiB" "counterpart"
+for binary in "${BINARIES[@]}"; do
+  read -r -a ours <<<"$RELEASE/$binary --help"
+  read -r -a seed <<<"$(counterpart "$binary")"
+  what="$(describe "$binary")"
+  if [[ "$binary" == update-runner && -n "$counterpart_update_runner" ]]; then
+    read -r -a seed <<<"$counterpart_update_runner"
+    what="update_runner.py --help; missing imports stubbed (lower bound)"
+  fi
+  read -r _ ours_status < <(python3 -B "$WORK/measure.py" 1 "${ours[@]}")
+  read -r _ seed_status < <(python3 -B "$WORK/measure.py" 1 "${seed[@]}")
+  if [[ "$ours_status" != 0 || "$seed_status" != 0 ]]; then
+    echo "bench-startup: --help failed for $binary (ours $ours_status, counterpart $seed_status)" >&2
+    failed=1
+    continue
+  fi
+  ours_rss="$(peak_rss_kib "${ours[@]}")"
+  seed_rss="$(peak_rss_kib "${seed[@]}")"
+  ours_s="$(mean_seconds "$RUNS_RUST" "${ours[@]}")"
+  seed_s="$(mean_seconds "$RUNS_PYTHON" "${seed[@]}")"
+  read -r ours_ms seed_ms speedup verdict < <(python3 -c '
+import sys
+ours, seed, target, rss, rss_target = map(float, sys.argv[1:])
+speedup = seed / ours
+ok = speedup >= target and rss < rss_target
+verdict = "ok" if ok else "MISSED"
+print(f"{ours * 1000:.2f} {seed * 1000:.2f} {speedup:.1f} {verdict}")
+' "$ours_s" "$seed_s" "$SPEEDUP_TARGET" "$ours_rss" "$RSS_TARGET_KIB")
+  printf '%-22s %10s %10s %8sx %9s %9s  %s%s\n' "$binary" "$ours_ms" "$seed_ms" "$speedup" \
+    "$ours_rss" "$seed_rss" "$what" "$([[ $verdict == ok ]] || echo '  <- MISSED')"
+  [[ "$verdict" == ok ]] || failed=1
+done
+echo
+echo "targets: speedup >= ${SPEEDUP_TARGET}x, peak RSS < ${RSS_TARGET_KIB} KiB;" \
+  "timing by $(command -v hyperfine >/dev/null && echo hyperfine || echo 'a spawn-and-wait helper')," \
+  "$RUNS_RUST runs ours, $RUNS_PYTHON runs counterpart"
+if ((failed)); then
+  echo "bench-startup: a target was missed" >&2
+  exit 1
+fi
+echo "bench-startup: all targets met"
