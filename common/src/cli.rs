@@ -409,14 +409,8 @@ fn refusal(
             )
         }
         ErrorKind::UnknownArgument => format!("unrecognized arguments: {flag}"),
-        _ => {
-            let rendered = error
-                .kind()
-                .as_str()
-                .unwrap_or("invalid arguments")
-                .to_string();
-            rendered
-        }
+        // Not reached through the classifying pass; kept readable anyway.
+        kind => kind.as_str().unwrap_or("invalid arguments").to_string(),
     };
     usage_error(top, owner, &message)
 }

@@ -104,6 +104,10 @@ fn word_for<'a>(
     }
 }
 
+/// An option string an abbreviation matches: the string, the option's index
+/// (`None` for help) and the text attached to the word.
+type Abbreviation<'a> = (String, Option<usize>, Option<&'a [u8]>);
+
 /// argparse's `_parse_optional` (Python 3.11, `allow_abbrev=True`).
 fn classify<'a>(spec: &'static CommandSpec, word: &'a OsStr) -> Result<Word<'a>, Ambiguous> {
     let bytes = word.as_encoded_bytes();
@@ -128,7 +132,7 @@ fn classify<'a>(spec: &'static CommandSpec, word: &'a OsStr) -> Result<Word<'a>,
     }
     // Abbreviations: a `--` word matches every option starting with its name;
     // a single-dash word `-hX` is `-h` with `X` attached.
-    let matches: Vec<(String, Option<usize>, Option<&[u8]>)> = if bytes[1] == b'-' {
+    let matches: Vec<Abbreviation> = if bytes[1] == b'-' {
         option_strings(spec)
             .filter(|(string, _)| string.as_bytes().starts_with(name))
             .map(|(string, index)| (string, index, attached))
