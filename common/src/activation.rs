@@ -21,16 +21,19 @@
 
 mod config;
 mod durability;
+mod environment;
 mod invocation;
 mod io;
 mod manifest;
 mod paths;
+mod recovery;
 mod release;
 mod replace_config;
 mod text;
 
 pub use config::{config_path_matches_desired, config_staging_paths};
 pub use durability::flush_activation;
+pub use environment::runtime_environment;
 pub use invocation::{execution_context, validate_invocation, ActivationInvocation};
 pub use io::{
     read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,
@@ -38,5 +41,12 @@ pub use io::{
 };
 pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 pub use paths::{absolute_path, pure_path_text};
+pub use recovery::{
+    activation_intent, evidence_digest, recovery_directory, recovery_evidence, recovery_label,
+    recovery_service_path, CommandCapture, RecoveryCommands, RecoveryService, SystemCommands,
+    INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+};
 pub use release::{link_state, locate_release, release_identity, release_matches};
-pub use replace_config::{replace_config, replace_config_with_checkpoints, ReplaceConfigStep};
+pub use replace_config::{
+    journaled_staging_matches, replace_config, replace_config_with_checkpoints, ReplaceConfigStep,
+};

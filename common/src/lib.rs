@@ -96,12 +96,16 @@ pub use update_status::{
 // activation (install.sh's .activation-transaction journal and replace_config)
 mod activation;
 pub use activation::{
-    absolute_path, canonical_manifest_bytes, config_path_matches_desired, config_staging_paths,
-    execution_context, flush_activation, link_state, locate_release, pure_path_text,
-    read_owned_config, read_private_file, release_identity, release_matches, replace_config,
-    replace_config_with_checkpoints, validate_invocation, write_new_private, ActivationInvocation,
-    ActivationManifest, ReplaceConfigStep, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
-    ACTIVATION_JOURNAL_NAME,
+    absolute_path, activation_intent, canonical_manifest_bytes, config_path_matches_desired,
+    config_staging_paths, evidence_digest, execution_context, flush_activation,
+    journaled_staging_matches, link_state, locate_release, pure_path_text, read_owned_config,
+    read_private_file, recovery_directory, recovery_evidence, recovery_label,
+    recovery_service_path, release_identity, release_matches, replace_config,
+    replace_config_with_checkpoints, runtime_environment, validate_invocation, write_new_private,
+    ActivationInvocation, ActivationManifest, CommandCapture, RecoveryCommands, RecoveryService,
+    ReplaceConfigStep, SystemCommands, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
+    RECOVERY_PAYLOAD,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;

@@ -53,13 +53,8 @@ fn assert_fails(output: &Output, line: &str) {
     );
 }
 
-/// `.install-lock` naming `pid` as the installer, as install.sh writes it.
 fn hold_lock(install: &Install, pid: u32) {
-    let lock = install.root().join(".install-lock");
-    if !lock.exists() {
-        make_dir(&lock, 0o700);
-    }
-    write_file(&lock.join("pid"), format!("{pid}\n").as_bytes(), 0o600);
+    install.hold_lock(pid);
 }
 
 /// An update of an installed split 1.0.0 to 1.1.0, held by this process.

@@ -143,26 +143,6 @@ pub fn parent_of_process(pid: i128) -> Result<i128> {
         .map_err(|_| Error::value(format!("invalid literal for int() with base 10: '{text}'")))
 }
 
-/// `path.exists() or path.is_symlink()`: anything at the name, dangling
-/// links included; only "missing"-like errors mean absent.
-pub fn path_present(path: &Path) -> Result<bool> {
-    match std::fs::symlink_metadata(path) {
-        Ok(_) => Ok(true),
-        Err(error) if matches!(error.raw_os_error(), Some(code) if code == libc_enoent() || code == libc_enotdir()) => {
-            Ok(false)
-        }
-        Err(error) => Err(Error::from_io_path(&error, path)),
-    }
-}
-
-fn libc_enoent() -> i32 {
-    rustix::io::Errno::NOENT.raw_os_error()
-}
-
-fn libc_enotdir() -> i32 {
-    rustix::io::Errno::NOTDIR.raw_os_error()
-}
-
 /// `print(text)`: one line on stdout, the only output install.sh captures.
 pub fn print_line(text: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();

@@ -6,28 +6,26 @@
 use std::path::Path;
 
 use agents_common::{
-    active_worker_release, normalize_path, ActivationManifest, Error, Result,
+    active_worker_release, entry_present, normalize_path, ActivationManifest, Error, Result,
     ACTIVATION_JOURNAL_NAME, LAYOUT_NAME, TRANSACTION_NAME,
 };
-
-use crate::context::path_present;
 
 /// `split` or `legacy`.
 pub fn detect(root: &Path) -> Result<&'static str> {
     let root = normalize_path(root)?;
-    if path_present(&root.join(TRANSACTION_NAME))? {
+    if entry_present(&root.join(TRANSACTION_NAME))? {
         return Err(Error::runtime(
             "independent execution activation must be recovered first",
         ));
     }
-    if path_present(&root.join(ACTIVATION_JOURNAL_NAME))? {
+    if entry_present(&root.join(ACTIVATION_JOURNAL_NAME))? {
         let (_directory, value) = ActivationManifest::read(&root, true)?;
         let split = value
             .execution()
             .is_some_and(|execution| !execution.is_empty());
         return Ok(if split { "split" } else { "legacy" });
     }
-    if path_present(&root.join(LAYOUT_NAME))? {
+    if entry_present(&root.join(LAYOUT_NAME))? {
         active_worker_release(&root)?;
         return Ok("split");
     }

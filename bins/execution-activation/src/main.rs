@@ -13,12 +13,14 @@ mod api_contract;
 mod cli;
 mod context;
 mod detect;
+mod publish;
+mod recovery_state;
 
 use std::process::ExitCode;
 
 use agents_common::{
     exit_status, flush_activation, locate_release, not_implemented, parse_command_line, Error,
-    Json, Result,
+    Json, Result, SystemCommands,
 };
 
 use cli::{Args, Operation, PROGRAM, SPEC};
@@ -51,6 +53,18 @@ fn run(args: Args) -> Result<()> {
             Ok(())
         }
         Operation::PreviousWorker => previous_worker(&args),
+        Operation::RecoveryState => {
+            let value = transaction(&args)?;
+            print_line(recovery_state::recovery_state(
+                &args,
+                &value,
+                &SystemCommands,
+            )?)
+        }
+        Operation::Publish => {
+            transaction(&args)?;
+            publish::publish(&args)
+        }
         operation => not_implemented(PROGRAM, operation.word()),
     }
 }

@@ -182,6 +182,15 @@ impl ActivationManifest {
         encode_compact_sorted(&Json::Object(self.value.clone()))
     }
 
+    /// `{**value, "phase": phase}`: the same journal judged as if it were in
+    /// `phase` (recovery-state re-validates a rollback against the phase it
+    /// started from).
+    pub fn with_phase(&self, phase: &str) -> Self {
+        let mut value = self.value.clone();
+        value.insert("phase", phase);
+        ActivationManifest { value }
+    }
+
     /// The mutable dict, for the journal's own writer (`replace_config`).
     pub(crate) fn object_mut(&mut self) -> &mut JsonObject {
         &mut self.value

@@ -176,6 +176,33 @@ pub fn replace_config_with_checkpoints(
     staged.publish(&desired, checkpoint)
 }
 
+/// Whether the `.source` at `source` is already the inode the journal's
+/// `desired` record names, holding exactly `payload`: the state a crash
+/// between the write-ahead record and the publication leaves. The seed's
+/// `publish` re-reads such a source as a private file and fails once the
+/// inode is 0644 or linked twice; the port lets [`replace_config`] resume it
+/// instead (see the `execution-activation` publish notes).
+pub fn journaled_staging_matches(
+    source: &Path,
+    desired: &JsonObject,
+    payload: &[u8],
+) -> Result<bool> {
+    let Some(info) = lstat_if_present(source)? else {
+        return Ok(false);
+    };
+    let digest = hex(&Sha256::digest(payload));
+    if !identity_matches(info.st_dev as u64, info.st_ino as u64, desired)
+        || desired.get("sha256") != Some(&Json::from(digest.as_str()))
+    {
+        return Ok(false);
+    }
+    let read = read_guarded(source, ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION)?;
+    Ok(
+        (read.before.st_dev, read.before.st_ino) == (info.st_dev, info.st_ino)
+            && read.data == payload,
+    )
+}
+
 /// The names `_publish_staged_config` works on.
 struct Staged<'a> {
     staged: &'a Path,

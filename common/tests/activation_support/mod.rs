@@ -29,6 +29,8 @@ pub const API_CONTRACT: i64 = 7;
 /// it serves this crate's [`Install`] trees and the black-box fixtures alike.
 #[derive(Clone)]
 pub struct Roots {
+    /// `Linux` (systemd units) or `Darwin` (launchd plists).
+    pub platform: String,
     pub root: PathBuf,
     pub config_root: PathBuf,
     pub state_root: PathBuf,
@@ -73,6 +75,7 @@ impl Install {
         Install {
             base: base.to_path_buf(),
             roots: Roots {
+                platform: "Linux".into(),
                 root: base.join("install"),
                 config_root: base.join("config"),
                 state_root: base.join("state"),
@@ -89,6 +92,24 @@ impl Drop for Install {
 }
 
 impl Roots {
+    /// Roots `install/` (0700), `config/` and `state/` (0755) under an
+    /// existing `base`, with the given home (a sandbox's, whose manager
+    /// loads the units); the caller owns the cleanup of `base`.
+    pub fn create(base: &Path, home: &Path) -> Roots {
+        make_dir(&base.join("install"), 0o700);
+        make_dir(&base.join("install/releases"), 0o755);
+        for name in ["config", "state"] {
+            make_dir(&base.join(name), 0o755);
+        }
+        Roots {
+            platform: "Linux".into(),
+            root: base.join("install"),
+            config_root: base.join("config"),
+            state_root: base.join("state"),
+            home: home.to_path_buf(),
+        }
+    }
+
     pub fn root(&self) -> PathBuf {
         self.root.clone()
     }
@@ -111,13 +132,25 @@ impl Roots {
         self.config_root().join("env")
     }
     pub fn unit_dir(&self) -> PathBuf {
-        self.home().join(".config/systemd/user")
+        if self.platform == "Darwin" {
+            self.home().join("Library/LaunchAgents")
+        } else {
+            self.home().join(".config/systemd/user")
+        }
     }
     pub fn service_path(&self) -> PathBuf {
-        self.unit_dir().join("agents-server.service")
+        if self.platform == "Darwin" {
+            self.unit_dir().join("com.agentsdock.server.plist")
+        } else {
+            self.unit_dir().join("agents-server.service")
+        }
     }
     pub fn gateway_path(&self) -> PathBuf {
-        self.unit_dir().join("agents-server-gateway.service")
+        if self.platform == "Darwin" {
+            self.unit_dir().join("com.agentsdock.gateway.plist")
+        } else {
+            self.unit_dir().join("agents-server-gateway.service")
+        }
     }
     pub fn journal(&self) -> PathBuf {
         self.root().join(".activation-transaction")
@@ -194,7 +227,7 @@ impl Roots {
             config_root: self.config_root(),
             state_root: self.state_root(),
             home: self.home(),
-            platform: "Linux".into(),
+            platform: self.platform.clone(),
             worker_release: self.release_dir(version),
             gateway_release: self.release_dir(version),
             bind: "127.0.0.1".into(),
@@ -240,7 +273,7 @@ impl Roots {
             "--home".into(),
             text(self.home()),
             "--platform".into(),
-            "Linux".into(),
+            self.platform.clone(),
             "--release-dir".into(),
             text(self.release_dir(version)),
             "--bind".into(),
@@ -248,6 +281,34 @@ impl Roots {
             "--port".into(),
             "7850".into(),
         ]
+    }
+}
+
+impl Roots {
+    /// `.install-lock` naming `pid` as the installer, as install.sh writes it.
+    pub fn hold_lock(&self, pid: u32) {
+        let lock = self.root().join(".install-lock");
+        if !lock.exists() {
+            make_dir(&lock, 0o700);
+        }
+        write_file(&lock.join("pid"), format!("{pid}\n").as_bytes(), 0o600);
+    }
+
+    /// install.sh's argv for `operation` on `version` with this listener.
+    pub fn operation_args(
+        &self,
+        operation: &str,
+        version: &str,
+        bind: &str,
+        port: i128,
+    ) -> Vec<String> {
+        let mut args = vec![operation.to_string()];
+        args.extend(self.layout_args(version));
+        let bind_at = args.iter().position(|arg| arg == "--bind").unwrap() + 1;
+        args[bind_at] = bind.to_string();
+        let port_at = args.iter().position(|arg| arg == "--port").unwrap() + 1;
+        args[port_at] = port.to_string();
+        args
     }
 }
 

@@ -1,0 +1,89 @@
+//! `publish`: write the candidate's worker and gateway units (or plists) and
+//! `execution-layout.json` through the outer journal's write-ahead
+//! `replace_config`, one kind at a time.
+//!
+//! The journal is re-read before each kind, never reusing stale desired
+//! coordinates. A kind whose destination already is the journaled
+//! publication is only re-proved against the fresh rendering.
+//!
+//! Deliberate deviation: after a crash between the journal record and the
+//! rename, the seed re-reads the staged source as a private (0600, one link)
+//! file and fails once `replace_config` had set the unit's 0644 mode or
+//! hard-linked the publication name, leaving rollback as the only way out.
+//! The port accepts a source that is exactly the journaled inode with the
+//! rendered bytes and lets `replace_config` resume it; any other source is
+//! still refused as a changed staging file.
+
+use std::path::{Path, PathBuf};
+
+use agents_common::{
+    config_path_matches_desired, config_staging_paths, encode_indented, ensure_directory,
+    entry_present, journaled_staging_matches, layout_manifest, prepare_runtime, read_owned_config,
+    read_private_file, render_service, replace_config, runtime_environment, write_new_private,
+    ActivationInvocation, ActivationManifest, Error, Result, ACTIVATION_CONFIG_LIMIT,
+};
+
+use crate::cli::Args;
+use crate::context::command_layout;
+
+/// The three configurations publish renders, in the seed's order.
+const KINDS: [&str; 3] = ["service", "gateway", "execution_layout"];
+
+/// `publish(args, value)`.
+pub fn publish(args: &Args) -> Result<()> {
+    let config_root = command_layout(args, None)?.config_root;
+    let layout = command_layout(args, Some(runtime_environment(&config_root.join("env"))?))?;
+    layout.validate()?;
+    prepare_runtime(&layout)?;
+    let bodies = [
+        render_service(&layout, "worker")?,
+        render_service(&layout, "gateway")?,
+        encode_indented(&layout_manifest(&layout)?),
+    ];
+    for (kind, payload) in KINDS.into_iter().zip(bodies) {
+        let (_directory, current) = ActivationManifest::read(&layout.install_root, true)?;
+        let destination = PathBuf::from(current.text(&format!("{kind}_path")));
+        ensure_directory(&parent(&destination), false)?;
+        let (source, _publication) =
+            config_staging_paths(&destination, current.transaction_id(), kind);
+        let mode = if layout.platform == "Linux" && kind != "execution_layout" {
+            0o644
+        } else {
+            0o600
+        };
+        let desired = current.get(&format!("desired_{kind}"));
+        let journaled = desired.as_object().filter(|desired| !desired.is_empty());
+        if let Some(desired) = journaled {
+            if config_path_matches_desired(&destination, desired)? {
+                if read_owned_config(&destination, ACTIVATION_CONFIG_LIMIT)? != payload {
+                    return Err(Error::runtime(
+                        "split candidate configuration changed during publication",
+                    ));
+                }
+                continue;
+            }
+        }
+        if !entry_present(&source)? && desired.is_null() {
+            write_new_private(&source, &payload)?;
+        } else if source.exists() {
+            let resumable = match journaled {
+                Some(desired) => journaled_staging_matches(&source, desired, &payload)?,
+                None => false,
+            };
+            if !resumable && read_private_file(&source, ACTIVATION_CONFIG_LIMIT)? != payload {
+                return Err(Error::runtime(
+                    "split candidate configuration staging changed",
+                ));
+            }
+        }
+        let call = ActivationInvocation::owned(&current, &layout.install_root);
+        replace_config(&call, kind, &source, mode)?;
+    }
+    Ok(())
+}
+
+/// `Path.parent`.
+fn parent(path: &Path) -> PathBuf {
+    path.parent()
+        .map_or_else(|| path.to_path_buf(), Path::to_path_buf)
+}

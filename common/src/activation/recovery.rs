@@ -1,0 +1,577 @@
+//! The recovery-owner evidence of `execution_recovery` and the admitted
+//! update intent of `update_recovery`, as `execution_activation` reads them.
+//!
+//! install.sh arms a durable native "recovery owner" job per split
+//! activation under `<root>/.activation-recovery/<transaction_id>/`. The
+//! helper never arms, runs or retires one; it only proves that none exists
+//! (`recovery-state`) or that every historical one is retired before an old
+//! updater's intent may be replaced (`require_retired_legacy_intent`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
+use super::text::{hex, is_lower_hex, is_prefixed_hex};
+use crate::error::{Error, ErrorClass, Result};
+use crate::fs::{normalize_path, owned_directory, read_file};
+use crate::json::{parse_json, Json, JsonObject};
+use crate::{directory_binding, json_object};
+
+/// `DIRECTORY`: the recovery owners' parent under the install root.
+pub const RECOVERY_DIRECTORY: &str = ".activation-recovery";
+
+/// `PAYLOAD`: the bootstrap sources an owner copies, in the seed's order.
+pub const RECOVERY_PAYLOAD: [&str; 8] = [
+    "execution_recovery.py",
+    "activation_transaction.py",
+    "execution_install.py",
+    "execution_manage.py",
+    "execution_transport.py",
+    "execution_preparation.py",
+    "execution_recovery_status.py",
+    "execution_http.py",
+];
+
+/// `OWNER_KEYS`: the exact key set of `owner.json`.
+pub const RECOVERY_OWNER_KEYS: [&str; 22] = [
+    "format",
+    "root",
+    "root_binding",
+    "transaction_id",
+    "version",
+    "api_contract",
+    "source_binding",
+    "source_inventory",
+    "home",
+    "platform",
+    "config_root",
+    "state_root",
+    "bind",
+    "port",
+    "expected_server_identity",
+    "managed_update_id",
+    "interpreter",
+    "interpreter_sha256",
+    "payload",
+    "fresh",
+    "status_binding",
+    "expected_service_cgroup",
+];
+
+/// `execution_recovery_status.INTENT_KEYS`: the exact key set of an
+/// activation recovery intent.
+pub const INTENT_KEYS: [&str; 8] = [
+    "format",
+    "root",
+    "root_binding",
+    "candidate_binding",
+    "version",
+    "api_contract",
+    "update_id",
+    "server_identity",
+];
+
+/// `_label(value)`: the native job label of a transaction's owner.
+pub fn recovery_label(transaction_id: &str, platform: &str) -> String {
+    let suffix = transaction_id
+        .strip_prefix("activation-")
+        .unwrap_or(transaction_id);
+    if platform == "Darwin" {
+        format!("com.agentsdock.recovery.{suffix}")
+    } else {
+        format!("agents-server-recovery-{suffix}")
+    }
+}
+
+/// `_service_path(value)`: where the owner's unit or plist is registered.
+pub fn recovery_service_path(transaction_id: &str, platform: &str, home: &Path) -> PathBuf {
+    let label = recovery_label(transaction_id, platform);
+    if platform == "Darwin" {
+        home.join("Library/LaunchAgents")
+            .join(format!("{label}.plist"))
+    } else {
+        home.join(".config/systemd/user")
+            .join(format!("{label}.service"))
+    }
+}
+
+/// `_directory(root, transaction)`: the owner directory, which must be a
+/// private symlink-free directory under a private root and parent.
+pub fn recovery_directory(root: &Path, transaction: &str) -> Result<PathBuf> {
+    if !is_prefixed_hex(transaction, "activation-", 24) {
+        return Err(Error::value("invalid recovery transaction"));
+    }
+    let root = normalize_path(root)?;
+    owned_directory(&root, true)?;
+    let parent = root.join(RECOVERY_DIRECTORY);
+    normalize_path(&parent)?;
+    owned_directory(&parent, true)?;
+    let result = parent.join(transaction);
+    normalize_path(&result)?;
+    owned_directory(&result, true)?;
+    Ok(result)
+}
+
+/// `_json(path)`: a private evidence object (0600, at most 1 MiB; duplicate
+/// keys allowed, the last wins).
+pub fn recovery_evidence(path: &Path) -> Result<JsonObject> {
+    let (data, _mode) = read_file(path, true)?;
+    match parse_json(&data)? {
+        Json::Object(object) => Ok(object),
+        _ => Err(Error::value("recovery evidence is not an object")),
+    }
+}
+
+/// `_digest(path)`: SHA-256 of an owned file that may be 0644.
+pub fn evidence_digest(path: &Path) -> Result<String> {
+    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR)?.data;
+    Ok(hex(&Sha256::digest(data)))
+}
+
+/// `update_recovery.activation_intent(...)`: the durable record binding an
+/// admitted managed update to this root and retained candidate directory,
+/// which the server keeps in `server-update.json` as `_activation_recovery`.
+pub fn activation_intent(
+    root: &Path,
+    candidate: &Path,
+    version: &str,
+    api_contract: i128,
+    update_id: &str,
+    server_identity: &str,
+) -> Result<JsonObject> {
+    let root = preparation_path(root)?;
+    let candidate = preparation_path(candidate)?;
+    directory_binding(&root)?;
+    directory_binding(&root.join("releases"))?;
+    if candidate.parent() != Some(root.join("releases").as_path()) {
+        return Err(Error::value("candidate must be a direct retained release"));
+    }
+    directory_binding(&candidate)?;
+    if !is_lower_hex(update_id, 32) || server_identity.is_empty() {
+        return Err(Error::value("activation recovery identity is invalid"));
+    }
+    Ok(json_object! {
+        "format" => 1,
+        "root" => root.to_string_lossy().into_owned(),
+        "root_binding" => directory_binding(&root)?,
+        "candidate_binding" => directory_binding(&candidate)?,
+        "version" => version,
+        "api_contract" => api_contract,
+        "update_id" => update_id,
+        "server_identity" => server_identity,
+    })
+}
+
+/// `execution_preparation._path`: absolute, no `..`, no control characters,
+/// no symlink ancestors; Python's other refusals keep their own class.
+fn preparation_path(path: &Path) -> Result<PathBuf> {
+    normalize_path(path).map_err(|error| match error.class() {
+        ErrorClass::Value => {
+            Error::value("preparation path must be absolute without symlink ancestors")
+        }
+        _ => error,
+    })
+}
+
+/// What one native command printed (`subprocess.run(capture_output=True)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandCapture {
+    /// The exit status (`returncode`), negative for a signal.
+    pub status: i32,
+    /// Captured stdout bytes.
+    pub stdout: Vec<u8>,
+    /// Captured stderr bytes.
+    pub stderr: Vec<u8>,
+}
+
+/// Runs one native command for [`RecoveryService`]; tests inject recorded
+/// `systemctl` / `launchctl` replies.
+pub trait RecoveryCommands {
+    /// Run `argv` with stdin from /dev/null, capturing both streams.
+    fn run(&self, argv: &[String]) -> Result<CommandCapture>;
+}
+
+/// The real commands: `systemctl` from `PATH`, `/bin/launchctl`, each
+/// bounded by the seed's 20 s timeout (then killed, as `subprocess.run`
+/// does, and reported as Python's `TimeoutExpired` text).
+pub struct SystemCommands;
+
+/// `RecoveryService`'s command timeout.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl RecoveryCommands for SystemCommands {
+    fn run(&self, argv: &[String]) -> Result<CommandCapture> {
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| Error::from_io_path(&error, Path::new(&argv[0])))?;
+        let started = Instant::now();
+        let out = drain(child.stdout.take());
+        let err = drain(child.stderr.take());
+        loop {
+            if let Some(status) = child.try_wait().map_err(Error::from)? {
+                use std::os::unix::process::ExitStatusExt;
+                let code = status
+                    .code()
+                    .unwrap_or_else(|| -status.signal().unwrap_or(0));
+                return Ok(CommandCapture {
+                    status: code,
+                    stdout: out.join().unwrap_or_default(),
+                    stderr: err.join().unwrap_or_default(),
+                });
+            }
+            if started.elapsed() >= COMMAND_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::new(
+                    ErrorClass::Timeout,
+                    format!("Command '{}' timed out after 20 seconds", python_list(argv)),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Read a child's stream to the end on its own thread, so a chatty command
+/// cannot block on a full pipe while the parent waits.
+fn drain<R: std::io::Read + Send + 'static>(stream: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut data = Vec::new();
+        if let Some(mut stream) = stream {
+            let _ = stream.read_to_end(&mut data);
+        }
+        data
+    })
+}
+
+/// `repr(list_of_str)` for ASCII-safe arguments.
+fn python_list(argv: &[String]) -> String {
+    let items: Vec<String> = argv.iter().map(|item| format!("'{item}'")).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// `RecoveryService(registration)`: the native view of one owner's job.
+pub struct RecoveryService<'a> {
+    transaction_id: String,
+    platform: String,
+    commands: &'a dyn RecoveryCommands,
+}
+
+impl<'a> RecoveryService<'a> {
+    /// The job of `transaction_id` on `platform`, queried through `commands`.
+    pub fn new(transaction_id: &str, platform: &str, commands: &'a dyn RecoveryCommands) -> Self {
+        RecoveryService {
+            transaction_id: transaction_id.to_string(),
+            platform: platform.to_string(),
+            commands,
+        }
+    }
+
+    fn launchd_target(&self) -> String {
+        format!(
+            "gui/{}/{}",
+            crate::fs::current_uid(),
+            recovery_label(&self.transaction_id, &self.platform)
+        )
+    }
+
+    /// `assert_absent(path)`: no job of that name is loaded at all.
+    pub fn assert_absent(&self, path: &Path) -> Result<()> {
+        let loaded =
+            || Error::runtime("a native recovery job is loaded without its owned registration");
+        if self.platform == "Linux" {
+            let result = self
+                .commands
+                .run(&systemctl_show(path, "LoadState,ActiveState,MainPID"))?;
+            let values = show_values(&result.stdout)?;
+            let expected = [
+                ("LoadState", "not-found"),
+                ("ActiveState", "inactive"),
+                ("MainPID", "0"),
+            ];
+            let absent = values.len() == expected.len()
+                && expected
+                    .iter()
+                    .all(|(key, value)| values.iter().any(|(k, v)| k == key && v == value));
+            if !absent {
+                return Err(loaded());
+            }
+            return Ok(());
+        }
+        let result = self.commands.run(&[
+            "/bin/launchctl".to_string(),
+            "print".to_string(),
+            self.launchd_target(),
+        ])?;
+        if result.status == 0 || !contains(&result.stderr, b"Could not find service") {
+            return Err(loaded());
+        }
+        Ok(())
+    }
+
+    /// `running(path)`: whether the owner's native process may still run.
+    pub fn running(&self, path: &Path) -> Result<bool> {
+        let unknown = || Error::runtime("cannot inspect native recovery process ownership");
+        if self.platform == "Linux" {
+            let result = self
+                .commands
+                .run(&systemctl_show(path, "ActiveState,MainPID"))?;
+            let values = show_values(&result.stdout)?;
+            let get = |key: &str| {
+                values
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.as_str())
+            };
+            let (Some(active), Some(pid)) = (get("ActiveState"), get("MainPID")) else {
+                return Err(unknown());
+            };
+            // `str.isdigit()` accepts any Unicode digit.
+            if values.len() != 2 || pid.is_empty() || !pid.chars().all(char::is_numeric) {
+                return Err(unknown());
+            }
+            return Ok(pid != "0" || !["inactive", "failed"].contains(&active));
+        }
+        let result = self.commands.run(&[
+            "/bin/launchctl".to_string(),
+            "print".to_string(),
+            self.launchd_target(),
+        ])?;
+        if result.status != 0 {
+            if !contains(&result.stderr, b"Could not find service") {
+                return Err(unknown());
+            }
+            return Ok(false);
+        }
+        Ok(has_pid_line(&result.stdout))
+    }
+}
+
+fn systemctl_show(path: &Path, properties: &str) -> Vec<String> {
+    vec![
+        "systemctl".to_string(),
+        "--user".to_string(),
+        "show".to_string(),
+        path.file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        format!("--property={properties}"),
+    ]
+}
+
+/// `dict(line.split("=", 1) for line in stdout.decode().splitlines() if "=" in line)`,
+/// keeping the dict's first-position, last-value rule.
+fn show_values(stdout: &[u8]) -> Result<Vec<(String, String)>> {
+    let text = crate::http::python::decode_utf8(stdout)?;
+    let mut values: Vec<(String, String)> = Vec::new();
+    for line in crate::http::python::splitlines(text) {
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        match values.iter_mut().find(|(existing, _)| existing == key) {
+            Some(entry) => entry.1 = value.to_string(),
+            None => values.push((key.to_string(), value.to_string())),
+        }
+    }
+    Ok(values)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// `re.search(rb"(?m)^\s*pid\s*=\s*[1-9][0-9]*\s*$", stdout)`.
+fn has_pid_line(stdout: &[u8]) -> bool {
+    stdout.split(|&b| b == b'\n').any(|line| {
+        let line = trim_ascii_space(line);
+        let Some(rest) = line.strip_prefix(b"pid") else {
+            return false;
+        };
+        let rest = trim_ascii_space(rest);
+        let Some(number) = rest.strip_prefix(b"=") else {
+            return false;
+        };
+        let number = trim_ascii_space(number);
+        number.first().is_some_and(|b| (b'1'..=b'9').contains(b))
+            && number.iter().all(u8::is_ascii_digit)
+    })
+}
+
+/// Bytes-regex `\s`: space, \t, \n, \r, \f, \v.
+fn trim_ascii_space(mut bytes: &[u8]) -> &[u8] {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c');
+    while bytes.first().is_some_and(space) {
+        bytes = &bytes[1..];
+    }
+    while bytes.last().is_some_and(space) {
+        bytes = &bytes[..bytes.len() - 1];
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Replays one recorded reply and remembers the argv.
+    struct Recorded {
+        reply: CommandCapture,
+        argv: RefCell<Vec<String>>,
+    }
+
+    impl RecoveryCommands for Recorded {
+        fn run(&self, argv: &[String]) -> Result<CommandCapture> {
+            *self.argv.borrow_mut() = argv.to_vec();
+            Ok(self.reply.clone())
+        }
+    }
+
+    fn recorded(status: i32, stdout: &str, stderr: &str) -> Recorded {
+        Recorded {
+            reply: CommandCapture {
+                status,
+                stdout: stdout.as_bytes().to_vec(),
+                stderr: stderr.as_bytes().to_vec(),
+            },
+            argv: RefCell::new(Vec::new()),
+        }
+    }
+
+    const TID: &str = "activation-0123456789abcdef01234567";
+
+    #[test]
+    fn labels_and_paths_follow_the_platform() {
+        assert_eq!(
+            recovery_service_path(TID, "Linux", Path::new("/h")),
+            Path::new(
+                "/h/.config/systemd/user/agents-server-recovery-0123456789abcdef01234567.service"
+            )
+        );
+        assert_eq!(
+            recovery_service_path(TID, "Darwin", Path::new("/h")),
+            Path::new(
+                "/h/Library/LaunchAgents/com.agentsdock.recovery.0123456789abcdef01234567.plist"
+            )
+        );
+    }
+
+    #[test]
+    fn systemd_absence_needs_the_exact_not_found_triple() {
+        let path = recovery_service_path(TID, "Linux", Path::new("/h"));
+        let absent = recorded(
+            0,
+            "LoadState=not-found\nActiveState=inactive\nMainPID=0\n",
+            "",
+        );
+        RecoveryService::new(TID, "Linux", &absent)
+            .assert_absent(&path)
+            .unwrap();
+        assert_eq!(
+            absent.argv.borrow().as_slice(),
+            [
+                "systemctl",
+                "--user",
+                "show",
+                "agents-server-recovery-0123456789abcdef01234567.service",
+                "--property=LoadState,ActiveState,MainPID"
+            ]
+        );
+        for stdout in [
+            "LoadState=loaded\nActiveState=inactive\nMainPID=0\n",
+            "LoadState=not-found\nActiveState=active\nMainPID=0\n",
+            "LoadState=not-found\nActiveState=inactive\nMainPID=0\nExtra=1\n",
+            "",
+        ] {
+            let reply = recorded(1, stdout, "");
+            let error = RecoveryService::new(TID, "Linux", &reply)
+                .assert_absent(&path)
+                .unwrap_err();
+            assert_eq!(
+                error.message(),
+                "a native recovery job is loaded without its owned registration"
+            );
+        }
+    }
+
+    #[test]
+    fn launchd_absence_needs_a_failed_print_that_found_nothing() {
+        let path = recovery_service_path(TID, "Darwin", Path::new("/h"));
+        let missing = recorded(
+            113,
+            "",
+            "Bad request.\nCould not find service \"x\" in domain for user gui: 501\n",
+        );
+        RecoveryService::new(TID, "Darwin", &missing)
+            .assert_absent(&path)
+            .unwrap();
+        assert!(!RecoveryService::new(TID, "Darwin", &missing)
+            .running(&path)
+            .unwrap());
+        let loaded = recorded(0, "gui/501/x = {\n\tstate = running\n\tpid = 4242\n}\n", "");
+        assert!(RecoveryService::new(TID, "Darwin", &loaded)
+            .assert_absent(&path)
+            .is_err());
+        assert!(RecoveryService::new(TID, "Darwin", &loaded)
+            .running(&path)
+            .unwrap());
+        let idle = recorded(
+            0,
+            "gui/501/x = {\n\tstate = not running\n\tpid = 0\n}\n",
+            "",
+        );
+        assert!(!RecoveryService::new(TID, "Darwin", &idle)
+            .running(&path)
+            .unwrap());
+        let broken = recorded(5, "", "Operation not permitted\n");
+        assert_eq!(
+            RecoveryService::new(TID, "Darwin", &broken)
+                .running(&path)
+                .unwrap_err()
+                .message(),
+            "cannot inspect native recovery process ownership"
+        );
+    }
+
+    #[test]
+    fn systemd_running_reads_main_pid_and_state() {
+        let path = recovery_service_path(TID, "Linux", Path::new("/h"));
+        for (stdout, running) in [
+            ("ActiveState=inactive\nMainPID=0\n", false),
+            ("ActiveState=failed\nMainPID=0\n", false),
+            ("ActiveState=activating\nMainPID=0\n", true),
+            ("ActiveState=active\nMainPID=77\n", true),
+        ] {
+            let reply = recorded(0, stdout, "");
+            assert_eq!(
+                RecoveryService::new(TID, "Linux", &reply)
+                    .running(&path)
+                    .unwrap(),
+                running,
+                "{stdout}"
+            );
+        }
+        for stdout in [
+            "ActiveState=active\n",
+            "ActiveState=active\nMainPID=-1\n",
+            "ActiveState=a\nMainPID=1\nX=y\n",
+        ] {
+            let reply = recorded(0, stdout, "");
+            assert!(
+                RecoveryService::new(TID, "Linux", &reply)
+                    .running(&path)
+                    .is_err(),
+                "{stdout}"
+            );
+        }
+    }
+}
