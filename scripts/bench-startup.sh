@@ -33,9 +33,7 @@ command -v python3 >/dev/null || { echo "bench-startup: python3 is required" >&2
 
 cd "$ROOT"
 BINARIES=(uninstall update-runner update-handoff execution-activation execution-manage)
-build_args=()
-for binary in "${BINARIES[@]}"; do build_args+=(-p "$binary"); done
-cargo build --release --quiet "${build_args[@]}"
+bash "$ROOT/scripts/build-release.sh"
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 RELEASE="$TARGET_DIR/release"
