@@ -35,6 +35,9 @@
 //!   worker at startup) and the installed-layout provenance it relies on:
 //!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
 //!   [`installed_layout`], [`no_activation`], [`directory_binding`];
+//! - the worker and gateway jobs on systemd or launchd, with the seed's parsing
+//!   and refusals behind an injectable command runner: [`NativeServices`],
+//!   [`ServiceState`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -66,6 +69,11 @@ pub use layout::{
 mod install_lock;
 pub use install_lock::InstallationLock;
 // services (NativeServices)
+mod services;
+pub use services::{
+    CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,
+    SystemCommandRunner,
+};
 mod http;
 pub use http::{request_json, LsofRunner, PinnedRequest, SystemLsof};
 // worker_control (WorkerControl)
