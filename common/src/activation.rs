@@ -22,6 +22,7 @@
 mod config;
 mod durability;
 mod environment;
+mod handoff;
 mod invocation;
 mod io;
 mod manifest;
@@ -34,6 +35,7 @@ mod text;
 pub use config::{config_path_matches_desired, config_staging_paths};
 pub use durability::flush_activation;
 pub use environment::runtime_environment;
+pub use handoff::read_update_handoff;
 pub use invocation::{execution_context, validate_invocation, ActivationInvocation};
 pub use io::{
     read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,

@@ -107,7 +107,7 @@ pub use activation::{
     absolute_path, activation_intent, canonical_manifest_bytes, config_path_matches_desired,
     config_staging_paths, evidence_digest, execution_context, flush_activation,
     journaled_staging_matches, link_state, locate_release, pure_path_text, read_owned_config,
-    read_private_file, recovery_directory, recovery_evidence, recovery_label,
+    read_private_file, read_update_handoff, recovery_directory, recovery_evidence, recovery_label,
     recovery_service_path, release_identity, release_matches, replace_config,
     replace_config_with_checkpoints, runtime_environment, validate_invocation, write_new_private,
     ActivationInvocation, ActivationManifest, CommandCapture, RecoveryCommands, RecoveryService,

@@ -9,21 +9,26 @@
 //! captures); every failure is one line on stderr and exit status 1. Signals
 //! the installer ignored stay ignored: nothing here installs handlers.
 
+mod admission;
 mod api_contract;
 mod cli;
 mod context;
 mod detect;
+mod native;
+mod operations;
 mod publish;
 mod recovery_state;
+mod retired_intent;
+mod verify;
 
 use std::process::ExitCode;
 
 use agents_common::{
-    exit_status, flush_activation, locate_release, not_implemented, parse_command_line, Error,
-    Json, Result, SystemCommands,
+    exit_status, flush_activation, locate_release, parse_command_line, Error, Json, Result,
+    SystemCommands,
 };
 
-use cli::{Args, Operation, PROGRAM, SPEC};
+use cli::{Args, Operation, SPEC};
 use context::{command_layout, print_line, transaction};
 
 fn main() -> ExitCode {
@@ -41,9 +46,21 @@ fn run(args: Args) -> Result<()> {
         _ => {}
     }
     let layout = command_layout(&args, None)?;
+    let services = native::connect(&layout)?;
+    let services = services.as_ref();
     match args.operation {
+        Operation::Snapshot => return operations::snapshot(services),
+        Operation::Preflight => return operations::preflight(&args, &layout, services),
+        _ => {}
+    }
+    let value = transaction(&args)?;
+    match args.operation {
+        Operation::RecoveryState => print_line(recovery_state::recovery_state(
+            &args,
+            &value,
+            &SystemCommands,
+        )?),
         Operation::Durability => {
-            let value = transaction(&args)?;
             flush_activation(&layout.install_root, &value)?;
             if transaction(&args)? != value {
                 return Err(Error::runtime(
@@ -52,27 +69,26 @@ fn run(args: Args) -> Result<()> {
             }
             Ok(())
         }
-        Operation::PreviousWorker => previous_worker(&args),
-        Operation::RecoveryState => {
-            let value = transaction(&args)?;
-            print_line(recovery_state::recovery_state(
-                &args,
-                &value,
-                &SystemCommands,
-            )?)
+        Operation::Publish => publish::publish(&args),
+        Operation::Verify | Operation::VerifyRestored => {
+            verify::verify_components(&args, &value, services)
         }
-        Operation::Publish => {
-            transaction(&args)?;
-            publish::publish(&args)
-        }
-        operation => not_implemented(PROGRAM, operation.word()),
+        Operation::PreviousWorker => previous_worker(&value),
+        Operation::Stop => operations::stop(&args, &value, services),
+        Operation::Suppress => operations::suppress(services),
+        Operation::Start => operations::start(services),
+        Operation::Restore => operations::restore(&value, services),
+        Operation::Release => operations::release(&value, &layout, services),
+        Operation::CandidateApiContract
+        | Operation::Detect
+        | Operation::Snapshot
+        | Operation::Preflight => unreachable!("{} is dispatched above", args.operation.word()),
     }
 }
 
 /// `previous-worker`: the retained worker generation a restored split
 /// install runs again; nothing for a legacy monolith.
-fn previous_worker(args: &Args) -> Result<()> {
-    let value = transaction(args)?;
+fn previous_worker(value: &agents_common::ActivationManifest) -> Result<()> {
     if value.get("execution_layout").get("existed") != Some(&Json::Bool(true)) {
         return Ok(());
     }
