@@ -119,7 +119,7 @@ mod tests {
         assignments(text, "pid", "=", |c| c.is_ascii_digit())
     }
 
-    fn labels<'a>(text: &'a str) -> Vec<&'a str> {
+    fn labels(text: &str) -> Vec<&str> {
         assignments(text, "\"x\"", "=>", |c| !is_space(c))
     }
 
