@@ -1,0 +1,560 @@
+//! NativeServices on launchd, replaying realistic `launchctl print-disabled`,
+//! `print`, `bootstrap` and `bootout` output through the injected runner
+//! (launchd cannot run here). Every observation branch, every command with
+//! its arguments and timeout, and the rule that output is never echoed.
+
+mod fs_support;
+mod services_support;
+
+use std::time::{Duration, Instant};
+
+use agents_common::{Error, ErrorClass, ServiceRunState, ServiceState};
+use fs_support::{assert_error, make_dir, set_mode, TempDir};
+use services_support::{
+    domain, expect, failure, layout, place_service_file, reply, services, Exchange, Recorded,
+};
+
+const WORKER: &str = "com.agentsdock.server";
+const GATEWAY: &str = "com.agentsdock.gateway";
+
+/// `launchctl print-disabled gui/501` of a macOS 14 host (enabled/disabled
+/// spelling) with our worker's entry set to `value`, or none when `None`.
+fn print_disabled(worker_value: Option<&str>) -> String {
+    let mut text = String::from(
+        "disabled services = {\n\t\"com.apple.ScreenReaderUIServer\" => disabled\n\t\"com.apple.FolderActionsDispatcher\" => enabled\n",
+    );
+    if let Some(value) = worker_value {
+        text.push_str(&format!("\t\"{WORKER}\" => {value}\n"));
+    }
+    text.push_str(
+        "\t\"com.agentsdock.gatewayx\" => disabled\n}\n\nlogin item associations = {\n}\n",
+    );
+    text
+}
+
+/// `launchctl print gui/501/<label>` of a loaded agent; `pid_lines` are put
+/// where launchd prints the process (none while it is not running).
+fn print_loaded(label: &str, state: &str, pid_lines: &str) -> String {
+    format!(
+        "gui/501/{label} = {{
+\tactive count = 1
+\tpath = /Users/alice/Library/LaunchAgents/{label}.plist
+\ttype = LaunchAgent
+\tstate = {state}
+
+\tprogram = /usr/bin/env
+\targuments = {{
+\t\t/usr/bin/env
+\t\tAGENTS_SERVER_INSTALL_DIR=/Users/alice/.local/share/agents-server
+\t\t/Users/alice/.local/share/agents-server/releases/1.0.7/.venv/bin/python
+\t}}
+
+\tworking directory = /Users/alice/.local/share/agents-server/releases/1.0.7
+
+\tenvironment = {{
+\t\tAGENTSDOCK_AGENT_TOKEN => token-must-never-be-echoed
+\t\tXPC_SERVICE_NAME => {label}
+\t}}
+
+\tdomain = gui/501 [100005]
+\tminimum runtime = 10
+\texit timeout = 0
+\truns = 1
+{pid_lines}\timmediate reason = speculative
+\tforks = 0
+\texecs = 1
+\tlast exit code = (never exited)
+
+\tproperties = keepalive | runatload | inferred program
+}}
+"
+    )
+}
+
+const NOT_FOUND: &str =
+    "Bad request.\nCould not find service \"com.agentsdock.server\" in domain for uid: 501\n";
+
+fn disabled_call(worker_value: Option<&str>) -> Exchange {
+    expect(
+        &["/bin/launchctl", "print-disabled", &domain()],
+        reply(0, &print_disabled(worker_value), ""),
+    )
+}
+
+fn print_call(
+    label: &str,
+    reply_value: agents_common::Result<agents_common::CommandCapture>,
+) -> Exchange {
+    let target = format!("{}/{label}", domain());
+    expect(&["/bin/launchctl", "print", &target], reply_value)
+}
+
+fn running(label: &str, pid: u32) -> Exchange {
+    print_call(
+        label,
+        reply(
+            0,
+            &print_loaded(label, "running", &format!("\tpid = {pid}\n")),
+            "",
+        ),
+    )
+}
+
+fn not_found(label: &str) -> Exchange {
+    print_call(label, reply(113, "", NOT_FOUND))
+}
+
+struct Host {
+    _temp: TempDir,
+    layout: agents_common::ExecutionLayout,
+}
+
+/// A Darwin layout whose LaunchAgents directory exists, with plists for `roles`.
+fn host(roles: &[&str]) -> Host {
+    let temp = TempDir::new();
+    let home = temp.join("home");
+    make_dir(&home, 0o755);
+    let layout = layout("Darwin", &home);
+    for role in roles {
+        place_service_file(&layout, role);
+    }
+    Host {
+        _temp: temp,
+        layout,
+    }
+}
+
+#[test]
+fn a_running_agent_reports_its_pid_and_enablement() {
+    let host = host(&["worker", "gateway"]);
+    let recorded = Recorded::new(vec![
+        disabled_call(Some("enabled")),
+        running(WORKER, 4242),
+        disabled_call(Some("enabled")),
+        running(GATEWAY, 4343),
+    ]);
+    let snapshot = services(&host.layout, &recorded).snapshot().unwrap();
+    assert_eq!(snapshot.worker, ServiceState::running(true, 4242));
+    assert_eq!(snapshot.gateway, ServiceState::running(true, 4343));
+    assert_eq!(
+        agents_common::encode_line(&snapshot.to_json(), false),
+        r#"{"worker": {"state": "running", "enabled": true, "pid": 4242}, "gateway": {"state": "running", "enabled": true, "pid": 4343}}"#
+    );
+    let timeouts: Vec<Duration> = recorded
+        .calls()
+        .into_iter()
+        .map(|(_, timeout)| timeout)
+        .collect();
+    assert_eq!(timeouts, vec![Duration::from_secs(10); 4]);
+}
+
+#[test]
+fn enablement_follows_both_spellings_and_defaults_to_enabled() {
+    for (value, enabled) in [
+        (Some("enabled"), true),
+        (Some("false"), true),
+        (Some("disabled"), false),
+        (Some("true"), false),
+        (None, true),
+    ] {
+        let host = host(&["worker"]);
+        let recorded = Recorded::new(vec![disabled_call(value), running(WORKER, 77)]);
+        let state = services(&host.layout, &recorded).observe("worker").unwrap();
+        assert_eq!(state, ServiceState::running(enabled, 77), "{value:?}");
+    }
+}
+
+#[test]
+fn ambiguous_enablement_is_refused_before_the_job_is_queried() {
+    let twice = format!(
+        "{}\t\"{WORKER}\" => enabled\n",
+        print_disabled(Some("disabled"))
+    );
+    let odd = print_disabled(Some("yes"));
+    let on_next_line = format!("\t\"{WORKER}\" =>\n\t\tmaybe\n");
+    for output in [twice, odd, on_next_line] {
+        let host = host(&["worker"]);
+        let recorded = Recorded::new(vec![expect(
+            &["/bin/launchctl", "print-disabled", &domain()],
+            reply(0, &output, ""),
+        )]);
+        let err = failure(services(&host.layout, &recorded).observe("worker"));
+        assert_error(
+            &err,
+            ErrorClass::Runtime,
+            "launchd returned ambiguous enablement",
+        );
+        assert_eq!(recorded.calls().len(), 1);
+    }
+}
+
+#[test]
+fn an_unloaded_agent_is_stopped_with_its_plist_and_absent_without() {
+    let host_with = host(&["worker"]);
+    let recorded = Recorded::new(vec![disabled_call(Some("disabled")), not_found(WORKER)]);
+    let state = services(&host_with.layout, &recorded)
+        .observe("worker")
+        .unwrap();
+    assert_eq!(state, ServiceState::stopped(false));
+
+    let host_without = host(&[]);
+    let recorded = Recorded::new(vec![disabled_call(Some("enabled")), not_found(WORKER)]);
+    let state = services(&host_without.layout, &recorded)
+        .observe("worker")
+        .unwrap();
+    assert_eq!(state, ServiceState::absent());
+    assert_eq!(
+        agents_common::encode_line(&state.to_json(), false),
+        r#"{"state": "absent", "enabled": false}"#
+    );
+}
+
+#[test]
+fn a_failed_print_without_could_not_find_service_is_unknown_ownership() {
+    let host = host(&["worker"]);
+    let recorded = Recorded::new(vec![
+        disabled_call(None),
+        print_call(
+            WORKER,
+            reply(
+                64,
+                "token-must-never-be-echoed",
+                "Unrecognized target specifier.\n",
+            ),
+        ),
+    ]);
+    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    assert_error(
+        &err,
+        ErrorClass::Runtime,
+        "launchd service ownership is unknown",
+    );
+}
+
+#[test]
+fn a_loaded_agent_without_its_plist_is_refused() {
+    let host = host(&[]);
+    let recorded = Recorded::new(vec![disabled_call(None), running(WORKER, 4242)]);
+    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    assert_error(
+        &err,
+        ErrorClass::Runtime,
+        "loaded native service has no safely restorable plist",
+    );
+}
+
+#[test]
+fn only_exactly_one_positive_pid_line_means_running() {
+    let cases = [
+        ("", None),
+        ("\tpid = 0\n", None),
+        ("\tpid = 12\n\tpid = 13\n", None),
+        ("\tpid = 12 (exited)\n", None),
+        ("\tpid =\n\t\t0099\n", Some(99)),
+    ];
+    for (pid_lines, pid) in cases {
+        let host = host(&["worker"]);
+        let recorded = Recorded::new(vec![
+            disabled_call(None),
+            print_call(
+                WORKER,
+                reply(0, &print_loaded(WORKER, "not running", pid_lines), ""),
+            ),
+        ]);
+        let state = services(&host.layout, &recorded).observe("worker").unwrap();
+        let expected = match pid {
+            Some(pid) => ServiceState::running(true, pid),
+            None => ServiceState::with_state(ServiceRunState::Transitioning, true),
+        };
+        assert_eq!(state, expected, "{pid_lines:?}");
+    }
+}
+
+#[test]
+fn snapshot_refuses_a_transitioning_agent() {
+    let host = host(&["worker", "gateway"]);
+    let recorded = Recorded::new(vec![
+        disabled_call(None),
+        print_call(
+            WORKER,
+            reply(0, &print_loaded(WORKER, "spawn scheduled", ""), ""),
+        ),
+        disabled_call(None),
+        not_found(GATEWAY),
+    ]);
+    let err = failure(services(&host.layout, &recorded).snapshot());
+    assert_error(
+        &err,
+        ErrorClass::Runtime,
+        "native service is transitioning; retry after it settles",
+    );
+}
+
+#[test]
+fn a_failing_command_is_reported_without_its_output() {
+    let host = host(&["worker"]);
+    let recorded = Recorded::new(vec![expect(
+        &["/bin/launchctl", "print-disabled", &domain()],
+        reply(
+            1,
+            "AGENTSDOCK_AGENT_TOKEN => token-must-never-be-echoed",
+            "token-must-never-be-echoed",
+        ),
+    )]);
+    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    assert_error(
+        &err,
+        ErrorClass::Runtime,
+        "native service command failed (/bin/launchctl print-disabled)",
+    );
+}
+
+#[test]
+fn output_that_is_not_utf8_is_a_decode_error() {
+    let host = host(&["worker"]);
+    let recorded = Recorded::new(vec![expect(
+        &["/bin/launchctl", "print-disabled", &domain()],
+        Ok(agents_common::CommandCapture {
+            status: 0,
+            stdout: b"disabled services = {\n\t\"x\xff\" => true\n}\n".to_vec(),
+            stderr: Vec::new(),
+        }),
+    )]);
+    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    assert_error(
+        &err,
+        ErrorClass::Value,
+        "'utf-8' codec can't decode byte 0xff in position 25: invalid start byte",
+    );
+}
+
+#[test]
+fn an_unsafe_plist_fails_before_any_command() {
+    let host = host(&["worker"]);
+    let plist = host.layout.service_path("worker").unwrap();
+    set_mode(&plist, 0o666);
+    let recorded = Recorded::new(vec![]);
+    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    assert_error(
+        &err,
+        ErrorClass::Permission,
+        &format!("execution configuration is unsafe: {}", plist.display()),
+    );
+    let err = failure(services(&host.layout, &recorded).start("worker"));
+    assert_eq!(err.class(), ErrorClass::Permission);
+    let err = failure(services(&host.layout, &recorded).observe("bogus"));
+    assert_error(&err, ErrorClass::Value, "unknown execution service role");
+    assert!(recorded.calls().is_empty());
+}
+
+#[test]
+fn stop_boots_out_then_waits_until_the_agent_is_gone() {
+    let host = host(&["worker"]);
+    let target = format!("{}/{WORKER}", domain());
+    let recorded = Recorded::new(vec![
+        disabled_call(None),
+        running(WORKER, 4242),
+        expect(&["/bin/launchctl", "bootout", &target], reply(0, "", "")),
+        disabled_call(None),
+        running(WORKER, 4242),
+        disabled_call(None),
+        not_found(WORKER),
+    ]);
+    services(&host.layout, &recorded).stop("worker").unwrap();
+    assert_eq!(recorded.unused(), 0);
+    let bootout = &recorded.calls()[2];
+    assert_eq!(
+        bootout.1,
+        Duration::from_secs(180),
+        "worker bootout timeout"
+    );
+}
+
+#[test]
+fn a_gateway_bootout_waits_at_most_thirty_seconds() {
+    let host = host(&["gateway"]);
+    let target = format!("{}/{GATEWAY}", domain());
+    let recorded = Recorded::new(vec![
+        disabled_call(None),
+        running(GATEWAY, 9),
+        expect(&["/bin/launchctl", "bootout", &target], reply(0, "", "")),
+        disabled_call(None),
+        not_found(GATEWAY),
+    ]);
+    services(&host.layout, &recorded).stop("gateway").unwrap();
+    assert_eq!(recorded.calls()[2].1, Duration::from_secs(30));
+
+    // With a shorter configured bound, the gateway uses that.
+    let recorded = Recorded::new(vec![
+        disabled_call(None),
+        running(GATEWAY, 9),
+        expect(&["/bin/launchctl", "bootout", &target], reply(0, "", "")),
+        disabled_call(None),
+        not_found(GATEWAY),
+    ]);
+    services(&host.layout, &recorded)
+        .with_timeout(Duration::from_secs(5))
+        .stop("gateway")
+        .unwrap();
+    assert_eq!(recorded.calls()[2].1, Duration::from_secs(5));
+}
+
+#[test]
+fn a_stop_that_never_settles_fails_without_escalating() {
+    let host = host(&["worker"]);
+    let target = format!("{}/{WORKER}", domain());
+    let recorded = Recorded::new(vec![
+        disabled_call(None),
+        running(WORKER, 4242),
+        expect(&["/bin/launchctl", "bootout", &target], reply(0, "", "")),
+    ])
+    .then_repeat(vec![disabled_call(None), running(WORKER, 4242)]);
+    let started = Instant::now();
+    let err = failure(
+        services(&host.layout, &recorded)
+            .with_timeout(Duration::from_millis(350))
+            .stop("worker"),
+    );
+    let elapsed = started.elapsed();
+    assert_error(
+        &err,
+        ErrorClass::Runtime,
+        "native service did not stop; no force kill was attempted",
+    );
+    assert!(
+        elapsed >= Duration::from_millis(350) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    // Polled every 0.1 s (a few observations), and nothing but bootout acted.
+    let commands = recorded.commands();
+    let polls = commands.iter().filter(|args| args[1] == "print").count();
+    assert!((3..=6).contains(&polls), "{polls} polls");
+    assert_eq!(
+        commands.iter().filter(|args| args[1] == "bootout").count(),
+        1
+    );
+    assert!(commands
+        .iter()
+        .all(|args| ["print", "print-disabled", "bootout"].contains(&args[1].as_str())));
+}
+
+#[test]
+fn stopping_a_stopped_or_absent_agent_does_nothing() {
+    let host = host(&["worker"]);
+    let recorded = Recorded::new(vec![disabled_call(None), not_found(WORKER)]);
+    services(&host.layout, &recorded).stop("worker").unwrap();
+    let recorded = Recorded::new(vec![disabled_call(None), not_found(GATEWAY)]);
+    services(&host.layout, &recorded).stop("gateway").unwrap();
+    assert_eq!(recorded.unused(), 0);
+}
+
+#[test]
+fn start_enables_then_bootstraps_the_plist() {
+    let host = host(&["worker"]);
+    let plist = host.layout.service_path("worker").unwrap();
+    let target = format!("{}/{WORKER}", domain());
+    let recorded = Recorded::new(vec![
+        expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
+        expect(
+            &[
+                "/bin/launchctl",
+                "bootstrap",
+                &domain(),
+                plist.to_str().unwrap(),
+            ],
+            reply(0, "", ""),
+        ),
+    ]);
+    services(&host.layout, &recorded).start("worker").unwrap();
+    assert_eq!(recorded.unused(), 0);
+
+    let recorded = Recorded::new(vec![
+        expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
+        expect(
+            &[
+                "/bin/launchctl",
+                "bootstrap",
+                &domain(),
+                plist.to_str().unwrap(),
+            ],
+            reply(5, "", "Bootstrap failed: 5: Input/output error\n"),
+        ),
+    ]);
+    let err = failure(services(&host.layout, &recorded).start("worker"));
+    assert_error(
+        &err,
+        ErrorClass::Runtime,
+        "native service command failed (/bin/launchctl bootstrap)",
+    );
+}
+
+#[test]
+fn start_without_a_plist_runs_nothing() {
+    let host = host(&[]);
+    let recorded = Recorded::new(vec![]);
+    let err = failure(services(&host.layout, &recorded).start("gateway"));
+    let plist = host.layout.service_path("gateway").unwrap();
+    assert_error(
+        &err,
+        ErrorClass::NotFound,
+        &format!("[Errno 2] No such file or directory: '{}'", plist.display()),
+    );
+    assert!(recorded.calls().is_empty());
+}
+
+#[test]
+fn restore_returns_each_recorded_state() {
+    let host = host(&["worker"]);
+    let plist = host.layout.service_path("worker").unwrap();
+    let target = format!("{}/{WORKER}", domain());
+    let enable = || expect(&["/bin/launchctl", "enable", &target], reply(0, "", ""));
+    let disable = || expect(&["/bin/launchctl", "disable", &target], reply(0, "", ""));
+    let bootstrap = || {
+        expect(
+            &[
+                "/bin/launchctl",
+                "bootstrap",
+                &domain(),
+                plist.to_str().unwrap(),
+            ],
+            reply(0, "", ""),
+        )
+    };
+    let cases: Vec<(ServiceState, Vec<Exchange>)> = vec![
+        (ServiceState::absent(), vec![]),
+        (ServiceState::running(true, 5), vec![enable(), bootstrap()]),
+        (
+            ServiceState::running(false, 5),
+            vec![enable(), bootstrap(), disable()],
+        ),
+        (ServiceState::stopped(true), vec![enable()]),
+        (ServiceState::stopped(false), vec![disable()]),
+    ];
+    for (prior, exchanges) in cases {
+        let expected = exchanges.len();
+        let recorded = Recorded::new(exchanges);
+        services(&host.layout, &recorded)
+            .restore("worker", &prior)
+            .unwrap();
+        assert_eq!(recorded.calls().len(), expected, "{prior:?}");
+    }
+    // reload is a systemd-only step.
+    let recorded = Recorded::new(vec![]);
+    services(&host.layout, &recorded).reload().unwrap();
+    assert!(recorded.calls().is_empty());
+}
+
+#[test]
+fn runner_errors_propagate_unchanged() {
+    let host = host(&["worker"]);
+    let timeout = Error::new(
+        ErrorClass::Timeout,
+        "Command '['/bin/launchctl', 'print-disabled', 'gui/0']' timed out after 10 seconds",
+    );
+    let recorded = Recorded::new(vec![expect(
+        &["/bin/launchctl", "print-disabled", &domain()],
+        Err(timeout.clone()),
+    )]);
+    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    assert_eq!(err, timeout);
+}

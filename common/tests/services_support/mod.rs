@@ -1,0 +1,151 @@
+//! Replaying recorded `systemctl` / `launchctl` output through NativeServices'
+//! injectable command runner, and layouts whose service files the tests place.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use agents_common::{
+    current_uid, CommandCapture, CommandRunner, Error, ExecutionLayout, Json, NativeServices,
+    Result,
+};
+
+/// One recorded command: what NativeServices must run and what it printed.
+pub struct Exchange {
+    pub args: Vec<String>,
+    pub reply: Result<CommandCapture>,
+}
+
+/// A command exiting with `status` after printing `stdout` and `stderr`.
+pub fn reply(status: i32, stdout: &str, stderr: &str) -> Result<CommandCapture> {
+    Ok(CommandCapture {
+        status,
+        stdout: stdout.as_bytes().to_vec(),
+        stderr: stderr.as_bytes().to_vec(),
+    })
+}
+
+/// `args` must be run next and prints `reply`.
+pub fn expect(args: &[&str], reply: Result<CommandCapture>) -> Exchange {
+    Exchange {
+        args: args.iter().map(|arg| arg.to_string()).collect(),
+        reply,
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    pending: VecDeque<Exchange>,
+    /// Replayed forever once `pending` is empty (for stop polling).
+    repeat: Vec<Exchange>,
+    repeat_next: usize,
+    calls: Vec<(Vec<String>, Duration)>,
+}
+
+/// A `CommandRunner` that replays exchanges in order and records every call;
+/// an unexpected command fails the test.
+#[derive(Clone, Default)]
+pub struct Recorded(Rc<RefCell<Script>>);
+
+impl Recorded {
+    pub fn new(exchanges: Vec<Exchange>) -> Self {
+        let recorded = Recorded::default();
+        recorded.0.borrow_mut().pending = exchanges.into();
+        recorded
+    }
+
+    /// After the scripted exchanges, answer with these in a cycle.
+    pub fn then_repeat(self, exchanges: Vec<Exchange>) -> Self {
+        self.0.borrow_mut().repeat = exchanges;
+        self
+    }
+
+    /// Every command run so far, with the timeout it was given.
+    pub fn calls(&self) -> Vec<(Vec<String>, Duration)> {
+        self.0.borrow().calls.clone()
+    }
+
+    /// Only the argument lists of the calls so far.
+    pub fn commands(&self) -> Vec<Vec<String>> {
+        self.calls().into_iter().map(|(args, _)| args).collect()
+    }
+
+    /// Scripted exchanges that were never requested.
+    pub fn unused(&self) -> usize {
+        self.0.borrow().pending.len()
+    }
+
+    pub fn boxed(&self) -> Box<dyn CommandRunner> {
+        Box::new(self.clone())
+    }
+}
+
+impl CommandRunner for Recorded {
+    fn run(&self, args: &[String], timeout: Duration) -> Result<CommandCapture> {
+        let mut script = self.0.borrow_mut();
+        script.calls.push((args.to_vec(), timeout));
+        let exchange = match script.pending.pop_front() {
+            Some(exchange) => exchange,
+            None if !script.repeat.is_empty() => {
+                let index = script.repeat_next % script.repeat.len();
+                script.repeat_next += 1;
+                let exchange = &script.repeat[index];
+                Exchange {
+                    args: exchange.args.clone(),
+                    reply: exchange.reply.clone(),
+                }
+            }
+            None => panic!("unexpected command {args:?}"),
+        };
+        assert_eq!(args, exchange.args.as_slice(), "commands out of order");
+        exchange.reply
+    }
+}
+
+/// A layout whose home is `home`; only the platform and home matter to
+/// NativeServices (the other fields are never read by it).
+pub fn layout(platform: &str, home: &Path) -> ExecutionLayout {
+    let base = home.parent().unwrap();
+    ExecutionLayout {
+        install_root: base.join("install"),
+        config_root: base.join("config"),
+        state_root: base.join("state"),
+        home: home.to_path_buf(),
+        platform: platform.to_string(),
+        worker_release: base.join("install/releases/1.0.0"),
+        gateway_release: base.join("install/releases/1.0.0"),
+        bind: "127.0.0.1".to_string(),
+        port: Json::from(8765),
+        environment: Json::Object(agents_common::JsonObject::new()),
+    }
+}
+
+/// Writes the service file of `role` (0600) under the layout's home.
+pub fn place_service_file(layout: &ExecutionLayout, role: &str) -> PathBuf {
+    let path = layout.service_path(role).unwrap();
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(&path, b"[Service]\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// NativeServices on `layout` answering through `recorded`.
+pub fn services(layout: &ExecutionLayout, recorded: &Recorded) -> NativeServices {
+    NativeServices::with_runner(layout, recorded.boxed())
+}
+
+/// `gui/<uid>` of the current user, as the launchd commands name the domain.
+pub fn domain() -> String {
+    format!("gui/{}", current_uid())
+}
+
+/// The error of a call that must fail.
+#[track_caller]
+pub fn failure<T: std::fmt::Debug>(result: Result<T>) -> Error {
+    result.expect_err("the call must fail")
+}
