@@ -110,10 +110,9 @@ pub use activation::{
     read_private_file, read_update_handoff, recovery_directory, recovery_evidence, recovery_label,
     recovery_service_path, release_identity, release_matches, replace_config,
     replace_config_with_checkpoints, runtime_environment, validate_invocation, write_new_private,
-    ActivationInvocation, ActivationManifest, CommandCapture, RecoveryCommands, RecoveryService,
-    ReplaceConfigStep, SystemCommands, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
-    ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
-    RECOVERY_PAYLOAD,
+    ActivationInvocation, ActivationManifest, CommandCapture, RecoveryService, ReplaceConfigStep,
+    ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
+    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 
 use agents_common::{
     exit_status, flush_activation, locate_release, parse_command_line, Error, Json, Result,
-    SystemCommands,
+    SystemCommandRunner,
 };
 
 use cli::{Args, Operation, SPEC};
@@ -58,7 +58,7 @@ fn run(args: Args) -> Result<()> {
         Operation::RecoveryState => print_line(recovery_state::recovery_state(
             &args,
             &value,
-            &SystemCommands,
+            &SystemCommandRunner::default(),
         )?),
         Operation::Durability => {
             flush_activation(&layout.install_root, &value)?;

@@ -6,7 +6,10 @@
 //! admission logic is independent of how the shared crate's service module
 //! drives `systemctl --user` or `launchctl`.
 
-use agents_common::{Error, ExecutionLayout, Json, JsonObject, Result, ServiceSnapshot};
+use agents_common::{
+    Error, ExecutionLayout, Json, JsonObject, NativeServices, Result, ServiceRunState,
+    ServiceSnapshot, ServiceState,
+};
 
 /// The two service roles, in the seed's snapshot order.
 pub const ROLES: [&str; 2] = ["worker", "gateway"];
@@ -68,45 +71,49 @@ impl ServiceSnapshot for Snapshots<'_> {
 /// host's, as the seed's constructor does for every operation after
 /// `detect` and `candidate-api-contract`.
 pub fn connect(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
-    let host_is_darwin = cfg!(target_os = "macos");
-    if !(cfg!(target_os = "linux") || host_is_darwin)
-        || (layout.platform == "Darwin") != host_is_darwin
-    {
-        return Err(Error::value(
-            "native execution platform does not match this host",
-        ));
-    }
-    Ok(Box::new(Pending))
+    Ok(Box::new(Manager(NativeServices::new(layout)?)))
 }
 
-/// Stands in until the shared crate's `NativeServices` is wired here.
-struct Pending;
+/// The shared crate's `NativeServices` in the dict shape the operations
+/// compare (`{"state", "enabled", "pid"?}`).
+struct Manager(NativeServices);
 
-impl Pending {
-    fn unavailable<T>() -> Result<T> {
-        Err(Error::runtime(
-            "native service manager client is not available in this build",
-        ))
-    }
+fn object(value: Json) -> JsonObject {
+    value.as_object().cloned().unwrap_or_default()
 }
 
-impl Native for Pending {
-    fn observe(&self, _role: &str) -> Result<JsonObject> {
-        Self::unavailable()
+impl Native for Manager {
+    fn observe(&self, role: &str) -> Result<JsonObject> {
+        Ok(object(self.0.observe(role)?.to_json()))
     }
-    fn stop(&self, _role: &str) -> Result<()> {
-        Self::unavailable()
+    fn snapshot(&self) -> Result<JsonObject> {
+        Ok(object(self.0.snapshot()?.to_json()))
     }
-    fn start(&self, _role: &str) -> Result<()> {
-        Self::unavailable()
+    fn stop(&self, role: &str) -> Result<()> {
+        self.0.stop(role)
     }
-    fn set_enabled(&self, _role: &str, _enabled: bool) -> Result<()> {
-        Self::unavailable()
+    fn start(&self, role: &str) -> Result<()> {
+        self.0.start(role)
+    }
+    fn set_enabled(&self, role: &str, enabled: bool) -> Result<()> {
+        self.0.set_enabled(role, enabled)
     }
     fn reload(&self) -> Result<()> {
-        Self::unavailable()
+        self.0.reload()
     }
-    fn restore(&self, _role: &str, _prior: &JsonObject) -> Result<()> {
-        Self::unavailable()
+    fn restore(&self, role: &str, prior: &JsonObject) -> Result<()> {
+        // The journal validated the prior state; like the seed, restore
+        // reads only its state and enablement.
+        let state = match prior.get("state").and_then(Json::as_str) {
+            Some("running") => ServiceRunState::Running,
+            Some("stopped") => ServiceRunState::Stopped,
+            _ => ServiceRunState::Absent,
+        };
+        let enabled = prior
+            .get("enabled")
+            .and_then(Json::as_bool)
+            .unwrap_or(false);
+        self.0
+            .restore(role, &ServiceState::with_state(state, enabled))
     }
 }

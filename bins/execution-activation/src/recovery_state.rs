@@ -7,7 +7,7 @@ use std::path::Path;
 
 use agents_common::{
     entry_present, normalize_path, owned_directory, recovery_service_path, validate_invocation,
-    ActivationInvocation, ActivationManifest, RecoveryCommands, RecoveryService, Result,
+    ActivationInvocation, ActivationManifest, CommandRunner, RecoveryService, Result,
     RECOVERY_DIRECTORY,
 };
 
@@ -17,7 +17,7 @@ use crate::cli::Args;
 pub fn recovery_state(
     args: &Args,
     value: &ActivationManifest,
-    commands: &dyn RecoveryCommands,
+    commands: &dyn CommandRunner,
 ) -> Result<&'static str> {
     let rollback_from = value
         .get("rollback_from")

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use agents_common::{
     check_binding, encode_indented, entry_present, evidence_digest, normalize_path,
     owned_directory, pure_path_text, recovery_directory, recovery_evidence, recovery_service_path,
-    Error, ExecutionLayout, Json, JsonObject, RecoveryService, Result, SystemCommands,
+    Error, ExecutionLayout, Json, JsonObject, RecoveryService, Result, SystemCommandRunner,
     ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
     RECOVERY_PAYLOAD, TRANSACTION_NAME,
 };
@@ -223,7 +223,7 @@ fn check_owner(
     let platform = own("platform").as_str().unwrap_or_default();
     let home = Path::new(own("home").as_str().unwrap_or_default());
     let service = recovery_service_path(name, platform, home);
-    let commands = SystemCommands;
+    let commands = SystemCommandRunner::default();
     if entry_present(&service)?
         || RecoveryService::new(name, platform, &commands).running(&service)?
     {

@@ -8,8 +8,7 @@
 //! updater's intent may be replaced (`require_retired_legacy_intent`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -18,7 +17,7 @@ use super::text::{hex, is_lower_hex, is_prefixed_hex};
 use crate::error::{Error, ErrorClass, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::json::{parse_json, Json, JsonObject};
-use crate::{directory_binding, json_object};
+use crate::{directory_binding, json_object, CommandRunner};
 
 /// `DIRECTORY`: the recovery owners' parent under the install root.
 pub const RECOVERY_DIRECTORY: &str = ".activation-recovery";
@@ -187,91 +186,28 @@ pub struct CommandCapture {
     pub stderr: Vec<u8>,
 }
 
-/// Runs one native command for [`RecoveryService`]; tests inject recorded
-/// `systemctl` / `launchctl` replies.
-pub trait RecoveryCommands {
-    /// Run `argv` with stdin from /dev/null, capturing both streams.
-    fn run(&self, argv: &[String]) -> Result<CommandCapture>;
-}
-
-/// The real commands: `systemctl` from `PATH`, `/bin/launchctl`, each
-/// bounded by the seed's 20 s timeout (then killed, as `subprocess.run`
-/// does, and reported as Python's `TimeoutExpired` text).
-pub struct SystemCommands;
-
-/// `RecoveryService`'s command timeout.
+/// `RecoveryService`'s command timeout (the seed's `timeout=20`).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
-
-impl RecoveryCommands for SystemCommands {
-    fn run(&self, argv: &[String]) -> Result<CommandCapture> {
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| Error::from_io_path(&error, Path::new(&argv[0])))?;
-        let started = Instant::now();
-        let out = drain(child.stdout.take());
-        let err = drain(child.stderr.take());
-        loop {
-            if let Some(status) = child.try_wait().map_err(Error::from)? {
-                use std::os::unix::process::ExitStatusExt;
-                let code = status
-                    .code()
-                    .unwrap_or_else(|| -status.signal().unwrap_or(0));
-                return Ok(CommandCapture {
-                    status: code,
-                    stdout: out.join().unwrap_or_default(),
-                    stderr: err.join().unwrap_or_default(),
-                });
-            }
-            if started.elapsed() >= COMMAND_TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::new(
-                    ErrorClass::Timeout,
-                    format!("Command '{}' timed out after 20 seconds", python_list(argv)),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// Read a child's stream to the end on its own thread, so a chatty command
-/// cannot block on a full pipe while the parent waits.
-fn drain<R: std::io::Read + Send + 'static>(stream: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut data = Vec::new();
-        if let Some(mut stream) = stream {
-            let _ = stream.read_to_end(&mut data);
-        }
-        data
-    })
-}
-
-/// `repr(list_of_str)` for ASCII-safe arguments.
-fn python_list(argv: &[String]) -> String {
-    let items: Vec<String> = argv.iter().map(|item| format!("'{item}'")).collect();
-    format!("[{}]", items.join(", "))
-}
 
 /// `RecoveryService(registration)`: the native view of one owner's job.
 pub struct RecoveryService<'a> {
     transaction_id: String,
     platform: String,
-    commands: &'a dyn RecoveryCommands,
+    commands: &'a dyn CommandRunner,
 }
 
 impl<'a> RecoveryService<'a> {
     /// The job of `transaction_id` on `platform`, queried through `commands`.
-    pub fn new(transaction_id: &str, platform: &str, commands: &'a dyn RecoveryCommands) -> Self {
+    pub fn new(transaction_id: &str, platform: &str, commands: &'a dyn CommandRunner) -> Self {
         RecoveryService {
             transaction_id: transaction_id.to_string(),
             platform: platform.to_string(),
             commands,
         }
+    }
+
+    fn run(&self, argv: &[String]) -> Result<CommandCapture> {
+        self.commands.run(argv, COMMAND_TIMEOUT)
     }
 
     fn launchd_target(&self) -> String {
@@ -287,9 +223,7 @@ impl<'a> RecoveryService<'a> {
         let loaded =
             || Error::runtime("a native recovery job is loaded without its owned registration");
         if self.platform == "Linux" {
-            let result = self
-                .commands
-                .run(&systemctl_show(path, "LoadState,ActiveState,MainPID"))?;
+            let result = self.run(&systemctl_show(path, "LoadState,ActiveState,MainPID"))?;
             let values = show_values(&result.stdout)?;
             let expected = [
                 ("LoadState", "not-found"),
@@ -305,7 +239,7 @@ impl<'a> RecoveryService<'a> {
             }
             return Ok(());
         }
-        let result = self.commands.run(&[
+        let result = self.run(&[
             "/bin/launchctl".to_string(),
             "print".to_string(),
             self.launchd_target(),
@@ -320,9 +254,7 @@ impl<'a> RecoveryService<'a> {
     pub fn running(&self, path: &Path) -> Result<bool> {
         let unknown = || Error::runtime("cannot inspect native recovery process ownership");
         if self.platform == "Linux" {
-            let result = self
-                .commands
-                .run(&systemctl_show(path, "ActiveState,MainPID"))?;
+            let result = self.run(&systemctl_show(path, "ActiveState,MainPID"))?;
             let values = show_values(&result.stdout)?;
             let get = |key: &str| {
                 values
@@ -339,7 +271,7 @@ impl<'a> RecoveryService<'a> {
             }
             return Ok(pid != "0" || !["inactive", "failed"].contains(&active));
         }
-        let result = self.commands.run(&[
+        let result = self.run(&[
             "/bin/launchctl".to_string(),
             "print".to_string(),
             self.launchd_target(),
@@ -429,8 +361,8 @@ mod tests {
         argv: RefCell<Vec<String>>,
     }
 
-    impl RecoveryCommands for Recorded {
-        fn run(&self, argv: &[String]) -> Result<CommandCapture> {
+    impl CommandRunner for Recorded {
+        fn run(&self, argv: &[String], _timeout: Duration) -> Result<CommandCapture> {
             *self.argv.borrow_mut() = argv.to_vec();
             Ok(self.reply.clone())
         }

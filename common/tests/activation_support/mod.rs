@@ -31,6 +31,8 @@ pub const API_CONTRACT: i64 = 7;
 pub struct Roots {
     /// `Linux` (systemd units) or `Darwin` (launchd plists).
     pub platform: String,
+    /// The public listener port the layout uses.
+    pub port: u16,
     pub root: PathBuf,
     pub config_root: PathBuf,
     pub state_root: PathBuf,
@@ -76,6 +78,7 @@ impl Install {
             base: base.to_path_buf(),
             roots: Roots {
                 platform: "Linux".into(),
+                port: 7850,
                 root: base.join("install"),
                 config_root: base.join("config"),
                 state_root: base.join("state"),
@@ -103,6 +106,7 @@ impl Roots {
         }
         Roots {
             platform: "Linux".into(),
+            port: 7850,
             root: base.join("install"),
             config_root: base.join("config"),
             state_root: base.join("state"),
@@ -193,6 +197,17 @@ impl Roots {
         release
     }
 
+    /// `releases/<name>` whose `.venv/bin/python` links to `interpreter`
+    /// (the test worker, copied under a Python-like name so the durability
+    /// barrier accepts the venv link), as the services run it.
+    pub fn release_running(&self, name: &str, version: &str, interpreter: &Path) -> PathBuf {
+        let release = self.release_named(name, version);
+        let python = release.join(".venv/bin/python");
+        fs::remove_file(&python).unwrap();
+        symlink(interpreter, &python).unwrap();
+        release
+    }
+
     /// `releases/<version>`.
     pub fn release(&self, version: &str) -> PathBuf {
         self.release_named(version, version)
@@ -220,8 +235,14 @@ impl Roots {
     }
 
     /// The split layout install.sh would have installed for `version`
-    /// (worker and gateway on the same release, no extra environment).
+    /// (worker and gateway on the same release, the runtime env file's
+    /// assignments as environment, as `publish` renders it).
     pub fn layout(&self, version: &str) -> ExecutionLayout {
+        let environment = if self.env_path().exists() {
+            agents_common::runtime_environment(&self.env_path()).unwrap()
+        } else {
+            JsonObject::new()
+        };
         ExecutionLayout {
             install_root: self.root(),
             config_root: self.config_root(),
@@ -231,8 +252,8 @@ impl Roots {
             worker_release: self.release_dir(version),
             gateway_release: self.release_dir(version),
             bind: "127.0.0.1".into(),
-            port: Json::from(7850),
-            environment: Json::Object(JsonObject::new()),
+            port: Json::from(u32::from(self.port)),
+            environment: Json::Object(environment),
         }
     }
 
@@ -279,7 +300,7 @@ impl Roots {
             "--bind".into(),
             "127.0.0.1".into(),
             "--port".into(),
-            "7850".into(),
+            self.port.to_string(),
         ]
     }
 }
