@@ -545,3 +545,173 @@ fn stop_refuses_a_worker_without_the_sealed_handoff() {
     );
     assert!(installer.unit(WORKER_UNIT).is_running());
 }
+
+/// The update sequence up to the quiesced phase (both services stopped).
+fn update_to_quiesced(installer: &mut Installer) -> PathBuf {
+    let (handoff, handoff_file) = running_split(installer);
+    let handoff_arg = handoff_file.to_str().unwrap().to_string();
+    let staging = installer.staging("1.1.0");
+    let stop_args = ["--health-file", "", "--handoff-file", handoff_arg.as_str()];
+    let old = installer.roots.release_dir("1.0.0");
+    installer.roots.begin(&Begin {
+        old: Some((old.clone(), old)),
+        service_state: "running".into(),
+        service_enabled: true,
+        gateway_state: "running".into(),
+        gateway_enabled: true,
+        handoff: Some(Json::Object(handoff)),
+        ..Begin::split(&staging, "1.1.0")
+    });
+    assert_eq!(installer.ok("durability", &[]), "");
+    installer.record("quiescing");
+    assert_eq!(installer.ok("preflight", &stop_args), "");
+    assert_eq!(installer.ok("suppress", &[]), "");
+    assert_eq!(installer.ok("stop", &stop_args), "");
+    // An interrupted installer repeats the step: stop is idempotent.
+    assert_eq!(installer.ok("stop", &stop_args), "");
+    installer.record("quiesced");
+    handoff_file
+}
+
+#[test]
+fn rollback_from_the_quiescing_group_restores_the_old_services() {
+    let Some(sandbox) = Sandbox::start_or_skip("rollback_from_the_quiescing_group") else {
+        return;
+    };
+    let mut installer = Installer::new(&sandbox);
+    update_to_quiesced(&mut installer);
+    installer.record("rolling-back");
+    installer.roots.restore_files();
+    installer.record("rolled-back");
+    assert_eq!(installer.ok("restore", &[]), "");
+    installer.wait_running("1.0.0");
+    // Restoring again is a no-op for running roles (enablement only).
+    assert_eq!(installer.ok("restore", &[]), "");
+    assert_eq!(installer.enablement(WORKER_UNIT), "enabled");
+    assert_eq!(installer.enablement(GATEWAY_UNIT), "enabled");
+    assert_eq!(
+        installer.ok("previous-worker", &[]),
+        format!("{}\n", installer.roots.release_dir("1.0.0").display())
+    );
+    installer.verify("verify-restored");
+    installer.record("rollback-healthy");
+    assert_eq!(installer.ok("release", &[]), "");
+    assert_eq!(installer.lease("1.0.0"), Json::Null);
+    installer.roots.finish();
+    assert_eq!(
+        installer.current_target(),
+        installer.roots.release_dir("1.0.0")
+    );
+}
+
+#[test]
+fn rollback_from_the_linked_group_after_publication() {
+    let Some(sandbox) = Sandbox::start_or_skip("rollback_from_the_linked_group") else {
+        return;
+    };
+    let mut installer = Installer::new(&sandbox);
+    update_to_quiesced(&mut installer);
+    installer.record("linking");
+    installer.roots.activate_files();
+    installer.record("linked");
+    installer.replace_env();
+    assert_eq!(installer.ok("publish", &[]), "");
+    // From linking..authority with a prior service: suppress, stop, restore.
+    installer.record("rolling-back");
+    assert_eq!(installer.ok("suppress", &[]), "");
+    assert_eq!(installer.ok("stop", &["--health-file", ""]), "");
+    installer.roots.restore_files();
+    installer.record("rolled-back");
+    let unit = fs::read_to_string(installer.roots.service_path()).unwrap();
+    assert!(
+        unit.contains("releases/1.0.0"),
+        "the old unit is back:\n{unit}"
+    );
+    assert_eq!(installer.ok("restore", &[]), "");
+    installer.wait_running("1.0.0");
+    installer.verify("verify-restored");
+    installer.record("rollback-healthy");
+    assert_eq!(installer.ok("release", &[]), "");
+    installer.roots.finish();
+}
+
+#[test]
+fn verify_refuses_mismatched_health_and_a_lost_hold() {
+    let Some(sandbox) = Sandbox::start_or_skip("verify_refuses_mismatched_health_and_a_lost_hold")
+    else {
+        return;
+    };
+    let mut installer = Installer::new(&sandbox);
+    update_to_candidate(&mut installer);
+    // A health body naming another worker version is not the paired release.
+    let health = installer.health_file();
+    let mut body = agents_common::parse_json(&fs::read(&health).unwrap()).unwrap();
+    let mut worker = body
+        .get("execution_service")
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap();
+    worker.insert("version", "1.0.0");
+    body.as_object_mut()
+        .unwrap()
+        .insert("execution_service", worker);
+    write_file(&health, &agents_common::encode_indented(&body), 0o600);
+    installer.fails(
+        "verify",
+        &["--health-file", health.to_str().unwrap()],
+        "RuntimeError: candidate gateway and worker do not match the paired release",
+    );
+    // A readable but non-private health file is refused outright.
+    fs::set_permissions(&health, fs::Permissions::from_mode(0o644)).unwrap();
+    installer.fails(
+        "verify",
+        &["--health-file", health.to_str().unwrap()],
+        "PermissionError: activation transaction file is unsafe",
+    );
+    // Once the activation's hold is gone, the candidate is not ours to verify.
+    let layout = installer.layout("1.1.0");
+    let manager = installer.manager("1.1.0");
+    WorkerControl::new()
+        .services(&manager)
+        .release(&layout, &installer.operation_id())
+        .unwrap();
+    installer.record("candidate-healthy");
+    let fresh = installer.health_file();
+    installer.fails(
+        "verify",
+        &["--health-file", fresh.to_str().unwrap()],
+        "RuntimeError: candidate worker is not held by this activation",
+    );
+    // After commit the hold is no longer required.
+    installer.record("committing");
+    installer.record("committed");
+    installer.verify("verify");
+}
+
+#[test]
+fn preflight_refuses_a_handoff_for_another_lease() {
+    let Some(sandbox) = Sandbox::start_or_skip("preflight_refuses_a_handoff_for_another_lease")
+    else {
+        return;
+    };
+    let mut installer = Installer::new(&sandbox);
+    let (mut handoff, handoff_file) = running_split(&installer);
+    installer.staging("1.1.0");
+    handoff.insert("lease_id", "00000000-0000-4000-8000-000000000000");
+    write_file(
+        &handoff_file,
+        &agents_common::encode_indented(&Json::Object(handoff)),
+        0o600,
+    );
+    installer.fails(
+        "preflight",
+        &[
+            "--health-file",
+            "",
+            "--handoff-file",
+            handoff_file.to_str().unwrap(),
+        ],
+        "RuntimeError: retiring worker identity changed after admission",
+    );
+    assert!(installer.unit(WORKER_UNIT).is_running());
+}
