@@ -78,13 +78,14 @@ fn enable_start_and_show_report_real_state() {
         "MainPID is the real service process"
     );
 
+    let service = ProcessIdentity::of(running.main_pid).unwrap();
     sandbox.systemctl_ok(&["stop", UNIT]);
     let stopped = sandbox.unit_state(UNIT);
     assert_eq!(
         (stopped.active_state.as_str(), stopped.main_pid),
         ("inactive", 0)
     );
-    assert!(!process_alive(running.main_pid));
+    assert!(!service.is_alive());
 }
 
 #[test]
@@ -135,8 +136,9 @@ fn sandboxes_running_the_same_unit_do_not_touch_each_other() {
     assert!(!first.processes().contains(&two.main_pid));
 
     // Same unit name, separate cgroups: stopping one leaves the other running.
+    let stopped = ProcessIdentity::of(one.main_pid).unwrap();
     first.systemctl_ok(&["stop", UNIT]);
-    assert!(!process_alive(one.main_pid));
+    assert!(!stopped.is_alive());
     assert_eq!(second.unit_state(UNIT), two);
     drop(first);
     assert_eq!(second.unit_state(UNIT), two);

@@ -12,8 +12,8 @@ use agents_common::{
     Json, JsonObject, PinnedRequest, GATEWAY_UNIT, WORKER_UNIT,
 };
 use agents_tests::{
-    free_port, poll_until, process_alive, HttpRequest, Installation, Role, Sandbox, SplitServices,
-    AGENT_TOKEN,
+    free_port, poll_until, HttpRequest, Installation, ProcessIdentity, Role, Sandbox,
+    SplitServices, AGENT_TOKEN,
 };
 
 struct Split {
@@ -589,12 +589,14 @@ fn stopping_removes_the_receipt_and_teardown_leaves_no_process() {
         return;
     };
     let runtime = split.installation.runtime_dir();
+    let gateway = ProcessIdentity::of(split.services.gateway_pid).unwrap();
+    let worker = ProcessIdentity::of(split.services.worker_pid).unwrap();
     split.sandbox.systemctl_ok(&["stop", GATEWAY_UNIT]);
     assert!(
         !runtime.join("gateway.json").exists(),
         "SIGTERM removes the gateway's own receipt"
     );
-    assert!(!process_alive(split.services.gateway_pid));
+    assert!(!gateway.is_alive());
     let stopped = split.sandbox.unit_state(GATEWAY_UNIT);
     assert_eq!(
         (stopped.active_state.as_str(), stopped.main_pid),
@@ -603,10 +605,9 @@ fn stopping_removes_the_receipt_and_teardown_leaves_no_process() {
     );
     assert!(runtime.join("worker.json").exists());
 
-    let worker = split.services.worker_pid;
     let Split { sandbox, .. } = split;
     drop(sandbox);
-    assert!(!process_alive(worker), "the manager stopped the worker");
+    assert!(!worker.is_alive(), "the manager stopped the worker");
     assert!(
         !runtime.join("worker.json").exists(),
         "a clean stop removes the worker's receipt"

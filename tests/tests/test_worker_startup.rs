@@ -79,11 +79,13 @@ fn write_intent(layout: &ExecutionLayout, operation: &str) {
 /// Returns the candidate release and the journal's execution operation.
 fn begin_activation(
     installation: &Installation,
+    layout: &ExecutionLayout,
     version: &str,
     execution: bool,
 ) -> (PathBuf, Option<String>) {
     let roots = Roots {
-        platform: "Linux".to_string(),
+        platform: layout.platform.clone(),
+        port: layout.public_port().unwrap(),
         root: installation.install_root.clone(),
         config_root: installation.config_root.clone(),
         state_root: installation.state_root.clone(),
@@ -156,7 +158,7 @@ fn an_uninstall_intent_holds_the_pinned_worker() {
 #[test]
 fn an_outer_execution_activation_holds_its_candidate_and_the_prior_worker() {
     let (installation, layout) = installed();
-    let (release, operation) = begin_activation(&installation, "2.0.0", true);
+    let (release, operation) = begin_activation(&installation, &layout, "2.0.0", true);
     let operation = operation.unwrap();
     let mut candidate = layout.clone();
     candidate.worker_release = release;
@@ -182,7 +184,10 @@ fn an_outer_execution_activation_holds_its_candidate_and_the_prior_worker() {
 #[test]
 fn a_legacy_outer_activation_holds_nothing() {
     let (installation, layout) = installed();
-    assert_eq!(begin_activation(&installation, "2.0.0", false).1, None);
+    assert_eq!(
+        begin_activation(&installation, &layout, "2.0.0", false).1,
+        None
+    );
     let (_worker, lease) = start_worker(&installation, &layout);
     assert_eq!(lease, Json::Null);
 }
@@ -246,7 +251,9 @@ fn conflicting_claims_stop_the_worker() {
 
     fs::remove_file(root.join(".execution-uninstall.json")).unwrap();
     fs::remove_dir(root.join(".execution-transaction")).unwrap();
-    begin_activation(&installation, "2.0.0", true).1.unwrap();
+    begin_activation(&installation, &layout, "2.0.0", true)
+        .1
+        .unwrap();
     fs::DirBuilder::new()
         .mode(0o700)
         .create(root.join(".execution-transaction"))

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use agents_common::{encode_compact, json_object, Json, JsonObject, GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     free_port, poll_until, process_alive, Death, DeathPoint, HttpRequest, HttpResponse,
-    Installation, RequestMatch, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
+    Installation, ProcessIdentity, RequestMatch, Role, Sandbox, SplitServices, Stall, Switches,
+    AGENT_TOKEN,
 };
 
 /// listener, path, query present, credential, action, status
@@ -231,6 +232,7 @@ fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
             ..Switches::default()
         },
     );
+    let old_worker = ProcessIdentity::of(split.services.worker_pid).unwrap();
     let lease = lease_id(&split.maintenance("acquire", None).json());
     let body = json_object! {
         "action" => "seal",
@@ -244,7 +246,7 @@ fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
     assert!(seal.is_err(), "no reply from a dead worker: {seal:?}");
     let old_pid = split.services.worker_pid;
     poll_until(Duration::from_secs(5), "the worker to exit", || {
-        (!process_alive(old_pid)).then_some(())
+        (!old_worker.is_alive()).then_some(())
     });
     // A crash leaves the stale receipt; the seal was persisted first.
     let stale = split.installation.receipt(Role::Worker).unwrap();
@@ -297,6 +299,7 @@ fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
             ..Switches::default()
         },
     );
+    let restarted = ProcessIdentity::of(pid).unwrap();
     assert!(HttpRequest::get("/api/health")
         .bearer(AGENT_TOKEN)
         .send(callback)
@@ -304,7 +307,7 @@ fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
     poll_until(
         Duration::from_secs(5),
         "the killed worker to vanish",
-        || (!process_alive(pid)).then_some(()),
+        || (!restarted.is_alive()).then_some(()),
     );
     assert!(process_alive(split.services.gateway_pid));
     split
