@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use agents_common::{
@@ -29,12 +30,24 @@ pub const AGENT_TOKEN: &str = "test-agent-token-0123456789abcdef";
 /// How long services may take to start and publish their receipts.
 pub const SERVICE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A port on 127.0.0.1 that was free a moment ago (for a layout's public port).
+/// A port on 127.0.0.1 that was free a moment ago, for a layout's public
+/// port. It is taken below the kernel's ephemeral range (32768 and up), so a
+/// worker's callback listener or an outgoing connection can never grab it
+/// between this check and the gateway's bind; a per-process offset and a
+/// counter keep concurrent tests apart.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("an ephemeral port can be bound")
-        .port()
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + offset.wrapping_add(step.wrapping_mul(101)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN);
 }
 
 fn directory(path: &Path, mode: u32) {
