@@ -1,0 +1,299 @@
+//! Black-box tests of `preflight` in front of a running legacy monolith
+//! (the single `agents-server.service` of a pre-split install) under a real
+//! systemd user manager: the idle-in-admitted-update proof from the health
+//! and update files, the recovery intent recorded for the managed update,
+//! and the proof that an abandoned split receipt left behind is dead.
+
+#[path = "../../common/tests/activation_support/mod.rs"]
+mod activation_support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Output;
+
+use activation_support::{make_dir, write_file, Roots};
+use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject, WORKER_UNIT};
+use agents_tests::{binary_path, free_port, poll_until, Sandbox};
+
+const UPDATE: &str = "0123456789abcdef0123456789abcdef";
+const SERVER: &str = "srv-legacy-1";
+
+struct Monolith<'a> {
+    sandbox: &'a Sandbox,
+    roots: Roots,
+    pid: u32,
+}
+
+fn write_json(path: &PathBuf, value: JsonObject) {
+    write_file(path, &encode_indented(&Json::Object(value)), 0o600);
+}
+
+impl<'a> Monolith<'a> {
+    /// A legacy install whose monolith runs, inside an admitted update.
+    fn start(sandbox: &'a Sandbox) -> Monolith<'a> {
+        let mut roots = Roots::create(sandbox.base(), sandbox.home());
+        roots.port = free_port();
+        roots.release("1.0.0");
+        roots.link_current("1.0.0");
+        roots.staging("1.1.0");
+        roots.hold_lock(std::process::id());
+        roots.write_unit(
+            &roots.service_path(),
+            "[Unit]\nDescription=AgentsServer (legacy)\n\n[Service]\nType=simple\n\
+             ExecStart=/bin/sleep 600\n\n[Install]\nWantedBy=default.target\n",
+            0o644,
+        );
+        sandbox.systemctl_ok(&["daemon-reload"]);
+        sandbox.systemctl_ok(&["start", WORKER_UNIT]);
+        let pid = poll_until(std::time::Duration::from_secs(10), "the monolith", || {
+            let state = sandbox.unit_state(WORKER_UNIT);
+            state.is_running().then_some(state.main_pid)
+        });
+        let admin = roots.state_root().join("admin");
+        make_dir(&admin, 0o700);
+        let monolith = Monolith {
+            sandbox,
+            roots,
+            pid,
+        };
+        write_json(
+            &monolith.status_path(),
+            json_object! {
+                "phase" => "installing", "update_id" => UPDATE, "target_version" => "1.1.0",
+            },
+        );
+        write_json(
+            &monolith.update_path(),
+            json_object! {
+                "phase" => "installing", "update_id" => UPDATE, "server_identity" => SERVER,
+            },
+        );
+        monolith.write_health(json_object! {});
+        monolith
+    }
+
+    fn status_path(&self) -> PathBuf {
+        self.roots.state_root().join("admin/server-update.json")
+    }
+    fn update_path(&self) -> PathBuf {
+        self.roots
+            .state_root()
+            .join("admin/.execution-update-proof.AAAAAAAA")
+    }
+    fn health_path(&self) -> PathBuf {
+        self.roots
+            .state_root()
+            .join("admin/.execution-handoff.AAAAAAAA")
+    }
+
+    /// The monolith's authenticated health, with `extra` members.
+    fn write_health(&self, extra: JsonObject) {
+        let mut health = json_object! {
+            "ok" => true,
+            "server_identity" => SERVER,
+            "active_count" => 0,
+            "queued" => JsonObject::new(),
+            "server_update" => json_object! { "update_id" => UPDATE },
+            "update_service_cgroup" => json_object! { "safe" => true, "unknown_descendant_count" => 0 },
+        };
+        for (key, value) in extra {
+            health.insert(key, value);
+        }
+        write_json(&self.health_path(), health);
+    }
+
+    /// install.sh's preflight with the legacy proof flags.
+    fn preflight(&self, health: bool) -> Output {
+        let mut args = self.roots.operation_args(
+            "preflight",
+            "1.1.0",
+            "127.0.0.1",
+            i128::from(self.roots.port),
+        );
+        let staging = self.roots.releases().join(".staging-1.1.0-4242");
+        let health_file = if health {
+            self.health_path()
+        } else {
+            PathBuf::new()
+        };
+        for (flag, value) in [
+            ("--expected-server-identity", SERVER.to_string()),
+            ("--health-file", health_file.to_str().unwrap().to_string()),
+            (
+                "--update-file",
+                self.update_path().to_str().unwrap().to_string(),
+            ),
+            ("--expected-native-pid", self.pid.to_string()),
+            ("--managed-update-id", UPDATE.to_string()),
+            ("--handoff-file", String::new()),
+            ("--candidate-source", staging.to_str().unwrap().to_string()),
+            ("--release-version", "1.1.0".to_string()),
+            ("--api-contract", "7".to_string()),
+        ] {
+            args.push(flag.to_string());
+            args.push(value);
+        }
+        self.sandbox
+            .command(binary_path("execution-activation"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// A `worker.json` and free `worker.lock` an earlier split install left.
+    fn abandon_receipt(&self, pid: u32) {
+        let runtime = self.roots.runtime_dir();
+        if !runtime.exists() {
+            make_dir(&runtime, 0o700);
+        }
+        write_json(
+            &runtime.join("worker.json"),
+            json_object! {
+                "schema" => 1,
+                "role" => "worker",
+                "protocol" => 1,
+                "pid" => pid,
+                "instance_id" => "00112233445566778899aabbccddeeff",
+                "version" => "1.0.0",
+                "callback_origin" => "http://127.0.0.1:41999",
+                "release_root" => self.roots.release_dir("1.0.0").to_str().unwrap(),
+                "public_bind" => "127.0.0.1",
+                "public_port" => u32::from(self.roots.port),
+            },
+        );
+        let lock = runtime.join("worker.lock");
+        if !lock.exists() {
+            write_file(&lock, b"", 0o600);
+        }
+    }
+}
+
+#[track_caller]
+fn assert_ok(output: &Output) {
+    assert_eq!(
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).as_ref(),
+            String::from_utf8_lossy(&output.stderr).as_ref()
+        ),
+        (Some(0), "", "")
+    );
+}
+
+#[track_caller]
+fn assert_fails(output: &Output, line: &str) {
+    assert_eq!(
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).as_ref(),
+            String::from_utf8_lossy(&output.stderr).as_ref()
+        ),
+        (Some(1), "", format!("{line}\n").as_str())
+    );
+}
+
+/// A PID that no process has any more.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn an_idle_monolith_admits_and_records_the_recovery_intent() {
+    let Some(sandbox) =
+        Sandbox::start_or_skip("an_idle_monolith_admits_and_records_the_recovery_intent")
+    else {
+        return;
+    };
+    let monolith = Monolith::start(&sandbox);
+    assert_ok(&monolith.preflight(true));
+    let row = parse_json(&fs::read(monolith.status_path()).unwrap()).unwrap();
+    let intent = row.get("_activation_recovery").expect("intent recorded");
+    assert_eq!(intent.get("update_id"), Some(&Json::from(UPDATE)));
+    assert_eq!(intent.get("server_identity"), Some(&Json::from(SERVER)));
+    assert_eq!(
+        fs::metadata(monolith.status_path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert!(
+        sandbox.unit_state(WORKER_UNIT).is_running(),
+        "preflight only reads"
+    );
+
+    monolith.write_health(json_object! { "active_count" => 1 });
+    assert_fails(
+        &monolith.preflight(true),
+        "RuntimeError: running monolith is not in the exact admitted idle update",
+    );
+    assert_fails(
+        &monolith.preflight(false),
+        "RuntimeError: running monolith requires authenticated managed idle handoff",
+    );
+}
+
+#[test]
+fn an_abandoned_split_receipt_must_be_dead_and_unheld() {
+    let Some(sandbox) =
+        Sandbox::start_or_skip("an_abandoned_split_receipt_must_be_dead_and_unheld")
+    else {
+        return;
+    };
+    let monolith = Monolith::start(&sandbox);
+    monolith.abandon_receipt(dead_pid());
+    assert_ok(&monolith.preflight(true));
+    assert_fails(
+        &monolith.preflight(false),
+        "RuntimeError: stale worker receipt requires authenticated legacy health",
+    );
+    monolith.write_health(json_object! { "gateway" => json_object! { "pid" => 1 } });
+    assert_fails(
+        &monolith.preflight(true),
+        "RuntimeError: worker receipt is not associated with authenticated legacy health",
+    );
+    monolith.write_health(json_object! {});
+    // A receipt whose worker still runs is not abandoned.
+    let mut alive = std::process::Command::new("/bin/sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    monolith.abandon_receipt(alive.id());
+    assert_fails(
+        &monolith.preflight(true),
+        "RuntimeError: abandoned worker PID is still alive",
+    );
+    alive.kill().unwrap();
+    alive.wait().unwrap();
+    // A lease someone still holds refuses admission without waiting.
+    monolith.abandon_receipt(dead_pid());
+    let lock = fs::File::open(monolith.roots.runtime_dir().join("worker.lock")).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let output = monolith.preflight(true);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .ends_with("[Errno 11] Resource temporarily unavailable\n"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    drop(lock);
+    // A receipt of another listener is not this installation's.
+    let receipt = monolith.roots.runtime_dir().join("worker.json");
+    let mut value = parse_json(&fs::read(&receipt).unwrap())
+        .unwrap()
+        .as_object()
+        .cloned()
+        .unwrap();
+    value.insert("public_port", 1);
+    write_json(&receipt, value);
+    assert_fails(
+        &monolith.preflight(true),
+        "RuntimeError: abandoned worker receipt is invalid",
+    );
+}
