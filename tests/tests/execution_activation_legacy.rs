@@ -9,7 +9,7 @@ mod activation_support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use activation_support::{make_dir, write_file, Roots};
@@ -25,7 +25,7 @@ struct Monolith<'a> {
     pid: u32,
 }
 
-fn write_json(path: &PathBuf, value: JsonObject) {
+fn write_json(path: &Path, value: JsonObject) {
     write_file(path, &encode_indented(&Json::Object(value)), 0o600);
 }
 
