@@ -38,6 +38,9 @@
 //! - the worker and gateway jobs on systemd or launchd, with the seed's parsing
 //!   and refusals behind an injectable command runner: [`NativeServices`],
 //!   [`ServiceState`];
+//! - releasing a failed update's sealed split-worker handoff before the
+//!   installer runs (`update_handoff`): [`release_existing_handoff`],
+//!   [`retry_failed_handoff`], [`HandoffRelease`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -121,3 +124,6 @@ pub use uninstall_marker::{
     pending_uninstall_operation, read_uninstall_intent, store_uninstall_intent,
     write_uninstall_intent, UNINSTALL_INTENT_NAME, UNINSTALL_PHASES,
 };
+// handoff (update_handoff: release a failed update's sealed worker handoff)
+mod handoff;
+pub use handoff::{release_existing_handoff, retry_failed_handoff, HandoffRelease};

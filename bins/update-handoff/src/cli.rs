@@ -29,7 +29,9 @@ pub static SPEC: CommandSpec = CommandSpec {
                   failed before the installer ran, after proving the worker is unchanged and \
                   idle. It never stops processes, changes update status or deletes evidence. \
                   On success it prints one JSON object with the sorted keys \
-                  already_released, operation_id, released and worker_instance_id.\n\n\
+                  already_released, operation_id, released and worker_instance_id, \
+                  and exits 0. Any refusal prints one line (the Python exception class \
+                  and message) on standard error, exits 1 and changes nothing.\n\n\
                   release --root DIR --handoff-file FILE: release the handoff FILE (inside \
                   DIR/.update-preparations) that a failed update left held.\n\n\
                   retry-failed --root DIR --status-file FILE --expected-status FILE_OR_-: \
@@ -122,14 +124,6 @@ impl Args {
                 },
             },
             other => panic!("the parser admits only declared subcommands, not {other:?}"),
-        }
-    }
-
-    /// The subcommand's name, for messages.
-    pub fn operation(&self) -> &'static str {
-        match self {
-            Args::Release { .. } => "release",
-            Args::RetryFailed { .. } => "retry-failed",
         }
     }
 }
