@@ -365,3 +365,22 @@ except Exception as exc:
     let error = download_release_archive(&manifest, dir.path()).unwrap_err();
     assert_eq!(error.message(), "npm release archive size changed");
 }
+
+#[test]
+fn https_release_hosts_are_reachable_through_tls() {
+    // Production endpoints are https; a peer that closes the connection must
+    // fail the TLS handshake, not fail because TLS is missing from the build.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let closer = std::thread::spawn(move || drop(listener.accept()));
+    let url = format!("https://127.0.0.1:{port}/");
+    let FetchError::Failed(error) = download_bytes(&url, 100).unwrap_err() else {
+        panic!("a TLS failure is not an HTTP status")
+    };
+    closer.join().unwrap();
+    assert!(
+        !error.message().contains("feature is not enabled"),
+        "{}",
+        error.message()
+    );
+}

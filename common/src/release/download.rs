@@ -6,6 +6,9 @@
 //! hold exactly: GitHub asset downloads follow up to ten redirects (301, 302,
 //! 303, 307 and 308, as urllib does), while the npm archive refuses any.
 //!
+//! HTTPS uses minreq's rustls backend with its bundled Mozilla roots, so the
+//! runner needs no system certificate store (urllib used OpenSSL's).
+//!
 //! Deviation: urllib's timeout bounds each socket operation; minreq bounds the
 //! whole request. Metadata keeps the 30 s budget (its bodies are at most 1 MB);
 //! archives get [`ARCHIVE_DOWNLOAD_DEADLINE_SECONDS`], which a full 200 MiB
