@@ -141,8 +141,11 @@ impl InstallationLock {
                 Ok(()) => {
                     let info = rustix::fs::lstat(&self.path)
                         .map_err(|errno| Error::from_errno(errno, &self.path))?;
-                    self.identity = Some(identity(&info));
+                    // As in the seed, a failure from here on leaves the published
+                    // lock in place (no release runs); it names this process
+                    // and is reaped once the process has exited.
                     fsync_directory(&self.root)?;
+                    self.identity = Some(identity(&info));
                     return Ok(());
                 }
                 Err(err) if is_occupied(&err) => self.reap_dead_owner()?,

@@ -5,6 +5,15 @@
 //! Every command goes through an injectable [`CommandRunner`]; output is read
 //! with the seed's exact parsing rules and refusals, and never echoed in an
 //! error because `launchctl print` can contain environment secrets.
+//!
+//! Deviations from the seed, none reachable with real service-manager output:
+//! - PIDs are `u32`: a journal `pid` above `u32::MAX` is refused as an invalid
+//!   process identity, a launchd `pid = N` beyond it reads as transitioning,
+//!   and systemd's `MainPID` must be ASCII digits fitting a `u32` (Python's
+//!   `isdigit` also admits other Unicode digits);
+//! - a command that outlives its timeout is killed like `subprocess.run` does,
+//!   but reported as a `TimeoutError` (the crate has no `SubprocessError`
+//!   class) whose text prints whole seconds without `.0` (`180`, not `180.0`).
 
 mod command;
 mod launchd;
