@@ -13,8 +13,9 @@ use agents_common::{parse_json, Json};
 use ed25519_dalek::pkcs8::EncodePublicKey;
 use ed25519_dalek::{Signer, SigningKey};
 
-/// Where the Python seeds live (the specification and the oracle).
-pub const SEEDS_DIR: &str = "/work/shared/seeds/extracted";
+/// Where the Python seeds live (the specification and the oracle): the
+/// shared folder beside the repository, in a developer tree and in CI alike.
+pub const SEEDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/seeds/extracted");
 /// Release base the tests trust instead of GitHub.
 pub const TEST_RELEASE_BASE: &str = "http://127.0.0.1:9/releases";
 /// npm registry prefix the tests trust.
