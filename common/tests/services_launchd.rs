@@ -425,10 +425,11 @@ fn a_stop_that_never_settles_fails_without_escalating() {
         elapsed >= Duration::from_millis(350) && elapsed < Duration::from_secs(3),
         "{elapsed:?}"
     );
-    // Polled every 0.1 s (a few observations), and nothing but bootout acted.
+    // Polled every 0.1 s (a few observations, not a busy loop), and nothing
+    // but bootout acted.
     let commands = recorded.commands();
     let polls = commands.iter().filter(|args| args[1] == "print").count();
-    assert!((3..=6).contains(&polls), "{polls} polls");
+    assert!((2..=8).contains(&polls), "{polls} polls");
     assert_eq!(
         commands.iter().filter(|args| args[1] == "bootout").count(),
         1
