@@ -8,7 +8,7 @@
 //! re-checked that this PID is still the admitted native service.
 
 mod ownership;
-mod python;
+pub(crate) mod python;
 mod url;
 
 use std::io::{self, Read, Write};

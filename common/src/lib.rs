@@ -41,6 +41,9 @@
 //! - releasing a failed update's sealed split-worker handoff before the
 //!   installer runs (`update_handoff`): [`release_existing_handoff`],
 //!   [`retry_failed_handoff`], [`HandoffRelease`];
+//! - the helpers' authenticated client of the running worker and of public
+//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
+//!   [`ServiceSnapshot`], [`shlex_split`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -79,7 +82,8 @@ pub use services::{
 };
 mod http;
 pub use http::{request_json, LsofRunner, PinnedRequest, SystemLsof};
-// worker_control (WorkerControl)
+mod worker_control;
+pub use worker_control::{shlex_split, SealedHold, ServiceSnapshot, WorkerControl};
 // cli (argparse-compatible command lines, exit statuses)
 mod cli;
 pub use cli::{

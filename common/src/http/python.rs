@@ -271,6 +271,28 @@ pub(crate) fn decode_ascii(data: &[u8]) -> Result<&str> {
     }
 }
 
+/// `bytes.decode()` (strict UTF-8), failing with Python's
+/// `UnicodeDecodeError` text (a `ValueError`).
+pub(crate) fn decode_utf8(data: &[u8]) -> Result<&str> {
+    std::str::from_utf8(data).map_err(|error| {
+        let start = error.valid_up_to();
+        // Rust's error length is Python's maximal invalid subpart.
+        let (length, reason) = match error.error_len() {
+            Some(length) if (0xc2..=0xf4).contains(&data[start]) => {
+                (length, "invalid continuation byte")
+            }
+            Some(length) => (length, "invalid start byte"),
+            None => (data.len() - start, "unexpected end of data"),
+        };
+        let position = if length == 1 {
+            format!("byte 0x{:02x} in position {start}", data[start])
+        } else {
+            format!("bytes in position {start}-{}", start + length - 1)
+        };
+        Error::value(format!("'utf-8' codec can't decode {position}: {reason}"))
+    })
+}
+
 /// `bytes.decode("latin-1")`: every byte is the code point of the same value.
 pub(crate) fn decode_latin1(data: &[u8]) -> String {
     data.iter().map(|&b| char::from(b)).collect()
@@ -431,5 +453,32 @@ mod tests {
             "'ascii' codec can't decode byte 0xc3 in position 2: ordinal not in range(128)"
         );
         assert_eq!(decode_latin1(b"\xe9A"), "\u{e9}A");
+        // Messages printed by Python 3.11.7 for the same bytes.
+        let utf8 = |data: &[u8]| decode_utf8(data).unwrap_err().message().to_string();
+        assert_eq!(
+            utf8(b"ab\xff"),
+            "'utf-8' codec can't decode byte 0xff in position 2: invalid start byte"
+        );
+        assert_eq!(
+            utf8(b"\xe2\x82x"),
+            "'utf-8' codec can't decode bytes in position 0-1: invalid continuation byte"
+        );
+        assert_eq!(
+            utf8(b"\xe2(x"),
+            "'utf-8' codec can't decode byte 0xe2 in position 0: invalid continuation byte"
+        );
+        assert_eq!(
+            utf8(b"a\xe2\x82"),
+            "'utf-8' codec can't decode bytes in position 1-2: unexpected end of data"
+        );
+        assert_eq!(
+            utf8(b"a\xf0"),
+            "'utf-8' codec can't decode byte 0xf0 in position 1: unexpected end of data"
+        );
+        assert_eq!(
+            utf8(b"\xed\xa0\x80"),
+            "'utf-8' codec can't decode byte 0xed in position 0: invalid continuation byte"
+        );
+        assert_eq!(decode_utf8("é".as_bytes()).unwrap(), "é");
     }
 }

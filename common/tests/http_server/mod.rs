@@ -207,3 +207,110 @@ pub fn counting(calls: &std::cell::Cell<u32>) -> impl FnMut() -> Result<()> + '_
         Ok(())
     }
 }
+
+/// One request as a scripted server saw it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub target: String,
+    /// Header lines in order, as sent.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub raw: Vec<u8>,
+}
+
+impl Request {
+    fn parse(raw: Vec<u8>) -> Self {
+        let end = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or(raw.len());
+        let head = String::from_utf8_lossy(&raw[..end]).to_string();
+        let mut lines = head.split("\r\n");
+        let mut request_line = lines.next().unwrap_or("").split(' ');
+        let method = request_line.next().unwrap_or("").to_string();
+        let target = request_line.next().unwrap_or("").to_string();
+        let headers = lines
+            .filter_map(|line| line.split_once(": "))
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        let body = raw.get(end + 4..).unwrap_or_default().to_vec();
+        Request {
+            method,
+            target,
+            headers,
+            body,
+            raw,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+type Handler = Box<dyn FnMut(&Request) -> Vec<u8> + Send>;
+
+/// A server thread of this process answering every connection with
+/// `handler(request)` until it is stopped; it keeps every request.
+pub struct ScriptedServer {
+    pub address: SocketAddr,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<Request>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ScriptedServer {
+    pub fn start(bind: &str, handler: impl FnMut(&Request) -> Vec<u8> + Send + 'static) -> Self {
+        let listener = TcpListener::bind(bind).expect("bind loopback");
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen, stopped) = (requests.clone(), stop.clone());
+        let mut handler: Handler = Box::new(handler);
+        let handle = thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let (mut stream, _) = match listener.accept() {
+                    Ok(connection) => connection,
+                    Err(_) => {
+                        thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                };
+                stream.set_nonblocking(false).unwrap();
+                let raw = read_request(&mut stream);
+                if raw.is_empty() {
+                    continue; // the client gave up before sending anything
+                }
+                let request = Request::parse(raw);
+                let response = handler(&request);
+                seen.lock().unwrap().push(request);
+                let _ = stream.write_all(&response);
+            }
+        });
+        ScriptedServer {
+            address,
+            requests,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
