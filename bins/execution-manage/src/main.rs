@@ -1,18 +1,31 @@
 //! `execution-manage`: explicit gateway/worker activation and recovery for
 //! support staff (the port of `execution_manage.py`).
+//!
+//! `apply` and `recover` change services and files under install.sh's
+//! installation lock; `inspect` only reads. Every command prints its result as
+//! `json.dumps(result, sort_keys=True)` on one line; a failure prints the
+//! Python exception line on stderr and exits 1 (usage errors exit 2).
+//!
+//! Deviation: Python turns Ctrl-C into `KeyboardInterrupt`, which skips the
+//! controller's failure handling but still releases the installation lock.
+//! Here SIGINT ends the process like SIGKILL: the lock names a dead process
+//! (the next installer reaps it) and the journal stays for `recover`, exactly
+//! as after a crash.
 
 mod cli;
+mod controller;
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
 use agents_common::{
-    encode_line, exit_status, json_object, maintenance_operation_id, not_implemented,
-    parse_command_line, ExecutionTransaction, Json, Result,
+    encode_line, exit_status, json_object, maintenance_operation_id, parse_command_line,
+    parse_json, read_file, ExecutionLayout, ExecutionTransaction, InstallationLock, Json, Result,
 };
 
-use cli::{Args, PROGRAM, SPEC};
+use cli::{Args, SPEC};
+use controller::ActivationController;
 
 fn main() -> ExitCode {
     let args = Args::from_parsed(&parse_command_line(&SPEC));
@@ -21,8 +34,8 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<()> {
     let result = match args {
-        Args::Apply { .. } => not_implemented(PROGRAM, "apply"),
-        Args::Recover { .. } => not_implemented(PROGRAM, "recover"),
+        Args::Apply { layout, scope } => apply(&layout, &scope)?,
+        Args::Recover { root } => recover(&root)?,
         Args::Inspect { root } => inspect(&root)?,
     };
     // json.dumps(result, sort_keys=True) and print's newline.
@@ -30,6 +43,22 @@ fn run(args: Args) -> Result<()> {
     writeln!(stdout, "{}", encode_line(&result, true))?;
     stdout.flush()?;
     Ok(())
+}
+
+/// Activates the layout of a private JSON file for one scope.
+fn apply(layout_file: &Path, scope: &str) -> Result<Json> {
+    let (data, _mode) = read_file(layout_file, true)?;
+    let layout = ExecutionLayout::from_dict(&parse_json(&data)?)?;
+    let root = layout.install_root.clone();
+    InstallationLock::hold(&root, || ActivationController::new(layout)?.apply(scope))
+}
+
+/// Finishes or rolls back the pending activation of `root`. The journal is
+/// validated before the lock is taken, and again by the controller under it.
+fn recover(root: &Path) -> Result<Json> {
+    let (_journal, layout) = ExecutionTransaction::load(root)?;
+    let root = layout.install_root.clone();
+    InstallationLock::hold(&root, || ActivationController::new(layout)?.recover())
 }
 
 /// The pending journal's identity, read-only: `_load` validates the whole
