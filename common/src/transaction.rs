@@ -28,6 +28,7 @@ use crate::layout::{
     layout_manifest, maintenance_operation_id, render_service, ExecutionLayout, FORMAT,
     PROTOCOL_VERSION,
 };
+use crate::services::ServiceState;
 
 /// The three activation scopes: a first split install, or one component.
 const SCOPES: [&str; 3] = ["migration", "gateway", "worker"];
@@ -506,33 +507,9 @@ pub fn check_service_states(value: &Json) -> Result<()> {
             "both prior native service states are required",
         ));
     }
+    // Each role in the journal's own order, as Python iterates the dict.
     for item in object(value).values() {
-        let valid = item.as_object().is_some_and(|state| {
-            let keys_ok = state.contains_key("state")
-                && state.contains_key("enabled")
-                && state
-                    .keys()
-                    .all(|key| ["state", "enabled", "pid", "instance_id"].contains(&key.as_str()));
-            keys_ok
-                && state
-                    .get("state")
-                    .and_then(Json::as_str)
-                    .is_some_and(|name| ["absent", "stopped", "running"].contains(&name))
-                && matches!(state.get("enabled"), Some(Json::Bool(_)))
-                && !(state.get("state") == Some(&Json::from("absent"))
-                    && state.get("enabled") == Some(&Json::Bool(true)))
-        });
-        if !valid {
-            return Err(Error::value("invalid prior native service state"));
-        }
-        if let Some(pid) = item.get("pid") {
-            if !pid.as_int().is_some_and(|pid| pid > 0) {
-                return Err(Error::value("invalid native service process identity"));
-            }
-        }
-        if let Some(instance) = item.get("instance_id") {
-            check_text(instance.as_str().unwrap_or_default())?;
-        }
+        ServiceState::from_json(item)?;
     }
     Ok(())
 }
