@@ -172,13 +172,13 @@ fn verify_owner_failure_propagates_and_nothing_is_sent() {
 fn verify_owner_outliving_the_deadline_sends_nothing() {
     let server = ThreadServer::start(Reply::Silent(Duration::from_secs(10)));
     let mut verify = || {
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(1200));
         Ok(())
     };
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(0.3),
+        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(1.0),
     )
     .unwrap_err();
     assert_eq!(
@@ -370,7 +370,7 @@ fn a_silent_server_times_out_as_timeout_error() {
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(0.3),
+        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(1.0),
     )
     .unwrap_err();
     assert_eq!(err.python_line(), "TimeoutError: timed out");

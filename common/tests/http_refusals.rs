@@ -547,13 +547,13 @@ fn a_slow_body_past_the_deadline_is_refused() {
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{",
         )
         .unwrap();
-        std::thread::sleep(Duration::from_millis(800));
+        std::thread::sleep(Duration::from_millis(2500));
     });
     let mut verify = || Ok(());
     let err = request_json(
         &format!("http://127.0.0.1:{port}/"),
         "t",
-        PinnedRequest::new(i64::from(std::process::id()), "Linux", &mut verify).timeout(0.3),
+        PinnedRequest::new(i64::from(std::process::id()), "Linux", &mut verify).timeout(1.0),
     )
     .unwrap_err();
     assert_eq!(err.python_line(), "TimeoutError: timed out");
