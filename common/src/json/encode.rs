@@ -326,7 +326,8 @@ mod tests {
             (f64::NAN, "NaN"),
             (f64::NEG_INFINITY, "-Infinity"),
             // Exactly halfway between ...394.2 and ...394.3: Python takes the even digit.
-            (1581326943484394.25, "1581326943484394.2"),
+            // (Exactly representable: the spacing of f64 at 2^50 is 0.25.)
+            (f64::from_bits(0x4316_78d5_7af5_e7a9), "1581326943484394.2"),
         ];
         for (number, expected) in cases {
             assert_eq!(float_repr(number), expected, "{number:e}");
