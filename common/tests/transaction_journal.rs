@@ -16,6 +16,9 @@ use layout_support::{assert_error, link, write_file, Base};
 
 const GOLDEN: &str = include_str!("../../../shared/golden/layouts.json");
 
+/// Each watched file's path with its bytes and mode (`None` when absent).
+type FilesState = Vec<(String, Option<(Vec<u8>, u32)>)>;
+
 /// An install tree with releases and the layout the test activates.
 struct Install {
     base: Base,
@@ -49,8 +52,8 @@ impl Install {
 
     /// Every file the transaction may touch, with its bytes and mode, plus
     /// the `current` link text: compared before and after a refusal.
-    fn state(&self) -> Vec<(String, Option<(Vec<u8>, u32)>)> {
-        let mut paths = vec![
+    fn state(&self) -> FilesState {
+        let mut paths = [
             self.base
                 .join("home/.config/systemd/user/agents-server.service"),
             self.base
