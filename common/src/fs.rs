@@ -28,6 +28,9 @@ mod python_path;
 mod secret;
 mod snapshot;
 
+// The Python path rules and OS wrappers other modules share with `_path`.
+pub(crate) use python_path::{normpath, pure_path};
+
 pub use secret::{ensure_execution_secret, read_secret};
 pub use snapshot::{desired, snapshot};
 
@@ -235,31 +238,31 @@ fn exists(path: &Path) -> Result<bool> {
 }
 
 /// `os.lstat` with Python's errors: NUL refused as ValueError, else raw OSError.
-fn lstat(path: &Path) -> Result<Stat> {
+pub(crate) fn lstat(path: &Path) -> Result<Stat> {
     reject_nul(path)?;
     rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))
 }
 
 /// `os.open` with Python's errors; descriptors are close-on-exec as in Python.
-fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
+pub(crate) fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
     reject_nul(path)?;
     rustix::fs::open(path, flags | OFlags::CLOEXEC, mode)
         .map_err(|errno| Error::from_errno(errno, path))
 }
 
-fn reject_nul(path: &Path) -> Result<()> {
+pub(crate) fn reject_nul(path: &Path) -> Result<()> {
     if path.as_os_str().as_bytes().contains(&0) {
         return Err(Error::value("embedded null byte"));
     }
     Ok(())
 }
 
-fn is_type(info: &Stat, kind: FileType) -> bool {
+pub(crate) fn is_type(info: &Stat, kind: FileType) -> bool {
     FileType::from_raw_mode(info.st_mode) == kind
 }
 
 /// `stat.S_IMODE`: permission, set-id and sticky bits.
-fn permission_bits(info: &Stat) -> u32 {
+pub(crate) fn permission_bits(info: &Stat) -> u32 {
     info.st_mode & 0o7777
 }
 
@@ -279,7 +282,7 @@ fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
     Ok(data)
 }
 
-fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
+pub(crate) fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
     while !data.is_empty() {
         match rustix::io::write(&fd, data) {
             Ok(count) => data = &data[count..],

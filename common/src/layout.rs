@@ -430,8 +430,8 @@ fn utf8_error(data: &[u8], error: std::str::Utf8Error) -> Error {
     Error::value(format!("'utf-8' codec can't decode {position}: {reason}"))
 }
 
-/// `re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)`.
-fn is_variable_name(key: &str) -> bool {
+/// `re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)`: an environment name.
+pub(crate) fn is_variable_name(key: &str) -> bool {
     let mut bytes = key.bytes();
     bytes
         .next()

@@ -12,6 +12,7 @@ use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, PRIVATE};
 use crate::error::{Error, Result};
 use crate::http::python::{decode_utf8, is_space, splitlines, strip};
 use crate::json::JsonObject;
+use crate::layout::is_variable_name;
 use crate::shlex_split;
 
 /// `environment_file(path)`: the `KEY=value` assignments of the private
@@ -43,13 +44,4 @@ pub fn runtime_environment(path: &Path) -> Result<JsonObject> {
         result.insert(key, value);
     }
     Ok(result)
-}
-
-/// `re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)`.
-fn is_variable_name(key: &str) -> bool {
-    let mut bytes = key.bytes();
-    bytes
-        .next()
-        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }

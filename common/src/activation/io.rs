@@ -14,7 +14,8 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::fs::{current_uid, token_hex};
+use crate::fs::{current_uid, reject_nul, token_hex};
+pub(crate) use crate::fs::{is_type, lstat, open, permission_bits, write_all};
 
 /// `MAX_CONTROL_BYTES`: the default limit of the private reader (256 KiB).
 pub const ACTIVATION_CONTROL_LIMIT: u64 = 256 * 1024;
@@ -241,12 +242,6 @@ pub(crate) fn unlink(path: &Path) -> Result<()> {
     rustix::fs::unlink(path).map_err(|errno| Error::from_errno(errno, path))
 }
 
-/// `Path.lstat()` with Python's errors (a missing path is FileNotFoundError).
-pub(crate) fn lstat(path: &Path) -> Result<Stat> {
-    reject_nul(path)?;
-    rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))
-}
-
 /// `Path.lstat()` where only FileNotFoundError means "absent".
 pub(crate) fn lstat_if_present(path: &Path) -> Result<Option<Stat>> {
     match lstat(path) {
@@ -264,20 +259,6 @@ pub(crate) fn read_link(path: &Path) -> Result<String> {
     // Python decodes with surrogateescape; a non-UTF-8 target cannot be stored
     // in the journal and never compares equal to a stored one.
     Ok(String::from_utf8_lossy(target.as_bytes()).into_owned())
-}
-
-/// `os.open` with Python's errors; descriptors are close-on-exec.
-pub(crate) fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
-    reject_nul(path)?;
-    rustix::fs::open(path, flags | OFlags::CLOEXEC, mode)
-        .map_err(|errno| Error::from_errno(errno, path))
-}
-
-fn reject_nul(path: &Path) -> Result<()> {
-    if path.as_os_str().as_bytes().contains(&0) {
-        return Err(Error::value("embedded null byte"));
-    }
-    Ok(())
 }
 
 /// The (dev, ino, size, mtime_ns) a guarded read requires to be stable.
@@ -298,16 +279,6 @@ pub(crate) fn mtime_ns(info: &Stat) -> i128 {
 /// `st_ctime_ns`.
 pub(crate) fn ctime_ns(info: &Stat) -> i128 {
     info.st_ctime as i128 * 1_000_000_000 + info.st_ctime_nsec as i128
-}
-
-/// `stat.S_ISxxx(info.st_mode)`.
-pub(crate) fn is_type(info: &Stat, kind: FileType) -> bool {
-    FileType::from_raw_mode(info.st_mode) == kind
-}
-
-/// `stat.S_IMODE(info.st_mode)`.
-pub(crate) fn permission_bits(info: &Stat) -> u32 {
-    info.st_mode & 0o7777
 }
 
 /// An owned directory without group/other write (`_validate_root`,
@@ -343,15 +314,4 @@ fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
         }
     }
     Ok(data)
-}
-
-pub(crate) fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
-    while !data.is_empty() {
-        match rustix::io::write(&fd, data) {
-            Ok(count) => data = &data[count..],
-            Err(Errno::INTR) => {}
-            Err(errno) => return Err(errno.into()),
-        }
-    }
-    Ok(())
 }

@@ -3,7 +3,7 @@
 //! messages, so a damaged or foreign journal fails exactly where install.sh's
 //! own Python journal writer would fail.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -20,6 +20,7 @@ use super::text::{
 };
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
+use crate::http::python::ip_address;
 use crate::json::{encode_compact_sorted, parse_json, Json, JsonObject};
 
 /// Name of the journal directory under the install root.
@@ -841,19 +842,14 @@ fn rebase_volume_bindings(value: &JsonObject, legacy_format: bool) -> Result<()>
 /// IPv6 always prints in hex groups (IPv4-mapped too, as Python 3.11); a `%scope`
 /// suffix is kept as Python 3.9+ keeps it.
 fn canonical_ip(text: &str) -> Option<String> {
-    if let Ok(address) = text.parse::<Ipv4Addr>() {
-        return Some(address.to_string());
-    }
-    let (address, scope) = match text.split_once('%') {
-        Some((_, scope)) if scope.is_empty() || scope.contains('%') => return None,
-        Some((address, scope)) => (address, Some(scope)),
-        None => (text, None),
+    let address = ip_address(text).ok()?;
+    let mut rendered = match address.ip {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => python_ipv6_text(&ip),
     };
-    let address: Ipv6Addr = address.parse().ok()?;
-    let mut rendered = python_ipv6_text(&address);
-    if let Some(scope) = scope {
+    if let Some(scope) = address.scope {
         rendered.push('%');
-        rendered.push_str(scope);
+        rendered.push_str(&scope);
     }
     Some(rendered)
 }

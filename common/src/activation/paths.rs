@@ -9,6 +9,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use crate::fs::{normpath, pure_path};
+
 /// `_absolute(p)`: `os.path.abspath(os.path.expanduser(p))`: `~` and `~/...`
 /// expand from `HOME`, a relative path joins the working directory, and `..`
 /// collapses lexically (never through the filesystem).
@@ -28,14 +30,13 @@ pub fn absolute_path(path: impl AsRef<Path>) -> PathBuf {
         joined.extend_from_slice(&text);
         text = joined;
     }
-    from_bytes(normalize(&text, true))
+    PathBuf::from(OsStr::from_bytes(&normpath(&text)))
 }
 
 /// `str(Path(p))`: repeated slashes and `.` segments drop, a trailing slash
 /// drops, `..` stays, exactly two leading slashes stay.
 pub fn pure_path_text(path: impl AsRef<Path>) -> String {
-    let bytes = normalize(path.as_ref().as_os_str().as_bytes(), false);
-    String::from_utf8_lossy(&bytes).into_owned()
+    pure_path(path.as_ref()).to_string_lossy().into_owned()
 }
 
 /// `ancestor in path.parents` (or `ancestor == path.parent`) for lexically
@@ -66,43 +67,6 @@ fn expand_home(raw: &[u8]) -> Vec<u8> {
         home.push(b'/');
     }
     home
-}
-
-/// `posixpath.normpath` when `collapse_parent`, else the `PurePosixPath`
-/// string form (which keeps `..`).
-fn normalize(path: &[u8], collapse_parent: bool) -> Vec<u8> {
-    let slashes = path.iter().take_while(|&&b| b == b'/').count();
-    let root: &[u8] = match slashes {
-        0 => b"",
-        2 => b"//",
-        _ => b"/",
-    };
-    let mut parts: Vec<&[u8]> = Vec::new();
-    for part in path.split(|&b| b == b'/') {
-        if part.is_empty() || part == b"." {
-            continue;
-        }
-        if collapse_parent && part == b".." {
-            let relative_run = root.is_empty() && parts.last().is_none_or(|last| *last == b"..");
-            if relative_run {
-                parts.push(part);
-            } else {
-                parts.pop();
-            }
-            continue;
-        }
-        parts.push(part);
-    }
-    let mut out = root.to_vec();
-    out.extend_from_slice(&parts.join(&b'/'));
-    if out.is_empty() {
-        out.push(b'.');
-    }
-    out
-}
-
-fn from_bytes(bytes: Vec<u8>) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(&bytes))
 }
 
 #[cfg(test)]

@@ -192,8 +192,8 @@ fn split(p: &[u8]) -> (Vec<u8>, Vec<u8>) {
     (head, tail)
 }
 
-/// `posixpath.normpath` (the `abspath` step of `realpath`; input is absolute).
-fn normpath(path: &[u8]) -> Vec<u8> {
+/// `posixpath.normpath`: the lexical step of `abspath` and `realpath`.
+pub(crate) fn normpath(path: &[u8]) -> Vec<u8> {
     if path.is_empty() {
         return b".".to_vec();
     }
