@@ -516,14 +516,23 @@ impl Case {
     }
 
     fn spawn_retry_at(&self, status_file: &Path, expected: &JsonObject) -> Child {
+        let expected = encode_compact(&Json::Object(expected.clone())).unwrap();
+        self.spawn_retry_with_stdin(status_file, &expected)
+    }
+
+    /// `update-handoff retry-failed` of the status file with `stdin` (any
+    /// bytes) as the expected status.
+    pub fn retry_with_stdin(&self, stdin: &[u8]) -> Outcome {
+        finish(self.spawn_retry_with_stdin(&self.status_path(), stdin))
+    }
+
+    fn spawn_retry_with_stdin(&self, status_file: &Path, data: &[u8]) -> Child {
         let mut child = self
             .retry_command(status_file)
             .spawn()
             .expect("spawn update-handoff");
         let mut stdin = child.stdin.take().expect("piped stdin");
-        stdin
-            .write_all(&encode_compact(&Json::Object(expected.clone())).unwrap())
-            .expect("write the expected status");
+        stdin.write_all(data).expect("write the expected status");
         child
     }
 
