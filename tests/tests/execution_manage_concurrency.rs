@@ -107,11 +107,7 @@ fn apply_is_refused_while_install_sh_holds_the_lock() {
         format!("{}\n", installer.0.id()),
         "the installer's lock is intact"
     );
-    let mut without_lock = site.disk();
-    without_lock
-        .install_entries
-        .retain(|name| name != ".install-lock");
-    assert_eq!(without_lock, disk);
+    assert_eq!(site.disk().without_entry(".install-lock"), disk);
     assert!(site.pending_journal().is_none() && site.completed_journals().is_empty());
     assert_eq!(site.assert_serving(&old), before);
 

@@ -408,3 +408,118 @@ fn recover_after_a_kill_past_the_commit_finishes_the_new_release() {
     assert_eq!(site.worker_lease(), Json::Null);
     site.assert_unlocked();
 }
+
+/// Kills `apply` (worker scope) while the old worker holds this operation's
+/// acquired admission, leaving a `prepared` journal and the dead helper's lock.
+fn killed_after_staging(site: &Site) {
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, stalling("acquire"));
+    let child = site.spawn_apply(&site.layout(NEW, OLD), "worker");
+    site.wait_for_request(Role::Worker, mark, "acquire", |record| {
+        record.action.as_deref() == Some("acquire") && record.outcome == "stalled"
+    });
+    kill(child);
+    site.switch(Role::Worker, Switches::default());
+    assert_eq!(site.pending_phase().as_deref(), Some("prepared"));
+}
+
+#[test]
+fn recover_refuses_a_journal_whose_files_changed_outside_it() {
+    let Some(site) = Site::running("recover_refuses_a_journal_whose_files_changed_outside_it")
+    else {
+        return;
+    };
+    let old = site.layout(OLD, OLD);
+    let before = site.assert_serving(&old);
+    let disk = site.disk();
+    killed_after_staging(&site);
+    let unit = site.sandbox.unit_dir().join(GATEWAY_UNIT);
+    let original = std::fs::read(&unit).unwrap();
+    let mut edited = original.clone();
+    edited.extend_from_slice(b"# edited by hand\n");
+    agents_common::atomic_write(&unit, &edited, 0o600).unwrap();
+    let journal = site.pending_journal();
+    let mark = site.request_mark(Role::Worker);
+
+    site.recover()
+        .assert_failure("RuntimeError: gateway configuration changed outside execution activation");
+
+    assert_eq!(site.pending_journal(), journal, "the journal is untouched");
+    assert_eq!(std::fs::read(&unit).unwrap(), edited, "the edit is kept");
+    assert!(control_requests(
+        &site.requests_since(Role::Worker, mark),
+        &before.worker_instance_id
+    )
+    .is_empty());
+    assert_eq!(site.assert_serving(&old), before, "no service was touched");
+    site.assert_unlocked();
+
+    // With the unit back as the journal recorded it, recovery proceeds.
+    agents_common::atomic_write(&unit, &original, 0o600).unwrap();
+    site.recover().assert_ok_json();
+    site.assert_serving(&old);
+    assert_eq!(site.disk(), disk);
+    assert_eq!(
+        site.only_retired_journal().get("phase"),
+        Some(&Json::from("rolled-back"))
+    );
+}
+
+#[test]
+fn recover_refuses_a_restored_server_of_another_identity_and_can_be_retried() {
+    let Some(site) =
+        Site::running("recover_refuses_a_restored_server_of_another_identity_and_can_be_retried")
+    else {
+        return;
+    };
+    let old = site.layout(OLD, OLD);
+    let before = site.assert_serving(&old);
+    let identity = site.server_identity();
+    let disk = site.disk();
+    killed_after_staging(&site);
+    site.switch(
+        Role::Worker,
+        Switches {
+            server_identity: Some("another-server".to_string()),
+            ..Switches::default()
+        },
+    );
+
+    site.recover().assert_failure(
+        "RuntimeError: authenticated server identity changed during activation recovery",
+    );
+
+    // Everything was rolled back and the old worker restarted, but recovery
+    // does not finish for another server; the restored worker stays held.
+    assert_eq!(site.pending_phase().as_deref(), Some("rolled-back"));
+    assert_eq!(site.disk().without_entry(".execution-transaction"), disk);
+    let restored = site.assert_serving(&old);
+    assert_ne!(restored.worker_pid, before.worker_pid);
+    let lease = site.worker_lease();
+    assert_eq!(lease.get("sealed"), Some(&Json::Bool(true)), "{lease:?}");
+    site.assert_unlocked();
+
+    site.switch(Role::Worker, Switches::default());
+    let mark = site.request_mark(Role::Worker);
+    let outcome = site.recover();
+
+    // The retry keeps the already restored worker and finishes.
+    let after = site.assert_serving(&old);
+    assert_eq!(after, restored, "the restored services were kept");
+    outcome.assert_success(&rolled_back_line(&receipt_line(
+        &after, &old, &identity, true,
+    )));
+    assert_eq!(
+        control_requests(
+            &site.requests_since(Role::Worker, mark),
+            &after.worker_instance_id
+        ),
+        ["GET status", "POST release"]
+    );
+    assert_eq!(
+        site.only_retired_journal().get("phase"),
+        Some(&Json::from("rolled-back"))
+    );
+    assert_eq!(site.worker_lease(), Json::Null);
+    site.assert_unlocked();
+}

@@ -327,3 +327,177 @@ fn a_failed_start_of_a_first_install_removes_everything_it_published() {
         "no worker ever ran"
     );
 }
+
+/// A failure before any service changed: only the journal is rolled back and
+/// retired; the very same processes keep running.
+fn assert_untouched_services(site: &Site, before: &execution_manage_support::Serving) {
+    assert_eq!(&site.assert_serving(&site.layout(OLD, OLD)), before);
+}
+
+#[test]
+fn a_busy_worker_refuses_admission_and_only_the_journal_is_retired() {
+    let Some(site) =
+        Site::running("a_busy_worker_refuses_admission_and_only_the_journal_is_retired")
+    else {
+        return;
+    };
+    let before = site.assert_serving(&site.layout(OLD, OLD));
+    let disk = site.disk();
+    let mark = site.request_mark(Role::Worker);
+    site.switch(
+        Role::Worker,
+        Switches {
+            blockers: vec![("active_runs".to_string(), 1)],
+            ..Switches::default()
+        },
+    );
+
+    site.apply(&site.layout(NEW, OLD), "worker")
+        .assert_failure("RuntimeError: pinned HTTP response is invalid");
+
+    let records = site.requests_since(Role::Worker, mark);
+    // Preflight, the refused acquire, and the failure handling's look at
+    // the lease (nothing of ours to release).
+    assert_eq!(
+        control_requests(&records, &before.worker_instance_id),
+        ["GET status", "GET status", "POST acquire", "GET status"]
+    );
+    let acquire = records
+        .iter()
+        .find(|record| record.action.as_deref() == Some("acquire"))
+        .unwrap();
+    assert_eq!(acquire.status, 409);
+    site.switch(Role::Worker, Switches::default());
+    assert_untouched_services(&site, &before);
+    assert_rolled_back(&site, &disk, "worker");
+    assert_eq!(site.worker_lease(), Json::Null);
+}
+
+#[test]
+fn a_sealing_refusal_before_any_stop_releases_the_acquired_hold() {
+    let Some(site) = Site::running("a_sealing_refusal_before_any_stop_releases_the_acquired_hold")
+    else {
+        return;
+    };
+    let before = site.assert_serving(&site.layout(OLD, OLD));
+    let disk = site.disk();
+    let mark = site.request_mark(Role::Worker);
+    site.switch(
+        Role::Worker,
+        Switches {
+            refuse: vec!["seal".to_string()],
+            ..Switches::default()
+        },
+    );
+
+    site.apply(&site.layout(NEW, OLD), "worker")
+        .assert_failure("RuntimeError: pinned HTTP response is invalid");
+
+    assert_eq!(
+        control_requests(
+            &site.requests_since(Role::Worker, mark),
+            &before.worker_instance_id
+        ),
+        [
+            "GET status",
+            "GET status",
+            "POST acquire",
+            "POST seal",
+            "GET status",
+            "GET status",
+            "POST release"
+        ],
+        "our own unsealed hold is released (release looks at status first)"
+    );
+    site.switch(Role::Worker, Switches::default());
+    assert_untouched_services(&site, &before);
+    assert_rolled_back(&site, &disk, "worker");
+    assert_eq!(site.worker_lease(), Json::Null);
+}
+
+#[test]
+fn another_operation_winning_admission_before_the_seal_keeps_its_hold() {
+    let Some(site) =
+        Site::running("another_operation_winning_admission_before_the_seal_keeps_its_hold")
+    else {
+        return;
+    };
+    let before = site.assert_serving(&site.layout(OLD, OLD));
+    let disk = site.disk();
+    let mark = site.request_mark(Role::Worker);
+    // The preflight's status reply (no lease yet) is held back while another
+    // maintenance client takes admission.
+    site.switch(
+        Role::Worker,
+        Switches {
+            stall: Some(Stall {
+                on: RequestMatch::path(STATUS),
+                seconds: 1.0,
+            }),
+            ..Switches::default()
+        },
+    );
+    let child = site.spawn_apply(&site.layout(NEW, OLD), "worker");
+    site.wait_for_request(Role::Worker, mark, "the preflight status", |record| {
+        record.path == STATUS && record.outcome == "stalled"
+    });
+    site.switch(Role::Worker, Switches::default());
+    let foreign = site.acquire_foreign_lease("00000000-0000-4000-8000-000000000002");
+    let outcome = finish(child);
+
+    outcome.assert_failure("RuntimeError: another operation owns worker maintenance admission");
+    assert_untouched_services(&site, &before);
+    assert_rolled_back(&site, &disk, "worker");
+    assert_eq!(site.worker_lease(), foreign, "the winner's hold is intact");
+}
+
+#[test]
+fn a_failed_migration_of_a_lone_worker_needs_the_managed_updater() {
+    let Some(site) = Site::empty("a_failed_migration_of_a_lone_worker_needs_the_managed_updater")
+    else {
+        return;
+    };
+    // A split worker installed alone (no gateway, no layout manifest).
+    let old = site.layout(OLD, OLD);
+    agents_common::prepare_runtime(&old).unwrap();
+    site.installation
+        .set_current(&site.installation.release_dir(OLD));
+    let unit = old.service_path("worker").unwrap();
+    let rendered = agents_common::render_service(&old, "worker").unwrap();
+    agents_common::atomic_write(&unit, &rendered, 0o600).unwrap();
+    site.sandbox.systemctl_ok(&["daemon-reload"]);
+    site.sandbox.systemctl_ok(&["enable", "--now", WORKER_UNIT]);
+    site.installation
+        .wait_for_service(&site.sandbox, WORKER_UNIT, Role::Worker);
+    let disk = site.disk();
+    site.switch(
+        Role::Worker,
+        Switches {
+            version: Some("9.9.9".to_string()),
+            ..Switches::default()
+        },
+    );
+
+    site.apply(&site.layout(NEW, NEW), "migration")
+        .assert_failure(
+            "RuntimeError: legacy migration rollback requires managed updater health verification",
+        );
+
+    // Files and services are back, but without a previous layout this
+    // controller cannot prove the restored worker healthy: the rolled-back
+    // journal stays pending (and the restored worker held) for the updater.
+    assert_eq!(site.disk().worker_unit, disk.worker_unit);
+    assert_eq!(site.disk().manifest, None);
+    assert_eq!(site.disk().current, disk.current);
+    assert_eq!(site.pending_phase().as_deref(), Some("rolled-back"));
+    let (receipt, _pid) =
+        site.installation
+            .wait_for_service(&site.sandbox, WORKER_UNIT, Role::Worker);
+    assert_eq!(
+        receipt.get("release_root").and_then(Json::as_str),
+        site.installation.release_dir(OLD).to_str()
+    );
+    let lease = site.worker_lease();
+    assert_eq!(lease.get("sealed"), Some(&Json::Bool(true)), "{lease:?}");
+    site.assert_unlocked();
+}

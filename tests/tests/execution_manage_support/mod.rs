@@ -95,7 +95,7 @@ impl Outcome {
 }
 
 /// The files an activation may change, as found on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Disk {
     /// Worker unit bytes and mode.
     pub worker_unit: Option<(Vec<u8>, u32)>,
@@ -109,6 +109,33 @@ pub struct Disk {
     pub install_entries: Vec<String>,
     /// Entries of `default.target.wants` (the enablement links).
     pub wants: Vec<String>,
+}
+
+impl Disk {
+    /// The same state without one install-root entry (e.g. a pending journal
+    /// or a lock that is expected to differ).
+    pub fn without_entry(mut self, name: &str) -> Disk {
+        self.install_entries.retain(|entry| entry != name);
+        self
+    }
+}
+
+impl std::fmt::Debug for Disk {
+    // File contents as text, so a failed comparison is readable.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = |file: &Option<(Vec<u8>, u32)>| {
+            file.as_ref()
+                .map(|(data, mode)| format!("{mode:o} {}", String::from_utf8_lossy(data)))
+        };
+        f.debug_struct("Disk")
+            .field("worker_unit", &text(&self.worker_unit))
+            .field("gateway_unit", &text(&self.gateway_unit))
+            .field("manifest", &text(&self.manifest))
+            .field("current", &self.current)
+            .field("install_entries", &self.install_entries)
+            .field("wants", &self.wants)
+            .finish()
+    }
 }
 
 /// One service as systemd runs it, proven by its receipt.
