@@ -330,3 +330,19 @@ fn usage_errors_exit_2_without_touching_anything() {
     ));
     assert!(state.assert_unchanged(&site).is_empty());
 }
+
+#[test]
+fn a_layout_for_the_other_platform_is_refused_under_the_lock() {
+    let Some(site) = Site::running("a_layout_for_the_other_platform_is_refused_under_the_lock")
+    else {
+        return;
+    };
+    let state = untouched(&site);
+    let mut layout = site.layout(NEW, OLD);
+    layout.platform = "Darwin".to_string();
+
+    site.apply(&layout, "worker")
+        .assert_failure("ValueError: native execution platform does not match this host");
+
+    assert!(state.assert_unchanged(&site).is_empty());
+}
