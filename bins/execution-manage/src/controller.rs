@@ -35,14 +35,14 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 const HEALTH_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Activates one scope of a split layout, or recovers its pending journal.
-pub struct ActivationController<'a> {
+pub struct ActivationController {
     layout: ExecutionLayout,
     services: NativeServices,
-    control: WorkerControl<'a>,
+    control: WorkerControl<'static>,
     health_timeout: Duration,
 }
 
-impl ActivationController<'_> {
+impl ActivationController {
     /// A controller for `layout` on this host's service manager. Refuses a
     /// layout of the other platform (`NativeServices`' own check).
     pub fn new(layout: ExecutionLayout) -> Result<Self> {
@@ -61,11 +61,10 @@ impl ActivationController<'_> {
     fn wait_receipt(&self, layout: &ExecutionLayout) -> Result<JsonObject> {
         let deadline = Instant::now() + self.health_timeout;
         loop {
-            match self.receipt_of_release(layout) {
-                Ok(receipt) => return Ok(receipt),
-                // The cause is dropped: the message says what failed, and
-                // Python's traceback also ends with this RuntimeError.
-                Err(_cause) => {}
+            // A failed attempt's cause is dropped: Python's traceback also
+            // ends with the RuntimeError below.
+            if let Ok(receipt) = self.receipt_of_release(layout) {
+                return Ok(receipt);
             }
             if Instant::now() >= deadline {
                 return Err(Error::runtime(
