@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The drop-in migration kit: puts the five Rust helpers into an unpacked
+# AgentsServer 1.0.7-beta.5 release so install.sh, uninstall.sh, the server and
+# support staff keep calling the same files (README: "Migration kit").
+#
+# Usage: bash scripts/migration-kit.sh [--binaries DIR] RELEASE_DIR
+#
+#   RELEASE_DIR     the unpacked release: the directory holding install.sh,
+#                   before install.sh has staged it (no .venv)
+#   --binaries DIR  take uninstall, update-runner, update-handoff,
+#                   execution-activation and execution-manage from DIR instead
+#                   of building them with scripts/build-release.sh
+#
+# Refuses (exit 1, nothing changed) a release whose helper sources are not the
+# ones the binaries port; running it again finishes an interrupted run and
+# otherwise changes nothing. Needs python3 (the release itself is Python).
+set -euo pipefail
+
+ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
+
+usage() {
+  sed -n 's/^# \{0,1\}//; 6,16p' "${BASH_SOURCE[0]}"
+}
+
+binaries=""
+while (($#)); do
+  case "$1" in
+    --binaries)
+      (($# >= 2)) || { echo "migration-kit: --binaries needs a directory" >&2; exit 2; }
+      binaries="$2"
+      shift 2
+      ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) echo "migration-kit: unknown option: $1" >&2; usage >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+if (($# != 1)); then
+  usage >&2
+  exit 2
+fi
+command -v python3 >/dev/null || { echo "migration-kit: python3 is required" >&2; exit 1; }
+
+if [[ -z "$binaries" ]]; then
+  bash "$ROOT/scripts/build-release.sh"
+  binaries="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release"
+fi
+exec python3 -B "$ROOT/scripts/migration_kit.py" --binaries "$binaries" "$1"

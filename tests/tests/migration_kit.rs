@@ -1,0 +1,531 @@
+//! `scripts/migration-kit.sh` on a fake AgentsServer release built from the
+//! seeds: what it adds and replaces (and nothing else), that a second run
+//! changes nothing and an interrupted run is finished by the next one, and
+//! that every release it does not recognise is refused untouched.
+
+mod migration_kit_support;
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+
+use agents_common::{parse_json, Json};
+use agents_tests::{binary_path, HELPERS};
+use migration_kit_support::{
+    binaries_dir, content, fixtures_dir, launcher_block, seeds_dir, sha256_file, snapshot,
+    FakeRelease, LAUNCHERS, MANIFEST, SEEDS,
+};
+
+fn text(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn string<'a>(value: &'a Json, keys: &[&str]) -> &'a str {
+    let mut current = value;
+    for key in keys {
+        current = current
+            .get(key)
+            .unwrap_or_else(|| panic!("{MANIFEST} lacks {keys:?}"));
+    }
+    current
+        .as_str()
+        .unwrap_or_else(|| panic!("{keys:?} is not text"))
+}
+
+/// The launcher sits right after the `from __future__` line; removing it gives
+/// back the original module byte for byte.
+fn assert_launcher(module: &Path, original: &str, binary: &str) {
+    let migrated = text(module);
+    let block = launcher_block(&migrated).unwrap_or_else(|| panic!("{module:?} has no launcher"));
+    assert_eq!(migrated.matches(block).count(), 1);
+    assert_eq!(migrated.replacen(block, "", 1), original, "{module:?}");
+    let future = "from __future__ import annotations\n";
+    let at = migrated.find(block).unwrap();
+    assert!(
+        migrated[..at].ends_with(future),
+        "{module:?}: launcher placement"
+    );
+    assert!(
+        block.contains(&format!("\"{binary}\")")),
+        "{module:?} runs {binary}: {block}"
+    );
+    assert!(block.contains("os.execv(_helper, sys.argv)"), "{block}");
+}
+
+#[test]
+fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
+    let release = FakeRelease::new();
+    let before = snapshot(&release.source);
+    let report = release.migrate();
+
+    // Five executables, byte-identical to the built helpers.
+    for helper in HELPERS {
+        let installed = release.path(helper);
+        assert_eq!(mode(&installed), 0o755, "{helper}");
+        assert_eq!(
+            fs::read(&installed).unwrap(),
+            fs::read(binary_path(helper)).unwrap(),
+            "{helper} is the built binary"
+        );
+        assert!(
+            report.contains(&format!("binary    {helper}  sha256")),
+            "{report}"
+        );
+    }
+    // The entry points keep their code; only the launcher is inserted.
+    let seeds = seeds_dir();
+    for (module, binary) in LAUNCHERS {
+        let original = if module == "execution_uninstall.py" {
+            text(&fixtures_dir().join(module))
+        } else {
+            text(&seeds.join(module))
+        };
+        assert_launcher(&release.path(module), &original, binary);
+        assert_eq!(
+            mode(&release.path(module)),
+            0o644,
+            "{module} keeps its mode"
+        );
+    }
+    assert_eq!(
+        fs::read(release.path("update_handoff.py")).unwrap(),
+        fs::read(seeds.join("update_handoff.py")).unwrap(),
+        "update_handoff.py is imported only and stays as it was"
+    );
+    // uninstall.sh is the wrapper, still executable.
+    let wrapper = text(&release.path("uninstall.sh"));
+    assert!(wrapper.starts_with("#!/usr/bin/env bash\n"), "{wrapper}");
+    assert!(wrapper.ends_with("exec -a \"$0\" \"$uninstall_binary\" \"$@\"\n"));
+    assert_eq!(mode(&release.path("uninstall.sh")), 0o755);
+
+    // install.sh: exactly its RELEASE_FILES and chmod 755 lines gained the names.
+    let original_install = text(&fixtures_dir().join("install.sh"));
+    let migrated_install = text(&release.path("install.sh"));
+    let original_lines: Vec<&str> = original_install.lines().collect();
+    let migrated_lines: Vec<&str> = migrated_install.lines().collect();
+    assert_eq!(original_lines.len(), migrated_lines.len());
+    let changed: Vec<(&str, &str)> = original_lines
+        .iter()
+        .zip(&migrated_lines)
+        .filter(|(old, new)| old != new)
+        .map(|(old, new)| (*old, *new))
+        .collect();
+    assert_eq!(changed.len(), 2, "{changed:#?}");
+    let (old_release, new_release) = changed[0];
+    assert_eq!(
+        new_release,
+        format!(
+            "{} uninstall update-runner update-handoff execution-activation execution-manage {MANIFEST})",
+            old_release.strip_suffix(')').unwrap()
+        )
+    );
+    let (old_chmod, new_chmod) = changed[1];
+    assert_eq!(
+        new_chmod,
+        format!(
+            "{old_chmod} \"$STAGE_DIR/uninstall\" \"$STAGE_DIR/update-runner\" \"$STAGE_DIR/update-handoff\" \
+             \"$STAGE_DIR/execution-activation\" \"$STAGE_DIR/execution-manage\""
+        )
+    );
+    assert!(migrated_install.ends_with('\n') && original_install.ends_with('\n'));
+
+    // The manifest records every digest, checked against sha256sum.
+    let manifest = parse_json(&fs::read(release.path(MANIFEST)).unwrap()).unwrap();
+    assert_eq!(mode(&release.path(MANIFEST)), 0o644);
+    assert_eq!(manifest.get("format").and_then(Json::as_int), Some(1));
+    assert_eq!(string(&manifest, &["helpers_release"]), "1.0.7-beta.5");
+    for helper in HELPERS {
+        assert_eq!(
+            string(&manifest, &["binaries", helper, "sha256"]),
+            sha256_file(&binary_path(helper)),
+            "{helper}"
+        );
+    }
+    for name in [
+        "execution_activation.py",
+        "execution_manage.py",
+        "update_runner.py",
+        "execution_uninstall.py",
+        "update_handoff.py",
+        "uninstall.sh",
+        "install.sh",
+    ] {
+        assert_eq!(
+            string(&manifest, &["files", name, "sha256"]),
+            sha256_file(&release.path(name)),
+            "{name}"
+        );
+    }
+    for seed in SEEDS {
+        if seed != "update_handoff.py" {
+            assert_eq!(
+                string(&manifest, &["files", seed, "original_sha256"]),
+                sha256_file(&seeds.join(seed)),
+                "{seed}"
+            );
+        }
+    }
+    assert_eq!(
+        string(&manifest, &["files", "install.sh", "original_sha256"]),
+        sha256_file(&fixtures_dir().join("install.sh"))
+    );
+
+    // Nothing else was added, removed or touched.
+    let after = snapshot(&release.source);
+    let added: Vec<_> = after
+        .keys()
+        .filter(|path| !before.contains_key(*path))
+        .collect();
+    let mut expected: Vec<_> = HELPERS.iter().copied().chain([MANIFEST]).collect();
+    expected.sort();
+    let mut added_names: Vec<_> = added.iter().map(|path| path.to_str().unwrap()).collect();
+    added_names.sort();
+    assert_eq!(added_names, expected);
+    for (path, entry) in &before {
+        let name = path.to_str().unwrap();
+        let replaced = LAUNCHERS.iter().any(|(module, _)| *module == name)
+            || ["uninstall.sh", "install.sh"].contains(&name);
+        if !replaced {
+            assert_eq!(after.get(path), Some(entry), "{name} was not touched");
+        }
+    }
+
+    // A second run with the same binaries writes nothing at all.
+    let second = release.migrate();
+    assert_eq!(
+        snapshot(&release.source),
+        after,
+        "the second run changed files"
+    );
+    for line in [
+        "launcher  execution_activation.py -> execution-activation (already)",
+        "wrapper   uninstall.sh -> uninstall (already)",
+        "staged    install.sh lists the binaries in RELEASE_FILES and chmod 755 (already)",
+    ] {
+        assert!(second.contains(line), "{second}");
+    }
+}
+
+#[test]
+fn an_interrupted_run_is_finished_by_running_the_kit_again() {
+    let reference = FakeRelease::new();
+    reference.migrate();
+    let finished = content(&snapshot(&reference.source));
+
+    // As if the kit stopped after the binaries and two of the files.
+    let release = FakeRelease::new();
+    release.migrate();
+    let seeds = seeds_dir();
+    fs::copy(
+        seeds.join("execution_manage.py"),
+        release.path("execution_manage.py"),
+    )
+    .unwrap();
+    fs::copy(
+        fixtures_dir().join("install.sh"),
+        release.path("install.sh"),
+    )
+    .unwrap();
+    fs::set_permissions(
+        release.path("execution_manage.py"),
+        fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    fs::remove_file(release.path(MANIFEST)).unwrap();
+    fs::write(release.path("update-handoff"), b"\x7fELF truncated").unwrap();
+
+    let report = release.migrate();
+    assert!(
+        report.contains("launcher  execution_manage.py -> execution-manage\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("launcher  update_runner.py -> update-runner (already)"),
+        "{report}"
+    );
+    assert_eq!(content(&snapshot(&release.source)), finished);
+}
+
+/// A hard link of a built helper (a copy across filesystems). Never change
+/// the mode of a link: it is the build's file.
+fn link_helper(helper: &str, to: &Path) {
+    let from = binaries_dir().join(helper);
+    if fs::hard_link(&from, to).is_err() {
+        fs::copy(&from, to).unwrap();
+    }
+}
+
+/// The built helpers in a directory of their own, so a test can remove or
+/// replace one without touching the build.
+fn binaries_copy(release: &FakeRelease) -> std::path::PathBuf {
+    let directory = release.temp().join("binaries");
+    fs::create_dir(&directory).unwrap();
+    for helper in HELPERS {
+        link_helper(helper, &directory.join(helper));
+    }
+    directory
+}
+
+fn replace_in(path: &Path, from: &str, to: &str) {
+    let old = text(path);
+    assert!(old.contains(from), "{} lacks {from:?}", path.display());
+    fs::write(path, old.replacen(from, to, 1)).unwrap();
+}
+
+fn assert_refused(release: &FakeRelease, binaries: Option<&Path>, message: &str) {
+    let before = snapshot(&release.source);
+    let output = match binaries {
+        Some(directory) => release.run_kit_with(directory),
+        None => release.run_kit(),
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{message}: {stderr}");
+    assert!(
+        stderr.contains(message),
+        "expected {message:?} in the refusal: {stderr}"
+    );
+    assert!(stderr.starts_with("migration-kit: "), "{stderr}");
+    assert!(!stderr.contains("Traceback"), "{stderr}");
+    assert_eq!(
+        snapshot(&release.source),
+        before,
+        "a refusal ({message}) changed the release"
+    );
+}
+
+#[test]
+fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
+    type Mutation = fn(&FakeRelease);
+    let cases: Vec<(&str, Mutation, &str)> = vec![
+        (
+            "a changed ported module",
+            |release| replace_in(&release.path("execution_manage.py"), "import", "import "),
+            "execution_manage.py is not the 1.0.7-beta.5 source the Rust helper ports",
+        ),
+        (
+            "a changed imported-only module",
+            |release| replace_in(&release.path("update_handoff.py"), "\n\n", "\n\n\n"),
+            "update_handoff.py is not the 1.0.7-beta.5 source the Rust helper ports",
+        ),
+        (
+            "a changed uninstall.sh",
+            |release| replace_in(&release.path("uninstall.sh"), "--yes", "--yes-please"),
+            "uninstall.sh is neither the 1.0.7-beta.5 script nor the kit's wrapper",
+        ),
+        (
+            "a missing module",
+            |release| fs::remove_file(release.path("update_runner.py")).unwrap(),
+            "update_runner.py is missing",
+        ),
+        (
+            "a symlinked module",
+            |release| {
+                let path = release.path("execution_activation.py");
+                let moved = release.temp().join("execution_activation.py");
+                fs::rename(&path, &moved).unwrap();
+                symlink(&moved, &path).unwrap();
+            },
+            "execution_activation.py is not a regular file",
+        ),
+        (
+            "an uninstall helper without its entry point",
+            |release| {
+                replace_in(
+                    &release.path("execution_uninstall.py"),
+                    "\nif __name__ == \"__main__\":\n    raise SystemExit(main())\n",
+                    "\n",
+                )
+            },
+            "execution_uninstall.py does not end with its expected `__main__` entry point",
+        ),
+        (
+            "an uninstall helper without a __future__ line",
+            |release| {
+                replace_in(
+                    &release.path("execution_uninstall.py"),
+                    "from __future__ import annotations\n",
+                    "",
+                )
+            },
+            "execution_uninstall.py does not have exactly one `from __future__ import annotations` line",
+        ),
+        (
+            "a second npm registry line",
+            |release| {
+                let path = release.path("update_runner.py");
+                let old = text(&path);
+                let line = old
+                    .lines()
+                    .find(|line| line.starts_with("NPM_REGISTRY_BASE = "))
+                    .unwrap()
+                    .to_string();
+                fs::write(&path, old.replacen(&line, &format!("{line}\n{line}"), 1)).unwrap();
+            },
+            "update_runner.py does not declare exactly one NPM_REGISTRY_BASE",
+        ),
+        (
+            "two RELEASE_FILES lines",
+            |release| {
+                let path = release.path("install.sh");
+                let old = text(&path);
+                let line = old
+                    .lines()
+                    .find(|line| line.starts_with("RELEASE_FILES=("))
+                    .unwrap()
+                    .to_string();
+                fs::write(&path, old.replacen(&line, &format!("{line}\n{line}"), 1)).unwrap();
+            },
+            "install.sh does not have exactly one `RELEASE_FILES=(...)` line (found 2)",
+        ),
+        (
+            "no chmod 755 line",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    "chmod 755 \"$STAGE_DIR/install.sh\"",
+                    "chmod 0755 \"$STAGE_DIR/install.sh\"",
+                )
+            },
+            "install.sh does not have exactly one `chmod 755 \"$STAGE_DIR/...\"` line (found 0)",
+        ),
+        (
+            "no flat copy into the stage",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    "install -m 644 \"$SOURCE_DIR/$name\"",
+                    "cp -p \"$SOURCE_DIR/$name\"",
+                )
+            },
+            "install.sh does not copy each RELEASE_FILES entry into the stage with mode 644",
+        ),
+        (
+            "a RELEASE_FILES list without uninstall.sh",
+            |release| replace_in(&release.path("install.sh"), " uninstall.sh ", " "),
+            "install.sh's RELEASE_FILES does not list uninstall.sh",
+        ),
+        (
+            "a release that does not make update_runner.py executable",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    " \"$STAGE_DIR/update_runner.py\"",
+                    "",
+                )
+            },
+            "install.sh does not make update_runner.py executable in the stage",
+        ),
+        (
+            "a partly migrated install.sh",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    " VERSION)",
+                    " VERSION uninstall update-runner update-handoff execution-activation execution-manage rust-helpers.json)",
+                )
+            },
+            "install.sh is only partly migrated",
+        ),
+        (
+            "a helper name listed elsewhere",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    "RELEASE_FILES=(",
+                    "RELEASE_FILES=(update-runner ",
+                )
+            },
+            "install.sh already lists update-runner in an unexpected place",
+        ),
+        (
+            "an installed runtime",
+            |release| fs::create_dir(release.path(".venv")).unwrap(),
+            "holds a .venv, so it is an installed runtime",
+        ),
+        (
+            "a foreign rust-helpers.json",
+            |release| fs::write(release.path(MANIFEST), b"{\"format\": 2}\n").unwrap(),
+            "rust-helpers.json exists but is not a migration kit manifest",
+        ),
+        (
+            "a directory where a binary goes",
+            |release| fs::create_dir(release.path("update-handoff")).unwrap(),
+            "update-handoff exists and is not a regular file",
+        ),
+    ];
+    for (what, mutate, message) in cases {
+        let release = FakeRelease::new();
+        mutate(&release);
+        eprintln!("case: {what}");
+        assert_refused(&release, None, message);
+    }
+
+    // Binaries the kit cannot vouch for.
+    let release = FakeRelease::new();
+    let binaries = binaries_copy(&release);
+    fs::remove_file(binaries.join("update-handoff")).unwrap();
+    assert_refused(
+        &release,
+        Some(&binaries),
+        "the update-handoff binary is missing",
+    );
+    fs::write(binaries.join("update-handoff"), b"#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(
+        binaries.join("update-handoff"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    assert_refused(
+        &release,
+        Some(&binaries),
+        "the update-handoff binary is not an ELF executable",
+    );
+    fs::remove_file(binaries.join("execution-manage")).unwrap();
+    fs::copy(
+        binaries_dir().join("execution-manage"),
+        binaries.join("execution-manage"),
+    )
+    .unwrap();
+    fs::set_permissions(
+        binaries.join("execution-manage"),
+        fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    fs::remove_file(binaries.join("update-handoff")).unwrap();
+    link_helper("update-handoff", &binaries.join("update-handoff"));
+    assert_refused(
+        &release,
+        Some(&binaries),
+        "the execution-manage binary is not executable",
+    );
+
+    // A usage error is not a refusal.
+    let output = std::process::Command::new("bash")
+        .arg(migration_kit_support::kit_script())
+        .arg("--binaries")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn the_release_npm_registry_host_is_recognised_and_kept() {
+    // The seeds elide the registry host; a real release carries one.
+    let release = FakeRelease::new();
+    replace_in(
+        &release.path("update_runner.py"),
+        "<npm-registry-host>",
+        "packages.invalid",
+    );
+    let original = text(&release.path("update_runner.py"));
+    release.migrate();
+    assert_launcher(
+        &release.path("update_runner.py"),
+        &original,
+        "update-runner",
+    );
+}

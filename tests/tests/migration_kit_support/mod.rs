@@ -1,0 +1,248 @@
+//! A fake AgentsServer release for the migration kit tests: the five seeds
+//! plus the stand-ins of `tests/fixtures/migration`, the kit run on it, and
+//! the runtime its stand-in install.sh stages from it.
+
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use agents_tests::{binary_path, profile_dir, TempDir, HELPERS};
+
+/// The release's version file.
+pub const VERSION: &str = "1.0.7-beta.5";
+/// The seeds copied into every fake release (the kit's pinned sources).
+pub const SEEDS: [&str; 5] = [
+    "execution_activation.py",
+    "execution_manage.py",
+    "update_handoff.py",
+    "update_runner.py",
+    "uninstall.sh",
+];
+/// The stand-ins copied from `tests/fixtures/migration`.
+pub const STAND_INS: [&str; 7] = [
+    "install.sh",
+    "activation_transaction.py",
+    "execution_install.py",
+    "execution_transport.py",
+    "execution_http.py",
+    "execution_uninstall.py",
+    "VERSION",
+];
+/// The Python entry points the kit redirects, and the binary each runs.
+pub const LAUNCHERS: [(&str, &str); 4] = [
+    ("execution_activation.py", "execution-activation"),
+    ("execution_manage.py", "execution-manage"),
+    ("update_runner.py", "update-runner"),
+    ("execution_uninstall.py", "uninstall"),
+];
+/// The kit's manifest.
+pub const MANIFEST: &str = "rust-helpers.json";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the repository root")
+}
+
+/// `/work/shared` (or `$AGENTS_SHARED_DIR`): where the seeds are.
+pub fn seeds_dir() -> PathBuf {
+    let shared = std::env::var_os("AGENTS_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared"));
+    let seeds = shared.join("seeds/extracted");
+    assert!(
+        seeds.is_dir(),
+        "the seeds are missing at {} (set AGENTS_SHARED_DIR to the shared/ folder)",
+        seeds.display()
+    );
+    seeds
+}
+
+/// `tests/fixtures/migration`.
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/migration")
+}
+
+/// `scripts/migration-kit.sh`.
+pub fn kit_script() -> PathBuf {
+    repo_root().join("scripts/migration-kit.sh")
+}
+
+/// The directory of the built helpers the kit installs (every one must exist).
+pub fn binaries_dir() -> PathBuf {
+    for helper in HELPERS {
+        binary_path(helper);
+    }
+    profile_dir()
+}
+
+/// An unpacked release in a private temp directory.
+pub struct FakeRelease {
+    temp: TempDir,
+    /// The release directory (the one holding install.sh).
+    pub source: PathBuf,
+}
+
+impl FakeRelease {
+    /// Seeds and stand-ins with a release archive's modes (scripts 0755,
+    /// everything else 0644).
+    pub fn new() -> FakeRelease {
+        let temp = TempDir::new("migration-kit");
+        let source = temp.path().join(format!("agents-server-{VERSION}"));
+        fs::create_dir(&source).unwrap();
+        let seeds = seeds_dir();
+        let fixtures = fixtures_dir();
+        let copies = SEEDS
+            .iter()
+            .map(|name| (seeds.join(name), *name))
+            .chain(STAND_INS.iter().map(|name| (fixtures.join(name), *name)));
+        for (from, name) in copies {
+            let to = source.join(name);
+            fs::copy(&from, &to).unwrap_or_else(|err| panic!("copy {}: {err}", from.display()));
+            let mode = if name.ends_with(".sh") { 0o755 } else { 0o644 };
+            fs::set_permissions(&to, fs::Permissions::from_mode(mode)).unwrap();
+        }
+        FakeRelease { temp, source }
+    }
+
+    /// The private temp directory holding the release (for scratch files).
+    pub fn temp(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// A file of the release.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.source.join(name)
+    }
+
+    /// Runs the kit on the release with the built helpers.
+    pub fn run_kit(&self) -> Output {
+        self.run_kit_with(&binaries_dir())
+    }
+
+    /// Runs the kit on the release with the binaries of `binaries`.
+    pub fn run_kit_with(&self, binaries: &Path) -> Output {
+        Command::new("bash")
+            .arg(kit_script())
+            .arg("--binaries")
+            .arg(binaries)
+            .arg(&self.source)
+            .stdin(Stdio::null())
+            .output()
+            .expect("bash runs the kit")
+    }
+
+    /// Runs the kit and fails the test unless it succeeds.
+    pub fn migrate(&self) -> String {
+        let output = self.run_kit();
+        assert!(
+            output.status.success(),
+            "the kit failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("the kit prints UTF-8")
+    }
+
+    /// Runs the release's (stand-in) install.sh, which stages the release into
+    /// `<temp>/stage` as install.sh stages a runtime, and returns the stage.
+    pub fn stage(&self) -> PathBuf {
+        let stage = self.temp().join("stage");
+        let output = Command::new(self.path("install.sh"))
+            .arg(&stage)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the stand-in install.sh");
+        assert!(
+            output.status.success(),
+            "install.sh failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stage
+    }
+}
+
+/// What a test compares to prove a directory did not change: every entry's
+/// type, mode, inode and a hash of its content (or link target).
+pub type Snapshot = BTreeMap<PathBuf, (u32, u64, u64, u64)>;
+
+/// Walks `root` without following links.
+pub fn snapshot(root: &Path) -> Snapshot {
+    let mut entries = Snapshot::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(directory) = pending.pop() {
+        for entry in fs::read_dir(&directory).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let mut hasher = DefaultHasher::new();
+            if meta.file_type().is_file() {
+                fs::read(&path).unwrap().hash(&mut hasher);
+            } else if meta.file_type().is_symlink() {
+                fs::read_link(&path).unwrap().hash(&mut hasher);
+            } else if meta.is_dir() {
+                pending.push(path.clone());
+            }
+            let relative = path.strip_prefix(root).unwrap().to_path_buf();
+            entries.insert(
+                relative,
+                (meta.mode(), meta.ino(), meta.len(), hasher.finish()),
+            );
+        }
+    }
+    entries
+}
+
+/// The same snapshot without inodes: equal content, modes and names.
+pub fn content(snapshot: &Snapshot) -> BTreeMap<PathBuf, (u32, u64, u64)> {
+    snapshot
+        .iter()
+        .map(|(path, (mode, _ino, len, hash))| (path.clone(), (*mode, *len, *hash)))
+        .collect()
+}
+
+/// `sha256sum FILE`, an oracle independent of the kit.
+pub fn sha256_file(path: &Path) -> String {
+    let output = Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(output.status.success(), "sha256sum {}", path.display());
+    String::from_utf8(output.stdout).unwrap()[..64].to_string()
+}
+
+/// The text a launcher must contain: the inserted block between its markers.
+pub fn launcher_block(text: &str) -> Option<&str> {
+    let start = text.find("\n# --- rust-helpers launcher")?;
+    let end_marker = "# --- end rust-helpers launcher ---\n";
+    let end = text.find(end_marker)? + end_marker.len();
+    Some(&text[start..end])
+}
+
+/// Output of a command as one comparable value.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The exit code (`None` when a signal ended it).
+    pub code: Option<i32>,
+    /// Everything on stdout.
+    pub stdout: String,
+    /// Everything on stderr.
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// Runs the command to completion.
+    pub fn of(command: &mut Command) -> Outcome {
+        let output = command.stdin(Stdio::null()).output().expect("spawn");
+        Outcome {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
