@@ -14,10 +14,6 @@
 //! The handoff reader and the installed-layout check are shared with
 //! `execution_activation` and the uninstaller: [`read_update_handoff`],
 //! [`installed_layout`], [`no_activation`].
-//!
-//! Deviation: when `services` is injected but `control` is not, the default
-//! [`WorkerControl`] reads native state through the injected `services`
-//! (Python's default client would build its own `NativeServices`).
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -210,7 +206,7 @@ fn release_handoff(
         let services: &dyn ServiceSnapshot = match services {
             Some(services) => services,
             None => {
-                native = NativeSnapshot(NativeServices::new(&layout)?);
+                native = NativeServices::new(&layout)?;
                 &native
             }
         };
@@ -218,7 +214,7 @@ fn release_handoff(
         let control = match control {
             Some(control) => control,
             None => {
-                default_control = WorkerControl::new().services(services);
+                default_control = WorkerControl::new();
                 &default_control
             }
         };
@@ -425,21 +421,6 @@ fn held_state_ownership(layout: &ExecutionLayout) -> Result<(u64, u64)> {
         return Err(Error::runtime("worker state ownership lock changed"));
     }
     Ok(identity)
-}
-
-/// `NativeServices.snapshot()` in its dict shape, for [`WorkerControl`] and
-/// the native checks.
-// TEMPORARY: until `NativeServices` implements `ServiceSnapshot` itself
-// (worker_control.rs still stands in for it); then pass it directly.
-struct NativeSnapshot(NativeServices);
-
-impl ServiceSnapshot for NativeSnapshot {
-    fn snapshot_json(&self) -> Result<JsonObject> {
-        match self.0.snapshot()?.to_json() {
-            Json::Object(states) => Ok(states),
-            _ => unreachable!("ServiceStates::to_json is an object"),
-        }
-    }
 }
 
 /// `dict.get(key)`: a missing key reads as `None`, like an explicit null.
