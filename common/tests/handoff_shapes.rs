@@ -357,6 +357,20 @@ fn a_release_reply_must_confirm_the_lease_is_gone() {
         assert_error(world.release(&services()), ErrorClass::Runtime, confirm);
         assert_eq!(world.maintenance_requests(), count);
     }
+    // A reply from another instance fails the client's own epoch check first.
+    let released = status(&[("active_runs", 0)], Json::Null);
+    world.double.edit(|state| {
+        state.maintenance_reply = vec![(
+            "release".to_string(),
+            edited(&released, "worker_instance_id", Some("other".into())),
+        )]
+    });
+    assert_error(
+        world.release(&services()),
+        ErrorClass::Runtime,
+        "worker changed during maintenance admission",
+    );
+    assert_eq!(world.maintenance_requests(), 3);
 }
 
 #[test]

@@ -296,10 +296,17 @@ fn the_status_file_must_be_the_installed_private_one() {
 
     // An uninstall intent owns recovery for a retry too.
     let intent = case.installation.install_root.join(UNINSTALL_INTENT_NAME);
-    fs::write(&intent, b"{}\n").unwrap();
-    case.retry(&expected)
-        .assert_refused("RuntimeError: uninstall already owns execution recovery");
-    fs::remove_file(&intent).unwrap();
+    for dangling in [false, true] {
+        match dangling {
+            true => symlink(intent.with_file_name("missing"), &intent).unwrap(),
+            false => fs::write(&intent, b"{}\n").unwrap(),
+        }
+        let mark = case.mark();
+        case.retry(&expected)
+            .assert_refused("RuntimeError: uninstall already owns execution recovery");
+        assert!(case.requests_since(mark).is_empty());
+        fs::remove_file(&intent).unwrap();
+    }
 
     case.assert_lease_held();
     case.retry(&expected)
