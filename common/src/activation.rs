@@ -25,6 +25,7 @@ mod environment;
 mod handoff;
 mod invocation;
 mod io;
+mod legacy_runner;
 mod manifest;
 mod paths;
 mod recovery;
@@ -40,6 +41,10 @@ pub use invocation::{execution_context, validate_invocation, ActivationInvocatio
 pub use io::{
     read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,
     ACTIVATION_CONTROL_LIMIT,
+};
+pub use legacy_runner::{
+    verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
+    PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
 };
 pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 pub use paths::{absolute_path, pure_path_text};

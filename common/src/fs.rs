@@ -29,7 +29,7 @@ mod secret;
 mod snapshot;
 
 // The Python path rules and OS wrappers other modules share with `_path`.
-pub(crate) use python_path::{normpath, pure_path};
+pub(crate) use python_path::{normpath, parent, pure_path, resolve};
 
 pub use secret::{ensure_execution_secret, read_secret};
 pub use snapshot::{desired, snapshot};

@@ -30,7 +30,8 @@
 //!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
 //! - install.sh's `.activation-transaction` journal (`activation_transaction`)
 //!   and its write-ahead configuration publication: [`ActivationManifest`],
-//!   [`execution_context`], [`validate_invocation`], [`replace_config`];
+//!   [`execution_context`], [`validate_invocation`], [`replace_config`]; the
+//!   macOS proof of an old runner-less updater: [`verify_legacy_runner`];
 //! - the split uninstall's `.execution-uninstall.json` intent (read by the
 //!   worker at startup) and the installed-layout provenance it relies on:
 //!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
@@ -116,10 +117,12 @@ pub use activation::{
     journaled_staging_matches, link_state, locate_release, pure_path_text, read_owned_config,
     read_private_file, read_update_handoff, recovery_directory, recovery_evidence, recovery_label,
     recovery_service_path, release_identity, release_matches, replace_config,
-    replace_config_with_checkpoints, runtime_environment, validate_invocation, write_new_private,
-    ActivationInvocation, ActivationManifest, CommandCapture, RecoveryService, ReplaceConfigStep,
-    ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
-    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+    replace_config_with_checkpoints, runtime_environment, validate_invocation,
+    verify_legacy_runner, write_new_private, ActivationInvocation, ActivationManifest,
+    CommandCapture, LegacyRunnerClaim, LegacyRunnerProbe, RecoveryService, ReplaceConfigStep,
+    SystemLegacyProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME,
+    INTENT_KEYS, PROC_BSDINFO_SIZE, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+    TMUX_PANE_FORMAT,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;

@@ -6,13 +6,14 @@
 //! in `server-update.json`.
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
-    parse_json, read_file, read_private_file, update_status_unlocked, ActivationManifest, Error,
-    ExecutionLayout, Json, JsonObject, Result, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT,
-    PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
+    parse_json, pure_path_text, read_file, read_private_file, update_status_unlocked,
+    verify_legacy_runner, ActivationManifest, Error, ExecutionLayout, Json, JsonObject,
+    LegacyRunnerClaim, LegacyRunnerProbe, Result, StatusLock, SystemLegacyProbe, WorkerControl,
+    ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 
@@ -23,15 +24,6 @@ use crate::retired_intent::require_retired_legacy_intent;
 
 /// Limit of the authenticated health and update bodies install.sh stores.
 const BODY_LIMIT: u64 = 1024 * 1024;
-/// The managed update phases in which the server is idle for handoff.
-const ACTIVE_PHASES: [&str; 6] = [
-    "starting",
-    "checking",
-    "downloading",
-    "verifying",
-    "installing",
-    "restarting",
-];
 
 /// What the stop proof needs from the journal (or, at preflight, from the
 /// admitted handoff before any journal exists).
@@ -156,7 +148,7 @@ fn prove_legacy_idle(args: &Args, layout: &ExecutionLayout, before: &JsonObject)
         value
             .get("phase")
             .and_then(Json::as_str)
-            .is_some_and(|phase| ACTIVE_PHASES.contains(&phase))
+            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase))
     };
     let status_update = status.get("update_id").cloned().unwrap_or(Json::Null);
     let refused = !phase_active(&status)
@@ -231,6 +223,16 @@ fn truthy(value: &Json) -> bool {
 /// runs for, proven by the explicit `--managed-update-id` or by descent from
 /// the admitted runner process.
 pub fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
+    admitted_update_id_with(args, status, &SystemLegacyProbe)
+}
+
+/// [`admitted_update_id`] with the kernel and tmux of an old macOS runner
+/// read through `probe`.
+fn admitted_update_id_with(
+    args: &Args,
+    status: &Json,
+    probe: &dyn LegacyRunnerProbe,
+) -> Result<String> {
     let identifier = status.get("update_id").cloned().unwrap_or(Json::Null);
     if !args.managed_update_id.is_empty() {
         if identifier != Json::from(args.managed_update_id.as_str()) {
@@ -245,11 +247,9 @@ pub fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
         && status.get("runner_pid").is_none()
         && hex_id.is_some()
     {
-        // Pre-PID macOS runners need the full native process/tmux proof of
-        // execution_legacy_runner, which this port does not include.
-        return Err(Error::runtime(
-            "legacy macOS updater proof is not supported by this helper",
-        ));
+        // Pre-PID legacy runners require their full native process/session
+        // proof; a supplied but invalid runner identity never gets here.
+        return verify_legacy_runner(&legacy_claim(args), status, probe);
     }
     let runner = status.get("runner_pid").and_then(Json::as_int);
     let (Some(runner), Some(identifier)) = (runner.filter(|pid| *pid > 1), hex_id) else {
@@ -271,6 +271,24 @@ pub fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
     Err(Error::runtime(
         "legacy installer is not descended from the admitted updater",
     ))
+}
+
+/// The arguments `verify_legacy_runner` reads, as `Path(...)` sees them.
+fn legacy_claim(args: &Args) -> LegacyRunnerClaim {
+    let path = |value: &Path| PathBuf::from(pure_path_text(value));
+    LegacyRunnerClaim {
+        platform: args.platform.clone(),
+        managed_update_id: args.managed_update_id.clone(),
+        root: path(&args.root),
+        state_root: path(args.state_root.as_deref().unwrap_or(Path::new(""))),
+        health_file: path(&args.health_file),
+        update_file: path(&args.update_file),
+        release_version: args.release_version.clone(),
+        expected_server_identity: args.expected_server_identity.clone(),
+        expected_native_pid: args.expected_native_pid,
+        bind: args.bind.clone(),
+        port: args.port,
+    }
 }
 
 /// `str(value)` for the values an update id can hold.

@@ -403,3 +403,75 @@ fn a_changed_admission_records_nothing() {
     );
     assert_eq!(fs::read(legacy.status_path()).unwrap(), before);
 }
+
+/// A host whose kernel and tmux know nothing: the proof can only fail, so
+/// where it fails shows how far the helper let it run.
+struct EmptyKernel {
+    darwin: bool,
+}
+
+impl LegacyRunnerProbe for EmptyKernel {
+    fn host_is_darwin(&self) -> bool {
+        self.darwin
+    }
+    fn bsd_info(&self, _pid: i32) -> Vec<u8> {
+        Vec::new()
+    }
+    fn executable_path(&self, _pid: i32) -> Option<Vec<u8>> {
+        None
+    }
+    fn arguments_size(&self, _pid: i32) -> Option<usize> {
+        None
+    }
+    fn arguments(&self, _pid: i32, _capacity: usize) -> Option<Vec<u8>> {
+        None
+    }
+    fn tmux_socket(&self) -> Result<PathBuf> {
+        Ok(PathBuf::from("/nonexistent/tmux-0/default"))
+    }
+    fn tmux_program(&self) -> Option<PathBuf> {
+        None
+    }
+    fn run(
+        &self,
+        _argv: &[String],
+        _environment: &[(&str, String)],
+        _timeout: std::time::Duration,
+    ) -> Result<agents_common::CommandCapture> {
+        unreachable!("the proof fails before it asks tmux")
+    }
+}
+
+#[test]
+fn a_runner_less_macos_update_is_admitted_only_through_the_legacy_runner_proof() {
+    let legacy = Legacy::new();
+    let args = legacy.args(&[
+        ("--managed-update-id", String::new()),
+        ("--platform", "Darwin".into()),
+    ]);
+    let row = Json::Object(status());
+    // Off macOS the seed's sys.platform check refuses the fallback.
+    assert_eq!(
+        admitted_update_id(&args, &row).unwrap_err().message(),
+        "legacy ancestry fallback does not apply"
+    );
+    // On macOS the full proof runs: here it gets past the directory pins
+    // and stops at the missing `current` link of this legacy tree.
+    let error = admitted_update_id_with(&args, &row, &EmptyKernel { darwin: true }).unwrap_err();
+    assert!(error.is_not_found(), "{error:?}");
+    assert!(error.message().ends_with("install/current'"), "{error:?}");
+    // A non-hex identity never takes the fallback, and a recorded runner
+    // PID (even an invalid one) is checked by ancestry instead.
+    let mut upper = status();
+    upper.insert("update_id", UPDATE.to_uppercase());
+    let mut invalid_runner = status();
+    invalid_runner.insert("runner_pid", "42");
+    for row in [upper, invalid_runner] {
+        assert_eq!(
+            admitted_update_id_with(&args, &Json::Object(row), &EmptyKernel { darwin: true })
+                .unwrap_err()
+                .message(),
+            "legacy installer has no admitted runner authority"
+        );
+    }
+}

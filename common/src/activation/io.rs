@@ -301,7 +301,7 @@ pub(crate) fn file_name(path: &Path) -> &[u8] {
 }
 
 /// Reads until `limit` bytes or end of file.
-fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
+pub(crate) fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
     let mut data = Vec::new();
     let mut chunk = vec![0u8; 1024 * 1024];
     while data.len() < limit {

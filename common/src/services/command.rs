@@ -32,6 +32,7 @@ pub trait CommandRunner {
 #[derive(Debug, Clone, Default)]
 pub struct SystemCommandRunner {
     environment: Vec<(OsString, OsString)>,
+    clean_environment: bool,
 }
 
 impl SystemCommandRunner {
@@ -49,6 +50,14 @@ impl SystemCommandRunner {
         );
         self
     }
+
+    /// Starts commands with only the variables given by
+    /// [`SystemCommandRunner::with_environment`] (Python's `env=`), so nothing
+    /// inherited, such as `DYLD_*` or `TMUX`, reaches the program.
+    pub fn with_clean_environment(mut self) -> Self {
+        self.clean_environment = true;
+        self
+    }
 }
 
 impl CommandRunner for SystemCommandRunner {
@@ -56,7 +65,11 @@ impl CommandRunner for SystemCommandRunner {
         let (program, arguments) = args
             .split_first()
             .ok_or_else(|| Error::value("native service command is empty"))?;
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        if self.clean_environment {
+            command.env_clear();
+        }
+        let mut child = command
             .args(arguments)
             .envs(self.environment.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
