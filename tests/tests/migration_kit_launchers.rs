@@ -136,7 +136,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     fs::create_dir(&legacy_root).unwrap();
     let pending_root = runtime.scratch("pending-root");
     fs::create_dir_all(pending_root.join(".execution-transaction")).unwrap();
-    let root_arg = |root: &Path| vec![os(&["detect", "--root"]), vec![root.into()]].concat();
+    let root_arg = |root: &Path| [os(&["detect", "--root"]), vec![root.into()]].concat();
     let detect_cases = [
         ("detect on a legacy root", root_arg(&legacy_root), Some(0)),
         (
@@ -172,7 +172,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     // execution_manage.py for support staff.
     let empty_root = runtime.scratch("empty-root");
     fs::create_dir(&empty_root).unwrap();
-    let inspect = vec![os(&["inspect", "--root"]), vec![empty_root.clone().into()]].concat();
+    let inspect = [os(&["inspect", "--root"]), vec![empty_root.clone().into()]].concat();
     for (what, args, code) in [
         ("inspect without a layout", inspect, Some(1)),
         ("manage --help", os(&["--help"]), Some(0)),
@@ -206,7 +206,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     }
 
     // execution_uninstall.py as the original uninstall.sh hands over to it.
-    let helper_args = vec![
+    let helper_args = [
         os(&["--root"]),
         vec![empty_root.clone().into()],
         os(&["--config-root"]),
@@ -447,6 +447,7 @@ fn hold_status_lock(admin: &Path) -> fs::File {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .mode(0o600)
         .open(admin.join(".server-update.json.lock"))
         .unwrap();
@@ -473,7 +474,7 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     let admin = state.path().join("admin");
     fs::create_dir(&admin).unwrap();
     fs::set_permissions(&admin, fs::Permissions::from_mode(0o700)).unwrap();
-    let args = vec![
+    let args = [
         os(&["--status-file"]),
         vec![admin.join("server-update.json").into()],
         os(&["--public-key"]),
