@@ -45,6 +45,9 @@
 //! - the helpers' authenticated client of the running worker and of public
 //!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
 //!   [`ServiceSnapshot`], [`shlex_split`];
+//! - supervising install.sh for the update runner (`run_installer`: new
+//!   session, scrubbed environment, status heartbeat, SIGTERM-only budget,
+//!   redacted log tail): [`run_installer`], [`InstallerRun`], [`InstallerOutcome`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -134,3 +137,11 @@ pub use uninstall_marker::{
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;
 pub use handoff::{release_existing_handoff, retry_failed_handoff, HandoffRelease};
+// installer (update_runner.run_installer: supervised install.sh)
+mod installer;
+pub use installer::{
+    installer_log_tail, run_installer, trim_installer_log, InstallerOutcome, InstallerRun,
+    INSTALLER_ENVIRONMENT_SELECTORS, INSTALLER_HEARTBEAT_SECONDS, INSTALLER_LOG_MAX_BYTES,
+    INSTALLER_LOG_NAME, INSTALLER_ROLLED_BACK_EXIT, INSTALLER_TERMINATION_POLL_SECONDS,
+    INSTALLER_TIMEOUT_SECONDS,
+};
