@@ -78,6 +78,7 @@ STAGE_COPY_LINE = re.compile(rb'^[ \t]*install -m 644 "\$SOURCE_DIR/\$name" "\$S
 # Names install.sh must already stage for the migrated release to work.
 REQUIRED_RELEASE_FILES = tuple(LAUNCHERS) + IMPORTED_ONLY + (INSTALL_SCRIPT, UNINSTALL_SCRIPT)
 REQUIRED_EXECUTABLES = ("update_runner.py", UNINSTALL_SCRIPT)
+CHMOD_ANCHOR = b'"$STAGE_DIR/update_runner.py"'
 
 
 class Refusal(Exception):
@@ -197,13 +198,16 @@ def migrated_module(name: str, original: bytes) -> bytes:
 def install_script_plan(data: bytes):
     """(original install.sh, migrated install.sh, already migrated?) after checking its shape."""
     release_lines = list(RELEASE_FILES_LINE.finditer(data))
-    chmod_lines = list(CHMOD_LINE.finditer(data))
+    # install.sh has other `chmod 755 "$STAGE_DIR/..."` lines (directories):
+    # the one to extend is the one that makes update_runner.py executable.
+    chmod_lines = [line for line in CHMOD_LINE.finditer(data)
+                   if CHMOD_ANCHOR in line.group(1).split()]
     if len(release_lines) != 1:
         raise Refusal("install.sh does not have exactly one `RELEASE_FILES=(...)` line (found %d)"
                       % len(release_lines))
     if len(chmod_lines) != 1:
-        raise Refusal('install.sh does not have exactly one `chmod 755 "$STAGE_DIR/..."` line (found %d)'
-                      % len(chmod_lines))
+        raise Refusal('install.sh does not have exactly one `chmod 755` line making %s executable (found %d)'
+                      % (CHMOD_ANCHOR.decode("ascii"), len(chmod_lines)))
     if len(STAGE_COPY_LINE.findall(data)) != 1:
         raise Refusal("install.sh does not copy each RELEASE_FILES entry into the stage with mode 644")
     names = [word.decode("ascii", "replace") for word in release_lines[0].group(1).split()]

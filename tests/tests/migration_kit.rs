@@ -390,7 +390,8 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
                     "chmod 0755 \"$STAGE_DIR/install.sh\"",
                 )
             },
-            "install.sh does not have exactly one `chmod 755 \"$STAGE_DIR/...\"` line (found 0)",
+            "install.sh does not have exactly one `chmod 755` line making \"$STAGE_DIR/update_runner.py\" \
+             executable (found 0)",
         ),
         (
             "no flat copy into the stage",
@@ -402,6 +403,29 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
                 )
             },
             "install.sh does not copy each RELEASE_FILES entry into the stage with mode 644",
+        ),
+        (
+            "a chmod 755 list without uninstall.sh",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    " \"$STAGE_DIR/uninstall.sh\"",
+                    "",
+                )
+            },
+            "install.sh does not make uninstall.sh executable in the stage",
+        ),
+        (
+            "two chmod 755 lines for the helper scripts",
+            |release| {
+                replace_in(
+                    &release.path("install.sh"),
+                    "chmod 755 \"$STAGE_DIR/package_data\"",
+                    "chmod 755 \"$STAGE_DIR/package_data\" \"$STAGE_DIR/update_runner.py\"",
+                )
+            },
+            "install.sh does not have exactly one `chmod 755` line making \"$STAGE_DIR/update_runner.py\" \
+             executable (found 2)",
         ),
         (
             "a RELEASE_FILES list without uninstall.sh",
@@ -417,7 +441,8 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
                     "",
                 )
             },
-            "install.sh does not make update_runner.py executable in the stage",
+            "install.sh does not have exactly one `chmod 755` line making \"$STAGE_DIR/update_runner.py\" \
+             executable (found 0)",
         ),
         (
             "a partly migrated install.sh",
