@@ -555,7 +555,13 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     drop(lock);
     let launched = child.wait().unwrap();
     let launched_output = output.join().unwrap();
-    let _ = fs::remove_file(admin.join("server-update.json"));
+    // The same starting state for the direct run: only the lock file.
+    for entry in fs::read_dir(&admin).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name() != Some(OsStr::new(".server-update.json.lock")) {
+            fs::remove_file(&path).unwrap();
+        }
+    }
 
     let pipe = FullPipe::new(false);
     let mut direct = runtime.binary(&runtime.stage, "update-runner", &args);
