@@ -169,6 +169,50 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         "legacy\n"
     );
 
+    // install.sh's full argument list for an operation, empty values
+    // included, reaches the binary unchanged.
+    let path = |name: &str| runtime.scratch(name).into_os_string();
+    let stop = [
+        os(&["stop", "--root"]),
+        vec![legacy_root.clone().into()],
+        os(&["--config-root"]),
+        vec![path("config")],
+        os(&["--state-root"]),
+        vec![path("state")],
+        os(&["--home"]),
+        vec![runtime.home.clone().into()],
+        os(&["--platform", "Linux", "--release-dir"]),
+        vec![legacy_root.join("releases/1.0.8").into()],
+        os(&[
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "7850",
+            "--expected-server-identity",
+            "",
+            "--health-file",
+            "",
+            "--managed-update-id",
+            "",
+            "--handoff-file",
+            "",
+            "--candidate-source",
+        ]),
+        vec![stage.clone().into()],
+        os(&["--release-version", "1.0.8", "--api-contract", "0"]),
+    ]
+    .concat();
+    let outcome = same(
+        "stop with install.sh's arguments",
+        runtime.script("execution_activation.py", &refs(&stop)),
+        runtime.binary(stage, "execution-activation", &refs(&stop)),
+    );
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    assert!(
+        outcome.stderr.starts_with("FileNotFoundError: "),
+        "{outcome:?}"
+    );
+
     // execution_manage.py for support staff.
     let empty_root = runtime.scratch("empty-root");
     fs::create_dir(&empty_root).unwrap();
