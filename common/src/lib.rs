@@ -48,6 +48,9 @@
 //! - supervising install.sh for the update runner (`run_installer`: new
 //!   session, scrubbed environment, status heartbeat, SIGTERM-only budget,
 //!   redacted log tail): [`run_installer`], [`InstallerRun`], [`InstallerOutcome`];
+//! - the update runner's release lookup, its checks of the running server's
+//!   health and its Team Hub maintenance fence: [`check_release`],
+//!   [`ServerHealth`], [`consume_auth_token_file`], [`TeamHubFence`];
 // MODULE-DOCS (each module adds one bullet line above this marker)
 
 #![deny(missing_docs)]
@@ -145,3 +148,16 @@ pub use installer::{
     INSTALLER_LOG_NAME, INSTALLER_ROLLED_BACK_EXIT, INSTALLER_TERMINATION_POLL_SECONDS,
     INSTALLER_TIMEOUT_SECONDS,
 };
+// update runner orchestration: release lookup, server health, Team Hub fence
+pub use release::{
+    check_release, python_str_or_empty, python_strip, python_truthy, release_rate_limit_delay,
+    ReleaseCheckError, RELEASE_RATE_LIMITED_MESSAGE,
+};
+mod server_health;
+pub use server_health::{
+    consume_auth_token_file, resolve_user_path, HealthProbeError, PostUpdateIdentity,
+    ReadinessWait, RepairedHubIdentity, ServerHealth, StatusOwner, SERVER_IDLE_CHECK_TIMEOUT,
+    SERVER_STARTUP_READINESS_POLL, SERVER_STARTUP_READINESS_TIMEOUT,
+};
+mod team_hub_fence;
+pub use team_hub_fence::TeamHubFence;

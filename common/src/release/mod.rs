@@ -5,6 +5,7 @@
 //! message because the server shows the runner's failure text to the user.
 
 mod archive;
+mod check;
 mod download;
 mod key;
 mod manifest;
@@ -12,12 +13,15 @@ mod python_base64;
 mod version;
 
 pub use archive::{download_release_archive, safe_extract};
+pub use check::{
+    check_release, release_rate_limit_delay, ReleaseCheckError, RELEASE_RATE_LIMITED_MESSAGE,
+};
 pub use download::{
     download_bytes, FetchError, HttpStatusError, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS,
     METADATA_DOWNLOAD_DEADLINE_SECONDS,
 };
 pub use manifest::{ReleaseManifest, ReleaseTrust, INVALID_SIGNATURE_MESSAGE};
-pub(crate) use version::python_str_or_empty;
+pub use version::{python_str_or_empty, python_strip, python_truthy};
 pub use version::{
     normalized_release_track, release_candidates, release_track, release_transition_allowed,
     release_versions_from_html, version_is_prerelease, version_is_valid, version_key, VersionKey,

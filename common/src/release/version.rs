@@ -77,7 +77,7 @@ pub fn normalized_release_track(track: Option<&str>) -> Result<&'static str> {
 
 /// Python's `str.strip()` with no argument: it also strips the information
 /// separators U+001C..U+001F, which Rust does not count as whitespace.
-pub(crate) fn python_strip(text: &str) -> &str {
+pub fn python_strip(text: &str) -> &str {
     text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
@@ -269,7 +269,7 @@ pub fn release_versions_from_html(content: &[u8], track: &str) -> Result<Vec<Str
 
 /// Python's `str(value or "")` for JSON values: falsy values become "",
 /// strings stay as they are, other values use Python's `str()`.
-pub(crate) fn python_str_or_empty(value: &Json) -> String {
+pub fn python_str_or_empty(value: &Json) -> String {
     if !python_truthy(value) {
         return String::new();
     }
@@ -277,7 +277,7 @@ pub(crate) fn python_str_or_empty(value: &Json) -> String {
 }
 
 /// Python's `bool(value)` for JSON values.
-pub(crate) fn python_truthy(value: &Json) -> bool {
+pub fn python_truthy(value: &Json) -> bool {
     match value {
         Json::Null => false,
         Json::Bool(flag) => *flag,
