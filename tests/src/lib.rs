@@ -59,7 +59,7 @@ pub use fixture::{
 };
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
-pub use processes::{process_alive, ProcessIdentity};
+pub use processes::{descendants, process_alive, ProcessIdentity};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 pub use tempdir::TempDir;
 pub use worker_files::{

@@ -15,6 +15,7 @@ pub struct ProcessIdentity {
 
 struct Stat {
     state: char,
+    parent: u32,
     start_time: u64,
 }
 
@@ -25,6 +26,7 @@ fn read_stat(pid: u32) -> Option<Stat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some(Stat {
         state: fields.first()?.chars().next()?,
+        parent: fields.get(1)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -48,4 +50,32 @@ impl ProcessIdentity {
 /// True when a live, non-zombie process has this PID.
 pub fn process_alive(pid: u32) -> bool {
     ProcessIdentity::of(pid).is_some()
+}
+
+/// Every live descendant of `pid` (children, grandchildren, ...), so a test
+/// that kills a helper can wait for the commands the helper had started:
+/// they outlive it, as they would after a real crash.
+pub fn descendants(pid: u32) -> Vec<ProcessIdentity> {
+    let stats: Vec<(u32, Stat)> = fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                .filter_map(|pid| Some((pid, read_stat(pid)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (child, stat) in &stats {
+            if stat.parent == parent && stat.state != 'Z' {
+                found.push(ProcessIdentity {
+                    pid: *child,
+                    start_time: stat.start_time,
+                });
+                frontier.push(*child);
+            }
+        }
+    }
+    found
 }

@@ -19,18 +19,36 @@ mod execution_manage_support;
 use std::process::Child;
 
 use agents_common::{Json, GATEWAY_UNIT, WORKER_UNIT};
-use agents_tests::{RequestMatch, Role, Stall, Switches, SERVICE_TIMEOUT};
+use agents_tests::{descendants, poll_until, RequestMatch, Role, Stall, Switches, SERVICE_TIMEOUT};
 use execution_manage_support::{
     control_requests, instances, receipt_line, Outcome, Site, NEW, OLD,
 };
 
+/// SIGKILL the helper as a crash would, then wait for the commands it had
+/// already started (a `systemctl` mid-`enable`, say): they outlive it and run
+/// to completion, so the state the test inspects next must include their
+/// effect. The helper is frozen first so it cannot start another one between
+/// the listing and the kill.
 fn kill(mut child: Child) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child PID");
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP the helper");
+    let orphans = descendants(child.id());
     child.kill().expect("SIGKILL the helper");
     let status = child.wait().expect("reap the helper");
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(9),
         "the helper died by SIGKILL, not on its own"
+    );
+    poll_until(
+        SERVICE_TIMEOUT,
+        "the killed helper's commands to finish",
+        || {
+            orphans
+                .iter()
+                .all(|orphan| !orphan.is_alive())
+                .then_some(())
+        },
     );
 }
 
