@@ -9,11 +9,9 @@
 //! order follows the Python module: a journal either side writes is read the
 //! same way by the other.
 //!
-//! Deliberate deviations (hostile input only):
-//! - Python raises `TypeError` for an unhashable value in a membership test
-//!   (`phase` holding a dict); the port reports the field's refusal message.
-//! - The macOS volume-UUID binding (`fgetattrlist`) is not ported: on macOS a
-//!   journal carrying volume bindings is refused as unsupported.
+//! Deliberate deviation (hostile input only): Python raises `TypeError` for
+//! an unhashable value in a membership test (`phase` holding a dict); the
+//! port reports the field's refusal message.
 
 // `stat` field types differ between platforms (u64 on Linux x86_64, i32
 // st_dev on macOS); the casts that are no-ops here are not elsewhere.
@@ -32,6 +30,7 @@ mod recovery;
 mod release;
 mod replace_config;
 mod text;
+mod volume;
 
 pub use config::{config_path_matches_desired, config_staging_paths};
 pub use durability::flush_activation;
@@ -55,5 +54,10 @@ pub use recovery::{
 };
 pub use release::{link_state, locate_release, release_identity, release_matches};
 pub use replace_config::{
-    journaled_staging_matches, replace_config, replace_config_with_checkpoints, ReplaceConfigStep,
+    journaled_staging_matches, replace_config, replace_config_on, replace_config_with_checkpoints,
+    ReplaceConfigStep,
+};
+pub use volume::{
+    check_binding_on, directory_binding_on, volume_uuid, SystemVolumes, VolumeProbe,
+    VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
 };

@@ -32,6 +32,7 @@
 //!   and its write-ahead configuration publication: [`ActivationManifest`],
 //!   [`execution_context`], [`validate_invocation`], [`replace_config`]; the
 //!   macOS proof of an old runner-less updater: [`verify_legacy_runner`];
+//!   macOS volume bindings that survive remounts: [`VolumeProbe`];
 //! - the split uninstall's `.execution-uninstall.json` intent (read by the
 //!   worker at startup) and the installed-layout provenance it relies on:
 //!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
@@ -118,17 +119,18 @@ pub use update_status::{
 // activation (install.sh's .activation-transaction journal and replace_config)
 mod activation;
 pub use activation::{
-    absolute_path, activation_intent, canonical_manifest_bytes, config_path_matches_desired,
-    config_staging_paths, evidence_digest, execution_context, flush_activation,
-    journaled_staging_matches, link_state, locate_release, pure_path_text, read_owned_config,
-    read_private_file, read_update_handoff, recovery_directory, recovery_evidence, recovery_label,
-    recovery_service_path, release_identity, release_matches, replace_config,
-    replace_config_with_checkpoints, runtime_environment, validate_invocation,
-    verify_legacy_runner, write_new_private, ActivationInvocation, ActivationManifest,
-    CommandCapture, LegacyRunnerClaim, LegacyRunnerProbe, RecoveryService, ReplaceConfigStep,
-    SystemLegacyProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME,
+    absolute_path, activation_intent, canonical_manifest_bytes, check_binding_on,
+    config_path_matches_desired, config_staging_paths, directory_binding_on, evidence_digest,
+    execution_context, flush_activation, journaled_staging_matches, link_state, locate_release,
+    pure_path_text, read_owned_config, read_private_file, read_update_handoff, recovery_directory,
+    recovery_evidence, recovery_label, recovery_service_path, release_identity, release_matches,
+    replace_config, replace_config_on, replace_config_with_checkpoints, runtime_environment,
+    validate_invocation, verify_legacy_runner, volume_uuid, write_new_private,
+    ActivationInvocation, ActivationManifest, CommandCapture, LegacyRunnerClaim,
+    LegacyRunnerProbe, RecoveryService, ReplaceConfigStep, SystemLegacyProbe, SystemVolumes,
+    VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME,
     INTENT_KEYS, PROC_BSDINFO_SIZE, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
-    TMUX_PANE_FORMAT,
+    TMUX_PANE_FORMAT, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;

@@ -12,17 +12,15 @@
 //!
 //! Deviations from Python, on hostile marker content only:
 //! - an unhashable `phase` (a list or object) is refused as a mismatch, where
-//!   Python's set membership raises `TypeError`;
-//! - directory identities are Linux-only for now: macOS's volume UUID is not
-//!   read, so on Darwin [`directory_binding`] refuses.
+//!   Python's set membership raises `TypeError`.
 
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
 use crate::{
-    atomic_write, current_uid, encode_indented, layout_manifest, normalize_path, parse_json,
-    read_file, Error, ExecutionLayout, Json, JsonObject, Result, LAYOUT_NAME, TRANSACTION_NAME,
+    atomic_write, encode_indented, layout_manifest, normalize_path, parse_json, read_file, Error,
+    ExecutionLayout, Json, JsonObject, Result, LAYOUT_NAME, TRANSACTION_NAME,
 };
 
 /// File name of the uninstall intent inside the install root.
@@ -105,60 +103,14 @@ pub fn installed_layout(root: &Path) -> Result<ExecutionLayout> {
 /// owner can read and enter; it proves later that the same directory, not a
 /// replacement at the same path, is meant.
 pub fn directory_binding(path: &Path) -> Result<Json> {
-    let info = rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))?;
-    let mode = info.st_mode & 0o7777;
-    if rustix::fs::FileType::from_raw_mode(info.st_mode) != rustix::fs::FileType::Directory
-        || info.st_uid != current_uid()
-        || mode & 0o022 != 0
-        || mode & 0o500 != 0o500
-    {
-        return Err(Error::permission(
-            "preparation directory is not safely owned",
-        ));
-    }
-    if cfg!(target_os = "macos") {
-        return Err(Error::runtime(
-            "prepared filesystem identity is unavailable on this platform",
-        ));
-    }
-    let mut binding = JsonObject::new();
-    binding.insert("device", Json::Int(i128::from(info.st_dev)));
-    binding.insert("inode", Json::Int(i128::from(info.st_ino)));
-    binding.insert("volume_uuid", Json::Null);
-    Ok(Json::Object(binding))
+    crate::directory_binding_on(&crate::SystemVolumes, path)
 }
 
 /// `execution_preparation._check_binding`: `path` must still be the directory
-/// `saved` identified (same inode, and on Linux the same device).
+/// `saved` identified (same inode, and the same device on Linux or the same
+/// volume UUID on macOS).
 pub fn check_binding(path: &Path, saved: &Json) -> Result<()> {
-    let positive = |key: &str| {
-        saved
-            .get(key)
-            .and_then(|value| match value {
-                Json::Int(number) => Some(*number),
-                _ => None,
-            })
-            .is_some_and(|number| number >= 1)
-    };
-    let valid = saved.as_object().is_some_and(|object| {
-        object.len() == 3
-            && ["device", "inode", "volume_uuid"]
-                .iter()
-                .all(|key| object.contains_key(key))
-    }) && positive("device")
-        && positive("inode");
-    if !valid {
-        return Err(Error::value("invalid preparation directory identity"));
-    }
-    let current = directory_binding(path)?;
-    if current.get("inode") != saved.get("inode") {
-        return Err(Error::runtime("prepared directory identity changed"));
-    }
-    if saved.get("volume_uuid") != Some(&Json::Null) || saved.get("device") != current.get("device")
-    {
-        return Err(Error::runtime("prepared filesystem identity changed"));
-    }
-    Ok(())
+    crate::check_binding_on(&crate::SystemVolumes, path, saved)
 }
 
 /// The SHA-256 hex digest of the installed manifest's bytes.

@@ -127,6 +127,8 @@ impl Fake {
 }
 
 type Hook = Box<dyn FnOnce(&Recorded)>;
+/// One recorded tmux query: argv, environment, timeout.
+type TmuxRun = (Vec<String>, Vec<(String, String)>, Duration);
 
 /// The recorded kernel and tmux of one scenario.
 struct Recorded {
@@ -135,7 +137,7 @@ struct Recorded {
     socket: PathBuf,
     program: Option<PathBuf>,
     replies: RefCell<Vec<CommandCapture>>,
-    runs: RefCell<Vec<(Vec<String>, Vec<(String, String)>, Duration)>>,
+    runs: RefCell<Vec<TmuxRun>>,
     /// Runs once, right after the first tmux query (the end of the first
     /// pass of the proof), to change something before it is repeated.
     after_first_query: RefCell<Option<Hook>>,

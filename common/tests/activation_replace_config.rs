@@ -6,7 +6,7 @@ mod activation_support;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use activation_support::{assert_error, sha256_hex, write_file, Begin, Install};
 use agents_common::{
@@ -202,7 +202,7 @@ fn a_changed_publication_is_never_published() {
 fn refused(
     install: &Install,
     kind: &str,
-    source: &PathBuf,
+    source: &Path,
     mode: u32,
     class: ErrorClass,
     message: &str,

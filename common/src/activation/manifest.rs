@@ -18,6 +18,7 @@ use super::text::{
     has_exact_keys, hex, is_canonical_uuid, is_lower_hex, is_one_of, is_prefixed_hex, loose_int,
     safe_text, strict_int, truthy,
 };
+use super::volume::{rebase_volume_bindings, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
 use crate::http::python::ip_address;
@@ -121,7 +122,17 @@ impl ActivationManifest {
     /// With `cleanup`, leftover manifest temporaries are removed first.
     /// Returns the journal directory and the manifest.
     pub fn read(root: &Path, cleanup: bool) -> Result<(PathBuf, Self)> {
-        read_manifest(root, &root.join(ACTIVATION_JOURNAL_NAME), cleanup)
+        Self::read_on(root, cleanup, &SystemVolumes)
+    }
+
+    /// [`ActivationManifest::read`] with the host's volumes seen through
+    /// `volumes` (macOS journals rebase their device numbers on every read).
+    pub fn read_on(
+        root: &Path,
+        cleanup: bool,
+        volumes: &dyn VolumeProbe,
+    ) -> Result<(PathBuf, Self)> {
+        read_manifest(root, &root.join(ACTIVATION_JOURNAL_NAME), cleanup, volumes)
     }
 
     /// The value of `key` (`Null` when absent, which validation excludes).
@@ -207,6 +218,7 @@ fn read_manifest(
     root: &Path,
     directory: &Path,
     cleanup: bool,
+    volumes: &dyn VolumeProbe,
 ) -> Result<(PathBuf, ActivationManifest)> {
     validate_owned_root(root, "activation transaction root is unsafe")?;
     let releases = root.join("releases");
@@ -230,7 +242,7 @@ fn read_manifest(
         Json::Object(object) => object,
         _ => return Err(Error::runtime("activation transaction manifest is invalid")),
     };
-    validate(root, &releases, directory, &mut value)?;
+    validate(root, &releases, directory, &mut value, volumes)?;
     Ok((directory.to_path_buf(), ActivationManifest { value }))
 }
 
@@ -288,7 +300,13 @@ pub(crate) fn same_path(a: &Path, b: &Path) -> bool {
     pure_path_text(a) == pure_path_text(b)
 }
 
-fn validate(root: &Path, releases: &Path, directory: &Path, value: &mut JsonObject) -> Result<()> {
+fn validate(
+    root: &Path,
+    releases: &Path,
+    directory: &Path,
+    value: &mut JsonObject,
+    volumes: &dyn VolumeProbe,
+) -> Result<()> {
     let format = value.get("format").cloned().unwrap_or(Json::Null);
     let is_format = |number: i64| format == Json::from(number);
     let execution_format = is_format(EXECUTION_FORMAT);
@@ -545,7 +563,7 @@ fn validate(root: &Path, releases: &Path, directory: &Path, value: &mut JsonObje
     }
     validate_hub(field("hub"), text_of(field("intent")).as_str())?;
     validate_guard(field("guard"))?;
-    rebase_volume_bindings(value, is_format(1))
+    rebase_volume_bindings(volumes, value, is_format(1))
 }
 
 fn text_of(value: &Json) -> String {
@@ -790,50 +808,6 @@ fn validate_guard(guard: &Json) -> Result<()> {
         || !positive("inode")
     {
         return Err(invalid("guard state is invalid"));
-    }
-    Ok(())
-}
-
-/// `_rebase_volume_bindings(value)`. Bindings exist only on macOS, where they
-/// translate device numbers after a remount; on Linux the map must be empty.
-///
-/// The macOS volume-UUID proof (`fgetattrlist`) is not ported: on macOS a
-/// journal with bindings is refused as unsupported, never silently trusted.
-fn rebase_volume_bindings(value: &JsonObject, legacy_format: bool) -> Result<()> {
-    if legacy_format {
-        return Ok(());
-    }
-    let bindings = match value.get("volume_bindings").and_then(Json::as_object) {
-        Some(bindings) if bindings.len() <= 8 => bindings,
-        _ => return Err(Error::runtime("activation volume bindings are invalid")),
-    };
-    if cfg!(target_os = "macos") && bindings.is_empty() {
-        return Err(Error::runtime("activation volume bindings are missing"));
-    }
-    // Python validates the first binding, then refuses it off macOS.
-    if let Some((device, binding)) = bindings.iter().next() {
-        let device_ok = device
-            .as_bytes()
-            .first()
-            .is_some_and(|b| (b'1'..=b'9').contains(b))
-            && device.bytes().all(|b| b.is_ascii_digit());
-        let uuid_ok = binding
-            .get("uuid")
-            .and_then(Json::as_str)
-            .is_some_and(is_canonical_uuid);
-        if !device_ok
-            || !has_exact_keys(Some(binding), &["anchor", "uuid"])
-            || binding.get("anchor").and_then(Json::as_str).is_none()
-            || !uuid_ok
-        {
-            return Err(Error::runtime("activation volume binding is invalid"));
-        }
-        safe_text(
-            binding.get("anchor").unwrap_or(&Json::Null),
-            "volume anchor",
-            4096,
-        )?;
-        return Err(Error::runtime("activation volume binding is unsupported"));
     }
     Ok(())
 }

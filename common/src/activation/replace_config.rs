@@ -25,6 +25,7 @@ use super::io::{
 use super::manifest::{same_path, ActivationManifest};
 use super::paths::{absolute_path, pure_path_text};
 use super::text::hex;
+use super::volume::{capture_volume, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
 use crate::json::{Json, JsonObject};
 use crate::json_object;
@@ -67,8 +68,22 @@ pub fn replace_config_with_checkpoints(
     mode: u32,
     checkpoint: &mut dyn FnMut(ReplaceConfigStep) -> Result<()>,
 ) -> Result<()> {
+    replace_config_on(&SystemVolumes, args, kind, source, mode, checkpoint)
+}
+
+/// [`replace_config_with_checkpoints`] with the host's volumes seen through
+/// `volumes`: on macOS a fresh publication binds the staging directory's
+/// volume in the journal before naming its inode.
+pub fn replace_config_on(
+    volumes: &dyn VolumeProbe,
+    args: &ActivationInvocation,
+    kind: &str,
+    source: &Path,
+    mode: u32,
+    checkpoint: &mut dyn FnMut(ReplaceConfigStep) -> Result<()>,
+) -> Result<()> {
     let root = absolute_path(&args.root);
-    let (directory, mut value) = ActivationManifest::read(&root, true)?;
+    let (directory, mut value) = ActivationManifest::read_on(&root, true, volumes)?;
     validate_invocation(args, &value, false, None)?;
     if [
         "committing",
@@ -134,8 +149,8 @@ pub fn replace_config_with_checkpoints(
         };
         return staged.publish(&desired, checkpoint);
     }
-    // Fresh publication. (On macOS Python also binds the source's volume
-    // here; volume bindings are not ported, see the module docs.)
+    // Fresh publication.
+    capture_volume(volumes, value.object_mut(), &parent_of(&source))?;
     let opened = read_guarded(&source, ACTIVATION_CONFIG_LIMIT, STAGING_SOURCE)?;
     let digest = hex(&Sha256::digest(&opened.data));
     let desired = json_object! {
