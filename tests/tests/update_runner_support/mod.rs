@@ -1,0 +1,643 @@
+//! Black-box fixture of the update runner: a signed release host and an
+//! AgentsServer health endpoint on 127.0.0.1, a real Ed25519 key, real
+//! tar.gz/tgz archives carrying a stand-in `install.sh`, and an admitted
+//! `server-update.json` row. The same update runs through the seed
+//! (`update_runner.py` under python3, its release URLs pointed at the local
+//! host) and through the `update-runner` binary, each in its own copy of the
+//! state, and the outcomes are compared: exit status, the final status row,
+//! what the installer received, its log, and that nothing was left behind.
+
+#![allow(dead_code)]
+
+#[path = "../../../common/tests/release_support/mod.rs"]
+pub mod release_support;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use agents_common::{atomic_json, json_object, read_status_unlocked, Json, JsonObject};
+use base64::Engine as _;
+use sha2::{Digest, Sha256, Sha512};
+
+pub use release_support::{manifest_bytes, Member, Reply, TempDir, TestKey, TestServer, SEEDS_DIR};
+
+/// The admitted update (a server's `uuid4().hex`).
+pub const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
+/// The stable server identity.
+pub const IDENTITY: &str = "server-identity-1";
+/// The version the server runs before the update.
+pub const CURRENT: &str = "1.2.2";
+
+/// The stand-in installer: it records what it received, runs the test's
+/// behaviour (`$H15_FIXTURE/behaviour.sh`) and marks the server updated.
+pub const INSTALL_SH: &str = r#"#!/bin/bash
+record="$H15_FIXTURE"
+{
+  printf 'cwd=%s\n' "$PWD"
+  for argument in "$@"; do printf 'arg=%s\n' "$argument"; done
+  for name in AGENTSDOCK_MANAGED_UPDATE_ID AGENTSDOCK_EXPECTED_SERVICE_CGROUP AGENTSDOCK_AGENT_TOKEN VIRTUAL_ENV H15_FIXTURE; do
+    if [ -n "${!name+x}" ]; then printf 'env %s=%s\n' "$name" "${!name}"; fi
+  done
+} > "$record/installer.record"
+if [ -f "$record/behaviour.sh" ]; then . "$record/behaviour.sh"; fi
+touch "$record/installed"
+exit 0
+"#;
+
+/// What one path of the release host answers.
+#[derive(Clone)]
+pub struct Served {
+    pub status: u16,
+    pub reason: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Declared length when it must differ from the body's.
+    pub content_length: Option<Option<u64>>,
+}
+
+impl Served {
+    pub fn ok(body: Vec<u8>) -> Self {
+        Served {
+            status: 200,
+            reason: "OK",
+            headers: Vec::new(),
+            body,
+            content_length: None,
+        }
+    }
+
+    pub fn redirect(location: &str) -> Self {
+        Served {
+            status: 302,
+            reason: "Found",
+            headers: vec![("Location".to_string(), location.to_string())],
+            body: Vec::new(),
+            content_length: None,
+        }
+    }
+}
+
+type Files = Arc<Mutex<HashMap<String, Served>>>;
+
+/// The health documents the server answers before and after the installer
+/// ran, for each run (keyed by its one-time token).
+#[derive(Default)]
+struct HealthState {
+    before: JsonObject,
+    after: JsonObject,
+    runs: HashMap<String, PathBuf>,
+}
+
+/// Which implementation runs the update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Seed,
+    Port,
+}
+
+impl Side {
+    fn label(self) -> &'static str {
+        match self {
+            Side::Seed => "seed",
+            Side::Port => "port",
+        }
+    }
+}
+
+/// What one run left behind, normalised for comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub exit: Option<i32>,
+    pub row: JsonObject,
+    /// The installer's record lines, `None` when it never ran.
+    pub installer: Option<Vec<String>>,
+    /// `server-update.log`, timestamps and temporary paths normalised.
+    pub log: Option<String>,
+    /// Entries left in the run's temporary directory.
+    pub leftovers: Vec<String>,
+    /// Whether the one-time credential file is gone.
+    pub token_consumed: bool,
+    pub stderr: String,
+}
+
+/// One update scenario.
+pub struct Fixture {
+    pub root: TempDir,
+    pub key: TestKey,
+    host: TestServer,
+    files: Files,
+    health: TestServer,
+    health_state: Arc<Mutex<HealthState>>,
+    /// The admitted row every run starts from.
+    pub admitted: JsonObject,
+    /// Extra runner options.
+    pub options: Vec<String>,
+    /// Shell code the stand-in installer sources before finishing.
+    pub behaviour: Option<String>,
+    /// Extra environment of both runners.
+    pub environment: Vec<(String, String)>,
+}
+
+impl Fixture {
+    pub fn new(name: &str) -> Self {
+        let root = TempDir::new(&format!("h15-{name}"));
+        let key = TestKey::generate(root.path(), "release-public-key.pem");
+        let files: Files = Arc::default();
+        let served = files.clone();
+        let host = TestServer::start(move |request| {
+            let files = served.lock().unwrap();
+            let Some(found) = files.get(&request.path) else {
+                return Reply::status(404, "Not Found");
+            };
+            let mut reply = Reply::ok(&found.body);
+            reply.status = found.status;
+            reply.reason = found.reason;
+            reply.headers = found.headers.clone();
+            if let Some(length) = found.content_length {
+                reply.content_length = length;
+            }
+            reply
+        });
+        let health_state: Arc<Mutex<HealthState>> = Arc::default();
+        let state = health_state.clone();
+        let health = TestServer::start(move |request| {
+            let state = state.lock().unwrap();
+            let token = request
+                .header("Authorization")
+                .and_then(|value| value.strip_prefix("Bearer "))
+                .unwrap_or("");
+            let Some(run) = state.runs.get(token) else {
+                return Reply::status(401, "Unauthorized");
+            };
+            let document = if run.join("installed").exists() {
+                &state.after
+            } else {
+                &state.before
+            };
+            Reply::ok(&agents_common::encode_compact(&Json::Object(document.clone())).unwrap())
+        });
+        {
+            let mut state = health_state.lock().unwrap();
+            state.before = idle_health();
+            state.after = updated_health("1.2.3", 28);
+        }
+        Fixture {
+            root,
+            key,
+            host,
+            files,
+            health,
+            health_state,
+            admitted: json_object! {
+                "phase" => "starting",
+                "update_id" => UPDATE_ID,
+                "track" => "stable",
+                "current_track" => "stable",
+                "target_version" => "1.2.3",
+                "latest_version" => "1.2.3",
+                "update_available" => true,
+                "message" => "Starting the AgentsServer update.",
+                "runner_pid" => Json::Null,
+                "started_at" => "2024-01-01T00:00:00Z",
+                "finished_at" => Json::Null,
+                "unknown_server_key" => json_object! {"kept" => true},
+            },
+            options: Vec::new(),
+            behaviour: None,
+            environment: Vec::new(),
+        }
+    }
+
+    pub fn release_base(&self) -> String {
+        self.host.url("/releases")
+    }
+
+    pub fn api_url(&self) -> String {
+        self.host.url("/api/releases?per_page=100")
+    }
+
+    pub fn npm_base(&self) -> String {
+        self.host.url("/npm/@agentsdock/server/-/")
+    }
+
+    pub fn health_port(&self) -> u16 {
+        self.health.port
+    }
+
+    pub fn serve(&self, path: &str, served: Served) {
+        self.files.lock().unwrap().insert(path.to_string(), served);
+    }
+
+    pub fn unserve(&self, path: &str) {
+        self.files.lock().unwrap().remove(path);
+    }
+
+    pub fn served(&self, path: &str) -> Option<Served> {
+        self.files.lock().unwrap().get(path).cloned()
+    }
+
+    /// Replace the health documents before and after the installer ran.
+    pub fn set_health(&self, before: JsonObject, after: JsonObject) {
+        let mut state = self.health_state.lock().unwrap();
+        state.before = before;
+        state.after = after;
+    }
+
+    /// Requests the release host received so far.
+    pub fn host_requests(&self) -> Vec<String> {
+        self.host
+            .seen()
+            .into_iter()
+            .map(|request| request.path)
+            .collect()
+    }
+
+    /// A gzip tar of `members`.
+    pub fn archive(&self, members: &[Member]) -> Vec<u8> {
+        let path = self.root.path().join("archive.tmp");
+        release_support::write_tar_gz(&path, members);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        bytes
+    }
+
+    /// The members of a well-formed GitHub release archive of `version`.
+    pub fn legacy_members(version: &str) -> Vec<Member> {
+        let top = format!("agents-server-{version}");
+        vec![
+            Member::dir(&format!("{top}/")),
+            Member::file(&format!("{top}/install.sh"), INSTALL_SH.as_bytes()).mode(0o644),
+            Member::file(&format!("{top}/VERSION"), format!("{version}\n").as_bytes()),
+        ]
+    }
+
+    /// The members of a well-formed npm package of `version`.
+    pub fn npm_members(version: &str) -> Vec<Member> {
+        let package = format!("{{\"name\": \"@agentsdock/server\", \"version\": \"{version}\"}}");
+        vec![
+            Member::file("package/package.json", package.as_bytes()),
+            Member::file("package/server/install.sh", INSTALL_SH.as_bytes()).mode(0o755),
+            Member::file("package/server/VERSION", format!("{version}\n").as_bytes()),
+        ]
+    }
+
+    /// The schema-1 manifest of `version` for `archive`.
+    pub fn legacy_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
+        let base = self.release_base();
+        json_object! {
+            "schema" => 1,
+            "version" => version,
+            "track" => if version.contains('-') { "beta" } else { "stable" },
+            "prerelease" => version.contains('-'),
+            "api_contract_version" => 28,
+            "commit" => "0000000000000000000000000000000000000000",
+            "archive" => json_object! {
+                "name" => format!("agents-server-{version}.tar.gz"),
+                "url" => format!("{base}/download/v{version}/agents-server-{version}.tar.gz"),
+                "sha256" => hex(&Sha256::digest(archive)),
+                "size" => archive.len(),
+            },
+        }
+    }
+
+    /// The schema-2 (npm) manifest of `version` for `archive`.
+    pub fn npm_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
+        let base = self.npm_base();
+        json_object! {
+            "schema" => 2,
+            "version" => version,
+            "track" => if version.contains('-') { "beta" } else { "stable" },
+            "prerelease" => version.contains('-'),
+            "api_contract_version" => 29,
+            "commit" => "1111111111111111111111111111111111111111",
+            "minimum_server_api_contract" => 1,
+            "distribution" => "npm",
+            "npm" => json_object! {
+                "name" => "@agentsdock/server",
+                "version" => version,
+                "integrity" => format!(
+                    "sha512-{}",
+                    base64::engine::general_purpose::STANDARD.encode(Sha512::digest(archive))
+                ),
+            },
+            "archive" => json_object! {
+                "name" => format!("server-{version}.tgz"),
+                "url" => format!("{base}server-{version}.tgz"),
+                "sha256" => hex(&Sha256::digest(archive)),
+                "size" => archive.len(),
+            },
+        }
+    }
+
+    /// Sign `manifest` and serve it with its signature under tag `v<tag>`.
+    pub fn publish_manifest(&self, tag: &str, manifest: &JsonObject) {
+        let bytes = manifest_bytes(&Json::Object(manifest.clone()));
+        let signature = self.key.sign(&bytes);
+        self.serve(
+            &format!("/releases/download/v{tag}/agents-server-manifest.json"),
+            Served::ok(bytes),
+        );
+        self.serve(
+            &format!("/releases/download/v{tag}/agents-server-manifest.sig"),
+            Served::ok(signature),
+        );
+    }
+
+    /// Publish a GitHub release of `version` holding `archive`; returns its
+    /// manifest.
+    pub fn publish_legacy(&self, version: &str, archive: &[u8]) -> JsonObject {
+        let manifest = self.legacy_manifest(version, archive);
+        self.publish_manifest(version, &manifest);
+        self.serve(
+            &format!("/releases/download/v{version}/agents-server-{version}.tar.gz"),
+            Served::ok(archive.to_vec()),
+        );
+        manifest
+    }
+
+    /// Serve an npm package and admit its signed descriptor into the row
+    /// (`_npm_release`), as the server does for `--npm-descriptor`.
+    pub fn publish_npm(&mut self, manifest: &JsonObject, archive: &[u8]) {
+        let version = manifest
+            .get("version")
+            .and_then(Json::as_str)
+            .unwrap()
+            .to_string();
+        self.serve(
+            &format!("/npm/@agentsdock/server/-/server-{version}.tgz"),
+            Served::ok(archive.to_vec()),
+        );
+        let bytes = manifest_bytes(&Json::Object(manifest.clone()));
+        let engine = base64::engine::general_purpose::STANDARD;
+        self.admitted.insert(
+            "_npm_release",
+            json_object! {
+                "manifest_base64" => engine.encode(&bytes),
+                "signature_base64" => engine.encode(self.key.sign(&bytes)),
+            },
+        );
+    }
+
+    /// The directory of one run.
+    pub fn run_dir(&self, side: Side) -> PathBuf {
+        self.root.path().join(side.label())
+    }
+
+    /// Run the admitted update with `side` in a fresh copy of the state.
+    pub fn run(&self, side: Side) -> Outcome {
+        let run = self.run_dir(side);
+        let _ = std::fs::remove_dir_all(&run);
+        let admin = run.join("state/admin");
+        let tmp = run.join("tmp");
+        let record = run.join("installer");
+        for directory in [&admin, &tmp, &record] {
+            std::fs::create_dir_all(directory).unwrap();
+        }
+        let status = admin.join("server-update.json");
+        atomic_json(&status, &self.admitted).unwrap();
+        let token = format!("{}-token", side.label());
+        let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
+        atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
+        self.health_state
+            .lock()
+            .unwrap()
+            .runs
+            .insert(token.clone(), record.clone());
+        if let Some(behaviour) = &self.behaviour {
+            std::fs::write(record.join("behaviour.sh"), behaviour).unwrap();
+        }
+        let mut arguments: Vec<String> = vec![
+            "--status-file".into(),
+            status.to_string_lossy().into_owned(),
+            "--public-key".into(),
+            self.key.pem_path.to_string_lossy().into_owned(),
+            "--port".into(),
+            self.health.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--current-version".into(),
+            CURRENT.into(),
+            "--update-id".into(),
+            UPDATE_ID.into(),
+            "--expected-server-identity".into(),
+            IDENTITY.into(),
+            "--auth-token-file".into(),
+            token_file.to_string_lossy().into_owned(),
+        ];
+        arguments.extend(self.options.iter().cloned());
+        let mut command = match side {
+            Side::Seed => {
+                let mut command = Command::new("python3");
+                command
+                    .arg("-B")
+                    .arg("-c")
+                    .arg(SEED_LAUNCHER)
+                    .args(&arguments);
+                command
+            }
+            Side::Port => {
+                let mut command = Command::new(agents_tests::binary_path("update-runner"));
+                command.args(&arguments);
+                command
+            }
+        };
+        command
+            .current_dir(&run)
+            .env("TMPDIR", &tmp)
+            .env("H15_FIXTURE", &record)
+            .env("SEEDS_DIR", SEEDS_DIR)
+            .env("AGENTS_SERVER_RELEASE_BASE", self.release_base())
+            .env("AGENTS_SERVER_RELEASES_API_URL", self.api_url())
+            .env("AGENTS_SERVER_NPM_REGISTRY_BASE", self.npm_base())
+            // Scrubbed from the installer's environment.
+            .env("AGENTSDOCK_AGENT_TOKEN", "runner-secret")
+            .env("VIRTUAL_ENV", "/nonexistent/venv")
+            .envs(self.environment.iter().map(|(key, value)| (key, value)));
+        let output = command.output().expect("the runner starts");
+        let normalise = |text: &str| normalise_paths(text, &tmp, &run);
+        let installer = std::fs::read_to_string(record.join("installer.record"))
+            .ok()
+            .map(|text| text.lines().map(normalise).collect());
+        let log = std::fs::read_to_string(admin.join("server-update.log"))
+            .ok()
+            .map(|text| normalise(&normalise_log_header(&text)));
+        let mut leftovers: Vec<String> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        leftovers.sort();
+        Outcome {
+            exit: output.status.code(),
+            row: normalise_row(read_status_unlocked(&status).unwrap()),
+            installer,
+            log,
+            leftovers,
+            token_consumed: !token_file.exists(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Run the seed, then the port, and require the same outcome; where a
+    /// message deliberately differs, `port_message` is the port's own text.
+    pub fn compare(&self, port_message: Option<&str>) -> (Outcome, Outcome) {
+        let seed = self.run(Side::Seed);
+        let port = self.run(Side::Port);
+        let mut expected = seed.clone();
+        if let Some(message) = port_message {
+            expected.row.insert("message", message);
+        }
+        assert_eq!(
+            port.exit, expected.exit,
+            "exit status; port stderr: {}",
+            port.stderr
+        );
+        assert_eq!(
+            port.row, expected.row,
+            "status rows; seed stderr: {}",
+            seed.stderr
+        );
+        assert_eq!(port.installer, expected.installer, "installer invocation");
+        assert_eq!(port.log, expected.log, "installer log");
+        assert_eq!(port.leftovers, expected.leftovers, "temporary files");
+        assert_eq!(
+            port.token_consumed, expected.token_consumed,
+            "credential file"
+        );
+        assert!(
+            port.leftovers.is_empty(),
+            "the port left {:?}",
+            port.leftovers
+        );
+        (seed, port)
+    }
+}
+
+/// Runs the seed's `main()` with its release URLs pointed at the test host.
+const SEED_LAUNCHER: &str = r#"
+import os, sys
+sys.path.insert(0, os.environ["SEEDS_DIR"])
+import update_runner
+update_runner.RELEASE_BASE = os.environ["AGENTS_SERVER_RELEASE_BASE"]
+update_runner.RELEASES_API_URL = os.environ["AGENTS_SERVER_RELEASES_API_URL"]
+update_runner.NPM_REGISTRY_BASE = os.environ["AGENTS_SERVER_NPM_REGISTRY_BASE"]
+sys.argv = ["update_runner.py"] + sys.argv[1:]
+raise SystemExit(update_runner.main())
+"#;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Timestamps and the runner's PID differ between runs by nature.
+fn normalise_row(mut row: JsonObject) -> JsonObject {
+    for key in ["updated_at", "heartbeat_at", "finished_at"] {
+        if let Some(value) = row.get(key) {
+            if value
+                .as_str()
+                .is_some_and(|text| text.ends_with('Z') && text.len() == 20)
+            {
+                row.insert(key, "<time>");
+            }
+        }
+    }
+    if row.get("runner_pid").and_then(Json::as_int).is_some() {
+        row.insert("runner_pid", "<pid>");
+    }
+    row
+}
+
+/// The run's own directories, and the random name of the runner's
+/// temporary directory (`agents-server-update-<random>`).
+fn normalise_paths(text: &str, tmp: &Path, run: &Path) -> String {
+    let mut text = text.replace(&tmp.to_string_lossy().into_owned(), "<tmp>");
+    text = text.replace(&run.to_string_lossy().into_owned(), "<run>");
+    let marker = "<tmp>/agents-server-update-";
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(index) = rest.find(marker) {
+        out.push_str(&rest[..index + marker.len()]);
+        rest = &rest[index + marker.len()..];
+        let end = rest.find('/').unwrap_or(rest.len());
+        out.push_str("<random>");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `--- AgentsServer update <id> to <v> at <utc> ---`.
+fn normalise_log_header(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            match (
+                line.starts_with("--- AgentsServer update "),
+                line.rfind(" at "),
+            ) {
+                (true, Some(index)) if line.ends_with(" ---") => {
+                    format!("{} at <time> ---", &line[..index])
+                }
+                _ => line.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A server that is up, idle and proves an empty service cgroup.
+pub fn idle_health() -> JsonObject {
+    json_object! {
+        "ok" => true,
+        "server_identity" => IDENTITY,
+        "server_version" => CURRENT,
+        "active_count" => 0,
+        "update_blocking_queued_count" => 0,
+        "update_service_cgroup" => json_object! {
+            "safe" => true,
+            "unknown_descendant_count" => 0,
+            "inspection" => "verified",
+        },
+    }
+}
+
+/// The updated server on `version` with its secure-peer capability.
+pub fn updated_health(version: &str, api_contract: i128) -> JsonObject {
+    json_object! {
+        "ok" => true,
+        "server_identity" => IDENTITY,
+        "server_version" => version,
+        "api_contract_version" => api_contract,
+        "active_count" => 0,
+        "update_blocking_queued_count" => 0,
+        "gateway" => json_object! {"version" => version},
+        "execution_service" => json_object! {"version" => version, "maintenance_held" => false},
+        "capabilities" => json_object! {
+            "secure_peer_v1" => json_object! {
+                "available" => true,
+                "state_available" => true,
+                "state_error_code" => Json::Null,
+                "required" => false,
+                "version" => 1,
+                "control_path" => "/api/admin/secure-peers/v1/status",
+                "proxy_prefix" => "/api/team-hub-secure",
+            },
+        },
+    }
+}
+
+/// Read a whole file, or an empty string.
+pub fn read_text(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    text
+}
+
+/// Make `path` executable (a stand-in script outside an archive).
+pub fn make_executable(path: &Path) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
