@@ -10,7 +10,7 @@ mod activation_support;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
 
 use activation_support::{make_dir, write_file, Roots};
 use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject, WORKER_UNIT};
@@ -105,6 +105,12 @@ impl<'a> Monolith<'a> {
 
     /// install.sh's preflight with the legacy proof flags.
     fn preflight(&self, health: bool) -> Output {
+        self.preflight_command(health, false).output().unwrap()
+    }
+
+    /// The preflight command; `masked` starts it as install.sh does inside
+    /// `trap '' HUP INT TERM` (bash hands ignored signals to what it runs).
+    fn preflight_command(&self, health: bool, masked: bool) -> Command {
         let mut args = self.roots.operation_args(
             "preflight",
             "1.1.0",
@@ -134,11 +140,17 @@ impl<'a> Monolith<'a> {
             args.push(flag.to_string());
             args.push(value);
         }
-        self.sandbox
-            .command(binary_path("execution-activation"))
-            .args(args)
-            .output()
-            .unwrap()
+        let mut command = if masked {
+            let mut shell = self.sandbox.command("/bin/bash");
+            shell
+                .args(["-c", "trap '' HUP INT TERM; exec \"$0\" \"$@\""])
+                .arg(binary_path("execution-activation"));
+            shell
+        } else {
+            self.sandbox.command(binary_path("execution-activation"))
+        };
+        command.args(args);
+        command
     }
 
     /// A `worker.json` and free `worker.lock` an earlier split install left.
@@ -295,5 +307,119 @@ fn an_abandoned_split_receipt_must_be_dead_and_unheld() {
     assert_fails(
         &monolith.preflight(true),
         "RuntimeError: abandoned worker receipt is invalid",
+    );
+}
+
+/// SIGHUP (1), SIGINT (2) and SIGTERM (15), the signals install.sh masks,
+/// as a `/proc/<pid>/status` signal set (bit n-1 stands for signal n).
+const MASKED: u64 = (1 << 0) | (1 << 1) | (1 << 14);
+
+/// A hexadecimal signal set of `/proc/<pid>/status` (`SigIgn`, `SigCgt`).
+fn signal_set(pid: u32, field: &str) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+/// Whether `pid` waits in `flock` for a lock someone else holds
+/// (`/proc/locks` lists waiters with `->`).
+fn waits_for_flock(pid: u32) -> bool {
+    fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"->") && fields.get(5) == Some(&pid.to_string().as_str())
+        })
+}
+
+fn signal(pid: u32, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, signal).unwrap();
+}
+
+#[test]
+fn signals_the_installer_ignored_stay_ignored_while_the_helper_waits() {
+    let Some(sandbox) =
+        Sandbox::start_or_skip("signals_the_installer_ignored_stay_ignored_while_the_helper_waits")
+    else {
+        return;
+    };
+    let monolith = Monolith::start(&sandbox);
+    // The server holds its status lock: preflight blocks in flock before it
+    // records the recovery intent.
+    let lock_path = monolith
+        .roots
+        .state_root()
+        .join("admin/.server-update.json.lock");
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .unwrap();
+    fs::set_permissions(&lock_path, fs::Permissions::from_mode(0o600)).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let status_before = fs::read(monolith.status_path()).unwrap();
+    let wait = std::time::Duration::from_secs(10);
+
+    // Control: started with default dispositions, TERM ends the helper.
+    let mut plain = monolith
+        .preflight_command(true, false)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    poll_until(wait, "the unmasked helper waiting", || {
+        waits_for_flock(plain.id()).then_some(())
+    });
+    assert_eq!(signal_set(plain.id(), "SigIgn") & MASKED, 0);
+    signal(plain.id(), rustix::process::Signal::TERM);
+    let status = plain.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15));
+    assert_eq!(fs::read(monolith.status_path()).unwrap(), status_before);
+
+    // As install.sh runs it in a masked window.
+    let masked = monolith
+        .preflight_command(true, true)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = masked.id();
+    poll_until(wait, "the masked helper waiting", || {
+        waits_for_flock(pid).then_some(())
+    });
+    // bash exec'd the helper itself, which kept the ignored dispositions
+    // and installed no handler of its own.
+    assert_eq!(
+        fs::read_link(format!("/proc/{pid}/exe")).unwrap(),
+        binary_path("execution-activation")
+    );
+    assert_eq!(signal_set(pid, "SigIgn") & MASKED, MASKED);
+    assert_eq!(signal_set(pid, "SigCgt") & MASKED, 0);
+    for sent in [
+        rustix::process::Signal::HUP,
+        rustix::process::Signal::INT,
+        rustix::process::Signal::TERM,
+    ] {
+        signal(pid, sent);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(waits_for_flock(pid), "the helper survived and still waits");
+    drop(lock);
+    let output = masked.wait_with_output().unwrap();
+    assert_ok(&output);
+    let row = parse_json(&fs::read(monolith.status_path()).unwrap()).unwrap();
+    assert_eq!(
+        row.get("_activation_recovery")
+            .and_then(|intent| intent.get("update_id")),
+        Some(&Json::from(UPDATE)),
+        "the signalled helper still recorded the intent"
     );
 }

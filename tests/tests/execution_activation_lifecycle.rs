@@ -715,3 +715,94 @@ fn preflight_refuses_a_handoff_for_another_lease() {
     );
     assert!(installer.unit(WORKER_UNIT).is_running());
 }
+
+/// install.sh's rollback before quiescing (from `prepared` or `guarded`):
+/// nothing was stopped, so there is no stop and no restore; the journal's
+/// files are restored and `finish_activation_transaction` runs only
+/// `release`, which gives the untouched old worker its admission back.
+fn rollback_before_quiescing(installer: &mut Installer, guarded: bool) {
+    let (handoff, handoff_file) = running_split(installer);
+    let worker_pid = installer.unit(WORKER_UNIT).main_pid;
+    let gateway_pid = installer.unit(GATEWAY_UNIT).main_pid;
+    let units = [
+        fs::read(installer.roots.service_path()).unwrap(),
+        fs::read(installer.roots.gateway_path()).unwrap(),
+    ];
+    let handoff_arg = handoff_file.to_str().unwrap().to_string();
+    let stop_args = ["--health-file", "", "--handoff-file", handoff_arg.as_str()];
+    let staging = installer.staging("1.1.0");
+    assert_eq!(installer.ok("preflight", &stop_args), "");
+    assert_eq!(installer.ok("snapshot", &[]), "running|true\n");
+    let old = installer.roots.release_dir("1.0.0");
+    installer.roots.begin(&Begin {
+        old: Some((old.clone(), old)),
+        service_state: "running".into(),
+        service_enabled: true,
+        gateway_state: "running".into(),
+        gateway_enabled: true,
+        handoff: Some(Json::Object(handoff)),
+        ..Begin::split(&staging, "1.1.0")
+    });
+    if guarded {
+        installer.record("guarded");
+    }
+    assert_eq!(installer.ok("durability", &[]), "");
+    installer.assert_held("1.0.0");
+    // The activation fails here; EXIT cleanup rolls back.
+    installer.record("rolling-back");
+    installer.fails(
+        "release",
+        &[],
+        "RuntimeError: admission cannot reopen before verified transaction settlement",
+    );
+    installer.roots.restore_files();
+    installer.record("rolled-back");
+    installer.record("rollback-healthy");
+    // finish_activation_transaction: release first.
+    assert_eq!(installer.ok("release", &[]), "");
+    assert_eq!(installer.lease("1.0.0"), Json::Null);
+    installer.roots.finish();
+    // Nothing native changed: same processes, same enablement and units.
+    assert_eq!(installer.unit(WORKER_UNIT).main_pid, worker_pid);
+    assert_eq!(installer.unit(GATEWAY_UNIT).main_pid, gateway_pid);
+    assert_eq!(installer.enablement(WORKER_UNIT), "enabled");
+    assert_eq!(installer.enablement(GATEWAY_UNIT), "enabled");
+    assert_eq!(
+        [
+            fs::read(installer.roots.service_path()).unwrap(),
+            fs::read(installer.roots.gateway_path()).unwrap(),
+        ],
+        units
+    );
+    assert_eq!(
+        installer.current_target(),
+        installer.roots.release_dir("1.0.0")
+    );
+    assert_eq!(installer.ok("detect", &[]), "split\n");
+    // A release after the journal is gone has no transaction to settle.
+    let output = installer.run("release", &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).starts_with("FileNotFoundError: "),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn rollback_from_prepared_runs_only_release() {
+    let Some(sandbox) = Sandbox::start_or_skip("rollback_from_prepared_runs_only_release") else {
+        return;
+    };
+    let mut installer = Installer::new(&sandbox);
+    rollback_before_quiescing(&mut installer, false);
+}
+
+#[test]
+fn rollback_from_guarded_runs_only_release() {
+    let Some(sandbox) = Sandbox::start_or_skip("rollback_from_guarded_runs_only_release") else {
+        return;
+    };
+    let mut installer = Installer::new(&sandbox);
+    rollback_before_quiescing(&mut installer, true);
+}

@@ -351,3 +351,151 @@ fn publish_refuses_an_unsupported_runtime_environment() {
         assert!(!case.install.service_path().exists());
     }
 }
+
+/// `strace`, which delivers a real SIGKILL to the helper on entry to a
+/// chosen system call; `None` (with the reason printed) where it cannot run,
+/// which CI does not accept.
+fn strace() -> Option<PathBuf> {
+    let found = ["/usr/bin/strace", "/bin/strace"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the SIGKILL resume test: strace is missing"
+        );
+        eprintln!("skipped: strace is not installed, so the helper cannot be killed mid-publish");
+    }
+    found
+}
+
+impl Case {
+    /// Runs publish and kills it (SIGKILL) on entering the `when`-th
+    /// `syscall`, before that call does anything.
+    fn publish_killed_at(&self, strace: &Path, syscall: &str, when: u32) {
+        let output = Command::new(strace)
+            .args([
+                "-qq",
+                "-o",
+                "/dev/null",
+                "-e",
+                &format!("trace={syscall}"),
+                "-e",
+                &format!("inject={syscall}:signal=SIGKILL:when={when}"),
+            ])
+            .arg(binary_path("execution-activation"))
+            .args(
+                self.install
+                    .operation_args("publish", &self.version, &self.bind, self.port),
+            )
+            .output()
+            .expect("run publish under strace");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            output.status.signal(),
+            Some(9),
+            "publish was not killed at {syscall} #{when}: {:?} {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// The `.source` / `.publication` names of `kind` that exist.
+    fn staging_left(&self, kind: &str) -> Vec<PathBuf> {
+        let (path, _, _) = self.payload(kind);
+        let (_directory, manifest) = ActivationManifest::read(&self.install.root(), false).unwrap();
+        let (source, publication) = config_staging_paths(&path, manifest.transaction_id(), kind);
+        [source, publication]
+            .into_iter()
+            .filter(|name| fs::symlink_metadata(name).is_ok())
+            .collect()
+    }
+}
+
+#[test]
+fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
+    let Some(strace) = strace() else {
+        return;
+    };
+    // (system call, occurrence, what the kill left behind). Each kind makes
+    // two renames (journal, then publication), one link, and two unlinks
+    // (the journal temporary, already gone, then the staged source).
+    type Left = fn(&Case);
+    let points: [(&str, u32, Left); 7] = [
+        ("renameat", 1, |case| {
+            // Before the journal names the staged unit: a journal temporary.
+            let manifest = case.install.manifest();
+            assert_eq!(manifest.get("desired_service"), Some(&Json::Null));
+            let temporaries = fs::read_dir(case.install.journal())
+                .unwrap()
+                .filter(|entry| {
+                    let name = entry.as_ref().unwrap().file_name();
+                    name.to_str().unwrap().starts_with(".manifest.json.")
+                })
+                .count();
+            assert_eq!(temporaries, 1);
+        }),
+        ("fchmod", 3, |case| {
+            // Journaled, still 0600: the kill came before the unit's mode.
+            let source = case.source("service");
+            let info = fs::metadata(&source).unwrap();
+            assert_eq!((info.mode() & 0o7777, info.nlink()), (0o600, 1));
+            let desired = case.install.manifest().get("desired_service").cloned();
+            assert_eq!(
+                desired.and_then(|d| d.get("inode").cloned()),
+                Some(Json::from(info.ino()))
+            );
+        }),
+        ("linkat", 1, |case| {
+            // Journaled and 0644, not yet linked: the seed could only roll back.
+            let info = fs::metadata(case.source("service")).unwrap();
+            assert_eq!((info.mode() & 0o7777, info.nlink()), (0o644, 1));
+        }),
+        ("unlinkat", 2, |case| {
+            // Linked twice: source and publication name one inode.
+            assert_eq!(case.staging_left("service").len(), 2);
+            let info = fs::metadata(case.source("service")).unwrap();
+            assert_eq!(info.nlink(), 2);
+        }),
+        ("renameat", 2, |case| {
+            // Only the publication name is left, the unit not yet replaced.
+            let left = case.staging_left("service");
+            assert_eq!(left.len(), 1);
+            assert!(left[0].to_str().unwrap().ends_with(".publication"));
+            assert!(!case.install.service_path().exists());
+        }),
+        ("renameat", 4, |case| {
+            // The worker unit is published; the gateway's publication is not.
+            assert!(case.install.service_path().exists());
+            assert!(case.staging_left("service").is_empty());
+            assert_eq!(case.staging_left("gateway").len(), 1);
+            assert!(!case.install.gateway_path().exists());
+        }),
+        ("linkat", 3, |case| {
+            // Both units done; execution-layout.json journaled, not linked.
+            assert!(case.install.gateway_path().exists());
+            assert_eq!(case.staging_left("execution_layout").len(), 1);
+            assert!(!case.install.root().join("execution-layout.json").exists());
+        }),
+    ];
+    for (syscall, when, left) in points {
+        let case = case("linux-basic");
+        case.publish_killed_at(&strace, syscall, when);
+        left(&case);
+        // install.sh runs publish again; it converges to the exact renderings.
+        assert_ok_silent(&case.publish());
+        case.assert_published();
+        for kind in ["service", "gateway", "execution_layout"] {
+            assert!(
+                case.staging_left(kind).is_empty(),
+                "{syscall} #{when}: {kind} staging left"
+            );
+        }
+        let temporaries = fs::read_dir(case.install.journal())
+            .unwrap()
+            .filter(|entry| entry.as_ref().unwrap().file_name() != "manifest.json")
+            .count();
+        assert_eq!(temporaries, 0, "{syscall} #{when}: journal temporaries");
+    }
+}
