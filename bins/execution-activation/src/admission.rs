@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
-    parse_json, pure_path_text, read_file, read_private_file, update_status_unlocked,
-    verify_legacy_runner, ActivationManifest, Error, ExecutionLayout, Json, JsonObject,
-    LegacyRunnerClaim, LegacyRunnerProbe, Result, StatusLock, SystemLegacyProbe, WorkerControl,
-    ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
+    parse_json, pure_path_text, python_truthy, read_file, read_private_file,
+    update_status_unlocked, verify_legacy_runner, ActivationManifest, Error, ExecutionLayout, Json,
+    JsonObject, LegacyRunnerClaim, LegacyRunnerProbe, Result, StatusLock, SystemLegacyProbe,
+    WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 
@@ -143,7 +143,9 @@ fn prove_legacy_idle(args: &Args, layout: &ExecutionLayout, before: &JsonObject)
         Some(count) if !count.is_null() => Some(count.clone()),
         _ => queued_total(&health)?,
     };
-    let server_instance = health.get("server_instance_id").filter(|id| truthy(id));
+    let server_instance = health
+        .get("server_instance_id")
+        .filter(|id| python_truthy(id));
     let phase_active = |value: &Json| {
         value
             .get("phase")
@@ -209,14 +211,6 @@ fn queued_total(health: &Json) -> Result<Option<Json>> {
         }
     }
     Ok(Some(Json::from(total)))
-}
-
-fn truthy(value: &Json) -> bool {
-    !matches!(value, Json::Null | Json::Bool(false))
-        && value != &Json::from(0)
-        && value != &Json::from("")
-        && value.as_object().is_none_or(|object| !object.is_empty())
-        && value.as_array().is_none_or(|items| !items.is_empty())
 }
 
 /// `admitted_update_id(args, status)`: the managed update this installer

@@ -4,8 +4,9 @@
 //! activation's sealed lease.
 
 use agents_common::{
-    locate_release, parse_json, read_owned_config, read_private_file, ActivationManifest, Error,
-    Json, Result, WorkerControl, ACTIVATION_CONFIG_LIMIT, PROTOCOL_VERSION,
+    locate_release, parse_json, python_truthy, read_owned_config, read_private_file,
+    ActivationManifest, Error, Json, Result, WorkerControl, ACTIVATION_CONFIG_LIMIT,
+    PROTOCOL_VERSION,
 };
 
 use crate::cli::{Args, Operation};
@@ -101,7 +102,7 @@ pub fn verify_components(
         .get("lease")
         .and_then(Json::as_object)
         .is_some_and(|lease| {
-            truthy(lease.get("sealed"))
+            lease.get("sealed").is_some_and(python_truthy)
                 && lease.get("operation_id") == Some(value.execution_field("operation_id"))
         });
     if value.phase() != "committed" && !held {
@@ -115,17 +116,4 @@ pub fn verify_components(
 /// Python's `str.strip()` white space.
 fn python_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-/// `if value:` for a member that may be absent.
-fn truthy(value: Option<&Json>) -> bool {
-    match value {
-        None | Some(Json::Null) => false,
-        Some(Json::Bool(flag)) => *flag,
-        Some(Json::Int(number)) => *number != 0,
-        Some(Json::Float(number)) => *number != 0.0,
-        Some(Json::Str(text)) => !text.is_empty(),
-        Some(Json::Array(items)) => !items.is_empty(),
-        Some(Json::Object(object)) => !object.is_empty(),
-    }
 }

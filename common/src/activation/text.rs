@@ -64,17 +64,9 @@ pub(crate) fn strict_int(value: Option<&Json>) -> Option<i128> {
     value.and_then(Json::as_int)
 }
 
-/// Python truthiness of a JSON value (`if value:`).
+/// Python truthiness of a possibly absent member (`if d.get(key):`).
 pub(crate) fn truthy(value: Option<&Json>) -> bool {
-    match value {
-        None | Some(Json::Null) => false,
-        Some(Json::Bool(flag)) => *flag,
-        Some(Json::Int(number)) => *number != 0,
-        Some(Json::Float(number)) => *number != 0.0,
-        Some(Json::Str(text)) => !text.is_empty(),
-        Some(Json::Array(items)) => !items.is_empty(),
-        Some(Json::Object(object)) => !object.is_empty(),
-    }
+    value.is_some_and(crate::python_truthy)
 }
 
 /// `value in {"a", "b", ...}` for string members.
