@@ -4,7 +4,7 @@
 //! activation's sealed lease.
 
 use agents_common::{
-    locate_release, parse_json, python_truthy, read_owned_config, read_private_file,
+    locate_release, parse_json, python_strip, python_truthy, read_owned_config, read_private_file,
     ActivationManifest, Error, Json, Result, WorkerControl, ACTIVATION_CONFIG_LIMIT,
     PROTOCOL_VERSION,
 };
@@ -56,7 +56,7 @@ pub fn verify_components(
             let data = read_owned_config(&release.join("VERSION"), ACTIVATION_CONFIG_LIMIT)?;
             let text = std::str::from_utf8(&data)
                 .map_err(|_| Error::value("'utf-8' codec can't decode VERSION"))?;
-            Ok(Json::from(text.trim_matches(python_space)))
+            Ok(Json::from(python_strip(text)))
         };
         worker_root = Json::from(old_worker.to_string_lossy().into_owned());
         worker_version = version(&old_worker)?;
@@ -111,9 +111,4 @@ pub fn verify_components(
         ));
     }
     Ok(())
-}
-
-/// Python's `str.strip()` white space.
-fn python_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
