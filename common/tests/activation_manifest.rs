@@ -25,20 +25,7 @@ fn fresh(tag: &str) -> (Install, String) {
 /// An update of an installed split 1.0.0 to 1.1.0.
 fn update(tag: &str) -> (Install, String) {
     let install = Install::new(tag);
-    install.release("1.0.0");
-    install.write_env("AGENTS_SERVER_PORT=7850\n");
-    install.install_split("1.0.0");
-    let staging = install.staging("1.1.0");
-    let old = install.release_dir("1.0.0");
-    let spec = Begin {
-        old: Some((old.clone(), old)),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        ..Begin::split(&staging, "1.1.0")
-    };
-    let id = install.begin(&spec);
+    let id = install.begin_update();
     (install, id)
 }
 

@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use activation_support::{assert_error, sha256_hex, write_file, Begin, Install};
+use activation_support::{assert_error, sha256_hex, write_file, Install};
 use agents_common::{
     config_staging_paths, execution_context, json_object, replace_config,
     replace_config_with_checkpoints, ActivationInvocation, ActivationManifest, Error, ErrorClass,
@@ -21,24 +21,8 @@ const UNIT: &str = "[Unit]\nDescription=candidate worker\n";
 /// publishes the candidate's configuration.
 fn linked(tag: &str) -> Install {
     let install = Install::new(tag);
-    install.release("1.0.0");
-    install.write_env("AGENTS_SERVER_PORT=7850\n");
-    install.install_split("1.0.0");
-    let staging = install.staging("1.1.0");
-    let old = install.release_dir("1.0.0");
-    install.begin(&Begin {
-        old: Some((old.clone(), old)),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        ..Begin::split(&staging, "1.1.0")
-    });
-    for phase in ["quiescing", "quiesced", "linking"] {
-        install.record(phase);
-    }
-    install.activate_files();
-    install.record("linked");
+    install.begin_update();
+    install.advance_to_linked();
     install
 }
 

@@ -16,7 +16,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use activation_support::{assert_error, make_dir, write_file, Begin, Install, Roots};
+use activation_support::{assert_error, make_dir, write_file, Install, Roots};
 use agents_common::{
     check_binding_on, config_staging_paths, directory_binding_on, json_object, replace_config_on,
     validate_invocation, volume_uuid, ActivationInvocation, ActivationManifest, ErrorClass, Json,
@@ -125,24 +125,8 @@ impl TwoVolumes {
         make_dir(&shm, 0o755);
         make_dir(&shm.join("home"), 0o755);
         install.roots.home = shm.join("home");
-        install.release("1.0.0");
-        install.write_env("AGENTS_SERVER_PORT=7850\n");
-        install.install_split("1.0.0");
-        let staging = install.staging("1.1.0");
-        let old = install.release_dir("1.0.0");
-        install.begin(&Begin {
-            old: Some((old.clone(), old)),
-            service_state: "running".into(),
-            service_enabled: true,
-            gateway_state: "running".into(),
-            gateway_enabled: true,
-            ..Begin::split(&staging, "1.1.0")
-        });
-        for phase in ["quiescing", "quiesced", "linking"] {
-            install.record(phase);
-        }
-        install.activate_files();
-        install.record("linked");
+        install.begin_update();
+        install.advance_to_linked();
         assert_ne!(
             fs::metadata(install.root()).unwrap().dev(),
             fs::metadata(install.unit_dir()).unwrap().dev(),

@@ -60,19 +60,7 @@ fn hold_lock(install: &Install, pid: u32) {
 /// An update of an installed split 1.0.0 to 1.1.0, held by this process.
 fn update(tag: &str) -> Install {
     let install = Install::new(tag);
-    install.release("1.0.0");
-    install.write_env("AGENTS_SERVER_PORT=7850\n");
-    install.install_split("1.0.0");
-    let staging = install.staging("1.1.0");
-    let old = install.release_dir("1.0.0");
-    install.begin(&Begin {
-        old: Some((old.clone(), old)),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        ..Begin::split(&staging, "1.1.0")
-    });
+    install.begin_update();
     hold_lock(&install, std::process::id());
     install
 }

@@ -484,6 +484,35 @@ impl Roots {
         transaction_id
     }
 
+    /// The usual update under test: an installed split 1.0.0 (both services
+    /// running and enabled, a runtime env file) activating the staged 1.1.0,
+    /// journaled in `prepared`. Returns the transaction id.
+    pub fn begin_update(&self) -> String {
+        self.release("1.0.0");
+        self.write_env("AGENTS_SERVER_PORT=7850\n");
+        self.install_split("1.0.0");
+        let staging = self.staging("1.1.0");
+        let old = self.release_dir("1.0.0");
+        self.begin(&Begin {
+            old: Some((old.clone(), old)),
+            service_state: "running".into(),
+            service_enabled: true,
+            gateway_state: "running".into(),
+            gateway_enabled: true,
+            ..Begin::split(&staging, "1.1.0")
+        })
+    }
+
+    /// Advance a `prepared` journal through the quiesce chain and the link
+    /// takeover to `linked`, where install.sh publishes configuration.
+    pub fn advance_to_linked(&self) {
+        for phase in ["quiescing", "quiesced", "linking"] {
+            self.record(phase);
+        }
+        self.activate_files();
+        self.record("linked");
+    }
+
     /// The manifest as stored.
     pub fn manifest(&self) -> JsonObject {
         let data = fs::read(self.manifest_path()).unwrap();
