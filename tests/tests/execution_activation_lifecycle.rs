@@ -400,14 +400,9 @@ fn running_split(installer: &Installer) -> (JsonObject, PathBuf) {
     (handoff, path)
 }
 
-/// The update sequence up to a started, verified candidate.
-fn update_to_candidate(installer: &mut Installer) -> PathBuf {
-    let (handoff, handoff_file) = running_split(installer);
-    let handoff_arg = handoff_file.to_str().unwrap().to_string();
-    let staging = installer.staging("1.1.0");
-    let stop_args = ["--health-file", "", "--handoff-file", handoff_arg.as_str()];
-    assert_eq!(installer.ok("preflight", &stop_args), "");
-    assert_eq!(installer.ok("snapshot", &[]), "running|true\n");
+/// `activation_transaction begin` for the update of the running split
+/// 1.0.0 to the staged 1.1.0 under the server-admitted `handoff`.
+fn begin_handoff_update(installer: &Installer, handoff: JsonObject, staging: &std::path::Path) {
     let old = installer.roots.release_dir("1.0.0");
     installer.roots.begin(&Begin {
         old: Some((old.clone(), old)),
@@ -416,8 +411,19 @@ fn update_to_candidate(installer: &mut Installer) -> PathBuf {
         gateway_state: "running".into(),
         gateway_enabled: true,
         handoff: Some(Json::Object(handoff)),
-        ..Begin::split(&staging, "1.1.0")
+        ..Begin::split(staging, "1.1.0")
     });
+}
+
+/// The update sequence up to a started, verified candidate.
+fn update_to_candidate(installer: &mut Installer) -> PathBuf {
+    let (handoff, handoff_file) = running_split(installer);
+    let handoff_arg = handoff_file.to_str().unwrap().to_string();
+    let staging = installer.staging("1.1.0");
+    let stop_args = ["--health-file", "", "--handoff-file", handoff_arg.as_str()];
+    assert_eq!(installer.ok("preflight", &stop_args), "");
+    assert_eq!(installer.ok("snapshot", &[]), "running|true\n");
+    begin_handoff_update(installer, handoff, &staging);
     assert_eq!(installer.ok("durability", &[]), "");
     installer.record("quiescing");
     assert_eq!(installer.ok("preflight", &stop_args), "");
@@ -552,16 +558,7 @@ fn update_to_quiesced(installer: &mut Installer) -> PathBuf {
     let handoff_arg = handoff_file.to_str().unwrap().to_string();
     let staging = installer.staging("1.1.0");
     let stop_args = ["--health-file", "", "--handoff-file", handoff_arg.as_str()];
-    let old = installer.roots.release_dir("1.0.0");
-    installer.roots.begin(&Begin {
-        old: Some((old.clone(), old)),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        handoff: Some(Json::Object(handoff)),
-        ..Begin::split(&staging, "1.1.0")
-    });
+    begin_handoff_update(installer, handoff, &staging);
     assert_eq!(installer.ok("durability", &[]), "");
     installer.record("quiescing");
     assert_eq!(installer.ok("preflight", &stop_args), "");
@@ -733,16 +730,7 @@ fn rollback_before_quiescing(installer: &mut Installer, guarded: bool) {
     let staging = installer.staging("1.1.0");
     assert_eq!(installer.ok("preflight", &stop_args), "");
     assert_eq!(installer.ok("snapshot", &[]), "running|true\n");
-    let old = installer.roots.release_dir("1.0.0");
-    installer.roots.begin(&Begin {
-        old: Some((old.clone(), old)),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        handoff: Some(Json::Object(handoff)),
-        ..Begin::split(&staging, "1.1.0")
-    });
+    begin_handoff_update(installer, handoff, &staging);
     if guarded {
         installer.record("guarded");
     }
