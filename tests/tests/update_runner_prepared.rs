@@ -238,20 +238,16 @@ fn write_receipt(
         "api_contract" => 28,
         "archive_sha256" => sha,
         "identities" => json_object! {
-            "root" => binding(&root),
+            "root" => binding(root),
             "releases" => binding(&root.join("releases")),
-            "candidate" => binding(&candidate),
+            "candidate" => binding(candidate),
         },
         "source_inventory" => json_object! {"format" => 1, "files" => files},
         "runtime_inventory" => runtime,
     };
     edit(&mut value);
-    let _ = std::fs::remove_file(&receipt);
-    write(
-        &receipt,
-        &encode_compact_sorted(&Json::Object(value)),
-        0o600,
-    );
+    let _ = std::fs::remove_file(receipt);
+    write(receipt, &encode_compact_sorted(&Json::Object(value)), 0o600);
 }
 
 fn field(row: &JsonObject, key: &str) -> Json {
