@@ -14,6 +14,13 @@
 //! lost ownership (an unsafe lock file, a full disk) propagates at once and
 //! leaves the installer running in its session, exactly as Python's
 //! unhandled exception did.
+//!
+//! Deviations from `subprocess.Popen`, neither reachable with a release's
+//! install.sh started by the server: descriptors the runner inherited
+//! without close-on-exec are not closed (the server starts the runner with
+//! `close_fds`, and everything the runner opens is close-on-exec), and a
+//! program without a `#!` line is run by `/bin/sh` (the C library's
+//! `execvp`) where Python fails with "Exec format error".
 
 mod log;
 mod redact;
@@ -188,52 +195,19 @@ pub fn run_installer(run: &InstallerRun) -> Result<InstallerOutcome> {
     let status = loop {
         let now = Instant::now();
         if now >= deadline {
-            let report_protected_recovery = || {
-                let elapsed = elapsed_seconds(started);
-                update_status(
-                    &run.status_path,
-                    run.expected_update_id.as_deref(),
-                    json_object! {
-                        "phase" => "installing",
-                        "message" => format!(
-                            "Installer timeout reached; waiting for its protected rollback to finish ({elapsed}s elapsed)."
-                        ),
-                        "heartbeat_at" => utc_now(),
-                        "elapsed_seconds" => elapsed,
-                    },
-                )
-                .map(drop)
-            };
-            terminate_installer(&mut child, run.termination_poll, &report_protected_recovery)?;
             drop(log);
-            let tail = installer_log_tail(&run.log_path, attempt_start);
-            trim_installer_log(&run.log_path, INSTALLER_LOG_MAX_BYTES)?;
-            let detail = if tail.is_empty() {
-                String::new()
-            } else {
-                format!(": {tail}")
-            };
-            return Err(Error::runtime(format!(
-                "installer timed out after {} seconds{detail}",
-                python_general_format(run.timeout.as_secs_f64())
-            )));
+            return Err(expire_budget(run, &mut child, started, attempt_start));
         }
         if let Some(status) = wait_for_exit(&mut child, run.heartbeat.min(deadline - now))? {
             break status;
         }
         let elapsed = elapsed_seconds(started);
-        let heartbeat = update_status(
-            &run.status_path,
-            run.expected_update_id.as_deref(),
-            json_object! {
-                "phase" => "installing",
-                "message" => format!("Installing AgentsServer {} ({elapsed}s elapsed).", run.version),
-                "heartbeat_at" => utc_now(),
-                "elapsed_seconds" => elapsed,
-            },
+        let message = format!(
+            "Installing AgentsServer {} ({elapsed}s elapsed).",
+            run.version
         );
-        match heartbeat {
-            Ok(_) => {}
+        match report_installing(run, message, elapsed) {
+            Ok(()) => {}
             Err(lost) if is_ownership_lost(&lost) => {
                 terminate_installer(&mut child, run.termination_poll, &|| Ok(()))?;
                 drop(log);
@@ -265,6 +239,58 @@ pub fn run_installer(run: &InstallerRun) -> Result<InstallerOutcome> {
         )));
     }
     Ok(InstallerOutcome::Installed)
+}
+
+/// The budget is spent: SIGTERM to the installer's group, wait for its
+/// protected rollback however long it takes (reporting progress on the row,
+/// even if the update no longer owns it: errors are ignored), then the
+/// timeout error with this attempt's tail.
+fn expire_budget(
+    run: &InstallerRun,
+    child: &mut Child,
+    started: Instant,
+    attempt_start: u64,
+) -> Error {
+    let report_protected_recovery = || {
+        let elapsed = elapsed_seconds(started);
+        let message = format!(
+            "Installer timeout reached; waiting for its protected rollback to finish ({elapsed}s elapsed)."
+        );
+        report_installing(run, message, elapsed)
+    };
+    if let Err(error) = terminate_installer(child, run.termination_poll, &report_protected_recovery)
+    {
+        return error;
+    }
+    let tail = installer_log_tail(&run.log_path, attempt_start);
+    if let Err(error) = trim_installer_log(&run.log_path, INSTALLER_LOG_MAX_BYTES) {
+        return error;
+    }
+    let detail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {tail}")
+    };
+    Error::runtime(format!(
+        "installer timed out after {} seconds{detail}",
+        python_general_format(run.timeout.as_secs_f64())
+    ))
+}
+
+/// A progress write on the row (CAS on the owning update, when there is
+/// one): phase `installing`, `message`, `heartbeat_at` and `elapsed_seconds`.
+fn report_installing(run: &InstallerRun, message: String, elapsed: u64) -> Result<()> {
+    update_status(
+        &run.status_path,
+        run.expected_update_id.as_deref(),
+        json_object! {
+            "phase" => "installing",
+            "message" => message,
+            "heartbeat_at" => utc_now(),
+            "elapsed_seconds" => elapsed,
+        },
+    )
+    .map(drop)
 }
 
 /// Open the log for appending, make it private, write this attempt's header
