@@ -17,7 +17,7 @@ use agents_common::{
 };
 use installer_support::{
     eventually, outcome_json, seed, seed_run_call, stand_in_run, without_timestamps, Fixture,
-    SEEDS_DIR,
+    TempDir, SEEDS_DIR,
 };
 
 /// Set in the re-executed test binary that plays the update runner.
@@ -222,15 +222,15 @@ fn each_attempt_appends_a_header_to_a_private_log() {
 
 /// Twin fixtures: the same steps and prior log for us and for the seed.
 struct Scenario {
-    steps: &'static [&'static str],
+    steps: Vec<String>,
     prior_log: Vec<u8>,
     accepted: &'static [i64],
     tweak: fn(&mut InstallerRun),
 }
 
-fn scenario(steps: &'static [&'static str], accepted: &'static [i64]) -> Scenario {
+fn scenario(steps: &[&str], accepted: &'static [i64]) -> Scenario {
     Scenario {
-        steps,
+        steps: steps.iter().map(|step| step.to_string()).collect(),
         prior_log: Vec::new(),
         accepted,
         tweak: |_| {},
@@ -253,10 +253,11 @@ fn compare_with_seed(
                 std::fs::write(&twin.log, &scenario.prior_log).unwrap();
             }
         }
-        let mut run = fixture.run(scenario.steps);
+        let steps: Vec<&str> = scenario.steps.iter().map(String::as_str).collect();
+        let mut run = fixture.run(&steps);
         run.rollback_accepted = scenario.accepted.contains(&75);
         (scenario.tweak)(&mut run);
-        let mut seed_run = theirs.run(scenario.steps);
+        let mut seed_run = theirs.run(&steps);
         (scenario.tweak)(&mut seed_run);
         calls.push(seed_run_call(&seed_run, scenario.accepted));
         seed_fixtures.push(theirs);
@@ -362,22 +363,19 @@ fn log_is_trimmed_to_one_mebibyte_like_the_seed() {
     // End the history inside a line, as a killed installer leaves it.
     history.extend_from_slice(b"AGENTSDOCK_AGENT_TOKEN=half-writ");
     assert!(history.len() > 1_200_000);
-    let output_path = std::env::temp_dir().join(format!("installer-output-{}", std::process::id()));
+    let output_directory = TempDir::new("installer-output");
+    let output_path = output_directory.path().join("output");
     let mut output = Vec::new();
     for line in 0..9_000 {
         output.extend_from_slice(format!("installer output {line:05}\n").as_bytes());
     }
     std::fs::write(&output_path, &output).unwrap();
-    let steps: &'static [&'static str] = Box::leak(Box::new([
-        Box::leak(format!("cat:{}", output_path.display()).into_boxed_str()) as &str,
-        "exit:0",
-    ]));
-    let mut trimmed = scenario(steps, &[0]);
+    let cat = format!("cat:{}", output_path.display());
+    let mut trimmed = scenario(&[&cat, "exit:0"], &[0]);
     trimmed.prior_log = history.clone();
     let mut failed = scenario(&["say:last words", "exit:3"], &[0]);
     failed.prior_log = history;
     let results = compare_with_seed(vec![trimmed, failed]);
-    std::fs::remove_file(&output_path).unwrap();
     for (fixture, _) in &results {
         let log = fixture.log_bytes();
         assert!(log.len() <= 1024 * 1024, "log is {} bytes", log.len());
