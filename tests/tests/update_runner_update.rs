@@ -127,6 +127,23 @@ fn an_npm_release_installs_like_the_seed() {
 }
 
 #[test]
+fn a_server_still_starting_is_awaited_like_the_seed() {
+    let mut fixture = Fixture::new("starting");
+    let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
+    fixture.publish_legacy("1.2.3", &archive);
+    fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
+    // Two probes answer 503 (transport not ready): both runners retry.
+    fixture.unready_requests = 2;
+    let started = std::time::Instant::now();
+    let (_, port) = fixture.compare(None);
+    expect_complete(&port.row, "1.2.3");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(4),
+        "a 1 s pause after each"
+    );
+}
+
+#[test]
 fn the_complete_row_is_written_once_the_workspace_is_gone() {
     let mut fixture = Fixture::new("workspace");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));

@@ -90,6 +90,8 @@ struct HealthState {
     before: JsonObject,
     after: JsonObject,
     runs: HashMap<String, PathBuf>,
+    /// Requests still answered 503, per run (a server still starting).
+    unready: HashMap<String, usize>,
 }
 
 /// Which implementation runs the update.
@@ -140,6 +142,8 @@ pub struct Fixture {
     pub behaviour: Option<String>,
     /// Extra environment of both runners.
     pub environment: Vec<(String, String)>,
+    /// Health requests each run gets 503 for before the server is ready.
+    pub unready_requests: usize,
 }
 
 impl Fixture {
@@ -165,12 +169,17 @@ impl Fixture {
         let health_state: Arc<Mutex<HealthState>> = Arc::default();
         let state = health_state.clone();
         let health = TestServer::start(move |request| {
-            let state = state.lock().unwrap();
+            let mut state = state.lock().unwrap();
             let token = request
                 .header("Authorization")
                 .and_then(|value| value.strip_prefix("Bearer "))
-                .unwrap_or("");
-            let Some(run) = state.runs.get(token) else {
+                .unwrap_or("")
+                .to_string();
+            if let Some(left) = state.unready.get_mut(&token).filter(|left| **left > 0) {
+                *left -= 1;
+                return Reply::status(503, "Service Unavailable");
+            }
+            let Some(run) = state.runs.get(&token) else {
                 return Reply::status(401, "Unauthorized");
             };
             let document = if run.join("installed").exists() {
@@ -209,6 +218,7 @@ impl Fixture {
             options: Vec::new(),
             behaviour: None,
             environment: Vec::new(),
+            unready_requests: 0,
         }
     }
 
@@ -402,11 +412,11 @@ impl Fixture {
         let token = format!("{}-token", side.label());
         let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
         atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
-        self.health_state
-            .lock()
-            .unwrap()
-            .runs
-            .insert(token.clone(), record.clone());
+        {
+            let mut state = self.health_state.lock().unwrap();
+            state.runs.insert(token.clone(), record.clone());
+            state.unready.insert(token.clone(), self.unready_requests);
+        }
         if let Some(behaviour) = &self.behaviour {
             std::fs::write(record.join("behaviour.sh"), behaviour).unwrap();
         }
