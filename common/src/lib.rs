@@ -14,18 +14,20 @@
 //!   [`ensure_execution_secret`];
 //! - the installer's `.install-lock` PID directory shared with install.sh:
 //!   [`InstallationLock`];
-//! - Python-compatible JSON (`json.loads`, the `json.dumps` styles): [`Json`],
-//!   [`JsonObject`], [`parse_json`], [`encode_indented`], [`json_object!`];
-//! - argparse-compatible command lines and exit statuses of the five helpers:
-//!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`];
 //! - release trust of the update runner (versions, tracks, signed manifests,
 //!   the npm envelope): [`ReleaseTrust`], [`ReleaseManifest`], [`version_key`];
-//! - PID-pinned loopback HTTP (`execution_http.request_json`): [`request_json`],
-//!   [`PinnedRequest`], [`LsofRunner`];
+//! - Python-compatible JSON (`json.loads`, the `json.dumps` styles): [`Json`],
+//!   [`JsonObject`], [`parse_json`], [`encode_indented`], [`json_object!`];
 //! - the two-service execution layout (`execution_install.ExecutionLayout`),
 //!   its systemd units / launchd plists and installed manifest:
 //!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
 //!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
+//! - PID-pinned loopback HTTP (`execution_http.request_json`): [`request_json`],
+//!   [`PinnedRequest`], [`LsofRunner`];
+//! - the `.execution-transaction` journal of a split activation:
+//!   [`ExecutionTransaction`];
+//! - argparse-compatible command lines and exit statuses of the five helpers:
+//!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`];
 //! - the `server-update.json` row shared with the server (flock, CAS on the
 //!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
 //! - install.sh's `.activation-transaction` journal (`activation_transaction`)
@@ -33,6 +35,9 @@
 //!   [`execution_context`], [`validate_invocation`], [`replace_config`]; the
 //!   macOS proof of an old runner-less updater: [`verify_legacy_runner`];
 //!   macOS volume bindings that survive remounts: [`VolumeProbe`];
+//! - the helpers' authenticated client of the running worker and of public
+//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
+//!   [`ServiceSnapshot`], [`shlex_split`];
 //! - the split uninstall's `.execution-uninstall.json` intent (read by the
 //!   worker at startup) and the installed-layout provenance it relies on:
 //!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
@@ -43,9 +48,6 @@
 //! - releasing a failed update's sealed split-worker handoff before the
 //!   installer runs (`update_handoff`): [`release_existing_handoff`],
 //!   [`retry_failed_handoff`], [`HandoffRelease`];
-//! - the helpers' authenticated client of the running worker and of public
-//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
-//!   [`ServiceSnapshot`], [`shlex_split`];
 //! - supervising install.sh for the update runner (`run_installer`: new
 //!   session, scrubbed environment, status heartbeat, SIGTERM-only budget,
 //!   redacted log tail): [`run_installer`], [`InstallerRun`], [`InstallerOutcome`];
@@ -98,6 +100,9 @@ pub use cli::{
     exit_status, not_implemented, parse_command_line, python_int, try_parse_command_line,
     CommandLineExit, CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
 };
+// transaction (the execution activation journal)
+mod transaction;
+pub use transaction::{check_service_states, current_target, ExecutionTransaction};
 // release (update runner: release trust, downloads, archives)
 mod release;
 pub use release::{
