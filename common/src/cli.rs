@@ -25,6 +25,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 
 pub use python_int::python_int;
 
+use crate::http::python::repr_surrogateescape;
 use crate::Result;
 
 /// A helper's command line (or one subcommand of it), in argparse's terms.
@@ -234,11 +235,11 @@ fn value_error(command: &Command, argument: &str, message: String) -> clap::Erro
 fn invalid_choice(value: &[u8], choices: &[&str]) -> String {
     let listed: Vec<String> = choices
         .iter()
-        .map(|choice| text::python_repr(choice.as_bytes()))
+        .map(|choice| repr_surrogateescape(choice.as_bytes()))
         .collect();
     format!(
         "invalid choice: {} (choose from {})",
-        text::python_repr(value),
+        repr_surrogateescape(value),
         listed.join(", ")
     )
 }
@@ -270,7 +271,7 @@ impl TypedValueParser for ArgparseValue {
                 None => Err(value_error(
                     command,
                     &argument,
-                    format!("value is not valid UTF-8: {}", text::python_repr(bytes)),
+                    format!("value is not valid UTF-8: {}", repr_surrogateescape(bytes)),
                 )),
             },
             ValueKind::Int => match utf8.and_then(python_int) {
@@ -278,7 +279,7 @@ impl TypedValueParser for ArgparseValue {
                 None => Err(value_error(
                     command,
                     &argument,
-                    format!("invalid int value: {}", text::python_repr(bytes)),
+                    format!("invalid int value: {}", repr_surrogateescape(bytes)),
                 )),
             },
             ValueKind::Choice(choices) => match utf8.filter(|text| choices.contains(text)) {
@@ -395,7 +396,7 @@ fn refusal(
         ErrorKind::TooManyValues => format!(
             "argument {}: ignored explicit argument {}",
             argument_name(&flag),
-            text::python_repr(context_text(&error, ContextKind::InvalidValue).as_bytes())
+            repr_surrogateescape(context_text(&error, ContextKind::InvalidValue).as_bytes())
         ),
         ErrorKind::InvalidValue if flag.starts_with("--") => {
             format!("argument {}: expected one argument", argument_name(&flag))

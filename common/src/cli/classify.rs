@@ -11,8 +11,8 @@
 use std::ffi::{OsStr, OsString};
 
 use super::python_int::decimal_digit;
-use super::text::python_repr;
 use super::{CommandSpec, ValueKind, SUBCOMMAND_DEST};
+use crate::http::python::repr_surrogateescape;
 
 /// What argparse's `_parse_optional` makes of one word.
 enum Word<'a> {
@@ -197,12 +197,12 @@ fn help_leftover(attached: Option<&[u8]>, single_dash: bool) -> Option<&[u8]> {
 fn invalid_choice_message(word: &OsStr, choices: &[&str]) -> String {
     let listed: Vec<String> = choices
         .iter()
-        .map(|choice| python_repr(choice.as_bytes()))
+        .map(|choice| repr_surrogateescape(choice.as_bytes()))
         .collect();
     format!(
         "argument {}: invalid choice: {} (choose from {})",
         SUBCOMMAND_DEST,
-        python_repr(word.as_encoded_bytes()),
+        repr_surrogateescape(word.as_encoded_bytes()),
         listed.join(", ")
     )
 }

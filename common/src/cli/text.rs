@@ -244,85 +244,9 @@ pub(crate) fn help(spec: &CommandSpec, prog: &str) -> String {
     out
 }
 
-/// Python's `repr()` of a command-line string, as argparse quotes offending
-/// values (`invalid int value: 'x'`). Bytes that are not UTF-8 appear as the
-/// `\udcXX` escapes of Python's surrogateescape decoding of argv.
-///
-/// Printability follows `str.isprintable()` for control characters, Unicode
-/// separators and the common format characters; other unassigned or format
-/// code points (rare in a mistyped argument) are shown as they are.
-pub(crate) fn python_repr(value: &[u8]) -> String {
-    let mut decoded: Vec<Result<char, u8>> = Vec::new();
-    for chunk in value.utf8_chunks() {
-        decoded.extend(chunk.valid().chars().map(Ok));
-        decoded.extend(chunk.invalid().iter().map(|&byte| Err(byte)));
-    }
-    let has_single = decoded.contains(&Ok('\''));
-    let has_double = decoded.contains(&Ok('"'));
-    let quote = if has_single && !has_double { '"' } else { '\'' };
-    let mut out = String::new();
-    out.push(quote);
-    for item in decoded {
-        match item {
-            Err(byte) => out.push_str(&format!("\\udc{byte:02x}")),
-            Ok(c) if c == quote || c == '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            Ok('\t') => out.push_str("\\t"),
-            Ok('\n') => out.push_str("\\n"),
-            Ok('\r') => out.push_str("\\r"),
-            Ok(c) if is_unprintable(c) => {
-                let code = u32::from(c);
-                if code < 0x100 {
-                    out.push_str(&format!("\\x{code:02x}"));
-                } else if code < 0x10000 {
-                    out.push_str(&format!("\\u{code:04x}"));
-                } else {
-                    out.push_str(&format!("\\U{code:08x}"));
-                }
-            }
-            Ok(c) => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-fn is_unprintable(c: char) -> bool {
-    c != ' '
-        && (c.is_control()
-            || c.is_whitespace()
-            || matches!(u32::from(c),
-                0xad | 0x200b..=0x200f | 0x202a..=0x202e | 0x2060..=0x2064 | 0x2066..=0x206f
-                | 0xfeff | 0xfff9..=0xfffb | 0xe000..=0xf8ff | 0xf0000..=0x10ffff))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // Expected strings are Python 3.11's repr() of the same values.
-    #[test]
-    fn repr_matches_python() {
-        let cases: &[(&[u8], &str)] = &[
-            (b"x", "'x'"),
-            (b"", "''"),
-            (b"it's", "\"it's\""),
-            (b"'\"", "'\\'\"'"),
-            (b"a\\b", "'a\\\\b'"),
-            (b"\t\n\r\x00\x1b\x7f", "'\\t\\n\\r\\x00\\x1b\\x7f'"),
-            ("\u{85}\u{a0}\u{ad}é€".as_bytes(), "'\\x85\\xa0\\xadé€'"),
-            (
-                "\u{2028}\u{200b}\u{3000}".as_bytes(),
-                "'\\u2028\\u200b\\u3000'",
-            ),
-            (b"\xff7", "'\\udcff7'"),
-        ];
-        for (value, expected) in cases {
-            assert_eq!(python_repr(value), *expected);
-        }
-    }
 
     #[test]
     fn short_usage_stays_on_one_line() {

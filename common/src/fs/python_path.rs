@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::http::python::repr_surrogateescape;
 
 /// `str(PurePosixPath(path))`: repeated `/` and `.` segments drop, a trailing
 /// `/` drops, `..` stays, and exactly two leading slashes stay (POSIX leaves
@@ -103,50 +104,10 @@ pub(crate) fn resolve(path: &Path) -> Result<PathBuf> {
     if let Err(rustix::io::Errno::LOOP) = rustix::fs::stat(&resolved) {
         return Err(Error::runtime(format!(
             "Symlink loop from {}",
-            repr(resolved.as_os_str().as_bytes())
+            repr_surrogateescape(resolved.as_os_str().as_bytes())
         )));
     }
     Ok(resolved)
-}
-
-/// Python's `repr(str)` of a path decoded with `surrogateescape`, so messages
-/// that embed `%r` read as Python prints them.
-pub(crate) fn repr(bytes: &[u8]) -> String {
-    let mut text = String::new();
-    let mut has_single = false;
-    let mut has_double = false;
-    for chunk in bytes.utf8_chunks() {
-        has_single |= chunk.valid().contains('\'');
-        has_double |= chunk.valid().contains('"');
-    }
-    let quote = if has_single && !has_double { '"' } else { '\'' };
-    text.push(quote);
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\\' => text.push_str("\\\\"),
-                '\t' => text.push_str("\\t"),
-                '\n' => text.push_str("\\n"),
-                '\r' => text.push_str("\\r"),
-                c if c == quote => {
-                    text.push('\\');
-                    text.push(c);
-                }
-                // ASCII controls, DEL, the C1 controls, NBSP and the soft
-                // hyphen are the non-printable code points below U+0100.
-                c if (c as u32) < 0x20 || (0x7f..=0xa0).contains(&(c as u32)) || c == '\u{ad}' => {
-                    text.push_str(&format!("\\x{:02x}", c as u32));
-                }
-                c => text.push(c),
-            }
-        }
-        for byte in chunk.invalid() {
-            // surrogateescape maps an undecodable byte to U+DC80..U+DCFF.
-            text.push_str(&format!("\\udc{byte:02x}"));
-        }
-    }
-    text.push(quote);
-    text
 }
 
 fn split_root(bytes: &[u8]) -> (&[u8], &[u8]) {
@@ -341,15 +302,5 @@ mod tests {
         assert_eq!(normpath(b"///a"), b"/a");
         assert_eq!(join(b"/a", b"/b"), b"/b");
         assert_eq!(join(b"/a/", b"b"), b"/a/b");
-    }
-
-    #[test]
-    fn repr_matches_python() {
-        assert_eq!(repr(b"/tmp/x"), "'/tmp/x'");
-        assert_eq!(repr(b"/tmp/it's"), "\"/tmp/it's\"");
-        assert_eq!(repr(b"/tmp/'\""), "'/tmp/\\'\"'");
-        assert_eq!(repr(b"/t\tab\x7f\\"), "'/t\\tab\\x7f\\\\'");
-        assert_eq!(repr("/é".as_bytes()), "'/é'");
-        assert_eq!(repr(b"/\xff"), "'/\\udcff'");
     }
 }

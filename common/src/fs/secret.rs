@@ -62,7 +62,7 @@ pub fn ensure_execution_secret(path: &Path) -> Result<String> {
     if name.is_empty() {
         return Err(Error::value(format!(
             "PosixPath({}) has an empty name",
-            python_path::repr(path.as_os_str().as_bytes())
+            crate::http::python::repr_surrogateescape(path.as_os_str().as_bytes())
         )));
     }
     let mut lock_name = b".".to_vec();

@@ -1,6 +1,7 @@
 //! The few Python text rules `execution_http` leans on: `ipaddress.ip_address`,
 //! `int(text, 16)`, `str.strip`/`split`/`splitlines`, `repr` and strict
-//! ASCII decoding.
+//! ASCII decoding. The rest of the crate uses the same rules wherever a seed
+//! strips, splits, decodes or quotes text.
 //!
 //! They decide which inputs are refused and with which message, so they are
 //! reproduced exactly instead of approximated with Rust's own parsers (which,
@@ -298,30 +299,50 @@ pub(crate) fn decode_latin1(data: &[u8]) -> String {
     data.iter().map(|&b| char::from(b)).collect()
 }
 
-/// Python's `repr(str)`, as `ipaddress` and `urllib` quote values in messages.
+/// Python's `repr(str)`, as `ipaddress`, `urllib`, `subprocess` and the
+/// seeds' own `%r` messages quote values.
 pub(crate) fn repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') {
+    repr_surrogateescape(text.as_bytes())
+}
+
+/// Python's `repr()` of bytes decoded with `surrogateescape`, as Python holds
+/// argv words and paths: an undecodable byte reads as the lone surrogate
+/// `U+DC80..U+DCFF`, which `repr` prints as `\udcXX`.
+pub(crate) fn repr_surrogateescape(bytes: &[u8]) -> String {
+    let valid_contains = |wanted: char| {
+        bytes
+            .utf8_chunks()
+            .any(|chunk| chunk.valid().contains(wanted))
+    };
+    let quote = if valid_contains('\'') && !valid_contains('"') {
         '"'
     } else {
         '\''
     };
-    let mut out = String::with_capacity(text.len() + 2);
+    let mut out = String::with_capacity(bytes.len() + 2);
     out.push(quote);
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\t' => out.push_str("\\t"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                c if c == quote => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if (c as u32) < 0x20 || c == '\x7f' => {
+                    out.push_str(&format!("\\x{:02x}", c as u32))
+                }
+                c if c.is_ascii() || is_printable(c) => out.push(c),
+                c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push_str(&format!("\\U{:08x}", c as u32)),
             }
-            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_ascii() || is_printable(c) => out.push(c),
-            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\udc{byte:02x}"));
         }
     }
     out.push(quote);
@@ -400,6 +421,35 @@ mod tests {
         assert_eq!(repr("\u{85}"), "'\\x85'");
         assert_eq!(repr("\u{2028}"), "'\\u2028'");
         assert_eq!(repr("\\\t\x01"), "'\\\\\\t\\x01'");
+    }
+
+    #[test]
+    fn repr_of_surrogateescaped_bytes_matches_python() {
+        // Expected strings are Python 3.11's repr() of the same argv words and
+        // paths (os.fsdecode, errors="surrogateescape").
+        let cases: &[(&[u8], &str)] = &[
+            (b"x", "'x'"),
+            (b"", "''"),
+            (b"it's", "\"it's\""),
+            (b"'\"", "'\\'\"'"),
+            (b"a\\b", "'a\\\\b'"),
+            (b"\t\n\r\x00\x1b\x7f", "'\\t\\n\\r\\x00\\x1b\\x7f'"),
+            ("\u{85}\u{a0}\u{ad}é€".as_bytes(), "'\\x85\\xa0\\xadé€'"),
+            (
+                "\u{2028}\u{200b}\u{3000}".as_bytes(),
+                "'\\u2028\\u200b\\u3000'",
+            ),
+            (b"\xff7", "'\\udcff7'"),
+            (b"/tmp/x", "'/tmp/x'"),
+            (b"/tmp/it's", "\"/tmp/it's\""),
+            (b"/tmp/'\"", "'/tmp/\\'\"'"),
+            (b"/t\tab\x7f\\", "'/t\\tab\\x7f\\\\'"),
+            ("/é".as_bytes(), "'/é'"),
+            (b"/\xff", "'/\\udcff'"),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(repr_surrogateescape(value), *expected, "{value:?}");
+        }
     }
 
     #[test]

@@ -25,9 +25,9 @@ use sha2::{Digest, Sha256, Sha512};
 
 use super::download::{download_npm_archive_to, download_to, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS};
 use super::manifest::ReleaseManifest;
-use super::version::python_string_repr;
 use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
 use crate::error::{Error, Result};
+use crate::http::python::repr;
 use crate::json::{parse_json, Json};
 
 /// Most members an npm archive may hold.
@@ -327,7 +327,7 @@ impl<'a> ExtractionPass<'a> {
         if kind != MemberKind::File && kind != MemberKind::Directory {
             return Err(Error::runtime(format!(
                 "{} is a special file",
-                python_string_repr(&String::from_utf8_lossy(name))
+                repr(&String::from_utf8_lossy(name))
             )));
         }
         // tarfile joins the filtered name to the destination without

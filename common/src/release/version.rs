@@ -7,6 +7,7 @@
 use std::cmp::Ordering;
 
 use crate::error::{Error, Result};
+use crate::http::python::repr;
 use crate::json::Json;
 
 /// The two release tracks a managed update may follow.
@@ -308,7 +309,7 @@ fn python_repr(value: &Json) -> String {
             if *number > 0.0 { "inf" } else { "-inf" }.to_string()
         }
         Json::Float(_) => crate::json::encode_line(value, false),
-        Json::Str(text) => python_string_repr(text),
+        Json::Str(text) => repr(text),
         Json::Array(items) => format!(
             "[{}]",
             items.iter().map(python_repr).collect::<Vec<_>>().join(", ")
@@ -317,41 +318,11 @@ fn python_repr(value: &Json) -> String {
             "{{{}}}",
             object
                 .iter()
-                .map(|(key, item)| format!("{}: {}", python_string_repr(key), python_repr(item)))
+                .map(|(key, item)| format!("{}: {}", repr(key), python_repr(item)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
     }
-}
-
-/// Python's `repr(str)`: single quotes unless the text contains a single quote
-/// and no double quote; control characters escaped.
-pub(crate) fn python_string_repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push(quote);
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
 }
 
 #[cfg(test)]
