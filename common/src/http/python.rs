@@ -167,8 +167,10 @@ pub(crate) fn is_space(c: char) -> bool {
     c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)
 }
 
-/// `str.strip()` without arguments.
-pub(crate) fn strip(text: &str) -> &str {
+/// Python's `str.strip()` with no argument, as the seeds clean versions,
+/// tokens and ids: it also strips the information separators U+001C..U+001F,
+/// which Rust's `trim` keeps.
+pub fn strip(text: &str) -> &str {
     text.trim_matches(is_space)
 }
 

@@ -76,11 +76,8 @@ pub fn normalized_release_track(track: Option<&str>) -> Result<&'static str> {
         .ok_or_else(|| Error::value(format!("invalid release track: {raw}")))
 }
 
-/// Python's `str.strip()` with no argument: it also strips the information
-/// separators U+001C..U+001F, which Rust does not count as whitespace.
-pub fn python_strip(text: &str) -> &str {
-    text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-}
+/// Python's `str.strip()`, under the name the update runner's modules use.
+pub use crate::http::python::strip as python_strip;
 
 /// One dot-separated prerelease identifier: numeric identifiers sort before
 /// alphanumeric ones, exactly like Python's `(0, int)` / `(1, str)` tuples.
