@@ -21,10 +21,12 @@ use std::path::Path;
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::layout::python_uuid;
 use crate::{
     current_uid, entry_present, installed_layout, no_activation, normalize_path, owned_directory,
-    parse_json, read_file, read_update_handoff, Error, ExecutionLayout, InstallationLock, Json,
-    JsonObject, NativeServices, Result, ServiceSnapshot, WorkerControl, UNINSTALL_INTENT_NAME,
+    parse_json, python_truthy, read_file, read_update_handoff, Error, ExecutionLayout,
+    InstallationLock, Json, JsonObject, NativeServices, Result, ServiceSnapshot, WorkerControl,
+    UNINSTALL_INTENT_NAME,
 };
 
 /// The only `error_code` of a failed update whose handoff may be retried.
@@ -117,7 +119,7 @@ pub fn retry_failed_handoff(
         .join(".update-preparations")
         .join(preparation_id)
         .join(format!("handoff-{update_id}.json"));
-    let operation_id = hyphenated_uuid(update_id);
+    let operation_id = python_uuid(update_id)?;
     let expected_status = Json::Object(expected.clone());
     let verify_status = |layout: &ExecutionLayout, handoff: &Handoff| -> Result<()> {
         if status_path != layout.state_root.join("admin/server-update.json") {
@@ -428,32 +430,7 @@ fn field<'a>(object: &'a JsonObject, key: &str) -> &'a Json {
     object.get(key).unwrap_or(&Json::Null)
 }
 
-/// Python's truth value of a JSON value (`x or default`).
-fn python_truthy(value: &Json) -> bool {
-    match value {
-        Json::Null => false,
-        Json::Bool(flag) => *flag,
-        Json::Int(number) => *number != 0,
-        Json::Float(number) => *number != 0.0,
-        Json::Str(text) => !text.is_empty(),
-        Json::Array(items) => !items.is_empty(),
-        Json::Object(object) => !object.is_empty(),
-    }
-}
-
 /// `re.fullmatch(r"[0-9a-f]{32}", text)`.
 fn is_lower_hex_32(text: &str) -> bool {
     text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// `str(uuid.UUID(hex=text))` of 32 lowercase hex digits.
-fn hyphenated_uuid(hex: &str) -> String {
-    [
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..],
-    ]
-    .join("-")
 }

@@ -78,8 +78,9 @@ pub use fs::{
 mod layout;
 pub use layout::{
     active_worker_release, layout_manifest, maintenance_operation_id, prepare_runtime,
-    render_service, service_arguments, uuid5_url, ExecutionLayout, FORMAT, GATEWAY_LABEL,
-    GATEWAY_UNIT, LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL, WORKER_UNIT,
+    render_service, service_arguments, uuid5_url, uuid_text, ExecutionLayout, FORMAT,
+    GATEWAY_LABEL, GATEWAY_UNIT, LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL,
+    WORKER_UNIT,
 };
 // install_lock (InstallationLock)
 mod install_lock;
@@ -131,11 +132,11 @@ pub use activation::{
     recovery_evidence, recovery_label, recovery_service_path, release_identity, release_matches,
     replace_config, replace_config_on, replace_config_with_checkpoints, runtime_environment,
     validate_invocation, verify_legacy_runner, volume_uuid, write_new_private,
-    ActivationInvocation, ActivationManifest, CommandCapture, LegacyRunnerClaim,
-    LegacyRunnerProbe, RecoveryService, ReplaceConfigStep, SystemLegacyProbe, SystemVolumes,
-    VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME,
-    INTENT_KEYS, PROC_BSDINFO_SIZE, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
-    TMUX_PANE_FORMAT, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
+    ActivationInvocation, ActivationManifest, CommandCapture, LegacyRunnerClaim, LegacyRunnerProbe,
+    RecoveryService, ReplaceConfigStep, SystemLegacyProbe, SystemVolumes, VolumeProbe,
+    ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
+    PROC_BSDINFO_SIZE, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, TMUX_PANE_FORMAT,
+    VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;

@@ -18,6 +18,8 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use crate::layout::python_uuid;
+
 use crate::{
     atomic_write, encode_indented, layout_manifest, normalize_path, parse_json, read_file, Error,
     ExecutionLayout, Json, JsonObject, Result, LAYOUT_NAME, TRANSACTION_NAME,
@@ -266,49 +268,9 @@ fn is_server_identity(text: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
 }
 
-/// `str(uuid.UUID(text))`: Python accepts braces, a `urn:uuid:` prefix and
-/// hyphens anywhere around 32 hex digits; anything else is the ValueError
-/// `badly formed hexadecimal UUID string`.
-fn python_uuid(text: &str) -> Result<String> {
-    let mut hex = text.replace("urn:", "").replace("uuid:", "");
-    hex = hex.trim_matches(|c| c == '{' || c == '}').replace('-', "");
-    if hex.len() != 32 || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Err(Error::value("badly formed hexadecimal UUID string"));
-    }
-    let hex = hex.to_ascii_lowercase();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn uuid_text_follows_python() {
-        let canonical = "0f8fad5b-d9cb-469f-a165-70867728950e";
-        assert_eq!(python_uuid(canonical).unwrap(), canonical);
-        assert_eq!(
-            python_uuid("{0F8FAD5B-D9CB-469F-A165-70867728950E}").unwrap(),
-            canonical
-        );
-        assert_eq!(
-            python_uuid("urn:uuid:0f8fad5bd9cb469fa16570867728950e").unwrap(),
-            canonical
-        );
-        for bad in ["", "0f8fad5b", "0f8fad5b-d9cb-469f-a165-70867728950g"] {
-            assert_eq!(
-                python_uuid(bad).unwrap_err().python_line(),
-                "ValueError: badly formed hexadecimal UUID string"
-            );
-        }
-    }
 
     #[test]
     fn server_identity_pattern() {

@@ -22,10 +22,11 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 use super::io::{is_owned_safe_directory, is_type, lstat, open, permission_bits};
 use super::paths::{absolute_path, pure_path_text};
-use super::text::{has_exact_keys, hex, is_canonical_uuid, safe_text};
+use super::text::{has_exact_keys, is_canonical_uuid, safe_text};
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
 use crate::json::{Json, JsonObject};
+use crate::layout::uuid_text;
 
 /// `ATTR_VOL_INFO | ATTR_VOL_UUID` of `sys/attr.h`.
 pub const VOLUME_UUID_ATTRIBUTES: u32 = 0x8004_0000;
@@ -105,14 +106,8 @@ pub fn volume_uuid(volumes: &dyn VolumeProbe, path: &Path, identity: &Stat) -> R
     if (linked.st_dev, linked.st_ino) != (opened.st_dev, opened.st_ino) {
         return Err(Error::runtime("activation volume anchor changed"));
     }
-    let digits = hex(uuid);
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &digits[..8],
-        &digits[8..12],
-        &digits[12..16],
-        &digits[16..20],
-        &digits[20..]
+    Ok(uuid_text(
+        uuid.try_into().expect("a 16-byte UUID after the length"),
     ))
 }
 

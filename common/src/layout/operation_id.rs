@@ -1,4 +1,5 @@
-//! Maintenance operation identities derived from journal ids (`uuid.uuid5`).
+//! Maintenance operation identities derived from journal ids (`uuid.uuid5`),
+//! and the UUID text every operation id is written in.
 //!
 //! The worker holds its startup lease under the same UUID the helpers compute,
 //! so the derivation must match Python's `uuid.uuid5(NAMESPACE_URL, name)` bit
@@ -29,6 +30,13 @@ pub fn uuid5_url(name: &str) -> String {
     bytes.copy_from_slice(&digest[..16]);
     bytes[6] = (bytes[6] & 0x0f) | 0x50; // version 5
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+    uuid_text(&bytes)
+}
+
+/// `str(uuid.UUID(bytes=...))`: the canonical lowercase `8-4-4-4-12` text of
+/// a UUID, the one form in which the worker, the journals and the helpers
+/// exchange operation, lease and volume ids.
+pub fn uuid_text(bytes: &[u8; 16]) -> String {
     let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",
@@ -38,6 +46,22 @@ pub fn uuid5_url(name: &str) -> String {
         &hex[16..20],
         &hex[20..]
     )
+}
+
+/// `str(uuid.UUID(text))`: Python accepts braces, a `urn:uuid:` prefix and
+/// hyphens anywhere around 32 hex digits; anything else is the ValueError
+/// `badly formed hexadecimal UUID string`.
+pub(crate) fn python_uuid(text: &str) -> Result<String> {
+    let mut hex = text.replace("urn:", "").replace("uuid:", "");
+    hex = hex.trim_matches(|c| c == '{' || c == '}').replace('-', "");
+    if hex.len() != 32 || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Err(Error::value("badly formed hexadecimal UUID string"));
+    }
+    let mut bytes = [0u8; 16];
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * index..2 * index + 2], 16).expect("checked hex digits");
+    }
+    Ok(uuid_text(&bytes))
 }
 
 /// The operation id under which the worker holds (and helpers release) the
@@ -59,4 +83,37 @@ fn is_journal_id(id: &str) -> bool {
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_text_follows_python() {
+        let canonical = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert_eq!(python_uuid(canonical).unwrap(), canonical);
+        assert_eq!(
+            python_uuid("{0F8FAD5B-D9CB-469F-A165-70867728950E}").unwrap(),
+            canonical
+        );
+        assert_eq!(
+            python_uuid("urn:uuid:0f8fad5bd9cb469fa16570867728950e").unwrap(),
+            canonical
+        );
+        for bad in ["", "0f8fad5b", "0f8fad5b-d9cb-469f-a165-70867728950g"] {
+            assert_eq!(
+                python_uuid(bad).unwrap_err().python_line(),
+                "ValueError: badly formed hexadecimal UUID string"
+            );
+        }
+    }
+
+    #[test]
+    fn uuid_text_is_the_canonical_lowercase_form() {
+        assert_eq!(
+            uuid_text(&NAMESPACE_URL),
+            "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
+        );
+    }
 }

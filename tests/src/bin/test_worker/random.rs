@@ -1,6 +1,6 @@
 //! Random identifiers shaped like Python's `uuid.uuid4()`.
 
-use agents_common::token_hex;
+use agents_common::{token_hex, uuid_text};
 
 fn uuid4_bytes() -> [u8; 16] {
     let hex = token_hex(16).expect("the kernel CSPRNG is readable");
@@ -23,15 +23,7 @@ pub fn uuid4_hex() -> String {
 
 /// `str(uuid.uuid4())`: canonical hyphenated form (lease ids).
 pub fn uuid4() -> String {
-    let hex = uuid4_hex();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    uuid_text(&uuid4_bytes())
 }
 
 #[cfg(test)]
