@@ -22,6 +22,7 @@ pub(crate) use operation_id::python_uuid;
 pub use operation_id::{maintenance_operation_id, uuid5_url, uuid_text};
 pub use render::{render_service, service_arguments};
 
+use crate::http::python::{decode_utf8, strip};
 use crate::{
     check_text, encode_line, ensure_directory, ensure_execution_secret, fsync_directory,
     json_object, normalize_path, owned_directory, parse_json, read_file, Error, Json, Result,
@@ -374,8 +375,7 @@ fn release_version(path: &Path, root: &Path) -> Result<String> {
     owned_directory(&releases, false)?;
     owned_directory(&path, false)?;
     let (data, _mode) = read_file(&path.join("VERSION"), false)?;
-    let text = std::str::from_utf8(&data).map_err(|error| utf8_error(&data, error))?;
-    let version = text.trim_matches(is_python_space);
+    let version = strip(decode_utf8(&data)?);
     check_text(version)?;
     if version.chars().count() > MAX_VERSION_CHARS {
         return Err(Error::value("release version is too long"));
@@ -408,29 +408,6 @@ fn python_stat(path: &Path) -> Result<Option<rustix::fs::Stat>> {
     }
 }
 
-/// Python's `UnicodeDecodeError` text for invalid UTF-8 in a VERSION file.
-fn utf8_error(data: &[u8], error: std::str::Utf8Error) -> Error {
-    let start = error.valid_up_to();
-    let (length, reason) = match error.error_len() {
-        Some(length) => {
-            let first = data[start];
-            let reason = if (0xc2..=0xf4).contains(&first) {
-                "invalid continuation byte"
-            } else {
-                "invalid start byte"
-            };
-            (length, reason)
-        }
-        None => (data.len() - start, "unexpected end of data"),
-    };
-    let position = if length == 1 {
-        format!("byte 0x{:02x} in position {start}", data[start])
-    } else {
-        format!("bytes in position {start}-{}", start + length - 1)
-    };
-    Error::value(format!("'utf-8' codec can't decode {position}: {reason}"))
-}
-
 /// `re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)`: an environment name.
 pub(crate) fn is_variable_name(key: &str) -> bool {
     let mut bytes = key.bytes();
@@ -438,11 +415,6 @@ pub(crate) fn is_variable_name(key: &str) -> bool {
         .next()
         .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-/// Python `str.isspace()`: Unicode White_Space plus the separators U+001C–U+001F.
-fn is_python_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
 /// Python's `str(Path)`: repeated `/` and `.` segments dropped, a trailing `/`

@@ -177,7 +177,7 @@ fn unit_word(value: &str, command: bool) -> Result<String> {
 fn unit_directory(path: &Path) -> Result<String> {
     let value = path_text(path);
     check_text(&value)?;
-    if value.trim_matches(super::is_python_space) != value {
+    if crate::http::python::strip(&value) != value {
         return Err(Error::value(
             "systemd working directory cannot have outer whitespace",
         ));
