@@ -11,7 +11,7 @@ const SEED: &str = "update_runner";
 
 const REQUIRED: &[&str] = &[
     "--status-file",
-    "/s/server-update.json",
+    "s/server-update.json",
     "--public-key",
     "/k.pem",
     "--port",
@@ -116,7 +116,7 @@ fn abbreviations_follow_argparse() {
     check(
         &[
             "--st",
-            "/s",
+            "s",
             "--pu",
             "/k",
             "--po",
@@ -228,7 +228,7 @@ fn values_that_start_with_a_dash() {
 #[test]
 fn refusals_are_usage_errors() {
     check(&[]);
-    check(&["--status-file", "/s"].map(String::from));
+    check(&["--status-file", "s"].map(String::from));
     for extra in [
         &["--track", "nightly"][..],
         &["--track", "Stable"],

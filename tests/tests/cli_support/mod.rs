@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use agents_tests::binary_path;
+use agents_tests::{binary_path, TempDir};
 
 /// Imports the seed with stand-ins for the modules it imports that are not
 /// there, replaces `ArgumentParser.parse_args` so that a successful parse
@@ -79,14 +79,25 @@ fn clean(command: &mut Command) -> &mut Command {
 pub fn run<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Output {
     let mut command = Command::new(binary_path(program));
     clean(&mut command).args(args);
-    command.output().expect("the helper runs")
+    in_scratch_directory(&mut command)
 }
 
 /// Runs a built helper with `args` and a different `argv[0]`.
 pub fn run_as<S: AsRef<OsStr>>(program: &str, argv0: &str, args: &[S]) -> Output {
     let mut command = Command::new(binary_path(program));
     clean(&mut command).arg0(argv0).args(args);
-    command.output().expect("the helper runs")
+    in_scratch_directory(&mut command)
+}
+
+/// Runs `command` in a fresh directory that is removed afterwards: accepted
+/// command lines now run the real operation, so relative paths in them must
+/// land somewhere disposable, never in the test's or the machine's tree.
+fn in_scratch_directory(command: &mut Command) -> Output {
+    let scratch = TempDir::new("cli-run");
+    command
+        .current_dir(scratch.path())
+        .output()
+        .expect("the helper runs")
 }
 
 /// Runs the seed `module`'s parser on `args` (see [`ORACLE`]).
