@@ -229,10 +229,31 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// `Path.exists()`: follows symlinks; "missing" covers the errors Python ignores.
-fn exists(path: &Path) -> Result<bool> {
-    match rustix::fs::stat(path) {
-        Ok(_) => Ok(true),
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP) => Ok(false),
+pub(crate) fn exists(path: &Path) -> Result<bool> {
+    pathlib_test(rustix::fs::stat(path).map(|_| true), path)
+}
+
+/// `Path.is_symlink()`, with the same error rule.
+pub(crate) fn is_symlink(path: &Path) -> Result<bool> {
+    pathlib_test(
+        rustix::fs::lstat(path).map(|info| is_type(&info, FileType::Symlink)),
+        path,
+    )
+}
+
+/// The errors Python 3.11's `pathlib` reads as "not there" in its boolean
+/// tests (`exists()`, `is_symlink()`) instead of raising them.
+pub(crate) fn pathlib_ignores(errno: Errno) -> bool {
+    matches!(
+        errno,
+        Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP
+    )
+}
+
+fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Result<bool> {
+    match result {
+        Ok(answer) => Ok(answer),
+        Err(errno) if pathlib_ignores(errno) => Ok(false),
         Err(errno) => Err(Error::from_errno(errno, path)),
     }
 }

@@ -16,7 +16,10 @@
 
 use std::path::Path;
 
+use rustix::io::Errno;
 use sha2::{Digest, Sha256};
+
+use crate::fs::pathlib_ignores;
 
 use crate::layout::python_uuid;
 
@@ -50,21 +53,16 @@ const INTENT_KEYS: [&str; 10] = [
 pub const UNINSTALL_PHASES: [&str; 3] = ["prepared", "sealed", "stopped"];
 
 /// `Path.exists() or Path.is_symlink()`: true when anything, even a dangling
-/// symlink, is at `path`; the "not there" errors Python swallows are false.
+/// symlink, is at `path`; the "not there" errors Python swallows are false,
+/// and so is a name too long for the kernel.
 pub fn entry_present(path: &Path) -> Result<bool> {
     match std::fs::symlink_metadata(path) {
         Ok(_) => Ok(true),
         Err(err)
-            if matches!(
-                err.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
-                Some(
-                    rustix::io::Errno::NOENT
-                        | rustix::io::Errno::NOTDIR
-                        | rustix::io::Errno::BADF
-                        | rustix::io::Errno::LOOP
-                        | rustix::io::Errno::NAMETOOLONG
-                )
-            ) =>
+            if err
+                .raw_os_error()
+                .map(Errno::from_raw_os_error)
+                .is_some_and(|errno| pathlib_ignores(errno) || errno == Errno::NAMETOOLONG) =>
         {
             Ok(false)
         }

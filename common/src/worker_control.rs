@@ -9,9 +9,9 @@
 
 mod shell_words;
 
-use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::fs::{exists, is_symlink};
 use crate::http::python::{decode_utf8, is_space, splitlines, strip};
 use crate::http::url_split;
 use crate::{
@@ -284,8 +284,8 @@ impl<'a> WorkerControl<'a> {
         };
         if role == Role::Worker
             && (native.state(Role::Gateway) != Some("absent")
-                || path_exists(&layout.manifest_path())?
-                || path_is_symlink(&layout.manifest_path())?)
+                || exists(&layout.manifest_path())?
+                || is_symlink(&layout.manifest_path())?)
         {
             return Err(Error::runtime(
                 "public credentials require the installed native gateway",
@@ -581,37 +581,4 @@ fn python_path_text(path: &Path) -> Option<String> {
         .collect::<PathBuf>()
         .to_str()
         .map(str::to_string)
-}
-
-/// `Path.exists()`: errors meaning "not there" are false, others raise.
-fn path_exists(path: &Path) -> Result<bool> {
-    ignore_absent(std::fs::metadata(path).map(|_| true), path)
-}
-
-/// `Path.is_symlink()`, with the same error rule.
-fn path_is_symlink(path: &Path) -> Result<bool> {
-    ignore_absent(
-        std::fs::symlink_metadata(path).map(|meta| meta.file_type().is_symlink()),
-        path,
-    )
-}
-
-fn ignore_absent(result: io::Result<bool>, path: &Path) -> Result<bool> {
-    match result {
-        Ok(value) => Ok(value),
-        Err(err)
-            if matches!(
-                err.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
-                Some(
-                    rustix::io::Errno::NOENT
-                        | rustix::io::Errno::NOTDIR
-                        | rustix::io::Errno::BADF
-                        | rustix::io::Errno::LOOP
-                )
-            ) =>
-        {
-            Ok(false)
-        }
-        Err(err) => Err(Error::from_io_path(&err, path)),
-    }
 }
