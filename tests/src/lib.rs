@@ -18,6 +18,8 @@
 //!   tell what it received.
 //! - [`HttpRequest`]: a raw loopback HTTP client for any request, well-formed
 //!   or not.
+//! - [`ReleaseHost`]: signed releases (real Ed25519 key, tar.gz archives,
+//!   schema-1 manifests) on 127.0.0.1 for `update-runner`.
 //!
 //! ```no_run
 //! use agents_tests::{free_port, Installation, Role, Sandbox, Switches};
@@ -49,6 +51,7 @@ mod fixture;
 mod http_client;
 mod poll;
 mod processes;
+mod release_host;
 mod sandbox;
 mod tempdir;
 mod worker_files;
@@ -60,6 +63,7 @@ pub use fixture::{
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, ProcessIdentity};
+pub use release_host::{legacy_release_manifest, ReleaseFile, ReleaseHost};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 pub use tempdir::TempDir;
 pub use worker_files::{

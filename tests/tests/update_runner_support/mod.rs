@@ -297,21 +297,7 @@ impl Fixture {
 
     /// The schema-1 manifest of `version` for `archive`.
     pub fn legacy_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
-        let base = self.release_base();
-        json_object! {
-            "schema" => 1,
-            "version" => version,
-            "track" => if version.contains('-') { "beta" } else { "stable" },
-            "prerelease" => version.contains('-'),
-            "api_contract_version" => 28,
-            "commit" => "0000000000000000000000000000000000000000",
-            "archive" => json_object! {
-                "name" => format!("agents-server-{version}.tar.gz"),
-                "url" => format!("{base}/download/v{version}/agents-server-{version}.tar.gz"),
-                "sha256" => hex(&Sha256::digest(archive)),
-                "size" => archive.len(),
-            },
-        }
+        agents_tests::legacy_release_manifest(&self.release_base(), version, archive)
     }
 
     /// The schema-2 (npm) manifest of `version` for `archive`.

@@ -5,24 +5,33 @@
 //! and runtime directory; nothing on the host changes) runs a split
 //! AgentsServer installation whose worker and gateway are the test worker,
 //! on loopback only. The built helpers then do the real work, one step per
-//! printed line: `execution-manage apply` installs release A and moves worker
-//! and gateway to B, `inspect` shows an activation in flight, a broken
-//! candidate C is refused and rolled back to B, and `uninstall --yes` removes
+//! printed line: `execution-manage apply` installs release A; a signed
+//! release host on loopback offers B and C; `update-runner`, started with the
+//! server's argv and sealed handoff, checks, downloads and verifies B and runs
+//! its stand-in install.sh, which drives `execution-activation` through
+//! quiesce, publish, start, verify and commit while the status row is printed
+//! phase by phase; C's installer fails after its candidate started and rolls
+//! back to B, and the runner records the failure; `uninstall --yes` removes
 //! everything but the preserved state. Each step checks what it claims
-//! (services, PIDs, versions, files) and the demo fails (exit 1) as soon as
-//! one does not hold. Nothing is left running: the manager stops with the
-//! demo, and the last step proves its cgroup is empty.
+//! (services, PIDs, versions, files, rows) and the demo fails (exit 1) as
+//! soon as one does not hold. Nothing is left running: the manager stops with
+//! the demo, and the last step proves its cgroup is empty.
 //!
-//! The managed update (`update-runner` downloading a signed release from a
-//! local server and driving `execution-activation` through an installer) has
-//! its slot in [`Demo::activate`]: until `update-runner` delivers updates,
-//! activations go through `execution-manage`.
+//! The same binary is the releases' stand-in installer: their install.sh
+//! execs `demo install-sh ...` (see [`installer`]).
 
+mod installer;
+#[path = "../../../../common/tests/activation_support/mod.rs"]
+mod journal_writer;
 mod steps;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("install-sh") {
+        return ExitCode::from(installer::run(&args[1..]));
+    }
     match steps::run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

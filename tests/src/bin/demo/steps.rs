@@ -8,16 +8,21 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agents_common::{
-    encode_indented, parse_json, ExecutionLayout, Json, GATEWAY_UNIT, WORKER_UNIT,
+    atomic_json, encode_indented, json_object, parse_json, read_status_unlocked, utc_now,
+    ExecutionLayout, Json, JsonObject, NativeServices, SystemCommandRunner, WorkerControl,
+    GATEWAY_UNIT, TRANSACTION_NAME, WORKER_UNIT,
 };
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
-    RequestMatch, RequestRecord, Role, Sandbox, SandboxError, Stall, Switches, AGENT_TOKEN,
+    ReleaseFile, ReleaseHost, Role, Sandbox, SandboxError, Switches, AGENT_TOKEN,
 };
+
+use crate::installer::{interpreter, FAULT_FILE, LOG_PREFIX};
+use crate::journal_writer::API_CONTRACT;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -25,12 +30,15 @@ type Result<T> = std::result::Result<T, String>;
 const A: &str = "1.0.0";
 const B: &str = "1.1.0";
 const C: &str = "1.2.0";
+/// The server's update IDs (`uuid4().hex`) of the two managed updates.
+const UPDATE_B: &str = "b0b0b0b0b0b04b0b8b0b0b0b0b0b0b0b";
+const UPDATE_C: &str = "c0c0c0c0c0c04c0c8c0c0c0c0c0c0c0c";
 /// How long services and helpers may take for one step.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// State the installation keeps across an uninstall (chat history).
 const STATE_FILE: &str = "sessions.json";
-/// The identity the broken candidate C reports instead of the server's.
-const FOREIGN_IDENTITY: &str = "another-server";
+/// The activation journal install.sh keeps while it activates a release.
+const ACTIVATION_JOURNAL: &str = ".activation-transaction";
 
 /// Exit code and output of one helper run.
 struct Outcome {
@@ -70,14 +78,14 @@ impl Outcome {
 /// Who systemd runs, proven by each receipt naming its unit's MainPID.
 struct Serving {
     worker_pid: u32,
-    worker_instance_id: String,
     gateway_pid: u32,
     server_identity: String,
 }
 
 struct Demo {
-    // Dropped before the sandbox: its roots live in the sandbox directory.
+    // Dropped before the sandbox: they live in the sandbox directory.
     installation: Installation,
+    releases: ReleaseHost,
     sandbox: Sandbox,
     port: u16,
     started: Instant,
@@ -105,6 +113,7 @@ pub fn run() -> Result<()> {
         .ok_or("the systemd --user manager exited at once")?;
     let demo = Demo {
         installation: Installation::in_sandbox(&sandbox),
+        releases: ReleaseHost::start(sandbox.base()),
         sandbox,
         port: free_port(),
         started,
@@ -139,7 +148,7 @@ impl Demo {
     fn steps(&self) -> Result<()> {
         self.releases()?;
         self.install(A)?;
-        self.activate(B)?;
+        self.update_to(B)?;
         self.broken_candidate(C)?;
         self.uninstall()
     }
@@ -171,15 +180,6 @@ impl Demo {
         let mut command = self.sandbox.command(binary_path(name));
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
-    }
-
-    fn manage(&self, args: &[&std::ffi::OsStr]) -> Result<Outcome> {
-        let output = self
-            .helper("execution-manage")
-            .args(args)
-            .output()
-            .map_err(|err| format!("execution-manage: {err}"))?;
-        Ok(Outcome::of(output))
     }
 
     /// The layout as the private file `apply --layout` reads.
@@ -267,7 +267,6 @@ impl Demo {
                     && version(&health, "gateway") == gateway)
                     .then(|| Serving {
                         worker_pid: worker_state.main_pid,
-                        worker_instance_id: text(worker_receipt.get("instance_id")),
                         gateway_pid: gateway_state.main_pid,
                         server_identity: text(health.get("server_identity")),
                     })
@@ -292,12 +291,16 @@ impl Demo {
         );
     }
 
-    /// Releases A, B and C on disk, private roots as install.sh creates
-    /// them, and some state the uninstall must keep.
+    /// Release A on disk, private roots as install.sh creates them, some
+    /// state the uninstall must keep, and B and C signed on the release
+    /// host (C carries the fault its installer trips over).
     fn releases(&self) -> Result<()> {
-        for version in [A, B, C] {
-            self.installation.add_release(version);
-        }
+        let release = self.installation.add_release(A);
+        let python = release.join(".venv/bin/python");
+        let interpreter = interpreter(self.root())?;
+        fs::remove_file(&python)
+            .and_then(|()| std::os::unix::fs::symlink(&interpreter, &python))
+            .map_err(|err| format!("link {}: {err}", python.display()))?;
         let installation = &self.installation;
         for root in [
             &installation.install_root,
@@ -308,14 +311,53 @@ impl Demo {
                 .map_err(|err| format!("chmod {}: {err}", root.display()))?;
         }
         let state = installation.state_root.join(STATE_FILE);
-        fs::write(&state, b"{\"chats\": [\"kept across uninstall\"]}\n")
-            .and_then(|()| fs::set_permissions(&state, fs::Permissions::from_mode(0o600)))
-            .map_err(|err| format!("write {}: {err}", state.display()))?;
+        private_file(&state, b"{\"chats\": [\"kept across uninstall\"]}\n")?;
+        let demo = std::env::current_exe().map_err(|err| format!("the demo's path: {err}"))?;
+        let install_sh = format!(
+            "#!/bin/sh\n# Stand-in installer: the demo drives execution-activation.\nexec '{}' install-sh \"$@\"\n",
+            demo.display()
+        );
+        let server = format!("\"\"\"AgentsServer\"\"\"\nAPI_CONTRACT_VERSION = {API_CONTRACT}\n");
+        for version in [B, C] {
+            let version_file = format!("{version}\n");
+            let mut files = vec![
+                ReleaseFile {
+                    name: "install.sh",
+                    data: install_sh.as_bytes(),
+                    mode: 0o644,
+                },
+                ReleaseFile {
+                    name: "VERSION",
+                    data: version_file.as_bytes(),
+                    mode: 0o644,
+                },
+                ReleaseFile {
+                    name: "agent_server.py",
+                    data: server.as_bytes(),
+                    mode: 0o644,
+                },
+                ReleaseFile {
+                    name: "execution_service.py",
+                    data: b"# stand-in: the test worker runs instead\n",
+                    mode: 0o644,
+                },
+            ];
+            let fault: &[u8] = b"its worker never reports healthy (forced by the demo)\n";
+            if version == C {
+                files.push(ReleaseFile {
+                    name: FAULT_FILE,
+                    data: fault,
+                    mode: 0o644,
+                });
+            }
+            self.releases.publish(version, &files);
+        }
         self.say(
             "releases",
             &format!(
-                "A {A}, B {B}, C {C} in install/releases/ (each .venv/bin/python is the test \
-                 worker); roots install/ config/ state/ (0700) beside HOME"
+                "A {A} in install/releases/ (its .venv/bin/python3.11 is the test worker); B {B} and C \
+                 {C} signed (Ed25519) on {}; roots install/ config/ state/ (0700) beside HOME",
+                self.releases.release_base()
             ),
         );
         Ok(())
@@ -346,34 +388,214 @@ impl Demo {
         Ok(())
     }
 
-    /// Worker, then gateway, to `version`.
-    ///
-    /// This is where the managed update slots in once `update-runner`
-    /// delivers updates: a local signed release server offering `version`,
-    /// `update-runner` checking, downloading and verifying it and running
-    /// its installer, which drives `execution-activation` through quiesce,
-    /// publish, start, verify and commit while the status row moves through
-    /// its phases. Until then the same activation runs through
-    /// `execution-manage`, one scope at a time.
-    fn activate(&self, version: &str) -> Result<()> {
-        let before = self.serving(A, A)?;
-        self.apply(&self.layout(version, A), "worker")?;
-        let after = self.serving(version, A)?;
-        if after.gateway_pid != before.gateway_pid || after.worker_pid == before.worker_pid {
-            return Err("the worker activation did not replace exactly the worker".to_string());
+    /// The health fields the server proves before and after an update: no
+    /// active or queued work, an empty service cgroup, and its secure-peer
+    /// state (both roles, as the
+    /// public health merges the application's fields).
+    fn advertise_idle_server(&self) {
+        let switches = Switches {
+            health_extra: json_object! {
+                "active_count" => 0,
+                "update_blocking_queued_count" => 0,
+                "update_service_cgroup" => json_object! {
+                    "safe" => true,
+                    "unknown_descendant_count" => 0,
+                    "inspection" => "verified",
+                },
+                "capabilities" => json_object! {
+                    "secure_peer_v1" => json_object! {
+                        "available" => true,
+                        "state_available" => true,
+                        "state_error_code" => Json::Null,
+                        "required" => false,
+                        "version" => 1,
+                        "control_path" => "/api/admin/secure-peers/v1/status",
+                        "proxy_prefix" => "/api/team-hub-secure",
+                    },
+                },
+            },
+            ..Switches::default()
+        };
+        for role in [Role::Worker, Role::Gateway] {
+            self.installation.set_switches(role, &switches);
         }
+    }
+
+    /// The server's part before it launches the runner: seal the running
+    /// worker's admission for `update_id` over its private control channel
+    /// and write the handoff install.sh proves its stop with.
+    fn seal_handoff(&self, update_id: &str, serving: &Serving, worker: &str) -> Result<PathBuf> {
+        let layout = self.layout(worker, worker);
+        let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
+        let native = NativeServices::with_runner(&layout, Box::new(runner));
+        let operation = format!(
+            "{}-{}-{}-{}-{}",
+            &update_id[..8],
+            &update_id[8..12],
+            &update_id[12..16],
+            &update_id[16..20],
+            &update_id[20..]
+        );
+        let hold = WorkerControl::new()
+            .services(&native)
+            .seal_for_stop(&layout, &operation, i64::from(serving.worker_pid))
+            .map_err(|err| format!("seal the worker for the update: {err}"))?;
+        let field = |object: &JsonObject, key: &str| object.get(key).cloned().unwrap_or(Json::Null);
+        let handoff = json_object! {
+            "schema" => 1,
+            "operation_id" => operation.as_str(),
+            "worker_instance_id" => field(&hold.record, "instance_id"),
+            "lease_id" => field(&hold.lease, "lease_id"),
+            "expected_server_identity" => serving.server_identity.as_str(),
+        };
+        let preparations = self.root().join(".update-preparations");
+        let directory = preparations.join(update_id);
+        let path = directory.join(format!("handoff-{update_id}.json"));
+        private_dir(&preparations)?;
+        private_dir(&directory)?;
+        private_file(&path, &encode_indented(&Json::Object(handoff)))?;
+        Ok(path)
+    }
+
+    fn admin(&self) -> PathBuf {
+        self.installation.state_root.join("admin")
+    }
+
+    /// A managed update to `version` exactly as the server starts one: the
+    /// sealed handoff, the admitted `starting` row, the one-time health
+    /// credential, then `update-runner` with the server's argv. Prints one
+    /// line per status phase and per installer step as they happen; returns
+    /// the runner's exit code and its final row.
+    fn managed_update(
+        &self,
+        update_id: &str,
+        from: &str,
+        version: &str,
+    ) -> Result<(Option<i32>, JsonObject)> {
+        let serving = self.serving(from, from)?;
+        self.advertise_idle_server();
+        let handoff = self.seal_handoff(update_id, &serving, from)?;
+        let admin = self.admin();
+        private_dir(&admin)?;
+        let status = admin.join("server-update.json");
+        let admitted = json_object! {
+            "phase" => "starting",
+            "update_id" => update_id,
+            "track" => "stable",
+            "current_track" => "stable",
+            "target_version" => version,
+            "latest_version" => version,
+            "update_available" => true,
+            "message" => "Starting the AgentsServer update.",
+            "runner_pid" => Json::Null,
+            "started_at" => utc_now(),
+            "finished_at" => Json::Null,
+        };
+        atomic_json(&status, &admitted).map_err(|err| format!("admit the update: {err}"))?;
+        let token = admin.join(format!(".server-update-{update_id}.auth.json"));
+        atomic_json(&token, &json_object! {"token" => AGENT_TOKEN})
+            .map_err(|err| format!("write the health credential: {err}"))?;
+        let installation = &self.installation;
+        let mut runner = self.sandbox.command(binary_path("update-runner"));
+        runner
+            .arg("--status-file")
+            .arg(&status)
+            .arg("--public-key")
+            .arg(self.releases.public_key_path())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--expected-version", version, "--current-version", from])
+            .args(["--track", "stable", "--update-id", update_id])
+            .args(["--expected-server-identity", &serving.server_identity])
+            .arg("--auth-token-file")
+            .arg(&token)
+            .arg("--execution-handoff-file")
+            .arg(&handoff)
+            .env("AGENTS_SERVER_INSTALL_DIR", &installation.install_root)
+            .env("AGENTS_SERVER_CONFIG_DIR", &installation.config_root)
+            .env("AGENTS_SERVER_STATE_DIR", &installation.state_root)
+            .env("AGENTS_SERVER_RELEASE_BASE", self.releases.release_base())
+            .env(
+                "AGENTS_SERVER_RELEASES_API_URL",
+                self.releases.releases_api_url(),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = runner
+            .spawn()
+            .map_err(|err| format!("update-runner: {err}"))?;
+        let log = admin.join("server-update.log");
+        let log_start = fs::metadata(&log).map(|info| info.len()).unwrap_or(0);
+        let mut log_lines_seen = 0;
+        let mut phase = String::new();
+        let journal = self.root().join(ACTIVATION_JOURNAL).join("manifest.json");
+        let mut journal_phases: Vec<String> = Vec::new();
+        let deadline = Instant::now() + STEP_TIMEOUT * 2;
+        let exit = loop {
+            let finished = child
+                .try_wait()
+                .map_err(|err| format!("update-runner: {err}"))?;
+            if let Ok(row) = read_status_unlocked(&status) {
+                let now = text_field(&row, "phase");
+                if now != phase {
+                    self.say(
+                        &format!("row {version}"),
+                        &format!("{now}: {}", summary(&row)),
+                    );
+                    phase = now;
+                }
+            }
+            if let Some(now) = fs::read(&journal)
+                .ok()
+                .and_then(|data| parse_json(&data).ok())
+                .and_then(|manifest| {
+                    manifest
+                        .get("phase")
+                        .and_then(Json::as_str)
+                        .map(str::to_string)
+                })
+            {
+                if journal_phases.last() != Some(&now) {
+                    journal_phases.push(now);
+                }
+            }
+            let lines = installer_lines(&log, log_start);
+            for line in &lines[log_lines_seen.min(lines.len())..] {
+                self.say("install.sh", line);
+            }
+            log_lines_seen = lines.len();
+            if let Some(exit) = finished {
+                break exit;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "update-runner did not finish the update to {version}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let row = read_status_unlocked(&status).map_err(|err| format!("status row: {err}"))?;
         self.say(
-            "worker B",
+            "journal",
             &format!(
-                "execution-manage apply --scope worker: ok, worker {version} pid {} replaced pid {} \
-                 under a sealed hold; gateway pid {} untouched",
-                after.worker_pid, before.worker_pid, after.gateway_pid
+                "install/{ACTIVATION_JOURNAL} phases seen: {}; then retired",
+                journal_phases.join(" > ")
             ),
         );
-        self.apply(&self.layout(version, version), "gateway")?;
-        let done = self.serving(version, version)?;
-        if done.worker_pid != after.worker_pid || done.gateway_pid == after.gateway_pid {
-            return Err("the gateway activation did not replace exactly the gateway".to_string());
+        if fs::symlink_metadata(&token).is_ok() {
+            return Err("the runner did not consume its one-time credential".to_string());
+        }
+        Ok((exit.code(), row))
+    }
+
+    /// The journal is gone, `current` names `version`, both services run
+    /// it and the activation's admission hold is released.
+    fn settled_on(&self, version: &str) -> Result<Serving> {
+        for journal in [ACTIVATION_JOURNAL, TRANSACTION_NAME] {
+            if fs::symlink_metadata(self.root().join(journal)).is_ok() {
+                return Err(format!("the journal {journal} is left behind"));
+            }
         }
         let current = fs::read_link(self.root().join("current")).ok();
         if current.as_deref() != Some(self.installation.release_dir(version).as_path()) {
@@ -381,130 +603,69 @@ impl Demo {
                 "`current` does not name release {version}: {current:?}"
             ));
         }
-        self.say(
-            "gateway B",
-            &format!(
-                "execution-manage apply --scope gateway: ok, gateway {version} pid {} replaced pid {}; \
-                 `current` -> releases/{version}",
-                done.gateway_pid, after.gateway_pid
-            ),
-        );
-        self.show_services(&done, version, version);
+        let serving = self.serving(version, version)?;
+        let held = self
+            .health()?
+            .get("execution_service")
+            .and_then(|identity| identity.get("maintenance_held"))
+            .cloned();
+        if held != Some(Json::Bool(false)) {
+            return Err(format!("the worker's admission is still held: {held:?}"));
+        }
+        Ok(serving)
+    }
+
+    /// B through `update-runner`: checked, downloaded, verified and
+    /// installed by its stand-in install.sh driving `execution-activation`.
+    fn update_to(&self, version: &str) -> Result<()> {
+        let before = self.serving(A, A)?;
+        let (exit, row) = self.managed_update(UPDATE_B, A, version)?;
+        let expected = format!("AgentsServer {version} is installed and healthy.");
+        if exit != Some(0)
+            || text_field(&row, "phase") != "complete"
+            || text_field(&row, "message") != expected
+            || text_field(&row, "installed_version") != version
+        {
+            return Err(format!(
+                "the update to {version} did not complete ({exit:?}): {row:?}"
+            ));
+        }
+        let after = self.settled_on(version)?;
+        if after.worker_pid == before.worker_pid
+            || after.gateway_pid == before.gateway_pid
+            || after.server_identity != before.server_identity
+        {
+            return Err("the update did not replace both services under the same identity".into());
+        }
+        self.show_services(&after, version, version);
         Ok(())
     }
 
-    fn requests_since(&self, mark: usize) -> Vec<RequestRecord> {
-        self.installation
-            .requests(Role::Worker)
-            .into_iter()
-            .skip(mark)
-            .collect()
-    }
-
-    fn wait_for_seal(
-        &self,
-        mark: usize,
-        what: &str,
-        instance_other_than: Option<&str>,
-    ) -> Result<()> {
-        try_poll_until(STEP_TIMEOUT, what, || {
-            self.requests_since(mark)
-                .into_iter()
-                .find(|record| {
-                    record.action.as_deref() == Some("seal")
-                        && record.outcome == "stalled"
-                        && instance_other_than.is_none_or(|old| record.instance_id != old)
-                })
-                .map(|_| ())
-        })
-    }
-
-    /// Release C's worker comes up under another server identity: the
-    /// activation refuses to commit it and restores B. The worker switches
-    /// make C misbehave: every seal is held back for a second, so C's
-    /// identity can be switched on after the preflight recorded the real
-    /// one, and off again while the rollback seals C, before B restarts.
+    /// C's installer fails after its candidate started: install.sh rolls
+    /// back to B itself and the runner records the failure.
     fn broken_candidate(&self, version: &str) -> Result<()> {
         let before = self.serving(B, B)?;
-        let mark = self.installation.requests(Role::Worker).len();
-        let stalled_seal = |server_identity: Option<&str>| Switches {
-            stall: Some(Stall {
-                on: RequestMatch::maintenance("seal"),
-                seconds: 1.0,
-            }),
-            server_identity: server_identity.map(str::to_string),
-            ..Switches::default()
-        };
-        self.installation
-            .set_switches(Role::Worker, &stalled_seal(None));
-        let child = self
-            .apply_command(&self.layout(version, B), "worker")?
-            .spawn()
-            .map_err(|err| format!("execution-manage: {err}"))?;
-        let mut child = KillOnDrop(Some(child));
-        self.wait_for_seal(mark, "the seal of worker B", None)?;
-
-        let root = self.root().as_os_str();
-        let pending = self
-            .manage(&["inspect".as_ref(), "--root".as_ref(), root])?
-            .json("inspect")?;
-        let field = |key: &str| {
-            pending
-                .get(key)
-                .and_then(Json::as_str)
-                .unwrap_or("?")
-                .to_string()
-        };
-        self.say(
-            "inspect",
-            &format!(
-                "execution-manage inspect while C is applied: activation {} scope {} phase {}",
-                field("id"),
-                field("scope"),
-                field("phase")
-            ),
-        );
-        if field("scope") != "worker" {
-            return Err(format!("inspect shows another activation: {pending:?}"));
-        }
-
-        self.installation
-            .set_switches(Role::Worker, &stalled_seal(Some(FOREIGN_IDENTITY)));
-        self.wait_for_seal(
-            mark,
-            "the rollback's seal of candidate C",
-            Some(&before.worker_instance_id),
-        )?;
-        self.installation
-            .set_switches(Role::Worker, &Switches::default());
-        let output = child
-            .take()
-            .wait_with_output()
-            .map_err(|err| format!("execution-manage: {err}"))?;
-        let outcome = Outcome::of(output);
-        let expected = "ValueError: activation changed the authenticated server identity\n";
-        if outcome.code != Some(1) || outcome.stderr != expected || !outcome.stdout.is_empty() {
+        let (exit, row) = self.managed_update(UPDATE_C, B, version)?;
+        let message = text_field(&row, "message");
+        if exit != Some(1)
+            || text_field(&row, "phase") != "failed"
+            || !message.starts_with("installer failed (1): ")
+            || !message.contains(&format!("release {version} was rolled back"))
+        {
             return Err(format!(
-                "the broken candidate was not refused as expected ({:?}): {}{}",
-                outcome.code, outcome.stdout, outcome.stderr
+                "release {version} did not fail as expected ({exit:?}): {row:?}"
             ));
         }
-        let restored = self.serving(B, B)?;
-        if restored.server_identity != before.server_identity
-            || restored.gateway_pid != before.gateway_pid
-        {
-            return Err(
-                "the rollback did not restore worker B behind the same gateway".to_string(),
-            );
+        let restored = self.settled_on(B)?;
+        if restored.server_identity != before.server_identity {
+            return Err("the rollback changed the server identity".to_string());
         }
         self.say(
-            "broken C",
+            "failed C",
             &format!(
-                "execution-manage apply --scope worker (C): exit 1, {}; rolled back to worker {B} \
-                 (pid {}), gateway pid {} untouched",
-                expected.trim_end(),
-                restored.worker_pid,
-                restored.gateway_pid
+                "update-runner exit 1; the failed row ends with the installer's {:?}; \
+                 current -> releases/{B}, worker and gateway {B} serve again",
+                message.lines().last().unwrap_or("")
             ),
         );
         self.show_services(&restored, B, B);
@@ -556,20 +717,44 @@ impl Demo {
     }
 }
 
-/// A background helper that is killed if the demo fails while it runs.
-struct KillOnDrop(Option<Child>);
-
-impl KillOnDrop {
-    fn take(&mut self) -> Child {
-        self.0.take().expect("the helper is taken once")
+/// A row's message on one line: a failed installer's log tail is counted,
+/// not printed.
+fn summary(row: &JsonObject) -> String {
+    let message = text_field(row, "message");
+    let mut lines = message.lines();
+    let first = lines.next().unwrap_or("").to_string();
+    match lines.count() {
+        0 => first,
+        more => format!("{first} (+{more} more lines of server-update.log)"),
     }
 }
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+fn text_field(row: &JsonObject, key: &str) -> String {
+    row.get(key)
+        .and_then(Json::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The installer's step lines appended to `log` after `start`.
+fn installer_lines(log: &Path, start: u64) -> Vec<String> {
+    let data = fs::read(log).unwrap_or_default();
+    let appended = data.get(start as usize..).unwrap_or_default();
+    String::from_utf8_lossy(appended)
+        .lines()
+        .filter_map(|line| line.strip_prefix(LOG_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+fn private_dir(path: &Path) -> Result<()> {
+    fs::create_dir_all(path)
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(0o700)))
+        .map_err(|err| format!("mkdir {}: {err}", path.display()))
+}
+
+fn private_file(path: &Path, data: &[u8]) -> Result<()> {
+    fs::write(path, data)
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(0o600)))
+        .map_err(|err| format!("write {}: {err}", path.display()))
 }
