@@ -630,6 +630,25 @@ impl Demo {
                 "the update to {version} did not complete ({exit:?}): {row:?}"
             ));
         }
+        let download = format!("/releases/download/v{version}/");
+        let fetched: Vec<String> = self
+            .releases
+            .requests()
+            .into_iter()
+            .filter_map(|path| path.strip_prefix(&download).map(str::to_string))
+            .collect();
+        let archive = format!("agents-server-{version}.tar.gz");
+        for name in [
+            "agents-server-manifest.json",
+            "agents-server-manifest.sig",
+            &archive,
+        ] {
+            if !fetched.iter().any(|fetched| fetched == name) {
+                return Err(format!(
+                    "the runner never fetched {name} of {version}: {fetched:?}"
+                ));
+            }
+        }
         let after = self.settled_on(version)?;
         if after.worker_pid == before.worker_pid
             || after.gateway_pid == before.gateway_pid
