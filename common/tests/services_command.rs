@@ -1,6 +1,6 @@
 //! The real command runner with real processes: captured output, stdin from
 //! /dev/null, Python's returncode for signals, the timeout that kills the
-//! child, a missing program, and the extra environment.
+//! child, a missing program, the extra environment and a discarded stderr.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -82,4 +82,20 @@ fn extra_environment_reaches_the_command() {
         )
         .unwrap();
     assert_eq!(capture.stdout, b"selected");
+}
+
+#[test]
+fn discarded_stderr_is_dev_null_not_a_pipe() {
+    let script = &args(&["sh", "-c", "readlink /proc/$$/fd/2; echo err >&2"]);
+    let discarded = SystemCommandRunner::default()
+        .with_stderr_discarded()
+        .run(script, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(discarded.stdout, b"/dev/null\n");
+    assert!(discarded.stderr.is_empty());
+    let captured = SystemCommandRunner::default()
+        .run(script, Duration::from_secs(10))
+        .unwrap();
+    assert!(captured.stdout.starts_with(b"pipe:["));
+    assert_eq!(captured.stderr, b"err\n");
 }

@@ -8,14 +8,11 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::Read;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::python::{self, PyIp};
-use crate::Result;
+use crate::{CommandRunner, Result, SystemCommandRunner};
 
 /// One side of the connection as Python's `ipaddress` compares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,38 +57,13 @@ pub struct SystemLsof;
 
 impl LsofRunner for SystemLsof {
     fn run(&self, argv: &[String], timeout: Duration) -> Option<Vec<u8>> {
-        let (program, arguments) = argv.split_first()?;
-        let mut child = Command::new(program)
-            .args(arguments)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
+        let capture = SystemCommandRunner::default()
+            .with_clean_environment()
+            .with_environment([("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"), ("LC_ALL", "C")])
+            .with_stderr_discarded()
+            .run(argv, timeout)
             .ok()?;
-        // Drain stdout on a thread so a large listing cannot block the child
-        // while the deadline is enforced here.
-        let mut stdout = child.stdout.take()?;
-        let reader = thread::spawn(move || {
-            let mut output = Vec::new();
-            stdout.read_to_end(&mut output).map(|_| output)
-        });
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
-        let output = reader.join().ok()?.ok()?;
-        status.filter(|s| s.success()).map(|_| output)
+        (capture.status == 0).then_some(capture.stdout)
     }
 }
 
@@ -263,6 +235,7 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::time::Instant;
 
     fn endpoint(ip: &str, port: i128) -> Endpoint {
         Endpoint {

@@ -33,6 +33,7 @@ pub trait CommandRunner {
 pub struct SystemCommandRunner {
     environment: Vec<(OsString, OsString)>,
     clean_environment: bool,
+    discard_stderr: bool,
 }
 
 impl SystemCommandRunner {
@@ -58,6 +59,13 @@ impl SystemCommandRunner {
         self.clean_environment = true;
         self
     }
+
+    /// Sends standard error to `/dev/null` (Python's `stderr=DEVNULL`)
+    /// instead of capturing it; the capture's `stderr` is then empty.
+    pub fn with_stderr_discarded(mut self) -> Self {
+        self.discard_stderr = true;
+        self
+    }
 }
 
 impl CommandRunner for SystemCommandRunner {
@@ -74,7 +82,11 @@ impl CommandRunner for SystemCommandRunner {
             .envs(self.environment.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(if self.discard_stderr {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            })
             .spawn()
             .map_err(|err| Error::from_io_path(&err, Path::new(program)))?;
         // Drain both pipes on their own threads so a chatty command cannot
