@@ -284,54 +284,42 @@ mod tests {
     fn tcp_rows_must_be_established_owned_and_exact() {
         let server = endpoint("127.0.0.1", 8080);
         let client = endpoint("127.0.0.1", 54321);
-        assert!(tcp_table_owns(
-            TCP,
-            false,
-            &inodes(&["41002"]),
-            &server,
-            &client
-        ));
-        // The client's own socket row has the ends swapped.
-        assert!(!tcp_table_owns(
-            TCP,
-            false,
-            &inodes(&["41003"]),
-            &server,
-            &client
-        ));
-        // The listener row is not ESTABLISHED.
-        assert!(!tcp_table_owns(
-            TCP,
-            false,
-            &inodes(&["41001"]),
-            &server,
-            &endpoint("0.0.0.0", 0)
-        ));
-        // Wrong client port.
-        assert!(!tcp_table_owns(
-            TCP,
-            false,
-            &inodes(&["41002"]),
-            &server,
-            &endpoint("127.0.0.1", 1)
-        ));
-        // A dual-stack listener reached through 127.0.0.1 shows a mapped
-        // address in tcp6 and is never taken for 127.0.0.1.
-        assert!(!tcp_table_owns(
-            TCP6,
-            true,
-            &inodes(&["41004"]),
-            &server,
-            &client
-        ));
         let v6_server = endpoint("::1", 8080);
-        assert!(tcp_table_owns(
-            TCP6,
-            true,
-            &inodes(&["41005"]),
-            &v6_server,
-            &endpoint("::1", 54322)
-        ));
+        // (table, ipv6, owned inode, server, client, owned?)
+        let cases = [
+            (TCP, false, "41002", &server, &client, true),
+            // The client's own socket row has the ends swapped.
+            (TCP, false, "41003", &server, &client, false),
+            // The listener row is not ESTABLISHED.
+            (TCP, false, "41001", &server, &endpoint("0.0.0.0", 0), false),
+            // Wrong client port.
+            (
+                TCP,
+                false,
+                "41002",
+                &server,
+                &endpoint("127.0.0.1", 1),
+                false,
+            ),
+            // A dual-stack listener reached through 127.0.0.1 shows a mapped
+            // address in tcp6 and is never taken for 127.0.0.1.
+            (TCP6, true, "41004", &server, &client, false),
+            (
+                TCP6,
+                true,
+                "41005",
+                &v6_server,
+                &endpoint("::1", 54322),
+                true,
+            ),
+        ];
+        for (table, ipv6, inode, server, client, expected) in cases {
+            assert_eq!(
+                tcp_table_owns(table, ipv6, &inodes(&[inode]), server, client),
+                expected,
+                "inode {inode}: {server:?} -> {client:?}"
+            );
+        }
     }
 
     struct RecordedLsof {
@@ -357,6 +345,18 @@ mod tests {
     const LSOF_V4: &[u8] =
         b"p4242\nf9\nn127.0.0.1:8080->127.0.0.1:54321\nf11\nn127.0.0.1:8080->127.0.0.1:54400\n";
     const LSOF_V6: &[u8] = b"p4242\nf7\nn[::1]:8080->[::1]:54322\n";
+
+    /// `darwin_connection_owned` for PID 4242 over recorded `lsof` output.
+    fn lsof_owns(output: &[u8], server: &Endpoint, client: &Endpoint) -> bool {
+        darwin_connection_owned(
+            4242,
+            server,
+            client,
+            Duration::from_secs(1),
+            &lsof(Some(output)),
+        )
+        .unwrap()
+    }
 
     #[test]
     fn lsof_output_proves_the_exact_connection() {
@@ -399,30 +399,13 @@ mod tests {
         .unwrap());
         assert_eq!(v6.calls.borrow()[0].1, Duration::from_secs(2));
         // Swapped ends, other ports, other families: not owned.
-        assert!(!darwin_connection_owned(
-            4242,
-            &client,
-            &server,
-            Duration::from_secs(1),
-            &lsof(Some(LSOF_V4))
-        )
-        .unwrap());
-        assert!(!darwin_connection_owned(
-            4242,
-            &server,
-            &endpoint("127.0.0.1", 1),
-            Duration::from_secs(1),
-            &lsof(Some(LSOF_V4))
-        )
-        .unwrap());
-        assert!(!darwin_connection_owned(
-            4242,
+        assert!(!lsof_owns(LSOF_V4, &client, &server));
+        assert!(!lsof_owns(LSOF_V4, &server, &endpoint("127.0.0.1", 1)));
+        assert!(!lsof_owns(
+            LSOF_V4,
             &endpoint("::1", 8080),
-            &endpoint("::1", 54321),
-            Duration::from_secs(1),
-            &lsof(Some(LSOF_V4))
-        )
-        .unwrap());
+            &endpoint("::1", 54321)
+        ));
         // lsof failing (spawn error, timeout, non-zero exit) proves nothing.
         assert!(!darwin_connection_owned(
             4242,
@@ -439,33 +422,12 @@ mod tests {
         let server = endpoint("127.0.0.1", 8080);
         let client = endpoint("127.0.0.1", 54321);
         let noisy: &[u8] = b"p4242\nn->\nn127.0.0.1->x\nn[::1->[::1]:1\nnlocalhost:8080->127.0.0.1:54321\nn127.0.0.01:8080->127.0.0.1:54321\nf9\nn127.0.0.1:8080->127.0.0.1:54321 (ESTABLISHED)\n";
-        assert!(darwin_connection_owned(
-            4242,
-            &server,
-            &client,
-            Duration::from_secs(1),
-            &lsof(Some(noisy))
-        )
-        .unwrap());
+        assert!(lsof_owns(noisy, &server, &client));
         let only_noise: &[u8] = b"p4242\nn->\nn :1->:2\nf9\n127.0.0.1:8080->127.0.0.1:54321\n";
-        assert!(!darwin_connection_owned(
-            4242,
-            &server,
-            &client,
-            Duration::from_secs(1),
-            &lsof(Some(only_noise))
-        )
-        .unwrap());
+        assert!(!lsof_owns(only_noise, &server, &client));
         // Python's int() spellings are accepted for the port.
         let spelled: &[u8] = b"n127.0.0.1:+8_080->127.0.0.1:054321\n";
-        assert!(darwin_connection_owned(
-            4242,
-            &server,
-            &client,
-            Duration::from_secs(1),
-            &lsof(Some(spelled))
-        )
-        .unwrap());
+        assert!(lsof_owns(spelled, &server, &client));
     }
 
     #[test]
