@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
-use super::io::{ctime_ns, is_type, lstat, mtime_ns, open, permission_bits};
+use super::io::{
+    ctime_ns, fsync_directory_nofollow, is_type, lstat, mtime_ns, open, permission_bits,
+};
 use super::manifest::{same_path, ActivationManifest};
 use super::release::{locate_release, release_matches};
 use crate::error::{Error, Result};
@@ -80,13 +82,13 @@ pub fn flush_activation(root: &Path, value: &ActivationManifest) -> Result<()> {
         }
         seen.push(path.clone());
         flush_tree(&path, false)?;
-        fsync_directory(&super::io::parent_of(&path))?;
+        fsync_directory_nofollow(&super::io::parent_of(&path))?;
         full_barrier(&path.join("VERSION"))?;
         if !release_matches(&path, release)? {
             return Err(Error::runtime("durability runtime identity changed"));
         }
     }
-    fsync_directory(root)
+    fsync_directory_nofollow(root)
 }
 
 /// `flush_tree(root, dependency_prefix=...)`: fsync every regular file and
@@ -322,7 +324,7 @@ fn flush_interpreter(interpreter: &Path) -> Result<()> {
             ));
         }
         flush_tree(&prefix, true)?;
-        fsync_directory(&super::io::parent_of(&prefix))?;
+        fsync_directory_nofollow(&super::io::parent_of(&prefix))?;
     }
     full_barrier(interpreter)?;
     if identity(&info) != identity(&lstat(interpreter)?) {
@@ -345,17 +347,6 @@ fn full_barrier(path: &Path) -> Result<()> {
     rustix::fs::fsync(&descriptor)?;
     #[cfg(any(target_os = "macos", target_os = "ios"))]
     rustix::fs::fcntl_fullfsync(&descriptor)?;
-    Ok(())
-}
-
-/// fsync a directory opened with `O_DIRECTORY | O_NOFOLLOW`.
-fn fsync_directory(path: &Path) -> Result<()> {
-    let descriptor = open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
-        Mode::empty(),
-    )?;
-    rustix::fs::fsync(&descriptor)?;
     Ok(())
 }
 
