@@ -127,12 +127,7 @@ pub fn fsync_directory(path: &Path) -> Result<()> {
 /// 0600 when `private`. Returns the bytes and the permission bits.
 pub fn read_file(path: &Path, private: bool) -> Result<(Vec<u8>, u32)> {
     let path = python_path::pure_path(path);
-    let fd = open(
-        &path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK,
-        Mode::empty(),
-    )?;
-    let info = rustix::fs::fstat(&fd)?;
+    let (fd, info) = open_leaf(&path, OFlags::RDONLY)?;
     let mode = permission_bits(&info);
     if !is_type(&info, FileType::RegularFile)
         || info.st_uid != current_uid()
@@ -262,6 +257,19 @@ fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Result<bool> {
 pub(crate) fn lstat(path: &Path) -> Result<Stat> {
     reject_nul(path)?;
     rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))
+}
+
+/// Opens `path` with `access` without following a leaf symlink or blocking on
+/// a FIFO, and `fstat`s what was opened: the guarded readers judge the opened
+/// inode, never the path, so a file swapped in after the check is not read.
+pub(crate) fn open_leaf(path: &Path, access: OFlags) -> Result<(OwnedFd, Stat)> {
+    let fd = open(
+        path,
+        access | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+        Mode::empty(),
+    )?;
+    let info = rustix::fs::fstat(&fd)?;
+    Ok((fd, info))
 }
 
 /// `os.open` with Python's errors; descriptors are close-on-exec as in Python.

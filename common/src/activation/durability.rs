@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use super::io::{
-    ctime_ns, fsync_directory_nofollow, is_type, lstat, mtime_ns, open, permission_bits,
+    ctime_ns, fsync_directory_nofollow, is_type, lstat, mtime_ns, open, open_leaf, permission_bits,
 };
 use super::manifest::{same_path, ActivationManifest};
 use super::release::{locate_release, release_matches};
@@ -336,12 +336,8 @@ fn flush_interpreter(interpreter: &Path) -> Result<()> {
 /// `_full_barrier(path)`: fsync a regular file, plus `F_FULLFSYNC` on macOS
 /// where fsync alone need not drain the device cache.
 fn full_barrier(path: &Path) -> Result<()> {
-    let descriptor = open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK,
-        Mode::empty(),
-    )?;
-    if !is_type(&rustix::fs::fstat(&descriptor)?, FileType::RegularFile) {
+    let (descriptor, info) = open_leaf(path, OFlags::RDONLY)?;
+    if !is_type(&info, FileType::RegularFile) {
         return Err(Error::runtime("durability anchor is not a regular file"));
     }
     rustix::fs::fsync(&descriptor)?;

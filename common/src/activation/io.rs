@@ -15,7 +15,7 @@ use rustix::io::Errno;
 
 use crate::error::{Error, Result};
 use crate::fs::{current_uid, reject_nul, token_hex};
-pub(crate) use crate::fs::{is_type, lstat, open, permission_bits, write_all};
+pub(crate) use crate::fs::{is_type, lstat, open, open_leaf, permission_bits, write_all};
 
 /// `MAX_CONTROL_BYTES`: the default limit of the private reader (256 KiB).
 pub const ACTIVATION_CONTROL_LIMIT: u64 = 256 * 1024;
@@ -114,12 +114,7 @@ pub(crate) fn read_guarded(path: &Path, maximum: u64, policy: ReadPolicy) -> Res
     } else {
         OFlags::RDONLY
     };
-    let descriptor = open(
-        path,
-        access | OFlags::NOFOLLOW | OFlags::NONBLOCK,
-        Mode::empty(),
-    )?;
-    let before = rustix::fs::fstat(&descriptor)?;
+    let (descriptor, before) = open_leaf(path, access)?;
     let mode = permission_bits(&before);
     let mode_ok = match policy.exact_mode {
         Some(exact) => mode == exact,

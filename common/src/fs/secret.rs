@@ -15,7 +15,9 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use super::write_all;
-use super::{current_uid, is_type, lstat, open, permission_bits, python_path, token_hex};
+use super::{
+    current_uid, is_type, lstat, open, open_leaf, permission_bits, python_path, token_hex,
+};
 use crate::error::{Error, Result};
 
 /// `_read_secret`: the 64 lowercase hex characters of a token that is an owned,
@@ -23,12 +25,7 @@ use crate::error::{Error, Result};
 /// without any symlink.
 pub fn read_secret(path: &Path) -> Result<String> {
     let path = private_parent(path)?;
-    let fd = open(
-        &path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK,
-        Mode::empty(),
-    )?;
-    let info = rustix::fs::fstat(&fd)?;
+    let (fd, info) = open_leaf(&path, OFlags::RDONLY)?;
     if !is_private_file(&info) {
         return Err(Error::runtime(
             "Execution secret must be an owned 0600 regular file",

@@ -6,10 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Access, FileType, Mode, OFlags, Stat};
+use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use super::super::io::{ctime_ns, is_type, lstat, mtime_ns, open, permission_bits, read_up_to};
+use super::super::io::{
+    ctime_ns, is_type, lstat, mtime_ns, open_leaf, permission_bits, read_up_to,
+};
 use super::super::text::hex;
 use crate::error::{Error, Result};
 use crate::fs::{current_uid, parent, pure_path, resolve};
@@ -105,12 +107,7 @@ pub fn directory_pin(path: &Path, private: bool) -> Result<DirectoryPin> {
 /// group/other write (0600 when `private`), at most 16 MiB, whose identity
 /// is the same before, after and at the path once read.
 pub fn read_pinned(path: &Path, private: bool) -> Result<FilePin> {
-    let descriptor = open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK,
-        Mode::empty(),
-    )?;
-    let before = rustix::fs::fstat(&descriptor)?;
+    let (descriptor, before) = open_leaf(path, OFlags::RDONLY)?;
     let mode = permission_bits(&before);
     #[allow(clippy::unnecessary_cast)]
     let oversized = before.st_size as i128 > i128::from(MAX_PROOF_FILE);
