@@ -295,10 +295,13 @@ fn refusals_by_phase_and_missing_publication() {
     let (args, _manifest) = owned(&install);
     replace_config(&args, "service", &source, 0o644).unwrap();
     // The published unit is replaced behind the journal's back: resuming
-    // must not pretend the publication completed.
+    // must not pretend the publication completed. The replacement is created
+    // while the published inode still exists, so the file system cannot hand
+    // the same inode number back (ext4 reuses a freed one at once).
     let unit = install.service_path();
-    fs::remove_file(&unit).unwrap();
-    write_file(&unit, UNIT.as_bytes(), 0o644);
+    let replacement = unit.with_extension("replacement");
+    write_file(&replacement, UNIT.as_bytes(), 0o644);
+    fs::rename(&replacement, &unit).unwrap();
     assert_error(
         replace_config(&args, "service", &source, 0o644),
         ErrorClass::Runtime,
