@@ -14,6 +14,7 @@ mod health;
 mod http_server;
 mod maintenance;
 mod ownership;
+mod private_files;
 mod random;
 mod receipts;
 mod service;

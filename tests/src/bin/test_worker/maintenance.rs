@@ -3,7 +3,7 @@
 //! `state_root/admin/execution-maintenance.json` before it takes effect.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,6 +13,7 @@ use agents_tests::Switches;
 use rustix::fs::OFlags;
 
 use crate::control::{is_canonical_uuid, Refusal};
+use crate::private_files::publish_private;
 use crate::random::uuid4;
 
 /// The eight admission counters, in the order upstream reports them.
@@ -287,20 +288,10 @@ impl Maintenance {
             "worker_instance_id" => self.worker_instance_id.as_str(),
             "lease" => lease.as_ref().map_or(Json::Null, Lease::to_json),
         });
-        let written = (|| -> std::io::Result<()> {
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-                .open(&temporary)?;
-            file.write_all((encode_line(&document, false) + "\n").as_bytes())?;
-            file.sync_all()?;
-            fs::rename(&temporary, &self.path)?;
-            fs::File::open(&directory)?.sync_all()
-        })();
-        let _ = fs::remove_file(&temporary);
-        written.map_err(|err| err.to_string())?;
+        let text = encode_line(&document, false) + "\n";
+        publish_private(&temporary, text.as_bytes(), &self.path)
+            .and_then(|()| fs::File::open(&directory)?.sync_all())
+            .map_err(|err| err.to_string())?;
         self.lease = lease;
         Ok(())
     }

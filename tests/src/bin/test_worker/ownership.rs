@@ -4,11 +4,13 @@
 //! and uninstall probe it and require it to be held.
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use agents_common::current_uid;
-use rustix::fs::{flock, FlockOperation, OFlags};
+use rustix::fs::{flock, FlockOperation};
+
+use crate::private_files::open_lock;
 
 fn owned_directory(path: &Path) -> Result<(), String> {
     fs::DirBuilder::new()
@@ -46,15 +48,7 @@ pub fn acquire_state_ownership(state_root: &Path) -> Result<fs::File, String> {
     owned_directory(&root)?;
     owned_directory(&admin)?;
     let path = admin.join("state-owner.lock");
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-        .open(&path)
-        .map_err(|err| format!("{}: {err}", path.display()))?;
+    let file = open_lock(&path).map_err(|err| format!("{}: {err}", path.display()))?;
     let held = identity(&file.metadata().map_err(|err| err.to_string())?)?;
     match flock(&file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}

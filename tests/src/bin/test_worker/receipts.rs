@@ -3,16 +3,17 @@
 //! helpers trust to find the process.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agents_common::{
     current_uid, encode_line, ensure_execution_secret, parse_json, Json, JsonObject,
 };
-use rustix::fs::{flock, FlockOperation, OFlags};
+use rustix::fs::{flock, FlockOperation};
 
+use crate::private_files::{open_lock, publish_private};
 use crate::random::uuid4_hex;
 
 /// Why the role lock could not be taken.
@@ -47,14 +48,7 @@ impl ProcessLease {
             .map_err(|err| failed("cannot create the runtime directory", &err))?;
         ensure_execution_secret(&directory.join("control.token"))
             .map_err(|err| failed("cannot create the control token", &err))?;
-        let lock = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-            .open(directory.join(format!("{role}.lock")))
+        let lock = open_lock(&directory.join(format!("{role}.lock")))
             .map_err(|err| failed("cannot open the role lock", &err))?;
         let info = lock
             .metadata()
@@ -112,19 +106,8 @@ impl ProcessLease {
         let temporary = self
             .directory
             .join(format!(".{}.{}.tmp", self.role, self.instance_id));
-        let written = (|| -> io::Result<()> {
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-                .open(&temporary)?;
-            file.write_all((encode_line(&Json::Object(receipt), true) + "\n").as_bytes())?;
-            file.sync_all()?;
-            fs::rename(&temporary, self.receipt_path())
-        })();
-        let _ = fs::remove_file(&temporary);
-        written
+        let document = encode_line(&Json::Object(receipt), true) + "\n";
+        publish_private(&temporary, document.as_bytes(), &self.receipt_path())
     }
 
     /// Removes the receipt if it still names this process (a crash leaves it).
