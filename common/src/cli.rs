@@ -448,12 +448,17 @@ fn collect(spec: &'static CommandSpec, matches: &ArgMatches) -> Vec<(&'static st
         .collect()
 }
 
-/// Parses `words` (the arguments after the program name) against `top`.
-pub fn try_parse_command_line(
+/// Parses `words` (the arguments after the program name) against `top`;
+/// tests pass plain `&str` words, a helper its `args_os`.
+pub fn try_parse_command_line<S: AsRef<OsStr>>(
     top: &'static CommandSpec,
-    words: &[OsString],
+    words: &[S],
 ) -> std::result::Result<ParsedArgs, CommandLineExit> {
-    let canonical = classify::canonicalize(top, words)
+    let words: Vec<OsString> = words
+        .iter()
+        .map(|word| word.as_ref().to_os_string())
+        .collect();
+    let canonical = classify::canonicalize(top, &words)
         .map_err(|ambiguous| usage_error(top, ambiguous.spec, &ambiguous.message))?;
     let matches = clap_command(top)
         .try_get_matches_from(&canonical.words)

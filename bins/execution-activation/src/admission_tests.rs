@@ -167,7 +167,6 @@ impl Legacy {
             words.push(flag.to_string());
             words.push(value);
         }
-        let words: Vec<std::ffi::OsString> = words.into_iter().map(Into::into).collect();
         Args::from_parsed(&try_parse_command_line(&SPEC, &words).unwrap())
     }
 }

@@ -227,11 +227,9 @@ impl Args {
 mod tests {
     use super::*;
     use agents_common::{try_parse_command_line, CommandLineExit};
-    use std::ffi::OsString;
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
-        let words: Vec<OsString> = words.iter().map(OsString::from).collect();
-        try_parse_command_line(&SPEC, &words).map(|parsed| Args::from_parsed(&parsed))
+        try_parse_command_line(&SPEC, words).map(|parsed| Args::from_parsed(&parsed))
     }
 
     #[test]
@@ -272,8 +270,9 @@ mod tests {
 
     #[test]
     fn install_sh_stop_invocation_in_both_forms() {
-        // install.sh's `stop` argv (install-sh-contract §2), then the same with `=`.
-        let separate = parse(&[
+        // install.sh's `stop` argv (install-sh-contract §2), then the same
+        // options as `--name=value` with the operation last.
+        let words = [
             "stop",
             "--root",
             "/i",
@@ -309,29 +308,15 @@ mod tests {
             "/u",
             "--expected-native-pid",
             "42",
-        ])
-        .unwrap();
-        let joined = parse(&[
-            "--root=/i",
-            "--config-root=/c",
-            "--state-root=/s",
-            "--home=/h",
-            "--platform=Linux",
-            "--release-dir=/i/releases/1.0.0",
-            "--bind=127.0.0.1",
-            "--port=8765",
-            "--expected-server-identity=srv",
-            "--health-file=",
-            "--managed-update-id=m",
-            "--handoff-file=/f",
-            "--candidate-source=/rt",
-            "--release-version=1.0.0",
-            "--api-contract=3",
-            "--update-file=/u",
-            "--expected-native-pid=42",
-            "stop",
-        ])
-        .unwrap();
+        ];
+        let separate = parse(&words).unwrap();
+        let mut joined: Vec<String> = words[1..]
+            .chunks(2)
+            .map(|pair| format!("{}={}", pair[0], pair[1]))
+            .collect();
+        joined.push("stop".to_string());
+        let joined: Vec<&str> = joined.iter().map(String::as_str).collect();
+        let joined = parse(&joined).unwrap();
         assert_eq!(separate, joined);
         assert_eq!(separate.port, Some(8765));
         assert_eq!(separate.api_contract, 3);

@@ -132,11 +132,9 @@ impl Args {
 mod tests {
     use super::*;
     use agents_common::{try_parse_command_line, CommandLineExit};
-    use std::ffi::OsString;
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
-        let words: Vec<OsString> = words.iter().map(OsString::from).collect();
-        try_parse_command_line(&SPEC, &words).map(|parsed| Args::from_parsed(&parsed))
+        try_parse_command_line(&SPEC, words).map(|parsed| Args::from_parsed(&parsed))
     }
 
     #[test]
