@@ -18,6 +18,8 @@
 //!   tell what it received.
 //! - [`HttpRequest`]: a raw loopback HTTP client for any request, well-formed
 //!   or not.
+//! - [`Outcome`]: how one helper run ended (exit code, stdout, stderr) and the
+//!   checks of success, one JSON line and an exact refusal.
 //! - [`ReleaseHost`]: signed releases (real Ed25519 key, tar.gz archives,
 //!   schema-1 manifests) on 127.0.0.1 for `update-runner`.
 //!
@@ -49,6 +51,7 @@ mod binaries;
 mod cgroup;
 mod fixture;
 mod http_client;
+mod outcome;
 mod poll;
 mod processes;
 mod release_host;
@@ -61,6 +64,7 @@ pub use fixture::{
     free_port, DirectService, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT,
 };
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
+pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, ProcessIdentity};
 pub use release_host::{legacy_release_manifest, ReleaseFile, ReleaseHost};

@@ -237,7 +237,7 @@ fn a_failure_after_commit_leaves_the_committed_journal_for_recover() {
     );
 
     site.apply(&new, "worker")
-        .assert_failure("RuntimeError: pinned HTTP response is invalid");
+        .assert_refused("RuntimeError: pinned HTTP response is invalid");
 
     let serving = site.assert_serving(&new);
     let journal = site.pending_journal().expect("the journal stays pending");

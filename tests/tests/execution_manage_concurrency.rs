@@ -50,7 +50,7 @@ fn of_two_concurrent_applies_exactly_one_proceeds() {
 
     let second = site.apply(&new, "worker");
 
-    second.assert_failure("RuntimeError: another installer owns the installation lock");
+    second.assert_refused("RuntimeError: another installer owns the installation lock");
     assert_eq!(
         site.pending_journal().as_ref(),
         Some(&journal),
@@ -99,7 +99,7 @@ fn apply_is_refused_while_install_sh_holds_the_lock() {
     let mark = site.request_mark(Role::Worker);
 
     site.apply(&new, "worker")
-        .assert_failure("RuntimeError: another installer owns the installation lock");
+        .assert_refused("RuntimeError: another installer owns the installation lock");
     assert!(site.requests_since(Role::Worker, mark).is_empty());
 
     assert_eq!(

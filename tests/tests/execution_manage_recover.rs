@@ -460,7 +460,7 @@ fn recover_refuses_a_journal_whose_files_changed_outside_it() {
     let mark = site.request_mark(Role::Worker);
 
     site.recover()
-        .assert_failure("RuntimeError: gateway configuration changed outside execution activation");
+        .assert_refused("RuntimeError: gateway configuration changed outside execution activation");
 
     assert_eq!(site.pending_journal(), journal, "the journal is untouched");
     assert_eq!(std::fs::read(&unit).unwrap(), edited, "the edit is kept");
@@ -503,7 +503,7 @@ fn recover_refuses_a_restored_server_of_another_identity_and_can_be_retried() {
         },
     );
 
-    site.recover().assert_failure(
+    site.recover().assert_refused(
         "RuntimeError: authenticated server identity changed during activation recovery",
     );
 

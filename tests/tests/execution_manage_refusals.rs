@@ -62,7 +62,7 @@ fn another_operation_holding_worker_admission_refuses_before_staging() {
     let state = untouched(&site);
 
     site.apply(&site.layout(NEW, OLD), "worker")
-        .assert_failure("RuntimeError: another execution operation already owns worker admission");
+        .assert_refused("RuntimeError: another execution operation already owns worker admission");
 
     assert_eq!(
         state.assert_unchanged(&site),
@@ -99,7 +99,7 @@ fn a_worker_receipt_naming_another_process_refuses_before_any_credential() {
     )
     .unwrap();
 
-    site.apply(&site.layout(NEW, OLD), "worker").assert_failure(
+    site.apply(&site.layout(NEW, OLD), "worker").assert_refused(
         "RuntimeError: native worker or callback receipt changed before credentials were sent",
     );
 
@@ -141,7 +141,7 @@ fn a_transitioning_service_refuses_before_anything() {
         (site.layout(NEW, OLD), "worker"),
         (site.layout(OLD, NEW), "gateway"),
     ] {
-        site.apply(&layout, scope).assert_failure(
+        site.apply(&layout, scope).assert_refused(
             "RuntimeError: native service is transitioning; retry after it settles",
         );
     }
@@ -177,7 +177,7 @@ fn a_layout_file_that_is_not_private_is_refused() {
         "--scope".as_ref(),
         "worker".as_ref(),
     ])
-    .assert_failure(&format!(
+    .assert_refused(&format!(
         "PermissionError: execution configuration is unsafe: {}",
         file.display()
     ));
@@ -192,7 +192,7 @@ fn a_layout_file_that_is_not_private_is_refused() {
         "--scope".as_ref(),
         "worker".as_ref(),
     ])
-    .assert_failure(&format!(
+    .assert_refused(&format!(
         "OSError: [Errno 40] Too many levels of symbolic links: '{}'",
         link.display()
     ));
@@ -216,10 +216,10 @@ fn symlinked_roots_are_refused_by_every_command() {
         linked_root.display()
     );
 
-    site.apply(&layout, "worker").assert_failure(&refusal);
+    site.apply(&layout, "worker").assert_refused(&refusal);
     for command in ["recover", "inspect"] {
         site.manage(&[command.as_ref(), "--root".as_ref(), linked_root.as_os_str()])
-            .assert_failure(&refusal);
+            .assert_refused(&refusal);
     }
 
     fs::remove_file(&linked_root).unwrap();
@@ -236,9 +236,9 @@ fn a_worker_change_that_also_changes_the_gateway_is_refused_at_staging() {
     let state = untouched(&site);
 
     site.apply(&site.layout(NEW, NEW), "worker")
-        .assert_failure("ValueError: worker activation changes another component's configuration");
+        .assert_refused("ValueError: worker activation changes another component's configuration");
     site.apply(&site.layout(NEW, NEW), "migration")
-        .assert_failure("ValueError: execution layout already exists; migration is not an update");
+        .assert_refused("ValueError: execution layout already exists; migration is not an update");
 
     // The preflight ran for both (health through the gateway, then status).
     assert_eq!(state.assert_unchanged(&site), ["GET status", "GET status"]);
@@ -266,7 +266,7 @@ fn a_legacy_monolith_is_not_migrated_directly() {
 
     // No split runtime: the private worker receipt cannot even be looked for.
     site.apply(&site.layout(NEW, NEW), "migration")
-        .assert_failure(&format!(
+        .assert_refused(&format!(
             "FileNotFoundError: [Errno 2] No such file or directory: '{}'",
             site.installation.runtime_dir().display()
         ));
@@ -301,7 +301,7 @@ fn nothing_to_recover_or_inspect_is_the_missing_journal() {
             "--root".as_ref(),
             site.installation.install_root.as_os_str(),
         ])
-        .assert_failure(&format!(
+        .assert_refused(&format!(
             "FileNotFoundError: [Errno 2] No such file or directory: '{}'",
             journal.display()
         ));
@@ -342,7 +342,7 @@ fn a_layout_for_the_other_platform_is_refused_under_the_lock() {
     layout.platform = "Darwin".to_string();
 
     site.apply(&layout, "worker")
-        .assert_failure("ValueError: native execution platform does not match this host");
+        .assert_refused("ValueError: native execution platform does not match this host");
 
     assert!(state.assert_unchanged(&site).is_empty());
 }

@@ -61,7 +61,7 @@ fn a_worker_that_never_reaches_health_is_replaced_by_the_old_one_again() {
     site.switch(Role::Worker, Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_failure("RuntimeError: execution components did not reach authenticated health");
+    outcome.assert_refused("RuntimeError: execution components did not reach authenticated health");
     let after = site.assert_serving(&old);
     assert_eq!(
         after.gateway_pid, before.gateway_pid,
@@ -138,7 +138,7 @@ fn a_gateway_that_never_reaches_health_rolls_back_only_the_gateway() {
     site.switch(Role::Gateway, Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_failure("RuntimeError: execution components did not reach authenticated health");
+    outcome.assert_refused("RuntimeError: execution components did not reach authenticated health");
     let after = site.assert_serving(&old);
     assert_eq!(
         (after.worker_pid, &after.worker_instance_id),
@@ -198,7 +198,7 @@ fn a_worker_refusing_the_seal_before_its_stop_is_restored_under_a_new_hold() {
     site.switch(Role::Worker, Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_failure("RuntimeError: pinned HTTP response is invalid");
+    outcome.assert_refused("RuntimeError: pinned HTTP response is invalid");
     let after = site.assert_serving(&old);
     assert_eq!(after.gateway_pid, before.gateway_pid);
     assert_rolled_back(&site, &disk, "worker");
@@ -284,7 +284,7 @@ fn a_candidate_with_another_server_identity_is_never_committed() {
     site.switch(Role::Worker, Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_failure("ValueError: activation changed the authenticated server identity");
+    outcome.assert_refused("ValueError: activation changed the authenticated server identity");
     let after = site.assert_serving(&old);
     assert_eq!(after.gateway_pid, before.gateway_pid);
     assert_rolled_back(&site, &disk, "worker");
@@ -309,7 +309,7 @@ fn a_failed_start_of_a_first_install_removes_everything_it_published() {
 
     let outcome = site.apply(&new, "migration");
 
-    outcome.assert_failure("RuntimeError: native service command failed (systemctl --user)");
+    outcome.assert_refused("RuntimeError: native service command failed (systemctl --user)");
     assert_rolled_back(&site, &disk, "migration");
     assert_eq!(disk.worker_unit, None);
     assert_eq!(disk.manifest, None);
@@ -353,7 +353,7 @@ fn a_busy_worker_refuses_admission_and_only_the_journal_is_retired() {
     );
 
     site.apply(&site.layout(NEW, OLD), "worker")
-        .assert_failure("RuntimeError: pinned HTTP response is invalid");
+        .assert_refused("RuntimeError: pinned HTTP response is invalid");
 
     let records = site.requests_since(Role::Worker, mark);
     // Preflight, the refused acquire, and the failure handling's look at
@@ -391,7 +391,7 @@ fn a_sealing_refusal_before_any_stop_releases_the_acquired_hold() {
     );
 
     site.apply(&site.layout(NEW, OLD), "worker")
-        .assert_failure("RuntimeError: pinned HTTP response is invalid");
+        .assert_refused("RuntimeError: pinned HTTP response is invalid");
 
     assert_eq!(
         control_requests(
@@ -445,7 +445,7 @@ fn another_operation_winning_admission_before_the_seal_keeps_its_hold() {
     let foreign = site.acquire_foreign_lease("00000000-0000-4000-8000-000000000002");
     let outcome = finish(child);
 
-    outcome.assert_failure("RuntimeError: another operation owns worker maintenance admission");
+    outcome.assert_refused("RuntimeError: another operation owns worker maintenance admission");
     assert_untouched_services(&site, &before);
     assert_rolled_back(&site, &disk, "worker");
     assert_eq!(site.worker_lease(), foreign, "the winner's hold is intact");
@@ -479,7 +479,7 @@ fn a_failed_migration_of_a_lone_worker_needs_the_managed_updater() {
     );
 
     site.apply(&site.layout(NEW, NEW), "migration")
-        .assert_failure(
+        .assert_refused(
             "RuntimeError: legacy migration rollback requires managed updater health verification",
         );
 

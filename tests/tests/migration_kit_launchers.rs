@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agents_tests::{poll_until, TempDir, HELPERS};
-use migration_kit_support::{seeds_dir, FakeRelease, Outcome};
+use agents_tests::{poll_until, Outcome, TempDir, HELPERS};
+use migration_kit_support::{seeds_dir, FakeRelease};
 
 /// The interpreter install.sh would find for `detect` under an older release:
 /// the system python3, not the staged runtime's.

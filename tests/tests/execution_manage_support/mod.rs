@@ -9,7 +9,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use agents_common::{
     encode_indented, json_object, layout_manifest, parse_json, render_service, ExecutionLayout,
     Json, GATEWAY_UNIT, WORKER_UNIT,
 };
+pub use agents_tests::Outcome;
 use agents_tests::{
     binary_path, free_port, origin_address, poll_until, HttpRequest, Installation, RequestRecord,
     Role, Sandbox, Switches, AGENT_TOKEN, SERVICE_TIMEOUT,
@@ -41,57 +42,6 @@ pub struct Site {
     pub installation: Installation,
     /// The public port of every layout of this site.
     pub port: u16,
-}
-
-/// Exit status and output of one helper run.
-#[derive(Debug)]
-pub struct Outcome {
-    /// Exit code (`None`: killed by a signal).
-    pub code: Option<i32>,
-    /// Everything printed on stdout.
-    pub stdout: String,
-    /// Everything printed on stderr.
-    pub stderr: String,
-}
-
-impl Outcome {
-    fn of(output: Output) -> Outcome {
-        Outcome {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-
-    /// Exit 0 with exactly `stdout` and nothing on stderr.
-    pub fn assert_success(&self, stdout: &str) {
-        assert_eq!(
-            (self.code, self.stdout.as_str(), self.stderr.as_str()),
-            (Some(0), stdout, ""),
-            "helper outcome"
-        );
-    }
-
-    /// Exit 0 with one JSON line on stdout; returns it parsed.
-    pub fn assert_ok_json(&self) -> Json {
-        assert_eq!(
-            (self.code, self.stderr.as_str()),
-            (Some(0), ""),
-            "stdout: {}",
-            self.stdout
-        );
-        assert!(self.stdout.ends_with('\n') && self.stdout.matches('\n').count() == 1);
-        parse_json(self.stdout.as_bytes()).expect("stdout is JSON")
-    }
-
-    /// Exit 1, nothing on stdout, exactly `line` on stderr.
-    pub fn assert_failure(&self, line: &str) {
-        assert_eq!(
-            (self.code, self.stdout.as_str(), self.stderr.as_str()),
-            (Some(1), "", &*format!("{line}\n")),
-            "helper outcome"
-        );
-    }
 }
 
 /// The files an activation may change, as found on disk.
@@ -222,7 +172,7 @@ impl Site {
 
     /// Runs the helper with `args` to completion.
     pub fn manage<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Outcome {
-        Outcome::of(
+        Outcome::from(
             self.command()
                 .args(args)
                 .output()
@@ -550,7 +500,7 @@ pub fn finish(mut child: Child) -> Outcome {
         let _ = child.wait();
         panic!("{message}");
     }
-    Outcome::of(child.wait_with_output().expect("collect the helper output"))
+    Outcome::from(child.wait_with_output().expect("collect the helper output"))
 }
 
 /// The control requests (status and maintenance) of one worker instance, as

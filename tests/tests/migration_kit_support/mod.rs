@@ -223,26 +223,3 @@ pub fn launcher_block(text: &str) -> Option<&str> {
     let end = text.find(end_marker)? + end_marker.len();
     Some(&text[start..end])
 }
-
-/// Output of a command as one comparable value.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// The exit code (`None` when a signal ended it).
-    pub code: Option<i32>,
-    /// Everything on stdout.
-    pub stdout: String,
-    /// Everything on stderr.
-    pub stderr: String,
-}
-
-impl Outcome {
-    /// Runs the command to completion.
-    pub fn of(command: &mut Command) -> Outcome {
-        let output = command.stdin(Stdio::null()).output().expect("spawn");
-        Outcome {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-}

@@ -43,60 +43,32 @@ pub const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 /// change the world, well inside the helper's 5 s request timeout.
 pub const STALL_SECONDS: f64 = 3.0;
 
-/// Exit status and output of one helper run.
-#[derive(Debug)]
-pub struct Outcome {
-    /// Exit code (`None`: killed by a signal).
-    pub code: Option<i32>,
-    /// Everything printed on stdout.
-    pub stdout: String,
-    /// Everything printed on stderr.
-    pub stderr: String,
+/// A helper outcome ([`agents_tests::Outcome`], whose fields and checks it
+/// derefs to) plus the one check only update-handoff needs: its result line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome(agents_tests::Outcome);
+
+impl std::ops::Deref for Outcome {
+    type Target = agents_tests::Outcome;
+
+    fn deref(&self) -> &agents_tests::Outcome {
+        &self.0
+    }
 }
 
 impl Outcome {
     fn of(output: Output) -> Outcome {
-        Outcome {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-
-    /// Exit 1, nothing on stdout, exactly `line` on stderr.
-    #[track_caller]
-    pub fn assert_refused(&self, line: &str) {
-        assert_eq!(
-            (self.code, self.stdout.as_str(), self.stderr.as_str()),
-            (Some(1), "", &*format!("{line}\n")),
-            "helper outcome"
-        );
-    }
-
-    /// Exit 1, nothing on stdout, one stderr line; returns it.
-    #[track_caller]
-    pub fn refusal_line(&self) -> &str {
-        assert_eq!((self.code, self.stdout.as_str()), (Some(1), ""), "{self:?}");
-        assert!(
-            self.stderr.ends_with('\n') && self.stderr.matches('\n').count() == 1,
-            "one stderr line: {self:?}"
-        );
-        self.stderr.trim_end()
+        Outcome(agents_tests::Outcome::from(output))
     }
 
     /// Exit 0, nothing on stderr, exactly the seed's result line for a
     /// release of `worker_instance_id` (sorted keys, `json.dumps` spacing).
     #[track_caller]
     pub fn assert_released(&self, already_released: bool, worker_instance_id: &str) {
-        let line = format!(
+        self.assert_success(&format!(
             "{{\"already_released\": {already_released}, \"operation_id\": \"{OPERATION}\", \
              \"released\": true, \"worker_instance_id\": \"{worker_instance_id}\"}}\n"
-        );
-        assert_eq!(
-            (self.code, self.stdout.as_str(), self.stderr.as_str()),
-            (Some(0), line.as_str(), ""),
-            "helper outcome"
-        );
+        ));
     }
 }
 
