@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agents_common::{
@@ -18,7 +18,8 @@ use agents_common::{
 };
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
-    ReleaseFile, ReleaseHost, Role, Sandbox, SandboxError, Switches, AGENT_TOKEN,
+    ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
+    AGENT_TOKEN,
 };
 
 use crate::installer::{interpreter, FAULT_FILE, LOG_PREFIX};
@@ -35,6 +36,18 @@ const UPDATE_B: &str = "b0b0b0b0b0b04b0b8b0b0b0b0b0b0b0b";
 const UPDATE_C: &str = "c0c0c0c0c0c04c0c8c0c0c0c0c0c0c0c";
 /// How long services and helpers may take for one step.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The worker hotfix support staff try to pin, on disk beside A.
+const HOTFIX: &str = "1.0.1";
+/// How long worker A holds back its reply to the pin's admission acquire:
+/// the window in which `inspect` must see the activation pending.
+const ACQUIRE_STALL_SECONDS: f64 = 1.5;
+/// What `apply --scope worker` prints when an agent run starts before the
+/// worker is sealed: the worker answers the seal with 409, and the pinned
+/// control client accepts only 200.
+const PIN_REFUSED: &str = "RuntimeError: pinned HTTP response is invalid\n";
+/// What `apply --scope worker` prints once install.sh has published the units.
+const PIN_NOT_RETAINED: &str =
+    "RuntimeError: retained service configuration no longer matches its layout\n";
 /// State the installation keeps across an uninstall (chat history).
 const STATE_FILE: &str = "sessions.json";
 /// The activation journal install.sh keeps while it activates a release.
@@ -148,8 +161,10 @@ impl Demo {
     fn steps(&self) -> Result<()> {
         self.releases()?;
         self.install(A)?;
+        self.pin_refused_by_new_work(HOTFIX)?;
         self.update_to(B)?;
         self.broken_candidate(C)?;
+        self.pin_after_managed_updates(HOTFIX)?;
         self.uninstall()
     }
 
@@ -295,12 +310,16 @@ impl Demo {
     /// state the uninstall must keep, and B and C signed on the release
     /// host (C carries the fault its installer trips over).
     fn releases(&self) -> Result<()> {
-        let release = self.installation.add_release(A);
-        let python = release.join(".venv/bin/python");
         let interpreter = interpreter(self.root())?;
-        fs::remove_file(&python)
-            .and_then(|()| std::os::unix::fs::symlink(&interpreter, &python))
-            .map_err(|err| format!("link {}: {err}", python.display()))?;
+        for version in [A, HOTFIX] {
+            let python = self
+                .installation
+                .add_release(version)
+                .join(".venv/bin/python");
+            fs::remove_file(&python)
+                .and_then(|()| std::os::unix::fs::symlink(&interpreter, &python))
+                .map_err(|err| format!("link {}: {err}", python.display()))?;
+        }
         let installation = &self.installation;
         for root in [
             &installation.install_root,
@@ -355,8 +374,8 @@ impl Demo {
         self.say(
             "releases",
             &format!(
-                "A {A} in install/releases/ (its .venv/bin/python3.11 is the test worker); B {B} and C \
-                 {C} signed (Ed25519) on {}; roots install/ config/ state/ (0700) beside HOME",
+                "A {A} and the worker hotfix {HOTFIX} in install/releases/ (their .venv/bin/python3.11 \
+                 is the test worker); B {B} and C {C} signed (Ed25519) on {}; roots install/ config/ state/ (0700) beside HOME",
                 self.releases.release_base()
             ),
         );
@@ -426,8 +445,7 @@ impl Demo {
     /// and write the handoff install.sh proves its stop with.
     fn seal_handoff(&self, update_id: &str, serving: &Serving, worker: &str) -> Result<PathBuf> {
         let layout = self.layout(worker, worker);
-        let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
-        let native = NativeServices::with_runner(&layout, Box::new(runner));
+        let native = self.native_services(&layout);
         let operation = format!(
             "{}-{}-{}-{}-{}",
             &update_id[..8],
@@ -455,6 +473,12 @@ impl Demo {
         private_dir(&directory)?;
         private_file(&path, &encode_indented(&Json::Object(handoff)))?;
         Ok(path)
+    }
+
+    /// The installation's units through the sandbox's manager.
+    fn native_services(&self, layout: &ExecutionLayout) -> NativeServices {
+        let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
+        NativeServices::with_runner(layout, Box::new(runner))
     }
 
     fn admin(&self) -> PathBuf {
@@ -589,21 +613,22 @@ impl Demo {
         Ok((exit.code(), row))
     }
 
-    /// The journal is gone, `current` names `version`, both services run
-    /// it and the activation's admission hold is released.
-    fn settled_on(&self, version: &str) -> Result<Serving> {
+    /// The journal is gone, `current` names the gateway's release, systemd
+    /// runs worker and gateway from these releases and the activation's
+    /// admission hold is released.
+    fn settled_on(&self, worker: &str, gateway: &str) -> Result<Serving> {
         for journal in [ACTIVATION_JOURNAL, TRANSACTION_NAME] {
             if fs::symlink_metadata(self.root().join(journal)).is_ok() {
                 return Err(format!("the journal {journal} is left behind"));
             }
         }
         let current = fs::read_link(self.root().join("current")).ok();
-        if current.as_deref() != Some(self.installation.release_dir(version).as_path()) {
+        if current.as_deref() != Some(self.installation.release_dir(gateway).as_path()) {
             return Err(format!(
-                "`current` does not name release {version}: {current:?}"
+                "`current` does not name release {gateway}: {current:?}"
             ));
         }
-        let serving = self.serving(version, version)?;
+        let serving = self.serving(worker, gateway)?;
         let held = self
             .health()?
             .get("execution_service")
@@ -649,7 +674,7 @@ impl Demo {
                 ));
             }
         }
-        let after = self.settled_on(version)?;
+        let after = self.settled_on(version, version)?;
         if after.worker_pid == before.worker_pid
             || after.gateway_pid == before.gateway_pid
             || after.server_identity != before.server_identity
@@ -675,7 +700,7 @@ impl Demo {
                 "release {version} did not fail as expected ({exit:?}): {row:?}"
             ));
         }
-        let restored = self.settled_on(B)?;
+        let restored = self.settled_on(B, B)?;
         if restored.server_identity != before.server_identity {
             return Err("the rollback changed the server identity".to_string());
         }
@@ -689,6 +714,234 @@ impl Demo {
         );
         self.show_services(&restored, B, B);
         Ok(())
+    }
+
+    /// Support staff pin the worker to the hotfix `version` with
+    /// `execution-manage apply --scope worker` while worker A is idle. Worker
+    /// A holds back its reply to the admission `acquire` (which already took
+    /// effect) for a moment, so the activation is observably pending:
+    /// `execution-manage inspect` must print exactly the pending journal's id
+    /// and the operation that owns worker A's lease, in phase `prepared`.
+    /// Then an agent run starts before the seal: the worker refuses to seal,
+    /// and the activation rolls its journal back and releases the admission
+    /// before any service changed.
+    fn pin_refused_by_new_work(&self, version: &str) -> Result<()> {
+        let before = self.serving(A, A)?;
+        let mark = self.installation.requests(Role::Worker).len();
+        let stalled_acquire = Switches {
+            stall: Some(Stall {
+                on: RequestMatch::maintenance("acquire"),
+                seconds: ACQUIRE_STALL_SECONDS,
+            }),
+            ..Switches::default()
+        };
+        self.installation
+            .set_switches(Role::Worker, &stalled_acquire);
+        let child = self
+            .apply_command(&self.layout(version, A), "worker")?
+            .spawn()
+            .map_err(|err| format!("execution-manage: {err}"))?;
+        let mut child = KillOnDrop(Some(child));
+        let held = try_poll_until(STEP_TIMEOUT, "worker A to hold back its acquire", || {
+            let stalled = self.installation.requests(Role::Worker)[mark..]
+                .iter()
+                .any(|record| {
+                    record.pid == before.worker_pid
+                        && record.action.as_deref() == Some("acquire")
+                        && record.outcome == "stalled"
+                });
+            if stalled {
+                return Some(true);
+            }
+            (!child.running()).then_some(false)
+        })?;
+        if !held {
+            let outcome = Outcome::of(
+                child
+                    .take()
+                    .wait_with_output()
+                    .map_err(|err| format!("execution-manage: {err}"))?,
+            );
+            return Err(format!(
+                "apply --scope worker ended before its acquire ({:?}): {}{}",
+                outcome.code, outcome.stdout, outcome.stderr
+            ));
+        }
+        let inspected = self.pending_activation(&before)?;
+        self.say(
+            "inspect",
+            &format!(
+                "execution-manage inspect --root install/ while the pin to {version} waits: {}",
+                inspected.trim_end()
+            ),
+        );
+        let busy = Switches {
+            blockers: vec![("active_runs".to_string(), 1)],
+            ..Switches::default()
+        };
+        self.installation.set_switches(Role::Worker, &busy);
+        let outcome = Outcome::of(
+            child
+                .take()
+                .wait_with_output()
+                .map_err(|err| format!("execution-manage: {err}"))?,
+        );
+        self.installation
+            .set_switches(Role::Worker, &Switches::default());
+        if outcome.code != Some(1) || !outcome.stdout.is_empty() || outcome.stderr != PIN_REFUSED {
+            return Err(format!(
+                "the pin was not refused as expected ({:?}): {}{}",
+                outcome.code, outcome.stdout, outcome.stderr
+            ));
+        }
+        let seal_refused = self.installation.requests(Role::Worker)[mark..]
+            .iter()
+            .any(|record| {
+                record.pid == before.worker_pid
+                    && record.action.as_deref() == Some("seal")
+                    && record.status == 409
+            });
+        if !seal_refused {
+            return Err("the busy worker never refused the pin's seal".to_string());
+        }
+        let id = inspected_field(&inspected, "id")?;
+        let retired = self
+            .root()
+            .join(format!(".execution-completed-{id}"))
+            .join("manifest.json");
+        let phase = fs::read(&retired)
+            .ok()
+            .and_then(|data| parse_json(&data).ok())
+            .and_then(|journal| {
+                journal
+                    .get("phase")
+                    .and_then(Json::as_str)
+                    .map(str::to_string)
+            });
+        if phase.as_deref() != Some("rolled-back") {
+            return Err(format!(
+                "the inspected activation was not retired as rolled back: {phase:?}"
+            ));
+        }
+        let after = self.settled_on(A, A)?;
+        if after.worker_pid != before.worker_pid
+            || after.gateway_pid != before.gateway_pid
+            || after.server_identity != before.server_identity
+        {
+            return Err(format!(
+                "the refused pin changed a service: worker pid {} -> {}, gateway pid {} -> {}",
+                before.worker_pid, after.worker_pid, before.gateway_pid, after.gateway_pid
+            ));
+        }
+        self.say(
+            "refused",
+            &format!(
+                "an agent run started before the seal: worker {A} answered it 409, apply --scope \
+                 worker exit 1, {}; activation {id} rolled back and retired, admission released, \
+                 worker pid {} and gateway pid {} untouched",
+                PIN_REFUSED.trim_end(),
+                after.worker_pid,
+                after.gateway_pid
+            ),
+        );
+        self.show_services(&after, A, A);
+        Ok(())
+    }
+
+    /// The same pin after the managed updates is refused before anything is
+    /// staged, as upstream refuses it: install.sh's publish wrote the units
+    /// 0644, and `apply` retains only a unit byte- and mode-equal to its own
+    /// rendering (0600).
+    fn pin_after_managed_updates(&self, version: &str) -> Result<()> {
+        let before = self.serving(B, B)?;
+        let gateway_unit = self.sandbox.unit_dir().join(GATEWAY_UNIT);
+        let mode = fs::metadata(&gateway_unit)
+            .map(|info| info.permissions().mode() & 0o777)
+            .map_err(|err| format!("{}: {err}", gateway_unit.display()))?;
+        let retired = completed_journals(self.root());
+        let output = self
+            .apply_command(&self.layout(version, B), "worker")?
+            .output()
+            .map_err(|err| format!("execution-manage: {err}"))?;
+        let outcome = Outcome::of(output);
+        if outcome.code != Some(1)
+            || !outcome.stdout.is_empty()
+            || outcome.stderr != PIN_NOT_RETAINED
+        {
+            return Err(format!(
+                "the pin after the managed updates was not refused as expected ({:?}): {}{}",
+                outcome.code, outcome.stdout, outcome.stderr
+            ));
+        }
+        if mode != 0o644 || completed_journals(self.root()) != retired {
+            return Err(format!(
+                "the refusal is not the retained-unit check: gateway unit mode {mode:o}, \
+                 journals {retired:?}"
+            ));
+        }
+        let after = self.settled_on(B, B)?;
+        if (after.worker_pid, after.gateway_pid) != (before.worker_pid, before.gateway_pid) {
+            return Err("the refused pin changed a service".to_string());
+        }
+        self.say(
+            "pin again",
+            &format!(
+                "apply --scope worker ({version}) after the managed updates: exit 1, {}; the \
+                 units install.sh published are 0644, apply retains only its own 0600 rendering; \
+                 nothing staged or changed",
+                PIN_NOT_RETAINED.trim_end()
+            ),
+        );
+        Ok(())
+    }
+
+    /// `execution-manage inspect --root install/` during the pin, checked
+    /// against the pending journal on disk and the worker's own lease;
+    /// returns its stdout line.
+    fn pending_activation(&self, serving: &Serving) -> Result<String> {
+        let journal = self.root().join(TRANSACTION_NAME).join("manifest.json");
+        let journal_before =
+            fs::read(&journal).map_err(|err| format!("the pending journal: {err}"))?;
+        let output = self
+            .helper("execution-manage")
+            .arg("inspect")
+            .arg("--root")
+            .arg(self.root())
+            .output()
+            .map_err(|err| format!("execution-manage: {err}"))?;
+        let stdout = Outcome::of(output).success("inspect")?;
+        if fs::read(&journal).ok().as_deref() != Some(journal_before.as_slice()) {
+            return Err("inspect changed the pending journal".to_string());
+        }
+        let id = parse_json(&journal_before)
+            .ok()
+            .and_then(|journal| journal.get("id").and_then(Json::as_str).map(str::to_string))
+            .ok_or("the pending journal has no id")?;
+        let layout = self.layout(A, A);
+        let native = self.native_services(&layout);
+        let (record, status) = WorkerControl::new()
+            .services(&native)
+            .status(&layout)
+            .map_err(|err| format!("the worker's status: {err}"))?;
+        let operation = status
+            .get("lease")
+            .and_then(|lease| lease.get("operation_id"))
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_string();
+        if record.get("pid") != Some(&Json::from(serving.worker_pid)) || operation.is_empty() {
+            return Err(format!("the worker holds no admission lease: {status:?}"));
+        }
+        let expected = format!(
+            "{{\"id\": \"{id}\", \"operation_id\": \"{operation}\", \"phase\": \"prepared\", \
+             \"scope\": \"worker\"}}\n"
+        );
+        if stdout != expected {
+            return Err(format!(
+                "inspect printed {stdout:?}, not the pending activation {expected:?}"
+            ));
+        }
+        Ok(stdout)
     }
 
     /// `uninstall --yes` as a user runs uninstall.sh: roots from the
@@ -776,4 +1029,57 @@ fn private_file(path: &Path, data: &[u8]) -> Result<()> {
     fs::write(path, data)
         .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(0o600)))
         .map_err(|err| format!("write {}: {err}", path.display()))
+}
+
+/// A field of the `inspect` line the demo already checked.
+fn inspected_field(line: &str, key: &str) -> Result<String> {
+    parse_json(line.trim_end().as_bytes())
+        .ok()
+        .and_then(|inspected| {
+            inspected
+                .get(key)
+                .and_then(Json::as_str)
+                .map(str::to_string)
+        })
+        .ok_or(format!("inspect printed no {key}: {line}"))
+}
+
+/// A helper child that is killed and reaped if the demo fails while it runs.
+struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    fn take(&mut self) -> Child {
+        self.0.take().expect("the helper is taken once")
+    }
+
+    /// Whether the helper has not exited yet.
+    fn running(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The names of the retired execution journals under `root`, sorted.
+fn completed_journals(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(".execution-completed-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
