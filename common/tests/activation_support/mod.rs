@@ -10,15 +10,20 @@
 #![allow(dead_code)] // each test file uses a different part of this support
 
 use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agents_common::{
     active_worker_release, canonical_manifest_bytes, encode_indented, json_object, layout_manifest,
     link_state, parse_json, release_identity, release_matches, render_service, uuid5_url,
-    write_new_private, Error, ErrorClass, ExecutionLayout, Json, JsonObject,
+    write_new_private, ExecutionLayout, Json, JsonObject,
 };
+
+#[path = "../shared_support/mod.rs"]
+mod shared_support;
+#[allow(unused_imports)] // each test file uses a different part
+pub use shared_support::{assert_error, make_dir, set_mode, write_file};
 
 static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
 
@@ -682,37 +687,4 @@ fn replace_symlink(link: &Path, target: &Path) {
 
 pub fn text(path: &Path) -> String {
     path.to_str().unwrap().to_string()
-}
-
-/// `mkdir` with an exact mode whatever the umask.
-pub fn make_dir(path: &Path, mode: u32) {
-    fs::create_dir(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
-    set_mode(path, mode);
-}
-
-/// Write a file with an exact mode whatever the umask.
-pub fn write_file(path: &Path, data: &[u8], mode: u32) {
-    fs::write(path, data).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    set_mode(path, mode);
-}
-
-pub fn set_mode(path: &Path, mode: u32) {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// Assert the Python class and exact message of an error.
-#[track_caller]
-pub fn assert_error<T: std::fmt::Debug>(
-    result: Result<T, Error>,
-    class: ErrorClass,
-    message: &str,
-) {
-    match result {
-        Ok(value) => panic!("expected {class:?} {message:?}, got Ok({value:?})"),
-        Err(error) => assert_eq!(
-            (error.class(), error.message()),
-            (class, message),
-            "unexpected error"
-        ),
-    }
 }

@@ -14,6 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use agents_common::{Error, ErrorClass};
 
+#[path = "../shared_support/mod.rs"]
+mod shared_support;
+#[allow(unused_imports)] // each test file uses a different part
+pub use shared_support::{make_dir, set_mode, write_file};
+
 /// A uid that owns nothing of ours (`nobody`).
 pub const OTHER_UID: u32 = 65534;
 
@@ -51,22 +56,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.path);
     }
-}
-
-/// Writes `data` to a new or existing file and sets exactly `mode`.
-pub fn write_file(path: &Path, data: &[u8], mode: u32) {
-    fs::write(path, data).unwrap();
-    set_mode(path, mode);
-}
-
-/// Creates a directory with exactly `mode`.
-pub fn make_dir(path: &Path, mode: u32) {
-    fs::create_dir(path).unwrap();
-    set_mode(path, mode);
-}
-
-pub fn set_mode(path: &Path, mode: u32) {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// The permission bits (`S_IMODE`) without following a symlink.
