@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod pty;
+pub mod split;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

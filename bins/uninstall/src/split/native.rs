@@ -2,7 +2,7 @@
 //! (`execution_manage.NativeServices`): the snapshot in its Python dict
 //! shape, boot-time enablement, graceful stop and start, and reload.
 
-use agents_common::{Error, ExecutionLayout, Result, ServiceSnapshot};
+use agents_common::{ExecutionLayout, NativeServices, Result, ServiceSnapshot};
 
 /// The native service manager of an installed layout.
 pub trait Native: ServiceSnapshot {
@@ -16,11 +16,26 @@ pub trait Native: ServiceSnapshot {
     fn reload(&self) -> Result<()>;
 }
 
-/// The host's native service manager for `layout`.
-pub fn native_services(_layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
-    // The shared NativeServices adapter is not in the workspace yet; refusing
-    // here keeps every service and file untouched.
-    Err(Error::runtime(
-        "native service control is not available in this build",
-    ))
+impl Native for NativeServices {
+    fn set_enabled(&self, role: &str, enabled: bool) -> Result<()> {
+        NativeServices::set_enabled(self, role, enabled)
+    }
+
+    fn stop(&self, role: &str) -> Result<()> {
+        NativeServices::stop(self, role)
+    }
+
+    fn start(&self, role: &str) -> Result<()> {
+        NativeServices::start(self, role)
+    }
+
+    fn reload(&self) -> Result<()> {
+        NativeServices::reload(self)
+    }
+}
+
+/// The host's native service manager for `layout` (ValueError `native
+/// execution platform does not match this host` on another platform).
+pub fn native_services(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
+    Ok(Box::new(NativeServices::new(layout)?))
 }

@@ -1,0 +1,766 @@
+//! The split uninstall against a real systemd user manager running the
+//! test worker as worker and gateway: the upstream scenario catalogue of
+//! `test_execution_uninstall.py`, refusals that keep everything, failures
+//! after services changed, and retried runs after SIGKILL.
+
+mod uninstall_support;
+
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_tests::Role;
+use uninstall_support::split::*;
+use uninstall_support::*;
+
+fn refusal(message: &str) -> String {
+    format!("Cannot uninstall the separate gateway/execution layout: {message}\n")
+}
+
+#[test]
+fn an_idle_pair_is_removed_and_state_kept() {
+    let Some(case) = SplitCase::start("an_idle_pair_is_removed_and_state_kept") else {
+        return;
+    };
+    let state_before = case.state_files();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.stderr, "");
+    case.assert_removed(&outcome, true);
+    assert_eq!(case.state_files(), state_before, "state kept byte for byte");
+    assert_eq!(
+        case.maintenance_actions(),
+        ["acquire", "seal"],
+        "no release"
+    );
+}
+
+#[test]
+fn the_script_form_hands_the_split_layout_over() {
+    let Some(case) = SplitCase::start("the_script_form_hands_the_split_layout_over") else {
+        return;
+    };
+    let i = &case.installation;
+    let mut env = case.env();
+    env.push((
+        "AGENTS_SERVER_INSTALL_DIR".into(),
+        i.install_root.clone().into(),
+    ));
+    env.push((
+        "AGENTS_SERVER_CONFIG_DIR".into(),
+        i.config_root.clone().into(),
+    ));
+    env.push((
+        "AGENTS_SERVER_STATE_DIR".into(),
+        i.state_root.clone().into(),
+    ));
+    let outcome = run(Implementation::Port, &env, &["--yes"], Input::Null);
+    assert_eq!(outcome.stderr, "");
+    case.assert_removed(&outcome, true);
+}
+
+#[test]
+fn purging_removes_state_and_only_the_alias_that_names_it() {
+    let test = "purging_removes_state_and_only_the_alias_that_names_it";
+    let unrelated = agents_tests::TempDir::new("uninstall-unrelated");
+    write_file(&unrelated.path().join("keep.txt"), b"not ours\n", 0o644);
+    let Some(case) = SplitCase::start_with(test, |installation| {
+        std::os::unix::fs::symlink(
+            &installation.state_root,
+            installation.home.join(".zenithbot-agent"),
+        )
+        .unwrap();
+        // A link inside the install root is removed, never followed.
+        std::os::unix::fs::symlink(
+            unrelated.path(),
+            installation.install_root.join("elsewhere"),
+        )
+        .unwrap();
+    }) else {
+        return;
+    };
+    let state = case.installation.state_root.to_str().unwrap().to_string();
+    let typed = format!("{state}\ny\n");
+    let outcome = case.run(&["--purge-state"], Input::Terminal(typed.into_bytes()));
+    // stdout is a pipe, so Python's input() writes the prompts there.
+    let prompts = format!(
+        "Type the exact state path to confirm ({state}): Remove both idle services, runtime and \
+         configuration? [y/N] "
+    );
+    case.assert_removed_after_prompts(&outcome, &prompts, false);
+    assert!(outcome.stderr.is_empty(), "{outcome:?}");
+    assert!(std::fs::symlink_metadata(case.installation.home.join(".zenithbot-agent")).is_err());
+    assert_eq!(
+        std::fs::read(unrelated.path().join("keep.txt")).unwrap(),
+        b"not ours\n"
+    );
+}
+
+#[test]
+fn an_alias_to_another_directory_survives_a_purge() {
+    let test = "an_alias_to_another_directory_survives_a_purge";
+    let other = agents_tests::TempDir::new("uninstall-other-state");
+    let Some(case) = SplitCase::start_with(test, |installation| {
+        std::os::unix::fs::symlink(other.path(), installation.home.join(".zenithbot-agent"))
+            .unwrap();
+    }) else {
+        return;
+    };
+    let state = case.installation.state_root.to_str().unwrap().to_string();
+    let outcome = case.run(
+        &["--purge-state", "--yes"],
+        Input::Terminal(format!("{state}\n").into_bytes()),
+    );
+    let prompt = format!("Type the exact state path to confirm ({state}): ");
+    case.assert_removed_after_prompts(&outcome, &prompt, false);
+    assert!(std::fs::symlink_metadata(case.installation.home.join(".zenithbot-agent")).is_ok());
+}
+
+#[test]
+fn group_writable_directories_inside_a_release_are_removable() {
+    let test = "group_writable_directories_inside_a_release_are_removable";
+    let Some(case) = SplitCase::start_with(test, |installation| {
+        for dir in ["__pycache__", ".venv/lib"] {
+            make_dir(&installation.release_dir("1.0.0").join(dir), 0o775);
+        }
+    }) else {
+        return;
+    };
+    let outcome = case.run(&["--yes"], Input::Null);
+    case.assert_removed(&outcome, true);
+}
+
+/// Runs with `--yes` and checks a refusal that kept everything: files,
+/// both services (same PIDs, enabled) and the worker's admission.
+#[track_caller]
+fn assert_kept(case: &SplitCase, message: &str) {
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert_eq!(outcome.stderr, refusal(message));
+    assert_eq!(outcome.stdout, "");
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    case.assert_services_untouched();
+    case.assert_worker_unheld();
+    assert!(case.intent().is_none());
+    assert!(!case
+        .installation
+        .install_root
+        .join(".install-lock")
+        .exists());
+}
+
+#[test]
+fn roots_that_are_not_private_are_refused() {
+    let Some(case) = SplitCase::start("roots_that_are_not_private_are_refused") else {
+        return;
+    };
+    for (root, mode) in [
+        (&case.installation.install_root, 0o755),
+        (&case.installation.config_root, 0o770),
+    ] {
+        std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        // Neither is exactly 0700, as a private removal root must be.
+        let message = format!(
+            "execution directory permissions are unsafe: {}",
+            root.display()
+        );
+        assert_kept(&case, &message);
+        std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+    }
+    assert!(case.maintenance_actions().is_empty());
+}
+
+#[test]
+fn a_foreign_directory_in_a_removal_tree_is_refused() {
+    let Some(case) = SplitCase::start("a_foreign_directory_in_a_removal_tree_is_refused") else {
+        return;
+    };
+    let venv = case.installation.release_dir("1.1.0").join(".venv");
+    std::os::unix::fs::chown(&venv, Some(4242), None).unwrap();
+    assert_kept(
+        &case,
+        "managed removal tree contains an inaccessible or foreign directory",
+    );
+    std::os::unix::fs::chown(&venv, Some(0), None).unwrap();
+    std::fs::set_permissions(&venv, std::os::unix::fs::PermissionsExt::from_mode(0o655)).unwrap();
+    assert_kept(
+        &case,
+        "managed removal tree contains an inaccessible or foreign directory",
+    );
+}
+
+#[test]
+fn a_busy_worker_or_a_foreign_lease_is_refused() {
+    let Some(case) = SplitCase::start("a_busy_worker_or_a_foreign_lease_is_refused") else {
+        return;
+    };
+    case.switches(
+        Role::Worker,
+        agents_tests::Switches {
+            blockers: vec![("active_runs".to_string(), 1)],
+            ..Default::default()
+        },
+    );
+    assert_kept(
+        &case,
+        "execution is busy or another operation owns admission",
+    );
+    assert!(case.maintenance_actions().is_empty(), "no hold requested");
+    case.switches(Role::Worker, agents_tests::Switches::default());
+    // Another operation holds the worker's admission.
+    let record = case.installation.receipt(Role::Worker).unwrap();
+    let address = agents_tests::origin_address(
+        record
+            .get("callback_origin")
+            .and_then(agents_common::Json::as_str)
+            .unwrap(),
+    )
+    .unwrap();
+    let body = format!(
+        "{{\"action\": \"acquire\", \"expected_worker_instance_id\": \"{}\", \"operation_id\": \"11111111-2222-4333-8444-555555555555\"}}",
+        case.services.worker_instance_id()
+    );
+    let response = agents_tests::HttpRequest::post_json("/api/admin/execution/maintenance", body)
+        .bearer(&case.installation.control_token())
+        .send(address)
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.code(), 1);
+    assert_eq!(
+        outcome.stderr,
+        refusal("execution is busy or another operation owns admission")
+    );
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    case.assert_services_untouched();
+    let lease = case.worker_status();
+    assert_eq!(
+        lease
+            .get("lease")
+            .and_then(|lease| lease.get("operation_id")),
+        Some(&agents_common::Json::from(
+            "11111111-2222-4333-8444-555555555555"
+        )),
+        "the foreign lease is untouched"
+    );
+}
+
+#[test]
+fn a_pending_update_is_refused() {
+    let Some(case) = SplitCase::start("a_pending_update_is_refused") else {
+        return;
+    };
+    let status = case
+        .installation
+        .state_root
+        .join("admin/server-update.json");
+    for phase in ["pending", "starting", "verifying", "installing", "unknown"] {
+        write_file(
+            &status,
+            format!("{{\"phase\": \"{phase}\"}}\n").as_bytes(),
+            0o600,
+        );
+        assert_kept(
+            &case,
+            "an update or prepared candidate is pending; cancel or finish it before uninstalling",
+        );
+    }
+    write_file(&status, b"{\"phase\": \"idle\"}\n", 0o644);
+    assert_kept(
+        &case,
+        &format!("execution configuration is unsafe: {}", status.display()),
+    );
+}
+
+#[test]
+fn a_foreign_unit_or_moved_current_is_refused() {
+    let Some(case) = SplitCase::start("a_foreign_unit_or_moved_current_is_refused") else {
+        return;
+    };
+    let unit = case.sandbox.unit_dir().join(GATEWAY_UNIT);
+    let original = std::fs::read(&unit).unwrap();
+    let mut foreign = original.clone();
+    foreign.extend_from_slice(b"# edited\n");
+    std::fs::write(&unit, &foreign).unwrap();
+    assert_kept(
+        &case,
+        "native service configuration is not this installed execution layout",
+    );
+    assert_eq!(
+        std::fs::read(&unit).unwrap(),
+        foreign,
+        "the foreign unit is untouched"
+    );
+    std::fs::write(&unit, &original).unwrap();
+    case.installation
+        .set_current(&case.installation.release_dir("1.0.0"));
+    assert_kept(
+        &case,
+        "gateway current link no longer matches its installed generation",
+    );
+}
+
+#[test]
+fn a_busy_preparation_runner_is_refused() {
+    let Some(case) = SplitCase::start("a_busy_preparation_runner_is_refused") else {
+        return;
+    };
+    let preparation = case
+        .installation
+        .install_root
+        .join(".update-preparations")
+        .join("a".repeat(32));
+    make_dir(preparation.parent().unwrap(), 0o700);
+    make_dir(&preparation, 0o700);
+    let lock = preparation.join("runner.lock");
+    write_file(&lock, b"", 0o600);
+    // `-o`: flock itself holds the lock, so killing it releases the lock.
+    let mut holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&lock)
+        .args(["sleep", "600"])
+        .spawn()
+        .expect("util-linux flock runs");
+    agents_tests::poll_until(std::time::Duration::from_secs(5), "flock holds", || {
+        let file = std::fs::File::open(&lock).ok()?;
+        // Held when a non-blocking shared lock is refused.
+        let held =
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared).is_err();
+        held.then_some(())
+    });
+    assert_kept(
+        &case,
+        "another process still owns execution or candidate preparation",
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let name = case
+        .installation
+        .install_root
+        .join(".update-preparations/not-a-candidate");
+    make_dir(&name, 0o700);
+    assert_kept(
+        &case,
+        "unknown candidate preparation directory; no files were removed",
+    );
+}
+
+#[test]
+fn a_stopped_worker_without_an_intent_is_refused() {
+    let Some(case) = SplitCase::start("a_stopped_worker_without_an_intent_is_refused") else {
+        return;
+    };
+    case.sandbox.systemctl_ok(&["stop", WORKER_UNIT]);
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.code(), 1);
+    assert_eq!(
+        outcome.stderr,
+        refusal(
+            "safe uninstall requires a healthy running worker and gateway; stopped or broken \
+             installations require ownership recovery"
+        )
+    );
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    assert_eq!(case.unit(WORKER_UNIT).active_state, "inactive");
+    assert_eq!(case.unit(GATEWAY_UNIT).main_pid, case.services.gateway_pid);
+}
+
+fn stall(on: agents_tests::RequestMatch, seconds: f64) -> agents_tests::Switches {
+    agents_tests::Switches {
+        stall: Some(agents_tests::Stall { on, seconds }),
+        ..Default::default()
+    }
+}
+
+/// Waits until the worker logged a request to `path` (and `action`) with
+/// this outcome, at least `count` times.
+fn wait_for_request(
+    case: &SplitCase,
+    path: &str,
+    action: Option<&str>,
+    outcome: &str,
+    count: usize,
+) {
+    agents_tests::poll_until(
+        std::time::Duration::from_secs(30),
+        &format!("{count} {outcome} request(s) to {path} {action:?}"),
+        || {
+            let seen = case
+                .requests(Role::Worker)
+                .into_iter()
+                .filter(|record| {
+                    record.path == path
+                        && record.action.as_deref() == action
+                        && record.outcome == outcome
+                })
+                .count();
+            (seen >= count).then_some(())
+        },
+    );
+}
+
+const MAINTENANCE: &str = "/api/admin/execution/maintenance";
+const STATUS: &str = "/api/admin/execution/status";
+
+/// Re-runs until the uninstall completes (a run killed during a native stop
+/// may leave a unit settling); every failed attempt must keep the files.
+fn retry_until_removed(case: &SplitCase) {
+    for attempt in 1..=5 {
+        case.switches(Role::Worker, agents_tests::Switches::default());
+        let outcome = case.run(&["--yes"], Input::Null);
+        if outcome.code() == 0 {
+            case.assert_removed(&outcome, true);
+            return;
+        }
+        assert!(
+            outcome
+                .stderr
+                .starts_with("Cannot uninstall the separate gateway/execution layout: "),
+            "attempt {attempt}: {outcome:?}"
+        );
+        assert!(case.installation.install_root.join("releases").exists());
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    panic!("the retried uninstall never completed");
+}
+
+#[test]
+fn a_failing_worker_stop_gives_everything_back() {
+    let test = "a_failing_worker_stop_gives_everything_back";
+    let Some(case) = SplitCase::start_with(test, |installation| {
+        // A drop-in (the unit file itself stays exactly as rendered).
+        let dropin = installation
+            .home
+            .join(".config/systemd/user")
+            .join(format!("{WORKER_UNIT}.d"));
+        write_file(
+            &dropin.join("refuse.conf"),
+            b"[Unit]\nRefuseManualStop=yes\n",
+            0o644,
+        );
+    }) else {
+        return;
+    };
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert!(
+        outcome
+            .stderr
+            .starts_with("Cannot uninstall the separate gateway/execution layout: ")
+            && !outcome.stderr.contains("ownership verification"),
+        "the stop error itself: {outcome:?}"
+    );
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    // The gateway was started again, both are enabled, the worker never stopped.
+    let gateway = case.sandbox.wait_for_unit(
+        GATEWAY_UNIT,
+        std::time::Duration::from_secs(15),
+        "running again",
+        |state| state.is_running(),
+    );
+    assert_ne!(gateway.main_pid, case.services.gateway_pid, "a new gateway");
+    assert_eq!(gateway.unit_file_state, "enabled");
+    let worker = case.unit(WORKER_UNIT);
+    assert_eq!(worker.main_pid, case.services.worker_pid);
+    assert_eq!(worker.unit_file_state, "enabled");
+    assert_eq!(case.maintenance_actions(), ["acquire", "seal", "release"]);
+    case.assert_worker_unheld();
+    assert!(case.intent().is_none(), "the intent was withdrawn");
+}
+
+#[test]
+fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
+    let test = "a_held_state_lease_keeps_everything_and_a_retry_finishes";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    let lease = case.installation.state_root.join("admin/state-owner.lock");
+    // Waits for the worker's lock and holds it once the worker has stopped.
+    let mut holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&lease)
+        .args(["sleep", "600"])
+        .spawn()
+        .expect("util-linux flock runs");
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert_eq!(
+        outcome.stderr,
+        refusal(
+            "uninstall stopped before file removal; service/admission recovery requires \
+             ownership verification"
+        )
+    );
+    // Only the intent appeared; both services were disabled and stopped.
+    assert_eq!(
+        changes(&before, &case.kept_tree()),
+        [
+            "+ install/.execution-uninstall.json",
+            "- units/default.target.wants",
+            "- units/default.target.wants/agents-server-gateway.service",
+            "- units/default.target.wants/agents-server.service",
+        ]
+    );
+    assert_eq!(case.phase().as_deref(), Some("sealed"));
+    assert_eq!(
+        case.maintenance_actions(),
+        ["acquire", "seal"],
+        "no release"
+    );
+    for unit in [WORKER_UNIT, GATEWAY_UNIT] {
+        let state = case.unit(unit);
+        assert_eq!(
+            (state.active_state.as_str(), state.main_pid),
+            ("inactive", 0),
+            "{unit}"
+        );
+    }
+    // Still held: the retry refuses the same way and changes nothing.
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(
+        outcome.stderr,
+        refusal("another process still owns execution or candidate preparation")
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // A provider child still registered keeps everything.
+    let children = case
+        .installation
+        .state_root
+        .join("admin/provider-children.json");
+    write_file(&children, b"{\"children\": [{\"pid\": 4242}]}\n", 0o600);
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(
+        outcome.stderr,
+        refusal("provider child ownership remains unresolved; runtime files were retained")
+    );
+    // A retry must keep the data-removal choice.
+    let state = case.installation.state_root.to_str().unwrap().to_string();
+    let outcome = case.run(
+        &["--yes", "--purge-state"],
+        Input::Terminal(format!("{state}\n").into_bytes()),
+    );
+    assert!(
+        outcome.stderr.ends_with(&refusal(
+            "retry must preserve the existing uninstall data-removal choice"
+        )),
+        "{outcome:?}"
+    );
+    write_file(&children, b"{\"children\": []}\n", 0o600);
+    assert_eq!(case.phase().as_deref(), Some("sealed"));
+    let outcome = case.run(&["--yes"], Input::Null);
+    case.assert_removed(&outcome, true);
+    assert_eq!(
+        case.maintenance_actions(),
+        ["acquire", "seal"],
+        "never contacted again"
+    );
+}
+
+#[test]
+fn a_lost_seal_reply_is_adopted_and_released() {
+    let Some(case) = SplitCase::start("a_lost_seal_reply_is_adopted_and_released") else {
+        return;
+    };
+    // The seal takes effect, but its reply comes after the 5 s client timeout.
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("seal"), 8.0),
+    );
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert!(
+        !outcome.stderr.contains("ownership verification"),
+        "{outcome:?}"
+    );
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    assert_eq!(case.maintenance_actions(), ["acquire", "seal", "release"]);
+    case.assert_worker_unheld();
+    case.assert_services_untouched();
+    assert!(case.intent().is_none());
+}
+
+#[test]
+fn a_refused_hold_withdraws_the_intent() {
+    let Some(case) = SplitCase::start("a_refused_hold_withdraws_the_intent") else {
+        return;
+    };
+    for (refused, actions) in [
+        ("acquire", &["acquire"][..]),
+        ("seal", &["acquire", "acquire", "seal", "release"][..]),
+    ] {
+        case.switches(
+            Role::Worker,
+            agents_tests::Switches {
+                refuse: vec![refused.to_string()],
+                ..Default::default()
+            },
+        );
+        let before = case.kept_tree();
+        let outcome = case.run(&["--yes"], Input::Null);
+        assert_eq!(outcome.code(), 1, "{outcome:?}");
+        assert!(
+            !outcome.stderr.contains("ownership verification"),
+            "{outcome:?}"
+        );
+        assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+        assert_eq!(case.maintenance_actions(), actions);
+        case.assert_worker_unheld();
+        case.assert_services_untouched();
+        assert!(case.intent().is_none());
+    }
+}
+
+#[test]
+fn a_pending_update_after_the_seal_releases_the_hold() {
+    let test = "a_pending_update_after_the_seal_releases_the_hold";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("seal"), 1.5),
+    );
+    let running = case.start_run();
+    wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
+    write_file(
+        &case
+            .installation
+            .state_root
+            .join("admin/server-update.json"),
+        b"{\"phase\": \"pending\"}\n",
+        0o600,
+    );
+    let outcome = running.finish();
+    assert_eq!(
+        outcome.stderr,
+        refusal(
+            "an update or prepared candidate is pending; cancel or finish it before uninstalling"
+        )
+    );
+    assert_eq!(case.maintenance_actions(), ["acquire", "seal", "release"]);
+    case.assert_worker_unheld();
+    case.assert_services_untouched();
+    assert!(case.intent().is_none());
+}
+
+#[test]
+fn sigkill_while_requesting_the_hold_then_a_retry_finishes() {
+    let test = "sigkill_while_requesting_the_hold_then_a_retry_finishes";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("acquire"), 30.0),
+    );
+    let running = case.start_run();
+    wait_for_request(&case, MAINTENANCE, Some("acquire"), "stalled", 1);
+    assert_eq!(case.phase().as_deref(), Some("prepared"));
+    running.signal(rustix::process::Signal::KILL);
+    let outcome = running.finish();
+    assert!(outcome.status.code().is_none(), "killed: {outcome:?}");
+    // The dead uninstaller's lock and intent remain; services untouched.
+    assert!(case
+        .installation
+        .install_root
+        .join(".install-lock")
+        .exists());
+    case.assert_services_untouched();
+    retry_until_removed(&case);
+}
+
+#[test]
+fn sigkill_after_sealing_then_a_retry_finishes() {
+    let Some(case) = SplitCase::start("sigkill_after_sealing_then_a_retry_finishes") else {
+        return;
+    };
+    let running = case.start_run();
+    case.wait_for_phase("sealed");
+    running.signal(rustix::process::Signal::KILL);
+    let _ = running.finish();
+    retry_until_removed(&case);
+}
+
+/// Kills the uninstaller while it asks the worker's status before stopping
+/// it, i.e. after the gateway has stopped.
+fn kill_between_the_two_stops(case: &SplitCase) {
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("seal"), 2.0),
+    );
+    let running = case.start_run();
+    wait_for_request(case, MAINTENANCE, Some("seal"), "stalled", 1);
+    let statuses_before = case
+        .requests(Role::Worker)
+        .iter()
+        .filter(|record| record.path == STATUS)
+        .count();
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::path(STATUS), 60.0),
+    );
+    wait_for_request(case, STATUS, None, "stalled", 1);
+    assert!(
+        case.requests(Role::Worker)
+            .iter()
+            .filter(|record| record.path == STATUS)
+            .count()
+            > statuses_before
+    );
+    running.signal(rustix::process::Signal::KILL);
+    let _ = running.finish();
+    case.switches(Role::Worker, agents_tests::Switches::default());
+    assert_eq!(case.phase().as_deref(), Some("sealed"));
+    let gateway = case.unit(GATEWAY_UNIT);
+    assert_eq!(
+        (gateway.active_state.as_str(), gateway.main_pid),
+        ("inactive", 0)
+    );
+    assert_eq!(case.unit(WORKER_UNIT).main_pid, case.services.worker_pid);
+}
+
+#[test]
+fn sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes() {
+    let test = "sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    kill_between_the_two_stops(&case);
+    let outcome = case.run(&["--yes"], Input::Null);
+    case.assert_removed(&outcome, true);
+}
+
+#[test]
+fn a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall() {
+    let test = "a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    kill_between_the_two_stops(&case);
+    case.sandbox.systemctl_ok(&["restart", WORKER_UNIT]);
+    let operation = case
+        .intent()
+        .and_then(|intent| intent.get("operation_id").cloned())
+        .unwrap();
+    let restarted = case
+        .installation
+        .wait_for_receipt(Role::Worker, "of a new worker", |record| {
+            record.get("pid") != Some(&agents_common::Json::from(case.services.worker_pid))
+        });
+    // Its startup hold is the interrupted uninstall's sealed lease.
+    let status = case.worker_status();
+    let lease = status.get("lease").unwrap();
+    assert_eq!(lease.get("operation_id"), Some(&operation), "{status:?}");
+    assert_eq!(lease.get("sealed"), Some(&agents_common::Json::Bool(true)));
+    let outcome = case.run(&["--yes"], Input::Null);
+    case.assert_removed(&outcome, true);
+    let pid = restarted
+        .get("pid")
+        .and_then(agents_common::Json::as_int)
+        .unwrap();
+    assert!(!agents_tests::process_alive(pid as u32));
+}
