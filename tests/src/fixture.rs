@@ -333,6 +333,45 @@ impl Installation {
         RequestRecord::read_all(&self.state_root, role)
     }
 
+    /// The requests a role logged after `mark` (an earlier count of
+    /// [`Installation::requests`]).
+    pub fn requests_since(&self, role: Role, mark: usize) -> Vec<RequestRecord> {
+        self.requests(role).into_iter().skip(mark).collect()
+    }
+
+    /// The running worker's private callback listener, from its receipt.
+    pub fn worker_callback(&self) -> SocketAddr {
+        let receipt = self
+            .receipt(Role::Worker)
+            .expect("the worker has a receipt");
+        origin_address(
+            receipt
+                .get("callback_origin")
+                .and_then(Json::as_str)
+                .unwrap_or_default(),
+        )
+        .expect("the receipt has a callback origin")
+    }
+
+    /// The running worker's private status, asked directly with the control
+    /// token (the answer must be 200).
+    pub fn worker_status(&self) -> Json {
+        let response = HttpRequest::get("/api/admin/execution/status")
+            .bearer(&self.control_token())
+            .send(self.worker_callback())
+            .expect("the worker answers status");
+        assert_eq!(response.status, 200, "status: {:?}", response.detail());
+        response.json()
+    }
+
+    /// The lease the worker's status reports (`null` when none is held).
+    pub fn worker_lease(&self) -> Json {
+        self.worker_status()
+            .get("lease")
+            .cloned()
+            .expect("status carries the lease")
+    }
+
     /// Why the role's starts failed so far (empty when none did).
     pub fn startup_errors(&self, role: Role) -> String {
         fs::read_to_string(errors_log_path(&self.state_root, role)).unwrap_or_default()

@@ -19,8 +19,8 @@ use agents_common::{
 };
 pub use agents_tests::Outcome;
 use agents_tests::{
-    binary_path, free_port, origin_address, poll_until, HttpRequest, Installation, RequestRecord,
-    Role, Sandbox, Switches, AGENT_TOKEN, SERVICE_TIMEOUT,
+    binary_path, free_port, poll_until, HttpRequest, Installation, RequestRecord, Role, Sandbox,
+    Switches, AGENT_TOKEN, SERVICE_TIMEOUT,
 };
 
 /// The release installed at the start of every test.
@@ -383,36 +383,14 @@ impl Site {
             .to_string()
     }
 
-    fn callback(&self) -> std::net::SocketAddr {
-        let receipt = self
-            .installation
-            .receipt(Role::Worker)
-            .expect("the worker has a receipt");
-        origin_address(
-            receipt
-                .get("callback_origin")
-                .and_then(Json::as_str)
-                .unwrap_or_default(),
-        )
-        .expect("the receipt has a callback origin")
-    }
-
     /// The running worker's private status, asked directly.
     pub fn worker_status(&self) -> Json {
-        let response = HttpRequest::get(STATUS)
-            .bearer(&self.installation.control_token())
-            .send(self.callback())
-            .expect("the worker answers status");
-        assert_eq!(response.status, 200, "status: {:?}", response.detail());
-        response.json()
+        self.installation.worker_status()
     }
 
     /// The running worker's lease (`null` when nothing holds admission).
     pub fn worker_lease(&self) -> Json {
-        self.worker_status()
-            .get("lease")
-            .cloned()
-            .expect("status carries the lease")
+        self.installation.worker_lease()
     }
 
     /// Takes the worker's admission for another operation, as a concurrent
@@ -429,7 +407,7 @@ impl Site {
             agents_common::encode_compact(&body).expect("encode"),
         )
         .bearer(&self.installation.control_token())
-        .send(self.callback())
+        .send(self.installation.worker_callback())
         .expect("the worker answers maintenance");
         assert_eq!(response.status, 200, "acquire: {:?}", response.detail());
         response.json().get("lease").cloned().expect("a lease")
@@ -442,11 +420,7 @@ impl Site {
 
     /// The requests a role logged after `mark`.
     pub fn requests_since(&self, role: Role, mark: usize) -> Vec<RequestRecord> {
-        self.installation
-            .requests(role)
-            .into_iter()
-            .skip(mark)
-            .collect()
+        self.installation.requests_since(role, mark)
     }
 
     /// Replaces a role's misbehaviour switches.

@@ -19,8 +19,8 @@ use agents_common::{
     encode_compact, encode_indented, json_object, parse_json, ExecutionLayout, Json, JsonObject,
 };
 use agents_tests::{
-    binary_path, free_port, origin_address, poll_until, try_poll_until, HttpRequest, Installation,
-    RequestMatch, RequestRecord, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
+    binary_path, free_port, poll_until, try_poll_until, HttpRequest, Installation, RequestMatch,
+    RequestRecord, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
 };
 
 /// The worker's private status path.
@@ -266,17 +266,7 @@ impl Case {
 
     /// The worker's private callback listener (from its current receipt).
     pub fn callback(&self) -> SocketAddr {
-        let receipt = self
-            .installation
-            .receipt(Role::Worker)
-            .expect("worker.json");
-        origin_address(
-            receipt
-                .get("callback_origin")
-                .and_then(Json::as_str)
-                .unwrap_or_default(),
-        )
-        .expect("a callback origin")
+        self.installation.worker_callback()
     }
 
     /// The running worker's receipt instance id.
@@ -340,20 +330,12 @@ impl Case {
 
     /// The worker's private status, asked directly.
     pub fn worker_status(&self) -> Json {
-        let response = HttpRequest::get(STATUS)
-            .bearer(&self.installation.control_token())
-            .send(self.callback())
-            .expect("the worker answers status");
-        assert_eq!(response.status, 200, "status: {:?}", response.detail());
-        response.json()
+        self.installation.worker_status()
     }
 
     /// The lease the worker reports (`null` when none is held).
     pub fn worker_lease(&self) -> Json {
-        self.worker_status()
-            .get("lease")
-            .cloned()
-            .expect("status carries the lease")
+        self.installation.worker_lease()
     }
 
     /// Asserts the worker still holds exactly the case's sealed lease.
@@ -382,11 +364,7 @@ impl Case {
 
     /// The worker's requests after `mark`.
     pub fn requests_since(&self, mark: usize) -> Vec<RequestRecord> {
-        self.installation
-            .requests(Role::Worker)
-            .into_iter()
-            .skip(mark)
-            .collect()
+        self.installation.requests_since(Role::Worker, mark)
     }
 
     /// The maintenance requests (their actions) the worker logged after `mark`.
