@@ -325,7 +325,8 @@ fn receipt_reports_both_components_in_python_key_order() {
 #[test]
 fn receipt_refuses_health_that_does_not_match_the_owned_receipts() {
     let mismatch = "authenticated gateway/worker health does not match owned runtime receipts";
-    let edits: Vec<(&str, Box<dyn Fn(&mut JsonObject)>)> = vec![
+    type HealthEdit = Box<dyn Fn(&mut JsonObject)>;
+    let edits: Vec<(&str, HealthEdit)> = vec![
         (
             "ok false",
             Box::new(|h| {

@@ -251,12 +251,15 @@ pub fn lease(lease_id: &str, operation: &str, sealed: bool) -> Json {
     Json::Object(lease)
 }
 
+/// What a test runs when the service manager is asked the nth time.
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// A native service manager stand-in: each `snapshot_json` call returns the
 /// next scripted snapshot (the last one repeats) and runs the call's hook,
 /// so a test can change the world between the pre-check and the re-check.
 pub struct FakeServices {
     snapshots: Mutex<Vec<JsonObject>>,
-    hooks: Mutex<Vec<(usize, Box<dyn FnOnce() + Send>)>>,
+    hooks: Mutex<Vec<(usize, Hook)>>,
     calls: Mutex<usize>,
 }
 
