@@ -21,12 +21,12 @@ pub use download::{
     METADATA_DOWNLOAD_DEADLINE_SECONDS,
 };
 pub use manifest::{ReleaseManifest, ReleaseTrust, INVALID_SIGNATURE_MESSAGE};
-pub use version::{python_str_or_empty, python_strip, python_truthy};
 pub use version::{
     normalized_release_track, release_candidates, release_track, release_transition_allowed,
     release_versions_from_html, version_is_prerelease, version_is_valid, version_key, VersionKey,
     RELEASE_TRACKS,
 };
+pub use version::{python_str_or_empty, python_strip, python_truthy};
 
 /// The GitHub repository that publishes signed AgentsServer releases.
 pub const RELEASE_REPOSITORY: &str = "ZhengyiLuo/AgentsServer";
