@@ -352,20 +352,43 @@ fn wait_for_flock_waiter(path: &Path) {
     }
 }
 
-#[test]
-fn ensure_waits_for_the_initializer_lock() {
-    let (_dir, runtime) = runtime();
+/// A creator of `runtime/control.token` blocked on the initializer lock,
+/// which this test holds (flock on the returned file) until it drops it.
+struct WaitingCreator {
+    path: PathBuf,
+    lock_path: PathBuf,
+    held: File,
+    creator: thread::JoinHandle<agents_common::Result<String>>,
+}
+
+fn creator_waiting_on_held_lock(runtime: &Path) -> WaitingCreator {
     let path = runtime.join("control.token");
     let lock_path = runtime.join(".control.token.lock");
     write_file(&lock_path, b"", 0o600);
     let held = File::open(&lock_path).unwrap();
     rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
-
     let creator = {
         let path = path.clone();
         thread::spawn(move || ensure_execution_secret(&path))
     };
     wait_for_flock_waiter(&lock_path);
+    WaitingCreator {
+        path,
+        lock_path,
+        held,
+        creator,
+    }
+}
+
+#[test]
+fn ensure_waits_for_the_initializer_lock() {
+    let (_dir, runtime) = runtime();
+    let WaitingCreator {
+        path,
+        held,
+        creator,
+        ..
+    } = creator_waiting_on_held_lock(&runtime);
     assert!(!path.exists(), "the token was created without the lock");
     drop(held);
     let token = creator.join().unwrap().unwrap();
@@ -375,17 +398,12 @@ fn ensure_waits_for_the_initializer_lock() {
 #[test]
 fn ensure_refuses_a_lock_file_replaced_while_waiting() {
     let (_dir, runtime) = runtime();
-    let path = runtime.join("control.token");
-    let lock_path = runtime.join(".control.token.lock");
-    write_file(&lock_path, b"", 0o600);
-    let held = File::open(&lock_path).unwrap();
-    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
-
-    let creator = {
-        let path = path.clone();
-        thread::spawn(move || ensure_execution_secret(&path))
-    };
-    wait_for_flock_waiter(&lock_path);
+    let WaitingCreator {
+        path,
+        lock_path,
+        held,
+        creator,
+    } = creator_waiting_on_held_lock(&runtime);
     // Another inode takes the lock's name while the creator waits on the old one.
     let replacement = runtime.join("replacement");
     write_file(&replacement, b"", 0o600);
