@@ -108,15 +108,18 @@ fn body(document: &JsonObject) -> Vec<u8> {
     agents_common::encode_compact(&Json::Object(document.clone())).unwrap()
 }
 
+/// Status code, content type and body of one canned health answer.
+type Answer = (u16, &'static str, Vec<u8>);
+
 /// The health server: the bearer token names the answer.
 struct HealthServer {
     server: TestServer,
-    answers: Arc<Mutex<HashMap<String, (u16, &'static str, Vec<u8>)>>>,
+    answers: Arc<Mutex<HashMap<String, Answer>>>,
 }
 
 impl HealthServer {
     fn start() -> Self {
-        let answers: Arc<Mutex<HashMap<String, (u16, &'static str, Vec<u8>)>>> = Arc::default();
+        let answers: Arc<Mutex<HashMap<String, Answer>>> = Arc::default();
         let table = answers.clone();
         let server = TestServer::start(move |request| {
             let token = request
