@@ -764,3 +764,58 @@ fn a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall() {
         .unwrap();
     assert!(!agents_tests::process_alive(pid as u32));
 }
+
+/// The run ended as an uncaught `KeyboardInterrupt` ends Python: by SIGINT.
+#[track_caller]
+fn assert_died_of_interrupt(outcome: &Outcome) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(outcome.status.signal(), Some(2), "{outcome:?}");
+    assert!(
+        outcome.stderr.ends_with("KeyboardInterrupt\n"),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_interrupt_at_the_prompt_changes_nothing() {
+    let Some(case) = SplitCase::start("an_interrupt_at_the_prompt_changes_nothing") else {
+        return;
+    };
+    let before = case.kept_tree();
+    let running = case.start_run_with(&[], Input::Terminal(Vec::new()));
+    running.wait_for_stdout("Remove both idle services, runtime and configuration? [y/N] ");
+    running.signal(rustix::process::Signal::INT);
+    let outcome = running.finish();
+    assert_died_of_interrupt(&outcome);
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    case.assert_services_untouched();
+    assert!(case.maintenance_actions().is_empty());
+}
+
+#[test]
+fn an_interrupt_after_the_hold_releases_it_before_dying() {
+    let test = "an_interrupt_after_the_hold_releases_it_before_dying";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("seal"), 2.0),
+    );
+    let before = case.kept_tree();
+    let running = case.start_run();
+    wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
+    running.signal(rustix::process::Signal::INT);
+    let outcome = running.finish();
+    assert_died_of_interrupt(&outcome);
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    assert_eq!(case.maintenance_actions(), ["acquire", "seal", "release"]);
+    case.assert_worker_unheld();
+    case.assert_services_untouched();
+    assert!(case.intent().is_none());
+    assert!(!case
+        .installation
+        .install_root
+        .join(".install-lock")
+        .exists());
+}

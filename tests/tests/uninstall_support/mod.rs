@@ -205,6 +205,20 @@ impl Running {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
+    /// stdout so far.
+    pub fn stdout_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (bounded) until stdout contains `text`.
+    pub fn wait_for_stdout(&self, text: &str) {
+        poll_until(
+            Duration::from_secs(20),
+            &format!("stdout to show {text:?}"),
+            || self.stdout_so_far().contains(text).then_some(()),
+        );
+    }
+
     /// Waits (bounded) until stderr contains `text`.
     pub fn wait_for_stderr(&self, text: &str) {
         poll_until(

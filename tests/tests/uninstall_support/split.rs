@@ -113,9 +113,14 @@ impl SplitCase {
 
     /// Starts the port in the helper form with `--yes`.
     pub fn start_run(&self) -> Running {
-        let args = self.args(&["--yes"]);
+        self.start_run_with(&["--yes"], Input::Null)
+    }
+
+    /// Starts the port in the helper form with `extra` arguments.
+    pub fn start_run_with(&self, extra: &[&str], input: Input) -> Running {
+        let args = self.args(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        start(Implementation::Port, &self.env(), &args, Input::Null)
+        start(Implementation::Port, &self.env(), &args, input)
     }
 
     /// The unit's state as the manager reports it.

@@ -80,6 +80,16 @@ fn checkpoint() -> std::result::Result<(), Failure> {
     }
 }
 
+/// A step that failed while SIGINT was pending failed because of it: in
+/// Python the `KeyboardInterrupt` is raised inside that very step.
+fn interrupted_or(failure: Failure) -> Failure {
+    if signals::pending() {
+        Failure::Interrupted
+    } else {
+        failure
+    }
+}
+
 /// Runs the uninstall; see the module documentation.
 pub fn uninstall(
     paths: &Paths,
@@ -203,6 +213,15 @@ struct Progress {
 
 impl Uninstall<'_> {
     fn run(&self, make_native: NativeFactory<'_>) -> std::result::Result<(), Failure> {
+        let (layout, native) = self.prelude(make_native).map_err(interrupted_or)?;
+        self.admit(layout, native.as_ref())
+    }
+
+    /// Provenance under the lock and the native manager of the layout.
+    fn prelude(
+        &self,
+        make_native: NativeFactory<'_>,
+    ) -> std::result::Result<(ExecutionLayout, Box<dyn Native>), Failure> {
         no_activation(self.root)?;
         require_retired_owners(self.root)?;
         let layout = installed_layout(self.root)?;
@@ -218,14 +237,32 @@ impl Uninstall<'_> {
             .into());
         }
         let native = make_native(&layout)?;
-        self.admit(layout, native.as_ref())
+        Ok((layout, native))
     }
 
+    /// Admission, then the mutation with its recovery.
     fn admit(
         &self,
         layout: ExecutionLayout,
         native: &dyn Native,
     ) -> std::result::Result<(), Failure> {
+        let (admitted, mut progress) = self.admission(layout, native).map_err(interrupted_or)?;
+        let outcome = self.mutate(&admitted, &mut progress);
+        let result = match outcome {
+            Ok(()) => Ok(()),
+            Err(original) => self.recover(&admitted, &mut progress, interrupted_or(original)),
+        };
+        // Python's ExitStack releases the leases before the lock.
+        drop(progress.leases);
+        result
+    }
+
+    /// Everything proven before anything changes.
+    fn admission<'n>(
+        &self,
+        layout: ExecutionLayout,
+        native: &'n dyn Native,
+    ) -> std::result::Result<(Admitted<'n>, Progress), Failure> {
         let originals = service_files(&layout)?;
         no_pending_update(&layout)?;
         let leases = hold_preparation_leases(self.root)?;
@@ -307,21 +344,14 @@ impl Uninstall<'_> {
             native,
             layout,
         };
-        let mut progress = Progress {
+        let progress = Progress {
             intent,
             sealed: None,
             native_changed: false,
             deleting: false,
             leases,
         };
-        let outcome = self.mutate(&admitted, &mut progress);
-        let result = match outcome {
-            Ok(()) => Ok(()),
-            Err(original) => self.recover(&admitted, &mut progress, original),
-        };
-        // Python's ExitStack releases the leases before the lock.
-        drop(progress.leases);
-        result
+        Ok((admitted, progress))
     }
 
     /// The receipt of a `partial_resume`: the running worker must still be
