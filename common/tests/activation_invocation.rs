@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
-use activation_support::{assert_error, write_file, Begin, Install};
+use activation_support::{assert_error, write_file, Install};
 use agents_common::{
     execution_context, validate_invocation, ActivationInvocation, ActivationManifest, ErrorClass,
 };
@@ -17,24 +17,12 @@ use agents_common::{
 fn update(tag: &str) -> Install {
     let install = Install::new(tag);
     install.release("0.9.0");
-    install.release("1.0.0");
-    install.write_env("AGENTS_SERVER_PORT=7850\n");
-    install.install_split("1.0.0");
     symlink(
         install.release_dir("0.9.0"),
         install.root().join("previous"),
     )
     .unwrap();
-    let staging = install.staging("1.1.0");
-    let old = install.release_dir("1.0.0");
-    install.begin(&Begin {
-        old: Some((old.clone(), old)),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        ..Begin::split(&staging, "1.1.0")
-    });
+    install.begin_update();
     install
 }
 
