@@ -12,7 +12,6 @@
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agents_common::{
     active_worker_release, canonical_manifest_bytes, encode_indented, json_object, layout_manifest,
@@ -24,8 +23,6 @@ use agents_common::{
 mod shared_support;
 #[allow(unused_imports)] // each test file uses a different part
 pub use shared_support::{assert_error, make_dir, set_mode, write_file};
-
-static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
 
 /// The API contract every fixture release declares.
 pub const API_CONTRACT: i64 = 7;
@@ -61,12 +58,7 @@ impl std::ops::Deref for Install {
 impl Install {
     /// A fresh base under /tmp (unique per process and call).
     pub fn new(tag: &str) -> Install {
-        let base = PathBuf::from(format!(
-            "/tmp/agents-activation-{tag}-{}-{}",
-            std::process::id(),
-            NEXT_BASE.fetch_add(1, Ordering::SeqCst)
-        ));
-        Install::at(&base)
+        Install::at(&shared_support::unique_base("activation", tag))
     }
 
     /// A base at exactly `base` (recreated from scratch), for tests whose

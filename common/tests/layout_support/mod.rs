@@ -7,7 +7,6 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agents_common::{json_object, Json, JsonObject};
 
@@ -15,8 +14,6 @@ use agents_common::{json_object, Json, JsonObject};
 mod shared_support;
 #[allow(unused_imports)] // each test file uses a different part
 pub use shared_support::{assert_error, make_dir, set_mode, write_file};
-
-static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
 
 /// A base directory removed when dropped.
 pub struct Base {
@@ -26,12 +23,7 @@ pub struct Base {
 impl Base {
     /// A fresh base under /tmp (unique per process and call).
     pub fn new(tag: &str) -> Base {
-        let path = PathBuf::from(format!(
-            "/tmp/agents-layout-{tag}-{}-{}",
-            std::process::id(),
-            NEXT_BASE.fetch_add(1, Ordering::SeqCst)
-        ));
-        Base::at(&path)
+        Base::at(&shared_support::unique_base("layout", tag))
     }
 
     /// A base at exactly `path` (recreated from scratch).

@@ -1,14 +1,27 @@
-//! What every support module of these tests needs: files and directories with
-//! an exact mode whatever the umask, and the check of a failure's Python
+//! What every support module of these tests needs: unique base directories,
+//! files and directories with an exact mode whatever the umask, and the check of a failure's Python
 //! exception class and message. Included by path from each support module.
 
 #![allow(dead_code)] // each test file uses a different part of this support
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agents_common::{Error, ErrorClass};
+
+static NEXT_BASE: AtomicUsize = AtomicUsize::new(0);
+
+/// `/tmp/agents-<kind>-<tag>-<pid>-<n>`: a base path no other test of any
+/// process uses (the caller creates it).
+pub fn unique_base(kind: &str, tag: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "/tmp/agents-{kind}-{tag}-{}-{}",
+        std::process::id(),
+        NEXT_BASE.fetch_add(1, Ordering::SeqCst)
+    ))
+}
 
 /// `mkdir` with an exact mode whatever the umask.
 pub fn make_dir(path: &Path, mode: u32) {
