@@ -31,7 +31,7 @@ impl Ran {
 type ExtraEnv<'a> = &'a dyn Fn(&LegacyCase) -> Vec<(String, OsString)>;
 
 /// How a case is prepared and run, beyond the fixture options.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Setup<'a> {
     /// Changes the fresh case before the run (both cases alike).
     prepare: Option<&'a dyn Fn(&LegacyCase)>,
@@ -691,4 +691,28 @@ fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
         assert_service_untouched(&ran);
         Some(ran)
     });
+}
+
+#[test]
+fn a_missing_install_root_is_created_for_the_lock_and_removed() {
+    let test = "a_missing_install_root_is_created_for_the_lock_and_removed";
+    let remove_install = |case: &LegacyCase| {
+        std::fs::remove_dir_all(&case.roots.install).unwrap();
+    };
+    let setup = Setup {
+        prepare: Some(&remove_install),
+        ..Default::default()
+    };
+    for (args, code) in [(&["--yes"][..], 0), (&[][..], 1)] {
+        let Some(runs) = side_by_side_with(test, with_service(), setup, args, Input::Null) else {
+            return;
+        };
+        for ran in &runs {
+            assert_eq!(ran.outcome.code(), code, "{:?}", ran.outcome);
+            assert!(
+                !ran.case.roots.install.exists(),
+                "created for the lock, then removed"
+            );
+        }
+    }
 }

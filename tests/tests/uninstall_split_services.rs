@@ -550,6 +550,13 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
     );
     write_file(&children, b"{\"children\": []}\n", 0o600);
     assert_eq!(case.phase().as_deref(), Some("sealed"));
+    // As if the last run had been killed right after recording `stopped`.
+    let root = &case.installation.install_root;
+    let mut intent = agents_common::read_uninstall_intent(root, &case.layout)
+        .unwrap()
+        .unwrap();
+    intent.insert("phase", "stopped");
+    agents_common::store_uninstall_intent(root, &intent).unwrap();
     let outcome = case.run(&["--yes"], Input::Null);
     case.assert_removed(&outcome, true);
     assert_eq!(
@@ -818,4 +825,105 @@ fn an_interrupt_after_the_hold_releases_it_before_dying() {
         .install_root
         .join(".install-lock")
         .exists());
+}
+
+#[test]
+fn a_prepared_intent_with_both_services_stopped_is_finished() {
+    let test = "a_prepared_intent_with_both_services_stopped_is_finished";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("acquire"), 30.0),
+    );
+    let running = case.start_run();
+    wait_for_request(&case, MAINTENANCE, Some("acquire"), "stalled", 1);
+    running.signal(rustix::process::Signal::KILL);
+    let _ = running.finish();
+    assert_eq!(case.phase().as_deref(), Some("prepared"));
+    case.sandbox
+        .systemctl_ok(&["stop", GATEWAY_UNIT, WORKER_UNIT]);
+    case.switches(Role::Worker, agents_tests::Switches::default());
+    let outcome = case.run(&["--yes"], Input::Null);
+    case.assert_removed(&outcome, true);
+    assert_eq!(
+        case.maintenance_actions(),
+        ["acquire"],
+        "the stopped worker is never contacted"
+    );
+}
+
+#[test]
+fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
+    let test = "a_worker_restarted_during_the_seal_is_finished_by_a_retry";
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance("seal"), 4.0),
+    );
+    let running = case.start_run();
+    wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
+    // A new worker epoch replaces the one that was sealing: the reply is lost.
+    case.sandbox.systemctl_ok(&["restart", WORKER_UNIT]);
+    let outcome = running.finish();
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert!(
+        outcome
+            .stderr
+            .starts_with("Cannot uninstall the separate gateway/execution layout: "),
+        "{outcome:?}"
+    );
+    // The intent stays: the new worker took it as its startup hold.
+    assert_eq!(case.phase().as_deref(), Some("prepared"));
+    case.installation
+        .wait_for_receipt(Role::Worker, "of the new worker", |record| {
+            record.get("pid") != Some(&agents_common::Json::from(case.services.worker_pid))
+        });
+    case.switches(Role::Worker, agents_tests::Switches::default());
+    let outcome = case.run(&["--yes"], Input::Null);
+    case.assert_removed(&outcome, true);
+}
+
+#[test]
+fn a_mount_inside_a_removal_tree_is_refused() {
+    let test = "a_mount_inside_a_removal_tree_is_refused";
+    let Some(case) = SplitCase::start_with(test, |installation| {
+        make_dir(
+            &installation.release_dir("1.0.0").join("__pycache__"),
+            0o700,
+        );
+    }) else {
+        return;
+    };
+    let inside = case.installation.release_dir("1.0.0").join("__pycache__");
+    let before = case.kept_tree();
+    // The uninstaller runs in its own mount namespace with a tmpfs there, so
+    // the host's mounts never change.
+    let args = case.args(&["--yes"]);
+    let output = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o mode=0700 tmpfs \"$0\" && exec \"$@\"",
+        ])
+        .arg(&inside)
+        .arg(agents_tests::binary_path("uninstall"))
+        .args(&args)
+        .env_clear()
+        .envs(case.env())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare runs");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        refusal("managed removal tree contains another mounted filesystem")
+    );
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    case.assert_services_untouched();
+    case.assert_worker_unheld();
 }
