@@ -8,9 +8,10 @@
 //! asking the worker for a hold, seals it, disables both services, stops the
 //! gateway then the worker (never a forced kill), takes the state owner's
 //! lease, proves no provider child remains, and only then removes files. A
-//! failure before removal gives the worker its admission back and deletes an
-//! intent the worker never honoured; a failure during removal leaves the
-//! intent for a retry to finish.
+//! failure before removal gives the worker its admission back (restarting
+//! the gateway and restoring enablement if they changed) and withdraws the
+//! intent; a failure during removal leaves the partial removal in place, as
+//! upstream does.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
