@@ -1,6 +1,10 @@
 //! The few coreutils the legacy script runs on files (`rm -rf`, `rm -f`,
 //! `rmdir`), with their failure lines, so each failure is reported and
 //! treated where the script's `set -e` would treat it.
+//!
+//! Deviation: `rm -rf` of a tree stops at its first failure (one line naming
+//! the tree) where coreutils goes on and reports each entry; either way the
+//! script then exits 1 with the rest of the tree kept.
 
 use std::fs;
 use std::io;
