@@ -16,12 +16,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Access, FileType};
-use rustix::io::Errno;
 
 pub(crate) use operation_id::python_uuid;
 pub use operation_id::{maintenance_operation_id, uuid5_url, uuid_text};
 pub use render::{render_service, service_arguments};
 
+use crate::fs::pathlib_ignores;
 use crate::http::python::{decode_utf8, strip};
 use crate::{
     check_text, encode_line, ensure_directory, ensure_execution_secret, fsync_directory,
@@ -403,7 +403,7 @@ fn release_version(path: &Path, root: &Path) -> Result<String> {
 fn python_stat(path: &Path) -> Result<Option<rustix::fs::Stat>> {
     match rustix::fs::stat(path) {
         Ok(info) => Ok(Some(info)),
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP) => Ok(None),
+        Err(errno) if pathlib_ignores(errno) => Ok(None),
         Err(errno) => Err(Error::from_errno(errno, path)),
     }
 }
