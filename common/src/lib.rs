@@ -7,54 +7,65 @@
 //! because Python code that stays (install.sh's journal writer, the server, the
 //! worker) reads and writes the same files.
 //!
-//! Map by concern:
-//! - errors that keep the Python exception class: [`Error`], [`ErrorClass`];
+//! # Map by concern
+//!
+//! Foundations every helper uses:
+//! - errors that keep the Python exception class (callers branch on it):
+//!   [`Error`], [`ErrorClass`];
+//! - Python-compatible JSON (`json.loads`, the `json.dumps` styles the shared
+//!   files use, byte for byte): [`Json`], [`JsonObject`], [`parse_json`],
+//!   [`encode_indented`], [`json_object!`];
 //! - guarded configuration I/O and the control secret (`execution_install`,
 //!   `execution_transport`): [`normalize_path`], [`read_file`], [`atomic_write`],
 //!   [`ensure_execution_secret`];
-//! - the installer's `.install-lock` PID directory shared with install.sh:
-//!   [`InstallationLock`];
-//! - release trust of the update runner (versions, tracks, signed manifests,
-//!   the npm envelope): [`ReleaseTrust`], [`ReleaseManifest`], [`version_key`];
-//! - Python-compatible JSON (`json.loads`, the `json.dumps` styles): [`Json`],
-//!   [`JsonObject`], [`parse_json`], [`encode_indented`], [`json_object!`];
+//! - argparse-compatible command lines and exit statuses of the five helpers:
+//!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`].
+//!
+//! The installation on disk and the journals that make changes restartable:
 //! - the two-service execution layout (`execution_install.ExecutionLayout`),
 //!   its systemd units / launchd plists and installed manifest:
 //!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
 //!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
-//! - PID-pinned loopback HTTP (`execution_http.request_json`): [`request_json`],
-//!   [`PinnedRequest`], [`LsofRunner`];
+//! - the installer's `.install-lock` PID directory shared with install.sh:
+//!   [`InstallationLock`];
 //! - the `.execution-transaction` journal of a split activation:
 //!   [`ExecutionTransaction`];
-//! - argparse-compatible command lines and exit statuses of the five helpers:
-//!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`];
-//! - the `server-update.json` row shared with the server (flock, CAS on the
-//!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
 //! - install.sh's `.activation-transaction` journal (`activation_transaction`)
 //!   and its write-ahead configuration publication: [`ActivationManifest`],
 //!   [`execution_context`], [`validate_invocation`], [`replace_config`]; the
 //!   macOS proof of an old runner-less updater: [`verify_legacy_runner`];
 //!   macOS volume bindings that survive remounts: [`VolumeProbe`];
-//! - the helpers' authenticated client of the running worker and of public
-//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
-//!   [`ServiceSnapshot`], [`shlex_split`];
 //! - the split uninstall's `.execution-uninstall.json` intent (read by the
 //!   worker at startup) and the installed-layout provenance it relies on:
 //!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
-//!   [`installed_layout`], [`no_activation`], [`directory_binding`];
+//!   [`installed_layout`], [`no_activation`], [`directory_binding`].
+//!
+//! The running services and the worker's private control protocol:
 //! - the worker and gateway jobs on systemd or launchd, with the seed's parsing
 //!   and refusals behind an injectable command runner: [`NativeServices`],
 //!   [`ServiceState`];
+//! - PID-pinned loopback HTTP (`execution_http.request_json`: no byte of a
+//!   credential leaves before the peer's owner is proven): [`request_json`],
+//!   [`PinnedRequest`], [`LsofRunner`];
+//! - the helpers' authenticated client of the running worker and of public
+//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
+//!   [`ServiceSnapshot`], [`shlex_split`];
 //! - releasing a failed update's sealed split-worker handoff before the
 //!   installer runs (`update_handoff`): [`release_existing_handoff`],
-//!   [`retry_failed_handoff`], [`HandoffRelease`];
+//!   [`retry_failed_handoff`], [`HandoffRelease`].
+//!
+//! Updates:
+//! - release trust of the update runner (versions, tracks, signed manifests,
+//!   the npm envelope, bounded downloads, verified extraction): [`ReleaseTrust`],
+//!   [`ReleaseManifest`], [`version_key`], [`safe_extract`];
+//! - the `server-update.json` row shared with the server (flock, CAS on the
+//!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
 //! - supervising install.sh for the update runner (`run_installer`: new
 //!   session, scrubbed environment, status heartbeat, SIGTERM-only budget,
 //!   redacted log tail): [`run_installer`], [`InstallerRun`], [`InstallerOutcome`];
 //! - the update runner's release lookup, its checks of the running server's
 //!   health and its Team Hub maintenance fence: [`check_release`],
-//!   [`ServerHealth`], [`consume_auth_token_file`], [`TeamHubFence`];
-// MODULE-DOCS (each module adds one bullet line above this marker)
+//!   [`ServerHealth`], [`consume_auth_token_file`], [`TeamHubFence`].
 
 #![deny(missing_docs)]
 
