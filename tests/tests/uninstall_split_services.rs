@@ -927,3 +927,205 @@ fn a_mount_inside_a_removal_tree_is_refused() {
     case.assert_services_untouched();
     case.assert_worker_unheld();
 }
+
+const OWNER: &str = "activation-0123456789abcdef01234567";
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(data)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Arms a recovery owner of `case`'s installation the way install.sh leaves
+/// one: a private owner directory with its bootstrap payload, `owner.json`
+/// pinning the root, payload digests and interpreter, and a terminal proof.
+/// Returns the owner directory.
+fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
+    use agents_common::{directory_binding, encode_indented, json_object, Json, RECOVERY_PAYLOAD};
+    let i = &case.installation;
+    let parent = i.install_root.join(".activation-recovery");
+    if !parent.exists() {
+        make_dir(&parent, 0o700);
+    }
+    let directory = parent.join(name);
+    make_dir(&directory, 0o700);
+    let mut payload = agents_common::JsonObject::new();
+    for file in RECOVERY_PAYLOAD {
+        let content = format!("# retained {file}\n");
+        write_file(&directory.join(file), content.as_bytes(), 0o600);
+        payload.insert(file.to_string(), Json::from(sha256_hex(content.as_bytes())));
+    }
+    let interpreter = std::fs::canonicalize("/bin/sh").unwrap();
+    let text = |path: &std::path::Path| path.to_str().unwrap().to_string();
+    let owner = json_object! {
+        "format" => 1, "root" => text(&i.install_root),
+        "root_binding" => directory_binding(&i.install_root).unwrap(),
+        "transaction_id" => name, "version" => "1.1.0", "api_contract" => 1,
+        "source_binding" => Json::Null, "source_inventory" => agents_common::JsonObject::new(),
+        "home" => text(&i.home), "platform" => "Linux",
+        "config_root" => text(&i.config_root), "state_root" => text(&i.state_root),
+        "bind" => "127.0.0.1", "port" => 7850, "expected_server_identity" => "",
+        "managed_update_id" => "", "interpreter" => text(&interpreter),
+        "interpreter_sha256" => sha256_hex(&std::fs::read(&interpreter).unwrap()),
+        "payload" => payload, "fresh" => false, "status_binding" => Json::Null,
+        "expected_service_cgroup" => "",
+    };
+    write_file(
+        &directory.join("owner.json"),
+        &encode_indented(&Json::Object(owner)),
+        0o600,
+    );
+    let terminal = encode_indented(&Json::Object(json_object! {
+        "format" => 1, "transaction_id" => name, "phase" => "committed",
+        "snapshot" => agents_common::JsonObject::new(),
+    }));
+    write_file(&directory.join("terminal.json"), &terminal, 0o600);
+    directory
+}
+
+/// The proof `finalized` (and then `_retire`) records for `directory`.
+fn finalization_proof(directory: &std::path::Path, name: &str) -> Vec<u8> {
+    use agents_common::{encode_indented, json_object, Json};
+    let terminal = std::fs::read(directory.join("terminal.json")).unwrap();
+    encode_indented(&Json::Object(json_object! {
+        "format" => 1, "transaction_id" => name, "terminal_sha256" => sha256_hex(&terminal),
+    }))
+}
+
+/// Finalizes and retires the owner in `directory`.
+fn retire_owner(directory: &std::path::Path, name: &str) {
+    let proof = finalization_proof(directory, name);
+    write_file(&directory.join("finalized.json"), &proof, 0o600);
+    write_file(&directory.join("retired.json"), &proof, 0o600);
+}
+
+/// Registers the owner's native unit as `arm` leaves it before retirement.
+fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
+    let unit = agents_common::recovery_service_path(name, "Linux", &case.installation.home);
+    write_file(
+        &unit,
+        b"[Unit]\nDescription=AgentsDock admitted activation recovery\n",
+        0o644,
+    );
+    unit
+}
+
+#[test]
+fn retired_recovery_owners_do_not_block_the_uninstall() {
+    let Some(case) = SplitCase::start("retired_recovery_owners_do_not_block_the_uninstall") else {
+        return;
+    };
+    for name in [OWNER, "activation-fedcba9876543210fedcba98"] {
+        let directory = arm_recovery_owner(&case, name);
+        retire_owner(&directory, name);
+    }
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.stderr, "");
+    case.assert_removed(&outcome, true);
+}
+
+#[test]
+fn an_unretired_recovery_owner_keeps_everything() {
+    let Some(case) = SplitCase::start("an_unretired_recovery_owner_keeps_everything") else {
+        return;
+    };
+    let directory = arm_recovery_owner(&case, OWNER);
+    // Armed, not yet registered: the seed's read of the registration fails.
+    let unit = agents_common::recovery_service_path(OWNER, "Linux", &case.installation.home);
+    assert_kept(
+        &case,
+        &format!("[Errno 2] No such file or directory: '{}'", unit.display()),
+    );
+    // Armed and registered, the recovery still live.
+    register_owner(&case, OWNER);
+    assert_kept(&case, "a durable activation recovery owner has not retired");
+    // Finalized but not yet retired.
+    let proof = finalization_proof(&directory, OWNER);
+    write_file(&directory.join("finalized.json"), &proof, 0o600);
+    assert_kept(&case, "a durable activation recovery owner has not retired");
+    // Retired evidence written, but the registration was not removed yet.
+    write_file(&directory.join("retired.json"), &proof, 0o600);
+    assert_kept(
+        &case,
+        "a durable activation recovery job is still registered or running",
+    );
+    std::fs::remove_file(&unit).unwrap();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.stderr, "");
+    case.assert_removed(&outcome, true);
+}
+
+#[test]
+fn malformed_recovery_evidence_is_refused() {
+    let Some(case) = SplitCase::start("malformed_recovery_evidence_is_refused") else {
+        return;
+    };
+    let directory = arm_recovery_owner(&case, OWNER);
+    retire_owner(&directory, OWNER);
+    let proof = finalization_proof(&directory, OWNER);
+
+    // Retirement without finalization.
+    std::fs::remove_file(directory.join("finalized.json")).unwrap();
+    assert_kept(&case, "native recovery retirement lacks finalization proof");
+    write_file(&directory.join("finalized.json"), &proof, 0o600);
+
+    // A terminal proof changed after finalization.
+    let terminal = std::fs::read(directory.join("terminal.json")).unwrap();
+    write_file(
+        &directory.join("terminal.json"),
+        b"{\"format\": 2}\n",
+        0o600,
+    );
+    assert_kept(&case, "native recovery retirement evidence changed");
+    write_file(&directory.join("terminal.json"), &terminal, 0o600);
+
+    // A bootstrap source that no longer matches its digest.
+    let bootstrap = directory.join("execution_install.py");
+    let original = std::fs::read(&bootstrap).unwrap();
+    write_file(&bootstrap, b"# replaced\n", 0o600);
+    assert_kept(&case, "recovery bootstrap source changed");
+    write_file(&bootstrap, &original, 0o600);
+
+    // An owner record of another transaction, and one that is no object.
+    let owner = std::fs::read(directory.join("owner.json")).unwrap();
+    let other = String::from_utf8(owner.clone())
+        .unwrap()
+        .replace(OWNER, "activation-fedcba9876543210fedcba98");
+    write_file(&directory.join("owner.json"), other.as_bytes(), 0o600);
+    assert_kept(&case, "recovery owner does not match its transaction");
+    write_file(&directory.join("owner.json"), b"[]\n", 0o600);
+    assert_kept(&case, "recovery evidence is not an object");
+    write_file(&directory.join("owner.json"), &owner, 0o600);
+
+    // Evidence that is not private.
+    std::fs::set_permissions(
+        directory.join("retired.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let unsafe_path = directory.join("retired.json");
+    assert_kept(
+        &case,
+        &format!(
+            "execution configuration is unsafe: {}",
+            unsafe_path.display()
+        ),
+    );
+    std::fs::set_permissions(
+        &unsafe_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+
+    // An entry that is no recovery transaction.
+    let stray = directory.with_file_name("notes");
+    make_dir(&stray, 0o700);
+    assert_kept(&case, "invalid recovery transaction");
+    std::fs::remove_dir(&stray).unwrap();
+
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_eq!(outcome.stderr, "");
+    case.assert_removed(&outcome, true);
+}

@@ -1,7 +1,7 @@
 //! The file-level proofs of `execution_uninstall`: exact unit files, no
 //! pending update, free preparation runner locks, removable private trees,
-//! exclusive ownership leases, no provider children, and the removal of one
-//! managed entry without following links.
+//! exclusive ownership leases, no provider children, retired recovery owners,
+//! and the removal of one managed entry without following links.
 
 use std::fs;
 use std::os::fd::OwnedFd;
@@ -10,11 +10,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    current_uid, entry_present, normalize_path, owned_directory, parse_json, read_file,
-    render_service, Error, ExecutionLayout, Json, Result,
+    check_binding, current_uid, entry_present, evidence_digest, json_object, normalize_path,
+    owned_directory, parse_json, pure_path_text, read_file, recovery_directory, recovery_evidence,
+    recovery_service_path, render_service, Error, ExecutionLayout, Json, JsonObject,
+    RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
+    RECOVERY_PAYLOAD,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
+use sha2::{Digest, Sha256};
 
 /// The unit files (bytes and mode) of both roles, in role order.
 pub type ServiceFiles = Vec<(Vec<u8>, u32)>;
@@ -237,24 +241,215 @@ pub fn remove_child(path: &Path) -> Result<()> {
     removed.map_err(|err| Error::from_io_path(&err, path))
 }
 
-/// `require_retired_owners` of `execution_recovery`, as far as the port can
-/// prove it: without durable activation recovery owners there is nothing to
-/// retire. A recovery directory that holds any owner is refused, because the
-/// owner evidence reader is not ported yet (refusing keeps every file).
+/// `require_retired_owners` of `execution_recovery`: every durable
+/// activation recovery owner must be retired (finalized and retired
+/// evidence matching its terminal proof), its native registration gone and
+/// its job not running; otherwise no runtime or bootstrap may be removed.
 pub fn require_retired_owners(root: &Path) -> Result<()> {
-    let parent = root.join(".activation-recovery");
+    let parent = root.join(RECOVERY_DIRECTORY);
     if !entry_present(&parent)? {
         return Ok(());
     }
-    let parent = normalize_path(&parent)?;
+    normalize_path(&parent)?;
     owned_directory(&parent, true)?;
-    let mut owners = fs::read_dir(&parent).map_err(|err| Error::from_io_path(&err, &parent))?;
-    if owners.next().is_some() {
-        return Err(Error::runtime(
-            "a durable activation recovery owner has not retired",
-        ));
+    let names = fs::read_dir(&parent)
+        .map_err(|err| Error::from_io_path(&err, &parent))?
+        .map(|entry| {
+            entry
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .map_err(|err| Error::from_io_path(&err, &parent))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let commands = SystemCommandRunner::default();
+    for name in names {
+        if !owner_retired(root, &name)? {
+            return Err(Error::runtime(
+                "a durable activation recovery owner has not retired",
+            ));
+        }
+        let (_directory, owner) = recovery_owner(root, &name)?;
+        let platform = owner_text(&owner, "platform");
+        let path = recovery_service_path(&name, platform, Path::new(owner_text(&owner, "home")));
+        if entry_present(&path)?
+            || RecoveryService::new(&name, platform, &commands).running(&path)?
+        {
+            return Err(Error::runtime(
+                "a durable activation recovery job is still registered or running",
+            ));
+        }
     }
     Ok(())
+}
+
+/// `inspect_owner(root, transaction)["retired"] is True`: the owner's
+/// finalized and retired proofs both name its current terminal proof.
+/// Uninstall refused any activation journal under the same lock, so the
+/// journal branch of `inspect_owner` cannot apply here.
+fn owner_retired(root: &Path, name: &str) -> Result<bool> {
+    let root = normalize_path(root)?;
+    if !entry_present(&root.join(RECOVERY_DIRECTORY).join(name))? {
+        return Ok(false);
+    }
+    let (directory, owner) = recovery_owner(&root, name)?;
+    let finalized = directory.join("finalized.json");
+    let retired_path = directory.join("retired.json");
+    let terminal = path_exists(&finalized);
+    let retired = path_exists(&retired_path);
+    if terminal {
+        let stored = Json::Object(recovery_evidence(&finalized)?);
+        let expected = Json::Object(json_object! {
+            "format" => 1,
+            "transaction_id" => name,
+            "terminal_sha256" => evidence_digest(&directory.join("terminal.json"))?,
+        });
+        if stored != expected
+            || (retired && Json::Object(recovery_evidence(&retired_path)?) != expected)
+        {
+            return Err(Error::runtime(
+                "native recovery retirement evidence changed",
+            ));
+        }
+    } else if retired {
+        return Err(Error::runtime(
+            "native recovery retirement lacks finalization proof",
+        ));
+    }
+    if !retired {
+        // The seed compares this registration with the owner's rendered
+        // unit ("recovery native registration changed"); the port has no
+        // recovery-unit renderer, so a readable registration of an owner
+        // that is not retired is refused as not retired either way.
+        let service = recovery_service_path(
+            name,
+            owner_text(&owner, "platform"),
+            Path::new(owner_text(&owner, "home")),
+        );
+        read_file(&service, false)?;
+        return Ok(false);
+    }
+    let failure = directory.join("failure.json");
+    if path_exists(&failure) {
+        recovery_evidence(&failure)?;
+    }
+    Ok(true)
+}
+
+/// `_owner(root, transaction)`: the owner directory and its `owner.json`,
+/// which must name this root and transaction with valid pins, an unchanged
+/// root directory, a bootstrap matching its digests and an unchanged
+/// interpreter.
+fn recovery_owner(root: &Path, name: &str) -> Result<(PathBuf, JsonObject)> {
+    let directory = recovery_directory(root, name)?;
+    let owner = recovery_evidence(&directory.join("owner.json"))?;
+    let null = Json::Null;
+    let field = |key: &str| owner.get(key).unwrap_or(&null);
+    let int_at_least = |key: &str, low: i128, high: i128| matches!(field(key), Json::Int(number) if (low..=high).contains(number));
+    let payload = field("payload").as_object().filter(|payload| {
+        payload.len() == RECOVERY_PAYLOAD.len()
+            && RECOVERY_PAYLOAD
+                .iter()
+                .all(|name| payload.contains_key(name))
+    });
+    let matches = owner.len() == RECOVERY_OWNER_KEYS.len()
+        && RECOVERY_OWNER_KEYS
+            .iter()
+            .all(|key| owner.contains_key(key))
+        && field("format") == &Json::Int(1)
+        && field("root") == &Json::from(pure_path_text(root))
+        && field("transaction_id") == &Json::from(name)
+        && matches!(field("platform").as_str(), Some("Darwin" | "Linux"))
+        && int_at_least("port", 1, 65535)
+        && int_at_least("api_contract", 1, i128::MAX)
+        && matches!(field("fresh"), Json::Bool(_))
+        && payload.is_some();
+    let Some(payload) = payload.filter(|_| matches) else {
+        return Err(Error::value(
+            "recovery owner does not match its transaction",
+        ));
+    };
+    check_binding(root, field("root_binding"))?;
+    for key in ["home", "config_root", "state_root"] {
+        let Some(path) = field(key).as_str() else {
+            return Err(Error::value(
+                "recovery owner does not match its transaction",
+            ));
+        };
+        normalize_path(Path::new(path))?;
+    }
+    for (file, digest) in payload.iter() {
+        if &Json::from(evidence_digest(&directory.join(file))?) != digest {
+            return Err(Error::runtime("recovery bootstrap source changed"));
+        }
+    }
+    let interpreter = field("interpreter")
+        .as_str()
+        .ok_or_else(unresolved_interpreter)?;
+    if &Json::from(interpreter_digest(Path::new(interpreter))?) != field("interpreter_sha256") {
+        return Err(Error::runtime("recovery interpreter changed"));
+    }
+    Ok((directory, owner))
+}
+
+fn unresolved_interpreter() -> Error {
+    Error::value("recovery interpreter must be a resolved executable")
+}
+
+/// `_interpreter_digest(path)`: SHA-256 of a resolved executable owned by
+/// root or this uid, not writable by group or others, unchanged while read.
+fn interpreter_digest(path: &Path) -> Result<String> {
+    let resolved = fs::canonicalize(path).map_err(|err| Error::from_io_path(&err, path))?;
+    if !path.is_absolute() || resolved != path {
+        return Err(unresolved_interpreter());
+    }
+    let descriptor = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| Error::from_errno(errno, path))?;
+    let before = rustix::fs::fstat(&descriptor)?;
+    if FileType::from_raw_mode(before.st_mode) != FileType::RegularFile
+        || ![0, current_uid()].contains(&before.st_uid)
+        || before.st_mode & 0o022 != 0
+        || before.st_mode & 0o111 == 0
+    {
+        return Err(Error::permission(
+            "recovery interpreter is not a trusted executable",
+        ));
+    }
+    let mut digest = Sha256::new();
+    let mut file = fs::File::from(descriptor);
+    std::io::copy(&mut file, &mut digest).map_err(|err| Error::from_io_path(&err, path))?;
+    let after = rustix::fs::fstat(&file)?;
+    let pin = |info: &rustix::fs::Stat| {
+        (
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            info.st_mtime,
+            info.st_mtime_nsec,
+        )
+    };
+    if pin(&after) != pin(&before) {
+        return Err(Error::runtime(
+            "recovery interpreter changed while inspected",
+        ));
+    }
+    Ok(digest
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect())
+}
+
+/// A validated owner's text field (`platform`, `home`).
+fn owner_text<'a>(owner: &'a JsonObject, key: &str) -> &'a str {
+    owner.get(key).and_then(Json::as_str).unwrap_or_default()
+}
+
+/// `Path.exists()`: the entry resolves (a dangling link does not count).
+fn path_exists(path: &Path) -> bool {
+    fs::metadata(path).is_ok()
 }
 
 /// `Path.resolve(strict=False)` of a symlink: its target with the existing
