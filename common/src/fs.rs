@@ -121,6 +121,19 @@ pub fn fsync_directory(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The `_fsync_directory` of activation_transaction and the Team Hub fence:
+/// opens with `O_DIRECTORY` and `O_NOFOLLOW`, so a symlink or non-directory is
+/// refused rather than synced.
+pub(crate) fn fsync_directory_nofollow(path: &Path) -> Result<()> {
+    let descriptor = open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::DIRECTORY,
+        Mode::empty(),
+    )?;
+    rustix::fs::fsync(&descriptor)?;
+    Ok(())
+}
+
 /// `_read_file`: reads a configuration file without following a symlink at the
 /// leaf, refusing (PermissionError) anything but a regular file owned by the
 /// real uid with one link, no group/other write, at most 1 MiB, and exactly

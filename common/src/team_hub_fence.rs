@@ -90,7 +90,7 @@ impl TeamHubFence<'_> {
         }
         let marker = root.join(FENCE_NAME);
         rustix::fs::unlink(&marker).map_err(|errno| Error::from_errno(errno, &marker))?;
-        fsync_directory_nofollow(&root)?;
+        crate::fs::fsync_directory_nofollow(&root)?;
         Ok(true)
     }
 
@@ -358,18 +358,6 @@ fn read_private_regular_file(path: &Path, maximum: u64) -> Result<Option<Vec<u8>
         ));
     }
     Ok(Some(value))
-}
-
-/// `_fsync_directory`: fsync a directory opened without following links.
-fn fsync_directory_nofollow(path: &Path) -> Result<()> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::DIRECTORY,
-        Mode::empty(),
-    )
-    .map_err(|errno| Error::from_errno(errno, path))?;
-    rustix::fs::fsync(&fd)?;
-    Ok(())
 }
 
 fn is_type(info: &Stat, kind: FileType) -> bool {

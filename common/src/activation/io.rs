@@ -15,7 +15,9 @@ use rustix::io::Errno;
 
 use crate::error::{Error, Result};
 use crate::fs::{current_uid, reject_nul, token_hex};
-pub(crate) use crate::fs::{is_type, lstat, open, open_leaf, permission_bits, write_all};
+pub(crate) use crate::fs::{
+    fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits, write_all,
+};
 
 /// `MAX_CONTROL_BYTES`: the default limit of the private reader (256 KiB).
 pub const ACTIVATION_CONTROL_LIMIT: u64 = 256 * 1024;
@@ -193,18 +195,6 @@ pub(crate) fn replace_private(path: &Path, data: &[u8]) -> Result<()> {
         Err(_) => {}
     }
     result
-}
-
-/// activation_transaction's `_fsync_directory`: opens with `O_DIRECTORY` and
-/// `O_NOFOLLOW`, so a symlink or non-directory is refused rather than synced.
-pub(crate) fn fsync_directory_nofollow(path: &Path) -> Result<()> {
-    let descriptor = open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::DIRECTORY,
-        Mode::empty(),
-    )?;
-    rustix::fs::fsync(&descriptor)?;
-    Ok(())
 }
 
 /// `os.replace(source, destination)` with Python's two-path error text.
