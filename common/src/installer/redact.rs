@@ -147,9 +147,7 @@ fn spaces(chars: &[char], at: usize) -> usize {
 
 /// Python's `\s` and `str.isspace()`: Unicode White_Space plus the
 /// information separators U+001C..U+001F.
-fn is_python_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
+use crate::http::python::is_space as is_python_space;
 
 /// A `\w` character for the boundary before `Bearer` (see the deviation
 /// in the module documentation).
@@ -157,10 +155,8 @@ fn is_word_before_boundary(c: char) -> bool {
     c == '_' || c.is_ascii_alphanumeric()
 }
 
-/// Python's `str.strip()` with no argument.
-pub(super) fn python_strip(text: &str) -> &str {
-    text.trim_matches(is_python_space)
-}
+/// Python's `str.strip()` with no argument (the crate's one implementation).
+pub(super) use crate::http::python::strip as python_strip;
 
 /// Python's `str.splitlines()`: split on `\n`, `\r`, `\r\n`, `\v`, `\f`,
 /// U+001C..U+001E, U+0085, U+2028 and U+2029, without a final empty line.
