@@ -154,19 +154,6 @@ fn is_running(snapshot: &JsonObject, name: &str) -> bool {
     state(snapshot, name).as_str() == Some("running")
 }
 
-/// Python truthiness of a JSON value.
-fn truthy(value: &Json) -> bool {
-    match value {
-        Json::Null => false,
-        Json::Bool(flag) => *flag,
-        Json::Int(number) => *number != 0,
-        Json::Float(number) => *number != 0.0,
-        Json::Str(text) => !text.is_empty(),
-        Json::Array(items) => !items.is_empty(),
-        Json::Object(object) => !object.is_empty(),
-    }
-}
-
 fn text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
@@ -317,7 +304,7 @@ impl Uninstall<'_> {
             && (field(&receipt, "worker_pid") != field(&role(&prior, "worker"), "pid")
                 || field(&receipt, "gateway_pid") != field(&role(&prior, "gateway"), "pid")
                 || field(&receipt, "worker_release").as_str() != Some(worker_release.as_str())
-                || !truthy(&field(&receipt, "server_identity"))
+                || !agents_common::python_truthy(&field(&receipt, "server_identity"))
                 // The marker stores it as text; Python would store any truthy
                 // value and refuse it on the next read.
                 || field(&receipt, "server_identity").as_str().is_none())
@@ -655,7 +642,10 @@ impl Uninstall<'_> {
                 native.start("gateway")?;
             }
             for name in ROLES {
-                native.set_enabled(name, truthy(&field(&role(prior, name), "enabled")))?;
+                native.set_enabled(
+                    name,
+                    agents_common::python_truthy(&field(&role(prior, name), "enabled")),
+                )?;
             }
         }
         let (record, status) = control.status(layout)?;
