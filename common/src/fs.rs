@@ -221,15 +221,22 @@ pub fn current_uid() -> u32 {
 /// kernel CSPRNG, for temporary names, identifiers and secrets.
 pub fn token_hex(nbytes: usize) -> Result<String> {
     let mut bytes = vec![0u8; nbytes];
+    random_bytes(&mut bytes)?;
+    Ok(hex(&bytes))
+}
+
+/// Fills `bytes` from the kernel CSPRNG (`os.urandom`), the one random source
+/// for temporary names, transaction ids and UUIDs.
+pub(crate) fn random_bytes(bytes: &mut [u8]) -> Result<()> {
     let mut filled = 0;
-    while filled < nbytes {
+    while filled < bytes.len() {
         match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
             Ok(count) => filled += count,
             Err(Errno::INTR) => {}
             Err(errno) => return Err(errno.into()),
         }
     }
-    Ok(hex(&bytes))
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {

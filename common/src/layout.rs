@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Access, FileType};
 
 pub(crate) use operation_id::python_uuid;
-pub use operation_id::{maintenance_operation_id, uuid5_url, uuid_text};
+pub use operation_id::{maintenance_operation_id, uuid4, uuid5_url, uuid_text};
 pub use render::{render_service, service_arguments};
 
 use crate::fs::pathlib_ignores;

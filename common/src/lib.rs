@@ -89,7 +89,7 @@ pub use fs::{
 mod layout;
 pub use layout::{
     active_worker_release, layout_manifest, maintenance_operation_id, prepare_runtime,
-    render_service, service_arguments, uuid5_url, uuid_text, ExecutionLayout, FORMAT,
+    render_service, service_arguments, uuid4, uuid5_url, uuid_text, ExecutionLayout, FORMAT,
     GATEWAY_LABEL, GATEWAY_UNIT, LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL,
     WORKER_UNIT,
 };

@@ -33,6 +33,16 @@ pub fn uuid5_url(name: &str) -> String {
     uuid_text(&bytes)
 }
 
+/// `str(uuid.uuid4())`: a random canonical UUID, as the seeds create
+/// uninstall operation ids and the worker creates lease ids.
+pub fn uuid4() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    crate::fs::random_bytes(&mut bytes)?;
+    bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+    Ok(uuid_text(&bytes))
+}
+
 /// `str(uuid.UUID(bytes=...))`: the canonical lowercase `8-4-4-4-12` text of
 /// a UUID, the one form in which the worker, the journals and the helpers
 /// exchange operation, lease and volume ids.
@@ -115,5 +125,14 @@ mod tests {
             uuid_text(&NAMESPACE_URL),
             "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
         );
+    }
+
+    #[test]
+    fn uuid4_is_a_fresh_canonical_version_4_uuid() {
+        let first = uuid4().unwrap();
+        assert_eq!(python_uuid(&first).unwrap(), first, "canonical form");
+        assert_eq!(&first[14..15], "4", "version nibble");
+        assert!("89ab".contains(&first[19..20]), "RFC 4122 variant");
+        assert_ne!(uuid4().unwrap(), first);
     }
 }

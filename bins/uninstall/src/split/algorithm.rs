@@ -19,9 +19,8 @@ use std::path::{Path, PathBuf};
 
 use agents_common::{
     current_uid, fsync_directory, installed_layout, no_activation, normalize_path,
-    read_uninstall_intent, store_uninstall_intent, token_hex, write_uninstall_intent, Error,
-    ExecutionLayout, InstallationLock, Json, JsonObject, Result, SealedHold, WorkerControl,
-    UNINSTALL_INTENT_NAME,
+    read_uninstall_intent, store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout,
+    InstallationLock, Json, JsonObject, Result, SealedHold, WorkerControl, UNINSTALL_INTENT_NAME,
 };
 
 use super::checks::{
@@ -156,25 +155,6 @@ fn is_running(snapshot: &JsonObject, name: &str) -> bool {
 
 fn text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
-}
-
-/// `str(uuid.uuid4())`.
-fn new_operation_id() -> Result<String> {
-    let mut hex: Vec<u8> = token_hex(16)?.into_bytes();
-    hex[12] = b'4';
-    let variant =
-        u8::from_str_radix(std::str::from_utf8(&hex[16..17]).unwrap_or("8"), 16).unwrap_or(8) & 0x3
-            | 0x8;
-    hex[16] = format!("{variant:x}").as_bytes()[0];
-    let hex = String::from_utf8(hex).unwrap_or_default();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    ))
 }
 
 /// What admission established, for the mutation and its recovery.
@@ -319,7 +299,7 @@ impl Uninstall<'_> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
-            None => new_operation_id()?,
+            None => agents_common::uuid4()?,
         };
         let admitted = Admitted {
             originals,
