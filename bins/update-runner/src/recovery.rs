@@ -13,24 +13,12 @@ use agents_common::{
     check_binding, consume_auth_token_file, entry_present, execution_context, json_object,
     read_status_unlocked, resolve_user_path, run_installer, update_status, utc_now,
     ActivationManifest, Error, InstallerOutcome, InstallerRun, Json, JsonObject,
-    PostUpdateIdentity, RepairedHubIdentity, Result, ServerHealth, StatusLock,
+    PostUpdateIdentity, RepairedHubIdentity, Result, ServerHealth, StatusLock, INTENT_KEYS,
     RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 use crate::cli::Args;
 use crate::prepared::{missing_install_dir, preparation_path};
-
-/// The eight keys of an activation recovery intent.
-const INTENT_KEYS: [&str; 8] = [
-    "format",
-    "root",
-    "root_binding",
-    "candidate_binding",
-    "version",
-    "api_contract",
-    "update_id",
-    "server_identity",
-];
 
 /// `journal_present(root)`: an activation or execution journal entry exists
 /// (a dangling link counts), so only install.sh may resolve the update.
