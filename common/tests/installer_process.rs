@@ -16,8 +16,8 @@ use agents_common::{
     INSTALLER_ENVIRONMENT_SELECTORS, OWNERSHIP_LOST_MESSAGE,
 };
 use installer_support::{
-    eventually, outcome_json, seed, seed_run_call, stand_in_run, without_timestamps, Fixture,
-    TempDir, SEEDS_DIR,
+    eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,
+    Fixture, TempDir, SEEDS_DIR,
 };
 
 /// Set in the re-executed test binary that plays the update runner.
@@ -124,10 +124,7 @@ fn installer_gets_its_argv_working_directory_and_the_log_as_stdout_and_stderr() 
         "\u{fc}n\u{ef}c\u{f6}d\u{e9}",
         "--release-version",
     ]);
-    let own_session = rustix::process::getsid(None)
-        .unwrap()
-        .as_raw_nonzero()
-        .get();
+    let (_, _, own_session) = stat_identity(&std::fs::read_to_string("/proc/self/stat").unwrap());
     assert_eq!(run_installer(&run), Ok(InstallerOutcome::Installed));
     let mut expected = vec![
         fixture.program.to_str().unwrap().to_string(),

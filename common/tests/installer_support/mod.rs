@@ -140,17 +140,23 @@ impl Fixture {
 
     /// (pid, process group, session) of the installer from `/proc/pid/stat`.
     pub fn identity(&self) -> (i32, i32, i32) {
-        let stat = self.recorded("stat").unwrap();
-        let pid = stat.split(' ').next().unwrap().parse().unwrap();
-        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-        let fields: Vec<&str> = after_name.split(' ').collect();
-        // state ppid pgrp session ...
-        (pid, fields[2].parse().unwrap(), fields[3].parse().unwrap())
+        stat_identity(&self.recorded("stat").unwrap())
     }
 
     pub fn marker(&self, name: &str) -> bool {
         self.record.join(name).exists()
     }
+}
+
+/// (pid, process group, session) from a `/proc/<pid>/stat` line. A session
+/// whose leader lives outside our PID namespace reads as 0 (as on CI runners),
+/// which `getsid(2)` wrappers that insist on a positive PID cannot represent.
+pub fn stat_identity(stat: &str) -> (i32, i32, i32) {
+    let pid = stat.split(' ').next().unwrap().parse().unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    // state ppid pgrp session ...
+    (pid, fields[2].parse().unwrap(), fields[3].parse().unwrap())
 }
 
 /// The run of [`Fixture::run`] for the fixture rooted at `root`, for a
