@@ -518,3 +518,26 @@ wait $!\n"
     }
     assert_eq!(seed.exit, port.exit);
 }
+
+/// A release host that cannot be reached fails the update with urllib's
+/// `URLError` text, which operators see in the status row.
+#[test]
+fn an_unreachable_release_host_fails_with_urllibs_text() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    for (name, base) in [
+        ("refused", format!("http://127.0.0.1:{closed}/releases")),
+        ("unresolvable", "http://agents-release.invalid/releases".to_string()),
+    ] {
+        let (mut fixture, _) = pinned(name);
+        fixture.environment = vec![("AGENTS_SERVER_RELEASE_BASE".into(), base)];
+        let (seed, port) = fixture.compare(None);
+        assert_eq!(port.exit, Some(1));
+        let message = seed.row.get("message").and_then(Json::as_str).unwrap();
+        assert!(message.starts_with("<urlopen error [Errno "), "{message}");
+        expect_failed(&port.row, message);
+        assert_eq!(port.installer, None);
+    }
+}

@@ -331,12 +331,17 @@ fn join_url(base: &str, location: &str) -> String {
     format!("{origin}{directory}{location}")
 }
 
-/// A transport failure worded like the OS error Python would report.
+/// A transport failure worded as urllib reports it: a failed lookup or
+/// connect is a `URLError` (`<urlopen error [Errno 111] Connection refused>`),
+/// a failure once connected is the raw socket error.
 fn transport_error(error: minreq::Error) -> FetchError {
-    match error {
-        minreq::Error::IoError(err) => FetchError::Failed(Error::from(err)),
-        other => FetchError::Failed(Error::new(ErrorClass::Os, other.to_string())),
-    }
+    FetchError::Failed(match error {
+        minreq::Error::IoError(err) if Error::is_connect_failure(&err) => {
+            Error::from_socket(err).into_url_error()
+        }
+        minreq::Error::IoError(err) => Error::from_socket(err),
+        other => Error::new(ErrorClass::Os, other.to_string()),
+    })
 }
 
 #[cfg(test)]

@@ -54,26 +54,18 @@ fn transient_kind(error: &io::Error) -> bool {
 
 /// A socket error raised directly (while reading the response).
 fn socket_failure(error: io::Error) -> GetFailure {
-    let transient = transient_kind(&error);
-    let error = match error.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            Error::new(ErrorClass::Timeout, "timed out")
-        }
-        _ => Error::from(error),
-    };
-    GetFailure { error, transient }
+    GetFailure {
+        transient: transient_kind(&error),
+        error: Error::from_socket(error),
+    }
 }
 
 /// A socket error while connecting or sending, which urllib wraps in
 /// `URLError` (`<urlopen error ...>`).
 fn url_error(error: io::Error) -> GetFailure {
-    let GetFailure { error, transient } = socket_failure(error);
     GetFailure {
-        error: Error::new(
-            ErrorClass::Os,
-            format!("<urlopen error {}>", error.message()),
-        ),
-        transient,
+        transient: transient_kind(&error),
+        error: Error::from_socket(error).into_url_error(),
     }
 }
 
