@@ -3,8 +3,9 @@
 //! the seed's reading of a rejected metadata request as rate limiting
 //! (`release_rate_limit_delay`).
 //!
-//! Deviation: a `Retry-After` date without a zone (`-0000`) is read as UTC;
-//! Python reads that naive date in the local zone.
+//! A `Retry-After` date whose zone is `-0000` or a name email.utils does not
+//! know is naive in Python, and `timestamp()` reads it in the local zone
+//! (`TZ`, `/etc/localtime`); so does the port, through `mktime(3)`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -390,7 +391,7 @@ fn http_date_timestamp(text: &str) -> Option<f64> {
     if year < 100 {
         year += if year > 68 { 1900 } else { 2000 };
     }
-    let offset_seconds = zone_offset_seconds(&tz.to_uppercase());
+    let zone = zone_offset_seconds(&tz.to_uppercase());
     let month = month as i128;
     let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
     let month_days = [
@@ -412,19 +413,50 @@ fn http_date_timestamp(text: &str) -> Option<f64> {
         && (0..24).contains(&hour)
         && (0..60).contains(&minute)
         && (0..60).contains(&second)
-        && offset_seconds.abs() < 86_400;
+        && zone.is_none_or(|offset| offset.abs() < 86_400);
     if !valid {
         return None;
     }
+    let Some(offset_seconds) = zone else {
+        return local_timestamp(year, month, day, hour, minute, second);
+    };
     let days = days_from_civil(year, month, day);
     let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
     Some(seconds as f64)
 }
 
+/// `datetime(...).timestamp()` of a naive date: the wall-clock time in the
+/// local zone, daylight saving decided by the zone rules (`tm_isdst = -1`).
+fn local_timestamp(
+    year: i128,
+    month: i128,
+    day: i128,
+    hour: i128,
+    minute: i128,
+    second: i128,
+) -> Option<f64> {
+    let field = |value: i128| libc::c_int::try_from(value).ok();
+    // SAFETY: an all-zero `tm` is a valid value (its zone name pointer is
+    // null, which mktime never reads); mktime only writes the struct we own.
+    let mut broken_down: libc::tm = unsafe { std::mem::zeroed() };
+    broken_down.tm_year = field(year - 1900)?;
+    broken_down.tm_mon = field(month - 1)?;
+    broken_down.tm_mday = field(day)?;
+    broken_down.tm_hour = field(hour)?;
+    broken_down.tm_min = field(minute)?;
+    broken_down.tm_sec = field(second)?;
+    broken_down.tm_isdst = -1;
+    // SAFETY: `broken_down` is a valid, exclusively borrowed `tm`.
+    let seconds = unsafe { libc::mktime(&mut broken_down) };
+    // -1 is also a valid instant (one second before the epoch), which no
+    // Retry-After date names; Python raises OverflowError where mktime fails.
+    (seconds != -1).then_some(seconds as f64)
+}
+
 /// The zone of an RFC 2822 date in seconds east of UTC: the named zones
-/// email.utils knows, `+hhmm`/`-hhmm`, and 0 for anything else (`-0000` and
-/// unknown names make Python's date naive; see the module note).
-fn zone_offset_seconds(zone: &str) -> i128 {
+/// email.utils knows and `+hhmm`/`-hhmm`; `None` (a naive date) for `-0000`
+/// and for anything else, as `_parsedate_tz` decides.
+fn zone_offset_seconds(zone: &str) -> Option<i128> {
     let hhmm: i128 = match zone {
         "UT" | "UTC" | "GMT" | "Z" => 0,
         "AST" => -400,
@@ -437,11 +469,15 @@ fn zone_offset_seconds(zone: &str) -> i128 {
         "MDT" => -600,
         "PST" => -800,
         "PDT" => -700,
-        other => crate::python_int(other).unwrap_or(0),
+        other => match crate::python_int(other) {
+            Some(0) if other.starts_with('-') => return None,
+            Some(hhmm) => hhmm,
+            None => return None,
+        },
     };
     let sign = hhmm.signum();
     let magnitude = hhmm.abs();
-    sign * ((magnitude / 100) * 3600 + (magnitude % 100) * 60)
+    Some(sign * ((magnitude / 100) * 3600 + (magnitude % 100) * 60))
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Hinnant's algorithm).
