@@ -19,6 +19,7 @@ use rustix::fs::{Access, FileType};
 
 pub(crate) use operation_id::python_uuid;
 pub use operation_id::{maintenance_operation_id, uuid4, uuid5_url, uuid_text};
+pub(crate) use render::{plist_document, unit_directory, unit_word, PlistValue};
 pub use render::{render_service, service_arguments};
 
 use crate::fs::pathlib_ignores;
@@ -420,7 +421,7 @@ pub(crate) fn is_variable_name(key: &str) -> bool {
 /// Python's `str(Path)`: repeated `/` and `.` segments dropped, a trailing `/`
 /// dropped, a leading exactly-two-slash prefix kept. Layout strings in units,
 /// manifests and journals use this form.
-fn path_text(path: &Path) -> String {
+pub(crate) fn path_text(path: &Path) -> String {
     let raw = path.as_os_str().as_bytes();
     let mut text = String::new();
     if raw.starts_with(b"//") && !raw.starts_with(b"///") {

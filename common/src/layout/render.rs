@@ -159,7 +159,7 @@ fn systemd_unit(
 
 /// One systemd word (`_unit_word`): backslash, quote and `%` escaped, and for
 /// command lines `$` doubled so systemd does not expand variables.
-fn unit_word(value: &str, command: bool) -> Result<String> {
+pub(crate) fn unit_word(value: &str, command: bool) -> Result<String> {
     check_text(value)?;
     let mut escaped = value
         .replace('\\', "\\\\")
@@ -174,7 +174,7 @@ fn unit_word(value: &str, command: bool) -> Result<String> {
 /// `WorkingDirectory=` takes one whole path, not shell-style words: quotes
 /// would become literal filename bytes, so only `%` is escaped and outer
 /// whitespace (which systemd would strip) is refused.
-fn unit_directory(path: &Path) -> Result<String> {
+pub(crate) fn unit_directory(path: &Path) -> Result<String> {
     let value = path_text(path);
     check_text(&value)?;
     if crate::http::python::strip(&value) != value {
@@ -185,13 +185,20 @@ fn unit_directory(path: &Path) -> Result<String> {
     Ok(value.replace('%', "%%"))
 }
 
-/// A value of the launchd property list (the subset the service plists use).
-enum PlistValue {
+/// A value of a launchd property list (the types the service and recovery
+/// plists use).
+pub(crate) enum PlistValue {
     String(String),
     Integer(i64),
-    True,
+    Bool(bool),
     Array(Vec<String>),
-    Dict(BTreeMap<String, String>),
+    Dict(BTreeMap<String, PlistValue>),
+}
+
+impl From<&str> for PlistValue {
+    fn from(text: &str) -> Self {
+        PlistValue::String(text.to_string())
+    }
 }
 
 fn launchd_plist(
@@ -208,38 +215,51 @@ fn launchd_plist(
     let logs = layout.runtime_dir().join("logs");
     // launchd reads ExitTimeOut 0 as "no automatic SIGKILL" for the worker.
     let exit_timeout = if role == "worker" { 0 } else { 10 };
-    let mut entries: BTreeMap<&str, PlistValue> = BTreeMap::new();
-    entries.insert("Label", PlistValue::String(label.to_string()));
-    entries.insert(
-        "ProgramArguments",
-        PlistValue::Array(service_arguments(layout, role)),
-    );
-    entries.insert("WorkingDirectory", PlistValue::String(path_text(runtime)));
-    entries.insert("EnvironmentVariables", PlistValue::Dict(environment));
-    entries.insert("RunAtLoad", PlistValue::True);
-    entries.insert("KeepAlive", PlistValue::True);
-    entries.insert("ExitTimeOut", PlistValue::Integer(exit_timeout));
-    entries.insert("Umask", PlistValue::Integer(SERVICE_UMASK));
-    entries.insert(
-        "StandardOutPath",
-        PlistValue::String(path_text(&logs.join(format!("{role}.stdout.log")))),
-    );
-    entries.insert(
-        "StandardErrorPath",
-        PlistValue::String(path_text(&logs.join(format!("{role}.stderr.log")))),
-    );
+    let environment = environment
+        .into_iter()
+        .map(|(key, value)| (key, PlistValue::String(value)))
+        .collect();
+    plist_document(BTreeMap::from([
+        ("Label".to_string(), PlistValue::from(label)),
+        (
+            "ProgramArguments".to_string(),
+            PlistValue::Array(service_arguments(layout, role)),
+        ),
+        (
+            "WorkingDirectory".to_string(),
+            PlistValue::String(path_text(runtime)),
+        ),
+        (
+            "EnvironmentVariables".to_string(),
+            PlistValue::Dict(environment),
+        ),
+        ("RunAtLoad".to_string(), PlistValue::Bool(true)),
+        ("KeepAlive".to_string(), PlistValue::Bool(true)),
+        ("ExitTimeOut".to_string(), PlistValue::Integer(exit_timeout)),
+        ("Umask".to_string(), PlistValue::Integer(SERVICE_UMASK)),
+        (
+            "StandardOutPath".to_string(),
+            PlistValue::String(path_text(&logs.join(format!("{role}.stdout.log")))),
+        ),
+        (
+            "StandardErrorPath".to_string(),
+            PlistValue::String(path_text(&logs.join(format!("{role}.stderr.log")))),
+        ),
+    ]))
+}
+
+/// `plistlib.dumps(entries, sort_keys=True)`: the XML declaration and DTD,
+/// then every dictionary in key order (a `BTreeMap` sorts as Python does for
+/// these ASCII keys).
+pub(crate) fn plist_document(entries: BTreeMap<String, PlistValue>) -> Vec<u8> {
     let mut out = String::from(concat!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
         "<!DOCTYPE plist PUBLIC \"-//Apple//DTD PLIST 1.0//EN\" ",
         "\"http://www.apple.com/DTDs/PropertyList-1.0.dtd\">\n",
         "<plist version=\"1.0\">\n",
-        "<dict>\n",
     ));
-    for (key, value) in &entries {
-        plist_line(&mut out, 1, &format!("<key>{}</key>", xml_text(key)));
-        write_plist_value(&mut out, 1, value);
-    }
-    out.push_str("</dict>\n</plist>\n");
+    write_plist_value(&mut out, 0, &PlistValue::Dict(entries));
+    out.push_str("</plist>\n");
     out.into_bytes()
 }
 
@@ -250,7 +270,8 @@ fn write_plist_value(out: &mut String, depth: usize, value: &PlistValue) {
         PlistValue::Integer(number) => {
             plist_line(out, depth, &format!("<integer>{number}</integer>"))
         }
-        PlistValue::True => plist_line(out, depth, "<true/>"),
+        PlistValue::Bool(true) => plist_line(out, depth, "<true/>"),
+        PlistValue::Bool(false) => plist_line(out, depth, "<false/>"),
         PlistValue::Array(items) => {
             plist_line(out, depth, "<array>");
             for item in items {
@@ -262,7 +283,7 @@ fn write_plist_value(out: &mut String, depth: usize, value: &PlistValue) {
             plist_line(out, depth, "<dict>");
             for (key, item) in items {
                 plist_line(out, depth + 1, &format!("<key>{}</key>", xml_text(key)));
-                plist_string(out, depth + 1, item);
+                write_plist_value(out, depth + 1, item);
             }
             plist_line(out, depth, "</dict>");
         }
