@@ -49,8 +49,8 @@ pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOUR
 pub use paths::{absolute_path, pure_path_text};
 pub use recovery::{
     activation_intent, evidence_digest, recovery_directory, recovery_evidence, recovery_label,
-    recovery_service_path, CommandCapture, RecoveryService, INTENT_KEYS, RECOVERY_DIRECTORY,
-    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+    recovery_service_path, render_recovery_service, CommandCapture, RecoveryService, INTENT_KEYS,
+    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 pub use release::{link_state, locate_release, release_identity, release_matches};
 pub use replace_config::{

@@ -1001,14 +1001,21 @@ fn retire_owner(directory: &std::path::Path, name: &str) {
     write_file(&directory.join("retired.json"), &proof, 0o600);
 }
 
-/// Registers the owner's native unit as `arm` leaves it before retirement.
+/// Registers the owner's native unit as `arm` leaves it before retirement:
+/// the owner's own rendering, private.
 fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
     let unit = agents_common::recovery_service_path(name, "Linux", &case.installation.home);
-    write_file(
-        &unit,
-        b"[Unit]\nDescription=AgentsDock admitted activation recovery\n",
-        0o644,
+    let directory = case
+        .installation
+        .install_root
+        .join(agents_common::RECOVERY_DIRECTORY)
+        .join(name);
+    let owner = agents_common::recovery_evidence(&directory.join("owner.json")).unwrap();
+    let rendered = agents_common::render_recovery_service(&directory, &owner).unwrap();
+    assert!(
+        String::from_utf8_lossy(&rendered).contains(&format!("\"--transaction-id\" \"{name}\"\n"))
     );
+    write_file(&unit, &rendered, 0o600);
     unit
 }
 
@@ -1040,6 +1047,17 @@ fn an_unretired_recovery_owner_keeps_everything() {
     );
     // Armed and registered, the recovery still live.
     register_owner(&case, OWNER);
+    assert_kept(&case, "a durable activation recovery owner has not retired");
+    // A registration that is not the owner's own rendering is refused as
+    // changed, and stays where it is.
+    let registered = std::fs::read(&unit).unwrap();
+    let edited = String::from_utf8(registered.clone())
+        .unwrap()
+        .replace("RestartSec=30s", "RestartSec=1s");
+    write_file(&unit, edited.as_bytes(), 0o600);
+    assert_kept(&case, "recovery native registration changed");
+    assert_eq!(std::fs::read(&unit).unwrap(), edited.as_bytes());
+    write_file(&unit, &registered, 0o600);
     assert_kept(&case, "a durable activation recovery owner has not retired");
     // Finalized but not yet retired.
     let proof = finalization_proof(&directory, OWNER);

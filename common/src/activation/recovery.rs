@@ -97,6 +97,92 @@ pub fn recovery_service_path(transaction_id: &str, platform: &str, home: &Path) 
     }
 }
 
+/// `PATH` of the recovery job: the user's tools first, then Homebrew and
+/// the system directories (`<home>` is prepended at render time).
+const RECOVERY_PATH_TAIL: &str =
+    "/.local/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// `render_service(directory, value)` of `execution_recovery`: the exact unit
+/// (Linux) or plist (Darwin) `arm` registers for the owner in `directory`.
+/// Readers compare a registration with this rendering, so a job that is not
+/// byte-for-byte the owner's own is refused instead of trusted or removed.
+pub fn render_recovery_service(directory: &Path, owner: &JsonObject) -> Result<Vec<u8>> {
+    let field = |key: &str| -> Result<String> {
+        match owner.get(key) {
+            Some(Json::Str(text)) => Ok(text.clone()),
+            _ => Err(Error::value(
+                "configuration text must be nonempty and contain no control characters",
+            )),
+        }
+    };
+    let (transaction, platform) = (field("transaction_id")?, field("platform")?);
+    let directory_text = crate::layout::path_text(directory);
+    let command = [
+        field("interpreter")?,
+        "-B".to_string(),
+        crate::layout::path_text(&directory.join("execution_recovery.py")),
+        "run".to_string(),
+        "--root".to_string(),
+        field("root")?,
+        "--transaction-id".to_string(),
+        transaction.clone(),
+    ];
+    let search_path = format!("{}{RECOVERY_PATH_TAIL}", field("home")?);
+    if platform == "Darwin" {
+        use crate::layout::PlistValue;
+        let log = |name: &str| PlistValue::String(format!("{directory_text}/{name}"));
+        return Ok(crate::layout::plist_document(
+            [
+                (
+                    "Label",
+                    PlistValue::from(recovery_label(&transaction, &platform).as_str()),
+                ),
+                ("ProgramArguments", PlistValue::Array(command.to_vec())),
+                (
+                    "WorkingDirectory",
+                    PlistValue::String(directory_text.clone()),
+                ),
+                (
+                    "EnvironmentVariables",
+                    PlistValue::Dict(
+                        [("PATH".to_string(), PlistValue::String(search_path))].into(),
+                    ),
+                ),
+                ("RunAtLoad", PlistValue::Bool(true)),
+                (
+                    // Restarted after a crash, never after finishing its work.
+                    "KeepAlive",
+                    PlistValue::Dict(
+                        [("SuccessfulExit".to_string(), PlistValue::Bool(false))].into(),
+                    ),
+                ),
+                ("ThrottleInterval", PlistValue::Integer(30)),
+                ("Umask", PlistValue::Integer(0o077)),
+                ("ExitTimeOut", PlistValue::Integer(0)),
+                ("StandardOutPath", log("native.stdout.log")),
+                ("StandardErrorPath", log("native.stderr.log")),
+            ]
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect(),
+        ));
+    }
+    let words = command
+        .iter()
+        .map(|word| crate::layout::unit_word(word, true))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(format!(
+        "[Unit]\nDescription=AgentsDock admitted activation recovery\nAfter=network-online.target\n\
+         [Service]\nType=simple\nUMask=0077\nRestart=on-failure\nRestartSec=30s\n\
+         TimeoutStopSec=infinity\nSendSIGKILL=no\nWorkingDirectory={}\nEnvironment={}\n\
+         ExecStart={}\n[Install]\nWantedBy=default.target\n",
+        crate::layout::unit_directory(directory)?,
+        crate::layout::unit_word(&format!("PATH={search_path}"), false)?,
+        words.join(" "),
+    )
+    .into_bytes())
+}
+
 /// `_directory(root, transaction)`: the owner directory, which must be a
 /// private symlink-free directory under a private root and parent.
 pub fn recovery_directory(root: &Path, transaction: &str) -> Result<PathBuf> {
@@ -506,4 +592,95 @@ mod tests {
             );
         }
     }
+
+    /// Bytes `execution_recovery.render_service` produced for an owner whose
+    /// paths need every escape: spaces, `%`, `$`, quotes and XML specials.
+    #[test]
+    fn recovery_registrations_match_the_python_rendering() {
+        let directory = Path::new(
+            "/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567",
+        );
+        let owner = |platform: &str| {
+            json_object! {
+                "interpreter" => "/opt/py 3/bin/python$3",
+                "root" => "/home/a b/.agents-server%x",
+                "transaction_id" => "activation-0123456789abcdef01234567",
+                "home" => "/home/a\"b&<c>",
+                "platform" => platform,
+            }
+        };
+        let linux = render_recovery_service(directory, &owner("Linux")).unwrap();
+        assert_eq!(String::from_utf8(linux).unwrap(), LINUX_GOLDEN);
+        let darwin = render_recovery_service(directory, &owner("Darwin")).unwrap();
+        assert_eq!(String::from_utf8(darwin).unwrap(), DARWIN_GOLDEN);
+        // A field that is not text cannot be rendered (Python's `_text`).
+        let mut broken = owner("Linux");
+        broken.insert("interpreter", 7);
+        assert_eq!(
+            render_recovery_service(directory, &broken).unwrap_err().python_line(),
+            "ValueError: configuration text must be nonempty and contain no control characters"
+        );
+    }
+
+    const LINUX_GOLDEN: &str = r#"[Unit]
+Description=AgentsDock admitted activation recovery
+After=network-online.target
+[Service]
+Type=simple
+UMask=0077
+Restart=on-failure
+RestartSec=30s
+TimeoutStopSec=infinity
+SendSIGKILL=no
+WorkingDirectory=/home/a b/.agents-server%%x/.activation-recovery/activation-0123456789abcdef01234567
+Environment="PATH=/home/a\"b&<c>/.local/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+ExecStart="/opt/py 3/bin/python$$3" "-B" "/home/a b/.agents-server%%x/.activation-recovery/activation-0123456789abcdef01234567/execution_recovery.py" "run" "--root" "/home/a b/.agents-server%%x" "--transaction-id" "activation-0123456789abcdef01234567"
+[Install]
+WantedBy=default.target
+"#;
+
+    const DARWIN_GOLDEN: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<plist version="1.0">
+<dict>
+	<key>EnvironmentVariables</key>
+	<dict>
+		<key>PATH</key>
+		<string>/home/a"b&amp;&lt;c&gt;/.local/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin</string>
+	</dict>
+	<key>ExitTimeOut</key>
+	<integer>0</integer>
+	<key>KeepAlive</key>
+	<dict>
+		<key>SuccessfulExit</key>
+		<false/>
+	</dict>
+	<key>Label</key>
+	<string>com.agentsdock.recovery.0123456789abcdef01234567</string>
+	<key>ProgramArguments</key>
+	<array>
+		<string>/opt/py 3/bin/python$3</string>
+		<string>-B</string>
+		<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567/execution_recovery.py</string>
+		<string>run</string>
+		<string>--root</string>
+		<string>/home/a b/.agents-server%x</string>
+		<string>--transaction-id</string>
+		<string>activation-0123456789abcdef01234567</string>
+	</array>
+	<key>RunAtLoad</key>
+	<true/>
+	<key>StandardErrorPath</key>
+	<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567/native.stderr.log</string>
+	<key>StandardOutPath</key>
+	<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567/native.stdout.log</string>
+	<key>ThrottleInterval</key>
+	<integer>30</integer>
+	<key>Umask</key>
+	<integer>63</integer>
+	<key>WorkingDirectory</key>
+	<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567</string>
+</dict>
+</plist>
+"#;
 }

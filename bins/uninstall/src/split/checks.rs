@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use agents_common::{
     check_binding, current_uid, entry_present, evidence_digest, json_object, normalize_path,
     owned_directory, parse_json, pure_path_text, read_file, recovery_directory, recovery_evidence,
-    recovery_service_path, render_service, Error, ExecutionLayout, Json, JsonObject,
-    RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
-    RECOVERY_PAYLOAD,
+    recovery_service_path, render_recovery_service, render_service, Error, ExecutionLayout, Json,
+    JsonObject, RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY,
+    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -315,16 +315,17 @@ fn owner_retired(root: &Path, name: &str) -> Result<bool> {
         ));
     }
     if !retired {
-        // The seed compares this registration with the owner's rendered
-        // unit ("recovery native registration changed"); the port has no
-        // recovery-unit renderer, so a readable registration of an owner
-        // that is not retired is refused as not retired either way.
+        // A live owner's registration must be exactly the one `arm` wrote:
+        // anything else is a job this owner cannot vouch for.
         let service = recovery_service_path(
             name,
             owner_text(&owner, "platform"),
             Path::new(owner_text(&owner, "home")),
         );
-        read_file(&service, false)?;
+        let (registered, _mode) = read_file(&service, false)?;
+        if registered != render_recovery_service(&directory, &owner)? {
+            return Err(Error::runtime("recovery native registration changed"));
+        }
         return Ok(false);
     }
     let failure = directory.join("failure.json");
