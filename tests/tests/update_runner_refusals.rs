@@ -529,7 +529,10 @@ fn an_unreachable_release_host_fails_with_urllibs_text() {
     };
     for (name, base) in [
         ("refused", format!("http://127.0.0.1:{closed}/releases")),
-        ("unresolvable", "http://agents-release.invalid/releases".to_string()),
+        (
+            "unresolvable",
+            "http://agents-release.invalid/releases".to_string(),
+        ),
     ] {
         let (mut fixture, _) = pinned(name);
         fixture.environment = vec![("AGENTS_SERVER_RELEASE_BASE".into(), base)];

@@ -617,7 +617,9 @@ mod tests {
         let mut broken = owner("Linux");
         broken.insert("interpreter", 7);
         assert_eq!(
-            render_recovery_service(directory, &broken).unwrap_err().python_line(),
+            render_recovery_service(directory, &broken)
+                .unwrap_err()
+                .python_line(),
             "ValueError: configuration text must be nonempty and contain no control characters"
         );
     }
