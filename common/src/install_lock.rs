@@ -26,6 +26,8 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 use rustix::process::{test_kill_process, Pid};
 
+mod interrupt;
+
 use crate::error::{Error, Result};
 use crate::fs::{
     atomic_write, current_uid, fsync_directory, normalize_path, owned_directory, read_file,
@@ -51,6 +53,10 @@ const OWNER_READ_LIMIT: usize = 33;
 /// error, prints the failure as one `Class: message` line on stderr; a lock
 /// that could not be released stays on disk naming this process, and the next
 /// installer reaps it once this process has exited.
+///
+/// While held, SIGINT (unless the caller ignored it) releases the lock with
+/// the same checks and ends the process by SIGINT, as Python's `with` block
+/// does on `KeyboardInterrupt`; nothing else of the interrupted work is undone.
 #[derive(Debug)]
 pub struct InstallationLock {
     root: PathBuf,
@@ -146,6 +152,7 @@ impl InstallationLock {
                     // and is reaped once the process has exited.
                     fsync_directory(&self.root)?;
                     self.identity = Some(identity(&info));
+                    interrupt::arm(&self.root, &self.path, identity(&info));
                     return Ok(());
                 }
                 Err(err) if is_occupied(&err) => self.reap_dead_owner()?,
@@ -207,6 +214,8 @@ impl InstallationLock {
         let Some(expected) = self.identity.take() else {
             return Ok(());
         };
+        // From here on Ctrl-C interrupts this release as it would Python's.
+        interrupt::disarm(expected);
         owned_directory(&self.path, true)?;
         let directory = open_directory(&self.path)?;
         if identity(&rustix::fs::fstat(&directory)?) != expected {

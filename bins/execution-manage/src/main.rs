@@ -6,11 +6,10 @@
 //! `json.dumps(result, sort_keys=True)` on one line; a failure prints the
 //! Python exception line on stderr and exits 1 (usage errors exit 2).
 //!
-//! Deviation: Python turns Ctrl-C into `KeyboardInterrupt`, which skips the
-//! controller's failure handling but still releases the installation lock.
-//! Here SIGINT ends the process like SIGKILL: the lock names a dead process
-//! (the next installer reaps it) and the journal stays for `recover`, exactly
-//! as after a crash.
+//! Ctrl-C behaves as Python's `KeyboardInterrupt` does: the controller's
+//! failure handling is skipped (the journal stays for `recover`), the
+//! installation lock is released after its checks, and the process dies by
+//! SIGINT (see the install lock's interrupt handling).
 
 mod cli;
 mod controller;
