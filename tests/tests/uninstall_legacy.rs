@@ -694,6 +694,52 @@ fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
 }
 
 #[test]
+fn termination_signals_ignored_by_the_caller_stay_ignored() {
+    let test = "termination_signals_ignored_by_the_caller_stay_ignored";
+    compare(test, |implementation| {
+        let case = LegacyCase::start(test, with_service())?;
+        let before = case.home_tree();
+        let running = start_ignoring(
+            implementation,
+            &case.env(),
+            &[],
+            Input::Terminal(Vec::new()),
+            &[libc::SIGHUP, libc::SIGINT, libc::SIGTERM],
+        );
+        running.wait_for_stderr("Proceed? [y/N] ");
+        for signal in [
+            rustix::process::Signal::TERM,
+            rustix::process::Signal::INT,
+            rustix::process::Signal::HUP,
+        ] {
+            running.signal(signal);
+        }
+        // Still waiting at the prompt: the trap could not take them.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            agents_tests::process_alive(running.pid()),
+            "{implementation:?} must survive the signals it inherited as ignored"
+        );
+        running.type_input(b"n\n");
+        let outcome = running.finish();
+        assert_eq!(outcome.code(), 1, "{outcome:?}");
+        assert!(
+            outcome.stderr.ends_with("Aborted; nothing was changed.\n"),
+            "{outcome:?}"
+        );
+        let ran = Ran {
+            case,
+            before,
+            outcome,
+        };
+        ran.assert_unchanged();
+        assert_service_untouched(&ran);
+        assert!(!ran.case.roots.install.join(".install-lock").exists());
+        Some(ran)
+    });
+}
+
+#[test]
 fn a_missing_install_root_is_created_for_the_lock_and_removed() {
     let test = "a_missing_install_root_is_created_for_the_lock_and_removed";
     let remove_install = |case: &LegacyCase| {

@@ -800,6 +800,41 @@ fn an_interrupt_at_the_prompt_changes_nothing() {
 }
 
 #[test]
+fn an_interrupt_the_caller_ignored_stays_ignored() {
+    let Some(case) = SplitCase::start("an_interrupt_the_caller_ignored_stays_ignored") else {
+        return;
+    };
+    let before = case.kept_tree();
+    let args = case.args(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let running = start_ignoring(
+        Implementation::Port,
+        &case.env(),
+        &args,
+        Input::Terminal(Vec::new()),
+        &[libc::SIGINT],
+    );
+    running.wait_for_stdout("Remove both idle services, runtime and configuration? [y/N] ");
+    running.signal(rustix::process::Signal::INT);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        agents_tests::process_alive(running.pid()),
+        "an inherited SIG_IGN is not Python's KeyboardInterrupt"
+    );
+    running.type_input(b"n\n");
+    let outcome = running.finish();
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert!(
+        outcome
+            .stderr
+            .ends_with("Uninstall was not confirmed; nothing was changed\n"),
+        "{outcome:?}"
+    );
+    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+    case.assert_services_untouched();
+}
+
+#[test]
 fn an_interrupt_after_the_hold_releases_it_before_dying() {
     let test = "an_interrupt_after_the_hold_releases_it_before_dying";
     let Some(case) = SplitCase::start(test) else {

@@ -20,11 +20,20 @@ pub fn trap_exit_130() {
     install(&[libc::SIGHUP, libc::SIGINT, libc::SIGTERM]);
 }
 
+/// Installs the noting handler for each of `signals` that the caller did not
+/// ignore: a signal ignored on entry stays ignored, as bash's `trap` and
+/// Python's SIGINT handling both leave it.
 fn install(signals: &[libc::c_int]) {
     for &signal in signals {
         // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe; the sigaction struct is fully initialised.
+        // async-signal-safe; the sigaction structs are fully initialised.
         unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+                && current.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = note_signal as extern "C" fn(libc::c_int) as usize;
             libc::sigemptyset(&mut action.sa_mask);

@@ -160,7 +160,28 @@ pub fn start(
     args: &[&str],
     input: Input,
 ) -> Running {
+    start_ignoring(implementation, env, args, input, &[])
+}
+
+/// [`start`] with `ignored` signals set to `SIG_IGN` in the uninstaller, as a
+/// caller such as `nohup` or a masking installer leaves them.
+pub fn start_ignoring(
+    implementation: Implementation,
+    env: &[(String, OsString)],
+    args: &[&str],
+    input: Input,
+    ignored: &'static [libc::c_int],
+) -> Running {
     let mut command = implementation.command();
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            for &signal in ignored {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+            Ok(())
+        });
+    }
     command
         .args(args)
         .env_clear()
