@@ -26,7 +26,8 @@
 //!   its systemd units / launchd plists and installed manifest:
 //!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
 //!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
-//! - the installer's `.install-lock` PID directory shared with install.sh:
+//! - the installer's `.install-lock` PID directory shared with install.sh,
+//!   released on Ctrl-C as Python's `with` block releases it:
 //!   [`InstallationLock`];
 //! - the `.execution-transaction` journal of a split activation:
 //!   [`ExecutionTransaction`];
@@ -34,7 +35,8 @@
 //!   and its write-ahead configuration publication: [`ActivationManifest`],
 //!   [`execution_context`], [`validate_invocation`], [`replace_config`]; the
 //!   macOS proof of an old runner-less updater: [`verify_legacy_runner`];
-//!   macOS volume bindings that survive remounts: [`VolumeProbe`];
+//!   macOS volume bindings that survive remounts: [`VolumeProbe`]; the
+//!   native registration of a recovery owner: [`render_recovery_service`];
 //! - the split uninstall's `.execution-uninstall.json` intent (read by the
 //!   worker at startup) and the installed-layout provenance it relies on:
 //!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
