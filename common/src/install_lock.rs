@@ -63,6 +63,8 @@ pub struct InstallationLock {
     path: PathBuf,
     /// `(st_dev, st_ino)` of the published lock directory while held.
     identity: Option<(u64, u64)>,
+    /// The SIGINT release armed for this lock while held, if any.
+    interrupt: Option<interrupt::Armament>,
 }
 
 impl InstallationLock {
@@ -79,6 +81,7 @@ impl InstallationLock {
             root,
             path,
             identity: None,
+            interrupt: None,
         };
         lock.enter()?;
         Ok(lock)
@@ -152,7 +155,7 @@ impl InstallationLock {
                     // and is reaped once the process has exited.
                     fsync_directory(&self.root)?;
                     self.identity = Some(identity(&info));
-                    interrupt::arm(&self.root, &self.path, identity(&info));
+                    self.interrupt = interrupt::arm(&self.root, &self.path, identity(&info));
                     return Ok(());
                 }
                 Err(err) if is_occupied(&err) => self.reap_dead_owner()?,
@@ -215,7 +218,9 @@ impl InstallationLock {
             return Ok(());
         };
         // From here on Ctrl-C interrupts this release as it would Python's.
-        interrupt::disarm(expected);
+        if let Some(armament) = self.interrupt.take() {
+            interrupt::disarm(armament);
+        }
         owned_directory(&self.path, true)?;
         let directory = open_directory(&self.path)?;
         if identity(&rustix::fs::fstat(&directory)?) != expected {

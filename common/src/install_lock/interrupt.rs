@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
+use super::identity;
+
 /// What the handler needs, prepared while it was still safe to allocate.
 struct Armed {
     root: OwnedFd,
@@ -37,10 +39,16 @@ struct Armed {
     directory_not_owned: Vec<u8>,
     directory_unsafe: Vec<u8>,
     owner_unsafe: Vec<u8>,
-    previous: libc::sigaction,
 }
 
+/// The armed lock, owned by whoever swaps it out: `disarm` (which frees it)
+/// or the handler (which keeps it until the process ends).
 static ARMED: AtomicPtr<Armed> = AtomicPtr::new(null_mut());
+
+/// Proof that one lock armed the handler; [`disarm`] takes it back. Only the
+/// address is kept, never dereferenced by its holder.
+#[derive(Debug)]
+pub(super) struct Armament(usize);
 
 const IDENTITY_CHANGED: &[u8] = b"RuntimeError: installation lock identity changed\n";
 const OWNER_CHANGED: &[u8] = b"RuntimeError: installation lock owner changed\n";
@@ -54,8 +62,8 @@ const OWNER_SIZE_LIMIT: i64 = 1_048_576;
 /// Arms the release of the lock directory `lock` (identity `identity`, under
 /// `root`) for SIGINT. Best effort: where SIGINT is not at its default
 /// disposition, another lock is armed, or a descriptor cannot be opened, the
-/// process keeps its current SIGINT behaviour.
-pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) {
+/// process keeps its current SIGINT behaviour and `None` is returned.
+pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) -> Option<Armament> {
     // SAFETY: querying the disposition into a struct we own.
     let default_disposition = unsafe {
         let mut current: libc::sigaction = std::mem::zeroed();
@@ -63,15 +71,11 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) {
             && current.sa_sigaction == libc::SIG_DFL
     };
     if !default_disposition {
-        return;
+        return None;
     }
     let directory = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let (Ok(root_fd), Ok(lock_fd)) = (
-        rustix::fs::open(root, directory, Mode::empty()),
-        rustix::fs::open(lock, directory, Mode::empty()),
-    ) else {
-        return;
-    };
+    let root_fd = rustix::fs::open(root, directory, Mode::empty()).ok()?;
+    let lock_fd = rustix::fs::open(lock, directory, Mode::empty()).ok()?;
     let line = |text: String| format!("{text}\n").into_bytes();
     let armed = Box::into_raw(Box::new(Armed {
         root: root_fd,
@@ -91,9 +95,6 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) {
             "PermissionError: execution configuration is unsafe: {}",
             lock.join("pid").display()
         )),
-        // SAFETY: an all-zero sigaction (SIG_DFL) is a valid value; the
-        // installation below overwrites it with the disposition it replaced.
-        previous: unsafe { std::mem::zeroed() },
     }));
     if ARMED
         .compare_exchange(null_mut(), armed, Ordering::SeqCst, Ordering::SeqCst)
@@ -101,52 +102,46 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) {
     {
         // SAFETY: `armed` came from Box::into_raw above and was never shared.
         drop(unsafe { Box::from_raw(armed) });
-        return;
+        return None;
     }
-    // SAFETY: installing a valid handler; `previous` belongs to the Box we
-    // just published, which only `disarm` or the handler take back.
+    let armament = Armament(armed as usize);
+    // SAFETY: installing a valid handler from a fully initialised struct.
     let installed = unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as usize;
         libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &action, &mut (*armed).previous) == 0
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut()) == 0
     };
     if !installed {
-        // Nothing was replaced, so disarming restores the same SIG_DFL.
-        disarm(identity);
+        disarm(armament);
+        return None;
     }
+    Some(armament)
 }
 
-/// Disarms the lock with `identity` before its ordinary release, restoring the
-/// previous SIGINT disposition. Nothing happens when another lock is armed or
-/// the handler already took this one.
-pub(super) fn disarm(identity: (u64, u64)) {
-    let current = ARMED.load(Ordering::SeqCst);
-    // SAFETY: a non-null ARMED always points to a live Box; only the party
-    // that swaps it out (below, or the handler) may free or use it exclusively.
-    if current.is_null() || unsafe { (*current).identity } != identity {
-        return;
-    }
+/// Takes `armament` back before the lock's ordinary release and restores
+/// SIG_DFL, the only disposition `arm` replaces. Nothing happens when the
+/// handler already took it (the process is ending then).
+pub(super) fn disarm(armament: Armament) {
+    let armed = armament.0 as *mut Armed;
     if ARMED
-        .compare_exchange(current, null_mut(), Ordering::SeqCst, Ordering::SeqCst)
+        .compare_exchange(armed, null_mut(), Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
     {
         return;
     }
-    // SAFETY: we own `current` now; restoring the disposition the handler
-    // replaced (SIG_DFL, the only one `arm` replaces).
+    // SAFETY: swapping it out made it ours; it came from Box::into_raw.
     unsafe {
-        libc::sigaction(libc::SIGINT, &(*current).previous, std::ptr::null_mut());
-        drop(Box::from_raw(current));
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        drop(Box::from_raw(armed));
     }
 }
 
 /// Why the handler's release stopped.
 enum Stop {
-    /// The seed's refusal: report it and exit 1, the lock left as found.
+    /// The seed's refusal (one stderr line): report it and exit 1, the lock
+    /// left as found.
     Refused(&'static [u8]),
-    /// A refusal naming a path (prepared bytes).
-    RefusedWith(*const [u8]),
     /// A system call failed: leave the lock as a crash would.
     Failed,
 }
@@ -156,14 +151,8 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
     if !armed.is_null() {
         // SAFETY: swapping it out made the handler its only user; it is never
         // freed, as the process ends here.
-        let armed = unsafe { &*armed };
-        let refusal = match release(armed) {
-            Ok(()) | Err(Stop::Failed) => None,
-            Err(Stop::Refused(message)) => Some(message),
-            // SAFETY: points into `armed`, which lives for the rest of the process.
-            Err(Stop::RefusedWith(message)) => Some(unsafe { &*message }),
-        };
-        if let Some(message) = refusal {
+        let armed: &'static Armed = unsafe { &*armed };
+        if let Err(Stop::Refused(message)) = release(armed) {
             write_stderr(message);
             // SAFETY: _exit is async-signal-safe.
             unsafe { libc::_exit(1) };
@@ -180,17 +169,17 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
 }
 
 /// The seed's `__exit__`, step for step, with system calls only.
-fn release(armed: &Armed) -> Result<(), Stop> {
+fn release(armed: &'static Armed) -> Result<(), Stop> {
     let failed = |_| Stop::Failed;
     // _owned_directory(path, private=True) on the path's lstat.
     let linked = rustix::fs::statat(&armed.root, c".install-lock", AtFlags::SYMLINK_NOFOLLOW)
         .map_err(failed)?;
     if FileType::from_raw_mode(linked.st_mode) != FileType::Directory || linked.st_uid != armed.uid
     {
-        return Err(Stop::RefusedWith(armed.directory_not_owned.as_slice()));
+        return Err(Stop::Refused(&armed.directory_not_owned));
     }
     if linked.st_mode & 0o7777 != 0o700 {
-        return Err(Stop::RefusedWith(armed.directory_unsafe.as_slice()));
+        return Err(Stop::Refused(&armed.directory_unsafe));
     }
     let lock = armed.lock.as_fd();
     if identity(&rustix::fs::fstat(lock).map_err(failed)?) != armed.identity {
@@ -213,7 +202,7 @@ fn release(armed: &Armed) -> Result<(), Stop> {
 
 /// `_read_file(path / "pid", private=True)` into a stack buffer, and whether
 /// it holds exactly this process's owner text.
-fn owner_is_ours(armed: &Armed, lock: BorrowedFd<'_>) -> Result<bool, Stop> {
+fn owner_is_ours(armed: &'static Armed, lock: BorrowedFd<'_>) -> Result<bool, Stop> {
     let failed = |_| Stop::Failed;
     let owner = rustix::fs::openat(
         lock,
@@ -229,7 +218,7 @@ fn owner_is_ours(armed: &Armed, lock: BorrowedFd<'_>) -> Result<bool, Stop> {
         || info.st_mode & 0o7777 != 0o600
         || info.st_size > OWNER_SIZE_LIMIT
     {
-        return Err(Stop::RefusedWith(armed.owner_unsafe.as_slice()));
+        return Err(Stop::Refused(&armed.owner_unsafe));
     }
     // Longer than any PID text: a full buffer cannot be ours.
     let mut bytes = [0u8; 64];
@@ -262,10 +251,6 @@ fn only_owner_file(lock: BorrowedFd<'_>) -> Result<bool, Stop> {
         }
     }
     Ok(owner_seen)
-}
-
-fn identity(info: &rustix::fs::Stat) -> (u64, u64) {
-    (info.st_dev, info.st_ino)
 }
 
 fn write_stderr(message: &[u8]) {
