@@ -135,9 +135,9 @@ pub fn render_recovery_service(directory: &Path, owner: &JsonObject) -> Result<V
             [
                 (
                     "Label",
-                    PlistValue::from(recovery_label(&transaction, &platform).as_str()),
+                    PlistValue::String(recovery_label(&transaction, &platform)),
                 ),
-                ("ProgramArguments", PlistValue::Array(command.to_vec())),
+                ("ProgramArguments", PlistValue::Array(command.into())),
                 (
                     "WorkingDirectory",
                     PlistValue::String(directory_text.clone()),

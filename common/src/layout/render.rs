@@ -195,12 +195,6 @@ pub(crate) enum PlistValue {
     Dict(BTreeMap<String, PlistValue>),
 }
 
-impl From<&str> for PlistValue {
-    fn from(text: &str) -> Self {
-        PlistValue::String(text.to_string())
-    }
-}
-
 fn launchd_plist(
     layout: &ExecutionLayout,
     role: &str,
@@ -220,7 +214,7 @@ fn launchd_plist(
         .map(|(key, value)| (key, PlistValue::String(value)))
         .collect();
     plist_document(BTreeMap::from([
-        ("Label".to_string(), PlistValue::from(label)),
+        ("Label".to_string(), PlistValue::String(label.to_string())),
         (
             "ProgramArguments".to_string(),
             PlistValue::Array(service_arguments(layout, role)),
