@@ -4,8 +4,8 @@
 
 mod release_support;
 
-use agents_common::{release_rate_limit_delay, HttpStatusError, Json};
-use release_support::python_oracle;
+use agents_common::Json;
+use release_support::{port_rate_limit_delay, seed_rate_limit_delays, RejectedResponse};
 
 #[test]
 fn naive_retry_after_dates_are_local_time_like_the_seed() {
@@ -21,37 +21,17 @@ fn naive_retry_after_dates_are_local_time_like_the_seed() {
         "Tue, 14 Nov 2023 22:15:00 +0000",
         "Tue, 14 Nov 2023 22:15:00 GMT",
     ];
+    let cases: Vec<RejectedResponse> = dates
+        .iter()
+        .map(|date| (429, vec![("Retry-After", *date)]))
+        .collect();
     for now in [1_699_999_000.0_f64, 1_689_300_000.0] {
-        let input: Vec<Json> = dates.iter().map(|date| Json::from(*date)).collect();
-        let seed = python_oracle(
-            &format!(
-                r#"
-from email.message import Message
-from urllib.error import HTTPError
-update_runner.time.time = lambda: {now:?}
-out = []
-for date in json.load(sys.stdin):
-    headers = Message()
-    headers["Retry-After"] = date
-    out.append(update_runner.release_rate_limit_delay(
-        HTTPError("http://127.0.0.1/", 429, "reason", headers, None)))
-print(json.dumps(out))
-"#
-            ),
-            &agents_common::encode_compact(&Json::Array(input)).unwrap(),
-        );
-        let ours: Vec<Json> = dates
+        let seed = seed_rate_limit_delays(&cases, now);
+        let ours: Vec<Json> = cases
             .iter()
-            .map(|date| {
-                let status = HttpStatusError {
-                    code: 429,
-                    reason: "reason".to_string(),
-                    headers: vec![("retry-after".to_string(), date.to_string())],
-                };
-                Json::Int(i128::from(release_rate_limit_delay(&status, now).unwrap()))
-            })
+            .map(|case| port_rate_limit_delay(case, now))
             .collect();
-        assert_eq!(Json::Array(ours.clone()), seed, "now {now}");
+        assert_eq!(ours, seed, "now {now}");
         // The zone matters: the naive November date is five hours after the
         // same wall-clock time in UTC (unless both are in the past).
         if now < 1_700_000_000.0 {

@@ -10,11 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agents_common::{
-    check_release, json_object, release_rate_limit_delay, HttpStatusError, Json, JsonObject,
-    ReleaseCheckError, ReleaseEndpoints, ReleaseTrust, INVALID_SIGNATURE_MESSAGE,
-    RELEASE_RATE_LIMITED_MESSAGE,
+    check_release, json_object, Json, JsonObject, ReleaseCheckError, ReleaseEndpoints,
+    ReleaseTrust, INVALID_SIGNATURE_MESSAGE, RELEASE_RATE_LIMITED_MESSAGE,
 };
-use release_support::{manifest_bytes, python_oracle, Reply, TempDir, TestKey, TestServer};
+use release_support::{
+    manifest_bytes, port_rate_limit_delay, python_oracle, seed_rate_limit_delays, RejectedResponse,
+    Reply, TempDir, TestKey, TestServer,
+};
 
 const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -469,7 +471,7 @@ fn rejected_requests_become_rate_limits_like_the_seed() {
 #[test]
 fn rate_limit_delays_match_the_seed() {
     const NOW: f64 = 1_700_000_000.25;
-    let cases: Vec<(i32, Vec<(&str, &str)>)> = vec![
+    let cases: Vec<RejectedResponse> = vec![
         (429, vec![]),
         (429, vec![("Retry-After", "30")]),
         (429, vec![("Retry-After", " 2.5 ")]),
@@ -509,50 +511,8 @@ fn rate_limit_delays_match_the_seed() {
         (404, vec![("Retry-After", "30")]),
         (500, vec![]),
     ];
-    let input: Vec<Json> = cases
-        .iter()
-        .map(|(code, headers)| {
-            Json::Object(json_object! {
-                "code" => *code,
-                "headers" => headers
-                    .iter()
-                    .map(|(name, value)| Json::Array(vec![Json::from(*name), Json::from(*value)]))
-                    .collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let seed = python_oracle(
-        &format!(
-            r#"
-from email.message import Message
-from urllib.error import HTTPError
-update_runner.time.time = lambda: {NOW:?}
-out = []
-for case in json.load(sys.stdin):
-    headers = Message()
-    for name, value in case["headers"]:
-        headers[name] = value
-    error = HTTPError("http://127.0.0.1/", case["code"], "reason", headers, None)
-    out.append(update_runner.release_rate_limit_delay(error))
-print(json.dumps(out))
-"#
-        ),
-        &agents_common::encode_compact(&Json::Array(input)).unwrap(),
-    );
-    for ((code, headers), expected) in cases.iter().zip(seed.as_array().unwrap()) {
-        let status = HttpStatusError {
-            code: *code,
-            reason: "reason".to_string(),
-            headers: headers
-                .iter()
-                .map(|(name, value)| (name.to_ascii_lowercase(), value.to_string()))
-                .collect(),
-        };
-        let ours = release_rate_limit_delay(&status, NOW).map(|delay| Json::Int(i128::from(delay)));
-        assert_eq!(
-            ours.as_ref().unwrap_or(&Json::Null),
-            expected,
-            "{code} {headers:?}"
-        );
+    let seed = seed_rate_limit_delays(&cases, NOW);
+    for (case, expected) in cases.iter().zip(&seed) {
+        assert_eq!(&port_rate_limit_delay(case, NOW), expected, "{case:?}");
     }
 }

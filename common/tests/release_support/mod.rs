@@ -109,6 +109,62 @@ pub fn python_oracle(script: &str, input: &[u8]) -> Json {
     parse_json(&output.stdout).unwrap()
 }
 
+/// One rejected metadata response for the rate-limit oracle: status code
+/// and raw header pairs.
+pub type RejectedResponse<'a> = (i32, Vec<(&'a str, &'a str)>);
+
+/// The seed's `release_rate_limit_delay` of each response at `now` (Unix
+/// seconds), in the oracle's process (so its `TZ` applies): an int or null.
+pub fn seed_rate_limit_delays(cases: &[RejectedResponse<'_>], now: f64) -> Vec<Json> {
+    let input: Vec<Json> = cases
+        .iter()
+        .map(|(code, headers)| {
+            Json::Object(agents_common::json_object! {
+                "code" => *code,
+                "headers" => headers
+                    .iter()
+                    .map(|(name, value)| Json::Array(vec![Json::from(*name), Json::from(*value)]))
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let script = format!(
+        r#"
+from email.message import Message
+from urllib.error import HTTPError
+update_runner.time.time = lambda: {now:?}
+out = []
+for case in json.load(sys.stdin):
+    headers = Message()
+    for name, value in case["headers"]:
+        headers[name] = value
+    error = HTTPError("http://127.0.0.1/", case["code"], "reason", headers, None)
+    out.append(update_runner.release_rate_limit_delay(error))
+print(json.dumps(out))
+"#
+    );
+    let seed = python_oracle(
+        &script,
+        &agents_common::encode_compact(&Json::Array(input)).unwrap(),
+    );
+    seed.as_array().unwrap().to_vec()
+}
+
+/// The port's `release_rate_limit_delay` of one response at `now`, as the
+/// oracle prints it.
+pub fn port_rate_limit_delay((code, headers): &RejectedResponse<'_>, now: f64) -> Json {
+    let status = agents_common::HttpStatusError {
+        code: *code,
+        reason: "reason".to_string(),
+        headers: headers
+            .iter()
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.to_string()))
+            .collect(),
+    };
+    agents_common::release_rate_limit_delay(&status, now)
+        .map_or(Json::Null, |delay| Json::Int(i128::from(delay)))
+}
+
 /// Base64 (standard, padded) for passing bytes to the oracle.
 pub fn b64(bytes: &[u8]) -> String {
     use base64::Engine as _;
