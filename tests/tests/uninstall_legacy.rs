@@ -662,23 +662,36 @@ fn purging_needs_the_exact_state_path_typed_at_the_terminal() {
     }
 }
 
+/// A legacy installation with its service, and the uninstaller (started
+/// with `ignored` signals set to SIG_IGN) waiting at its "Proceed?" prompt
+/// with the lock held; `None` where the sandbox cannot run.
+fn at_the_proceed_prompt(
+    test: &str,
+    implementation: Implementation,
+    ignored: &'static [libc::c_int],
+) -> Option<(LegacyCase, BTreeMap<PathBuf, Entry>, Running)> {
+    let case = LegacyCase::start(test, with_service())?;
+    let before = case.home_tree();
+    let running = start_ignoring(
+        implementation,
+        &case.env(),
+        &[],
+        Input::Terminal(Vec::new()),
+        ignored,
+    );
+    running.wait_for_stderr("Proceed? [y/N] ");
+    assert!(
+        case.roots.install.join(".install-lock/pid").is_file(),
+        "lock held at the prompt"
+    );
+    Some((case, before, running))
+}
+
 #[test]
 fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
     let test = "a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock";
     compare(test, |implementation| {
-        let case = LegacyCase::start(test, with_service())?;
-        let before = case.home_tree();
-        let running = start(
-            implementation,
-            &case.env(),
-            &[],
-            Input::Terminal(Vec::new()),
-        );
-        running.wait_for_stderr("Proceed? [y/N] ");
-        assert!(
-            case.roots.install.join(".install-lock/pid").is_file(),
-            "lock held at the prompt"
-        );
+        let (case, before, running) = at_the_proceed_prompt(test, implementation, &[])?;
         running.signal(rustix::process::Signal::TERM);
         let outcome = running.finish();
         assert_eq!(outcome.code(), 130, "{outcome:?}");
@@ -697,29 +710,17 @@ fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
 fn termination_signals_ignored_by_the_caller_stay_ignored() {
     let test = "termination_signals_ignored_by_the_caller_stay_ignored";
     compare(test, |implementation| {
-        let case = LegacyCase::start(test, with_service())?;
-        let before = case.home_tree();
-        let running = start_ignoring(
+        let (case, before, running) = at_the_proceed_prompt(
+            test,
             implementation,
-            &case.env(),
-            &[],
-            Input::Terminal(Vec::new()),
             &[libc::SIGHUP, libc::SIGINT, libc::SIGTERM],
-        );
-        running.wait_for_stderr("Proceed? [y/N] ");
-        for signal in [
+        )?;
+        // Still waiting at the prompt: the trap could not take them.
+        running.assert_survives(&[
             rustix::process::Signal::TERM,
             rustix::process::Signal::INT,
             rustix::process::Signal::HUP,
-        ] {
-            running.signal(signal);
-        }
-        // Still waiting at the prompt: the trap could not take them.
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        assert!(
-            agents_tests::process_alive(running.pid()),
-            "{implementation:?} must survive the signals it inherited as ignored"
-        );
+        ]);
         running.type_input(b"n\n");
         let outcome = running.finish();
         assert_eq!(outcome.code(), 1, "{outcome:?}");

@@ -263,6 +263,19 @@ impl Running {
         rustix::process::kill_process(pid, signal).expect("the uninstaller is running");
     }
 
+    /// Sends each of `signals` and requires the uninstaller to be still
+    /// running a moment later (the signals were ignored).
+    pub fn assert_survives(&self, signals: &[rustix::process::Signal]) {
+        for &signal in signals {
+            self.signal(signal);
+        }
+        thread::sleep(Duration::from_millis(300));
+        assert!(
+            agents_tests::process_alive(self.pid()),
+            "the uninstaller must survive {signals:?}, which it inherited as ignored"
+        );
+    }
+
     /// Waits (bounded: 60 s) for the end of the run.
     pub fn finish(mut self) -> Outcome {
         let status = poll_until(Duration::from_secs(60), "the uninstaller to exit", || {
