@@ -191,6 +191,15 @@ fn request_match_from(value: &Json) -> Result<RequestMatch, String> {
 }
 
 impl Switches {
+    /// A faithful worker that holds back its reply to requests matching `on`
+    /// for `seconds` (the request itself already took effect).
+    pub fn stalling(on: RequestMatch, seconds: f64) -> Switches {
+        Switches {
+            stall: Some(Stall { on, seconds }),
+            ..Switches::default()
+        }
+    }
+
     /// The file form written by tests.
     pub fn to_json(&self) -> Json {
         let mut object = JsonObject::new();

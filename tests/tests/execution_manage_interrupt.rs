@@ -15,23 +15,16 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Child;
 
 use agents_common::Json;
-use agents_tests::{RequestMatch, Role, Stall, Switches};
-use execution_manage_support::{finish, receipt_line, Site, NEW, OLD};
-
-fn stalling_seal(seconds: f64) -> Switches {
-    Switches {
-        stall: Some(Stall {
-            on: RequestMatch::maintenance("seal"),
-            seconds,
-        }),
-        ..Switches::default()
-    }
-}
+use agents_tests::{RequestMatch, Role, Switches};
+use execution_manage_support::{finish, receipt_line, rolled_back_line, Site, NEW, OLD};
 
 /// Starts a worker-scope apply to `NEW` and waits until its `seal` stalls.
 fn apply_stalled_at_seal(site: &Site, seconds: f64, ignore_sigint: bool) -> Child {
     let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, stalling_seal(seconds));
+    site.switch(
+        Role::Worker,
+        Switches::stalling(RequestMatch::maintenance("seal"), seconds),
+    );
     let file = site.layout_file(&site.layout(NEW, OLD));
     let mut command = site.command();
     command
@@ -91,10 +84,9 @@ fn ctrl_c_releases_the_lock_and_leaves_the_journal_for_recover() {
 
     let outcome = site.recover();
     let after = site.assert_serving(&old);
-    outcome.assert_success(&format!(
-        "{{\"ok\": true, \"phase\": \"rolled-back\", \"receipt\": {}}}\n",
-        receipt_line(&after, &old, &identity, true)
-    ));
+    outcome.assert_success(&rolled_back_line(&receipt_line(
+        &after, &old, &identity, true,
+    )));
     assert_eq!(
         after.gateway_pid, before.gateway_pid,
         "the gateway kept running"

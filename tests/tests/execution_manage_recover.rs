@@ -19,9 +19,9 @@ mod execution_manage_support;
 use std::process::Child;
 
 use agents_common::{Json, GATEWAY_UNIT, WORKER_UNIT};
-use agents_tests::{descendants, poll_until, RequestMatch, Role, Stall, Switches, SERVICE_TIMEOUT};
+use agents_tests::{descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT};
 use execution_manage_support::{
-    control_requests, instances, receipt_line, Outcome, Site, NEW, OLD,
+    control_requests, instances, receipt_line, rolled_back_line, Outcome, Site, NEW, OLD,
 };
 
 /// SIGKILL the helper as a crash would, then wait for the commands it had
@@ -53,17 +53,7 @@ fn kill(mut child: Child) {
 }
 
 fn stalling(action: &str) -> Switches {
-    Switches {
-        stall: Some(Stall {
-            on: RequestMatch::maintenance(action),
-            seconds: 30.0,
-        }),
-        ..Switches::default()
-    }
-}
-
-fn rolled_back_line(receipt: &str) -> String {
-    format!("{{\"ok\": true, \"phase\": \"rolled-back\", \"receipt\": {receipt}}}\n")
+    Switches::stalling(RequestMatch::maintenance(action), 30.0)
 }
 
 /// `inspect` prints the pending journal's identity and changes nothing: not

@@ -366,10 +366,7 @@ fn a_stopped_worker_without_an_intent_is_refused() {
 }
 
 fn stall(on: agents_tests::RequestMatch, seconds: f64) -> agents_tests::Switches {
-    agents_tests::Switches {
-        stall: Some(agents_tests::Stall { on, seconds }),
-        ..Default::default()
-    }
+    agents_tests::Switches::stalling(on, seconds)
 }
 
 /// Waits until the worker logged a request to `path` (and `action`) with

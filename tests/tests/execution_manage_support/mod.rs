@@ -477,6 +477,12 @@ pub fn finish(mut child: Child) -> Outcome {
     Outcome::from(child.wait_with_output().expect("collect the helper output"))
 }
 
+/// `recover`'s stdout after a rollback to the release named by `receipt`
+/// (a [`receipt_line`]).
+pub fn rolled_back_line(receipt: &str) -> String {
+    format!("{{\"ok\": true, \"phase\": \"rolled-back\", \"receipt\": {receipt}}}\n")
+}
+
 /// The control requests (status and maintenance) of one worker instance, as
 /// `GET status` / `POST <action>` words, in the order the worker saw them.
 pub fn control_requests(records: &[RequestRecord], instance_id: &str) -> Vec<String> {
