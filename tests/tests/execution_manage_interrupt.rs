@@ -10,8 +10,10 @@
 
 mod execution_manage_support;
 
-use std::os::unix::fs::PermissionsExt;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 use std::process::Child;
 
 use agents_common::Json;
@@ -150,4 +152,75 @@ fn an_ignored_sigint_stays_ignored() {
     site.assert_serving(&site.layout(NEW, OLD));
     assert_eq!(site.pending_phase(), None);
     site.assert_unlocked();
+}
+
+/// A lock tampered with while the helper waits is never released on Ctrl-C:
+/// the helper reports the seed's `__exit__` refusal, exits 1, and the lock
+/// (and anything moved aside) stays exactly as the tampering left it.
+#[test]
+fn ctrl_c_refuses_an_unsafe_or_replaced_lock() {
+    type Tamper = fn(&Path, u32) -> String;
+    let cases: [(&str, Tamper); 3] = [
+        ("owner_mode", |lock, _| {
+            fs::set_permissions(lock.join("pid"), fs::Permissions::from_mode(0o644)).unwrap();
+            format!(
+                "PermissionError: execution configuration is unsafe: {}/pid\n",
+                lock.display()
+            )
+        }),
+        ("directory_mode", |lock, _| {
+            fs::set_permissions(lock, fs::Permissions::from_mode(0o750)).unwrap();
+            format!(
+                "PermissionError: execution directory permissions are unsafe: {}\n",
+                lock.display()
+            )
+        }),
+        ("replaced", |lock, pid| {
+            // Moved aside and replaced by a look-alike naming the helper.
+            fs::rename(lock, lock.with_file_name(".install-lock.aside")).unwrap();
+            fs::DirBuilder::new().mode(0o700).create(lock).unwrap();
+            fs::write(lock.join("pid"), format!("{pid}\n")).unwrap();
+            fs::set_permissions(lock.join("pid"), fs::Permissions::from_mode(0o600)).unwrap();
+            "RuntimeError: installation lock identity changed\n".to_string()
+        }),
+    ];
+    for (name, tamper) in cases {
+        let Some(site) = Site::running(&format!("ctrl_c_refuses_{name}")) else {
+            return;
+        };
+        let child = apply_stalled_at_seal(&site, 30.0, false);
+        let root = &site.installation.install_root;
+        let lock = root.join(".install-lock");
+        let message = tamper(&lock, child.id());
+        let tampered = tree(root);
+        interrupt(&child);
+        let output = child.wait_with_output().expect("the helper ends");
+        site.switch(Role::Worker, Switches::default());
+
+        assert_eq!(output.status.code(), Some(1), "{name}: {output:?}");
+        assert_eq!(String::from_utf8_lossy(&output.stderr), message, "{name}");
+        assert_eq!(tree(root), tampered, "{name}: the locks are left as found");
+        assert_eq!(site.pending_phase().as_deref(), Some("prepared"), "{name}");
+    }
+}
+
+/// Names, modes and contents of the lock directories under `root`.
+fn tree(root: &Path) -> Vec<(String, u32, Option<Vec<u8>>)> {
+    let mut entries = Vec::new();
+    for name in [".install-lock", ".install-lock.aside"] {
+        let directory = root.join(name);
+        let Ok(info) = fs::symlink_metadata(&directory) else {
+            continue;
+        };
+        entries.push((name.to_string(), info.mode() & 0o7777, None));
+        let owner = directory.join("pid");
+        if let Ok(info) = fs::symlink_metadata(&owner) {
+            entries.push((
+                format!("{name}/pid"),
+                info.mode() & 0o7777,
+                Some(fs::read(&owner).unwrap()),
+            ));
+        }
+    }
+    entries
 }

@@ -30,7 +30,6 @@ use super::identity;
 /// What the handler needs, prepared while it was still safe to allocate.
 struct Armed {
     root: OwnedFd,
-    lock: OwnedFd,
     identity: (u64, u64),
     uid: u32,
     /// `"<pid>\n"`, the owner file this process wrote.
@@ -75,11 +74,9 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) -> Option<Arma
     }
     let directory = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let root_fd = rustix::fs::open(root, directory, Mode::empty()).ok()?;
-    let lock_fd = rustix::fs::open(lock, directory, Mode::empty()).ok()?;
     let line = |text: String| format!("{text}\n").into_bytes();
     let armed = Box::into_raw(Box::new(Armed {
         root: root_fd,
-        lock: lock_fd,
         identity,
         uid: crate::fs::current_uid(),
         owner: format!("{}\n", std::process::id()).into_bytes(),
@@ -181,7 +178,16 @@ fn release(armed: &'static Armed) -> Result<(), Stop> {
     if linked.st_mode & 0o7777 != 0o700 {
         return Err(Stop::Refused(&armed.directory_unsafe));
     }
-    let lock = armed.lock.as_fd();
+    // Opened afresh, as `__exit__` opens the path: a replaced directory is
+    // a changed identity, never released.
+    let lock = rustix::fs::openat(
+        &armed.root,
+        c".install-lock",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(failed)?;
+    let lock = lock.as_fd();
     if identity(&rustix::fs::fstat(lock).map_err(failed)?) != armed.identity {
         return Err(Stop::Refused(IDENTITY_CHANGED));
     }
