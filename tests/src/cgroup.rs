@@ -7,14 +7,33 @@
 //! own cgroup, in every hierarchy systemd uses: the cgroup2 mount and, on
 //! hybrid machines, the `name=systemd` v1 mount. The group also proves that
 //! teardown left no process behind.
+//!
+//! A fresh group is empty until the manager joins it, and an exiting
+//! `systemd` manager whose own cgroup lies above it (one started at the
+//! hierarchy root, as by the plain `SANDBOX.md` recipe) removes every empty
+//! group below its cgroup. So the child recreates a vanished group while
+//! joining, and teardown accepts a group that is already gone.
 
+use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
 
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 use rustix::process::{kill_process, Pid, Signal};
+
+/// How often the child recreates a group that vanished before it joined.
+pub(crate) const JOIN_ATTEMPTS: u32 = 5;
+/// Where the manager starts inside its group: systemd moves itself there
+/// anyway, and starting there leaves no empty group to lose to a trim between
+/// systemd's own mkdir and move.
+const MANAGER_SCOPE: &str = "init.scope";
+/// How often teardown retries removing the groups, 20 ms apart.
+const REMOVE_ATTEMPTS: u32 = 100;
 
 /// The sandbox's control group directories, one per hierarchy.
 #[derive(Debug)]
@@ -61,12 +80,30 @@ impl ControlGroup {
         Ok(group)
     }
 
-    /// The `cgroup.procs` files a process writes its PID to in order to join.
-    pub(crate) fn procs_files(&self) -> Vec<PathBuf> {
-        self.directories
+    /// The group's directories, one per hierarchy.
+    pub(crate) fn directories(&self) -> &[PathBuf] {
+        &self.directories
+    }
+
+    /// What a forked child needs to join the group's `init.scope`; built
+    /// before the fork, because the child may not allocate.
+    pub(crate) fn joiner(&self) -> io::Result<Joiner> {
+        let c_path = |path: &Path| {
+            CString::new(path.as_os_str().as_bytes())
+                .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))
+        };
+        let targets = self
+            .directories
             .iter()
-            .map(|directory| directory.join("cgroup.procs"))
-            .collect()
+            .map(|directory| {
+                let scope = directory.join(MANAGER_SCOPE);
+                Ok(JoinTarget {
+                    directories: [c_path(directory)?, c_path(&scope)?],
+                    procs: c_path(&scope.join("cgroup.procs"))?,
+                })
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(Joiner { targets })
     }
 
     /// Every PID still in the group or any group below it.
@@ -91,14 +128,75 @@ impl ControlGroup {
         }
         for directory in std::mem::take(&mut self.directories) {
             // Killed processes leave their group asynchronously.
-            for _ in 0..100 {
-                if remove_tree(&directory).is_ok() {
+            let mut outcome = remove_tree(&directory);
+            for _ in 1..REMOVE_ATTEMPTS {
+                if outcome.is_ok() {
                     break;
                 }
                 thread::sleep(Duration::from_millis(20));
+                outcome = remove_tree(&directory);
+            }
+            if let Err(err) = outcome {
+                eprintln!(
+                    "warning: cannot remove cgroup {}: {err}",
+                    directory.display()
+                );
             }
         }
         leftovers
+    }
+}
+
+/// The group and its `init.scope` in one hierarchy, as C strings.
+#[derive(Debug)]
+struct JoinTarget {
+    directories: [CString; 2],
+    procs: CString,
+}
+
+/// Every hierarchy's [`JoinTarget`].
+#[derive(Debug)]
+pub(crate) struct Joiner {
+    targets: Vec<JoinTarget>,
+}
+
+impl Joiner {
+    /// Moves the calling process into every group's `init.scope`, creating
+    /// it and recreating the group if it vanished; once it has a member,
+    /// nothing can remove them. Only async-signal-safe system calls, so it may
+    /// run between fork and exec.
+    pub(crate) fn join(&self) -> io::Result<()> {
+        for target in &self.targets {
+            let mut attempt = 1;
+            loop {
+                match target.enter() {
+                    Ok(()) => break,
+                    // Trimmed after a mkdir; NODEV: after the open.
+                    Err(Errno::NOENT | Errno::NODEV) if attempt < JOIN_ATTEMPTS => attempt += 1,
+                    Err(err) => return Err(err.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl JoinTarget {
+    /// Creates what is missing and writes "0" (the writing process itself)
+    /// to `cgroup.procs`.
+    fn enter(&self) -> rustix::io::Result<()> {
+        for directory in &self.directories {
+            match rustix::fs::mkdir(directory.as_c_str(), Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        let procs = rustix::fs::open(
+            self.procs.as_c_str(),
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        rustix::io::write(&procs, b"0").map(drop)
     }
 }
 
@@ -128,7 +226,11 @@ fn remove_tree(directory: &Path) -> io::Result<()> {
                 }
             }
             // A cgroup directory is removed with rmdir although it lists files.
-            fs::remove_dir(directory)
+            match fs::remove_dir(directory) {
+                // Trimmed meanwhile by an exiting manager above it.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+                outcome => outcome,
+            }
         }
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(err) => Err(err),

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
 
-use crate::cgroup::ControlGroup;
+use crate::cgroup::{ControlGroup, JOIN_ATTEMPTS};
 use crate::poll::try_poll_until;
 use crate::tempdir::TempDir;
 
@@ -150,19 +150,20 @@ impl Sandbox {
         let name = base.path().file_name().expect("a temp dir has a name");
         let cgroup = ControlGroup::create(&name.to_string_lossy())
             .map_err(|err| SandboxError::Failed(err.to_string()))?;
+        let joiner = cgroup
+            .joiner()
+            .map_err(|err| failed("cannot name the sandbox cgroup", err))?;
 
         let mut command = Command::new(unshare);
         command
             .args(["-m", "sh", "-c"])
-            // `$0` is the systemd binary, `$@` the cgroup.procs files to join;
-            // `unshare` and `sh` exec, so the PID we spawn is the manager's PID.
+            // `$0` is the systemd binary; `unshare` and `sh` exec, so the PID
+            // we spawn is the manager's PID.
             .arg(concat!(
-                "for procs do echo $$ > \"$procs\" || exit 97; done && ",
                 "mount -t tmpfs tmpfs /run/systemd && mkdir -p /run/systemd/system && ",
                 "exec \"$0\" --user"
             ))
             .arg(&systemd)
-            .args(cgroup.procs_files())
             .env_clear()
             .env("HOME", &home)
             .env("XDG_RUNTIME_DIR", &runtime_dir)
@@ -173,15 +174,20 @@ impl Sandbox {
             .stderr(log_err);
         // SAFETY: only async-signal-safe system calls run between fork and exec.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 rustix::process::setsid()?;
                 rustix::process::set_parent_process_death_signal(Some(Signal::TERM))?;
-                Ok(())
+                // Joined before exec, so the manager starts in its own groups.
+                joiner.join()
             });
         }
-        let manager = command
-            .spawn()
-            .map_err(|err| failed("cannot spawn unshare", err))?;
+        let manager = command.spawn().map_err(|err| {
+            let groups = cgroup.directories();
+            SandboxError::Failed(format!(
+                "cannot spawn the manager in its cgroups {groups:?} \
+                 (a vanished group is recreated up to {JOIN_ATTEMPTS} times): {err}"
+            ))
+        })?;
         let mut sandbox = Sandbox {
             manager,
             cgroup,
@@ -344,6 +350,12 @@ impl Sandbox {
     /// it started, however they forked.
     pub fn processes(&self) -> Vec<u32> {
         self.cgroup.members()
+    }
+
+    /// The manager's private cgroup directories, one per systemd hierarchy;
+    /// removed when the sandbox is dropped.
+    pub fn cgroups(&self) -> Vec<PathBuf> {
+        self.cgroup.directories().to_vec()
     }
 
     fn stop_manager(&mut self) {
