@@ -31,7 +31,7 @@ fn update(tag: &str) -> (Install, String) {
 
 #[test]
 fn canonical_encoding_matches_the_golden_vectors() {
-    let golden = fs::read("/work/shared/golden/json.json").expect("golden json vectors");
+    let golden = agents_tests::golden_bytes("json.json");
     let golden = parse_json(&golden).unwrap();
     let vectors = golden.get("vectors").and_then(Json::as_array).unwrap();
     assert!(!vectors.is_empty());

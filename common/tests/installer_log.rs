@@ -108,6 +108,7 @@ fn string(path: &std::path::Path) -> Json {
 
 #[test]
 fn tail_matches_seed_on_generated_logs() {
+    let originals = agents_tests::require_originals!();
     let directory = TempDir::new("installer-tail");
     let mut random = Random::new(0x16_1e57);
     let mut cases: Vec<(PathBuf, u64)> = Vec::new();
@@ -133,7 +134,7 @@ fn tail_matches_seed_on_generated_logs() {
             Json::Object(call)
         })
         .collect();
-    let expected = seed(calls);
+    let expected = seed(&originals, calls);
     let mut nonempty = 0;
     for ((path, start_offset), expected) in cases.iter().zip(expected) {
         let ours = installer_log_tail(path, *start_offset);
@@ -147,6 +148,7 @@ fn tail_matches_seed_on_generated_logs() {
 
 #[test]
 fn tail_redacts_what_the_seed_redacts() {
+    let originals = agents_tests::require_originals!();
     // Hand-written lines with the expected text spelled out, so the oracle
     // is not the only witness.
     let directory = TempDir::new("installer-tail-redact");
@@ -173,7 +175,7 @@ fn tail_redacts_what_the_seed_redacts() {
     let mut call = JsonObject::new();
     call.insert("tail", string(&path));
     call.insert("start_offset", 0);
-    let seed_tail = seed(vec![Json::Object(call)]).remove(0);
+    let seed_tail = seed(&originals, vec![Json::Object(call)]).remove(0);
     assert_eq!(seed_tail.get("tail").and_then(Json::as_str), Some(expected));
 }
 
@@ -213,6 +215,7 @@ fn tail_of_an_unreadable_log_is_empty() {
 
 #[test]
 fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
+    let originals = agents_tests::require_originals!();
     // The one documented deviation: Python's `\b` sees no boundary between
     // a non-ASCII letter and "Bearer" (its `\w` follows its Unicode
     // database); the port always redacts there, never the other way round.
@@ -223,7 +226,7 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
     let mut call = JsonObject::new();
     call.insert("tail", string(&path));
     call.insert("start_offset", 0);
-    let seed_tail = seed(vec![Json::Object(call)]).remove(0);
+    let seed_tail = seed(&originals, vec![Json::Object(call)]).remove(0);
     assert_eq!(
         seed_tail.get("tail").and_then(Json::as_str),
         Some("caf\u{e9}Bearer tok")
@@ -232,6 +235,7 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
 
 #[test]
 fn trim_matches_seed_byte_for_byte() {
+    let originals = agents_tests::require_originals!();
     let directory = TempDir::new("installer-trim");
     let mut random = Random::new(0x7e1a);
     let mut cases = Vec::new();
@@ -263,7 +267,7 @@ fn trim_matches_seed_byte_for_byte() {
             Json::Object(call)
         })
         .collect();
-    seed(calls);
+    seed(&originals, calls);
     let mut shortened = 0;
     for (ours, theirs, limit) in &cases {
         let before = std::fs::metadata(ours).unwrap().len();

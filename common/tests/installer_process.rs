@@ -15,9 +15,10 @@ use agents_common::{
     is_ownership_lost, json_object, run_installer, utc_now, InstallerOutcome, InstallerRun, Json,
     INSTALLER_ENVIRONMENT_SELECTORS, OWNERSHIP_LOST_MESSAGE,
 };
+use agents_tests::Originals;
 use installer_support::{
     eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,
-    Fixture, TempDir, SEEDS_DIR,
+    Fixture, TempDir,
 };
 
 /// Set in the re-executed test binary that plays the update runner.
@@ -237,6 +238,7 @@ fn scenario(steps: &[&str], accepted: &'static [i64]) -> Scenario {
 /// Run every scenario through our `run_installer` and through the seed's,
 /// and require the same outcome and the same log bytes (header times aside).
 fn compare_with_seed(
+    originals: &Originals,
     scenarios: Vec<Scenario>,
 ) -> Vec<(Fixture, agents_common::Result<InstallerOutcome>)> {
     let mut ours = Vec::new();
@@ -261,7 +263,7 @@ fn compare_with_seed(
         let result = run_installer(&run);
         ours.push((fixture, result));
     }
-    let expected = seed(calls);
+    let expected = seed(originals, calls);
     let cases = ours
         .iter()
         .zip(&seed_fixtures)
@@ -284,6 +286,7 @@ fn compare_with_seed(
 
 #[test]
 fn outcomes_and_logs_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut silent = scenario(&["exit:9"], &[0]);
     silent.prior_log = b"earlier attempt said something\n".to_vec();
     let mut missing_program = scenario(&["exit:0"], &[0]);
@@ -293,27 +296,30 @@ fn outcomes_and_logs_match_the_seed() {
     let mut not_executable = scenario(&["exit:0"], &[0]);
     // The release's VERSION file exists but is no program.
     not_executable.tweak = |run| run.program = run.cwd.join("VERSION");
-    let results = compare_with_seed(vec![
-        scenario(&["say:all good", "exit:0"], &[0]),
-        scenario(
-            &[
-                "say:AGENTSDOCK_SETUP_RESULT={\"token\":\"t\"}",
-                "err:curl: Authorization: Bearer abc123",
-                "say:access_token=xyz",
-                "say:useful diagnostic",
-                "exit:7",
-            ],
-            &[0],
-        ),
-        silent,
-        scenario(&["say:rolled back", "exit:75"], &[0, 75]),
-        scenario(&["say:rolled back", "exit:75"], &[0]),
-        scenario(&["say:killed", "signal:KILL"], &[0]),
-        scenario(&["signal:TERM"], &[0]),
-        missing_program,
-        missing_cwd,
-        not_executable,
-    ]);
+    let results = compare_with_seed(
+        &originals,
+        vec![
+            scenario(&["say:all good", "exit:0"], &[0]),
+            scenario(
+                &[
+                    "say:AGENTSDOCK_SETUP_RESULT={\"token\":\"t\"}",
+                    "err:curl: Authorization: Bearer abc123",
+                    "say:access_token=xyz",
+                    "say:useful diagnostic",
+                    "exit:7",
+                ],
+                &[0],
+            ),
+            silent,
+            scenario(&["say:rolled back", "exit:75"], &[0, 75]),
+            scenario(&["say:rolled back", "exit:75"], &[0]),
+            scenario(&["say:killed", "signal:KILL"], &[0]),
+            scenario(&["signal:TERM"], &[0]),
+            missing_program,
+            missing_cwd,
+            not_executable,
+        ],
+    );
     let messages: Vec<String> = results
         .iter()
         .map(|(_, result)| match result {
@@ -351,6 +357,7 @@ fn outcomes_and_logs_match_the_seed() {
 
 #[test]
 fn log_is_trimmed_to_one_mebibyte_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut history = Vec::new();
     for line in 0..30_000 {
         history.extend_from_slice(
@@ -372,7 +379,7 @@ fn log_is_trimmed_to_one_mebibyte_like_the_seed() {
     trimmed.prior_log = history.clone();
     let mut failed = scenario(&["say:last words", "exit:3"], &[0]);
     failed.prior_log = history;
-    let results = compare_with_seed(vec![trimmed, failed]);
+    let results = compare_with_seed(&originals, vec![trimmed, failed]);
     for (fixture, _) in &results {
         let log = fixture.log_bytes();
         assert!(log.len() <= 1024 * 1024, "log is {} bytes", log.len());
@@ -471,6 +478,7 @@ fn first_heartbeat_is_refused_for_a_row_the_update_does_not_own() {
 
 #[test]
 fn losing_the_row_mid_install_terminates_the_group_and_stops_claiming() {
+    let originals = agents_tests::require_originals!();
     let fixture = Fixture::new();
     fixture.write_row(&json_object! {"update_id" => "upd-own", "phase" => "installing"});
     let mut run = fixture.run(&["on-term:0.5:0", "grandchild", "say:working", "sleep:30"]);
@@ -490,9 +498,10 @@ fn losing_the_row_mid_install_terminates_the_group_and_stops_claiming() {
         .arg("-B")
         .arg("-c")
         .arg(format!(
-            "import sys; sys.path.insert(0, {SEEDS_DIR:?}); import update_runner as u; \
+            "import sys; sys.path.insert(0, {:?}); import update_runner as u; \
              from pathlib import Path; u.update_status(Path(sys.argv[1]), phase='cancelled', \
-             message='Cancelled by the user.')"
+             message='Cancelled by the user.')",
+            originals.dir()
         ))
         .arg(&fixture.status)
         .status()
@@ -603,12 +612,13 @@ fn an_installer_ignoring_sigterm_is_waited_for_with_progress_messages() {
 
 #[test]
 fn a_timeout_matches_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut timed_out = scenario(&["say:started", "sleep:5"], &[0]);
     timed_out.tweak = |run| {
         run.timeout = Duration::from_millis(300);
         run.termination_poll = Duration::from_millis(100);
     };
-    let results = compare_with_seed(vec![timed_out]);
+    let results = compare_with_seed(&originals, vec![timed_out]);
     assert_eq!(
         results[0].1.as_ref().unwrap_err().message(),
         "installer timed out after 0.3 seconds: started"

@@ -1,14 +1,12 @@
-//! Every vector of /work/shared/golden/json.json: the bytes CPython's
+//! Every vector of the golden `json.json` (tests/fixtures/golden): the bytes CPython's
 //! `json.dumps` produced for the activation manifest style (compact, sorted)
 //! and the layout/journal/evidence style (indent 2, sorted), compared byte for
 //! byte. Needs no Python.
 
 use agents_common::{encode_compact_sorted, encode_indented, parse_json, Json};
 
-const GOLDEN: &str = "/work/shared/golden/json.json";
-
 fn vectors() -> Vec<Json> {
-    let data = std::fs::read(GOLDEN).expect("golden json vectors present");
+    let data = agents_tests::golden_bytes("json.json");
     let golden = parse_json(&data).expect("golden file parses");
     let vectors = golden
         .get("vectors")

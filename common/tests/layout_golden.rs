@@ -1,4 +1,4 @@
-//! Every case of /work/shared/golden/layouts.json: units, plists, service
+//! Every case of the golden `layouts.json` (tests/fixtures/golden): units, plists, service
 //! paths and the `execution-layout.json` bytes the Python reference produced,
 //! compared byte for byte over a real tree built as the file describes.
 
@@ -10,8 +10,6 @@ use agents_common::{
     encode_indented, layout_manifest, parse_json, render_service, ExecutionLayout, Json, JsonObject,
 };
 use layout_support::Base;
-
-const GOLDEN: &str = "/work/shared/golden/layouts.json";
 
 /// `value` with `{BASE}` replaced in every string value.
 fn substitute(value: &Json, base: &str) -> Json {
@@ -94,7 +92,7 @@ fn check_case(case: &Json) {
 
 #[test]
 fn every_golden_layout_renders_byte_for_byte() {
-    let data = std::fs::read(GOLDEN).expect("golden layouts present");
+    let data = agents_tests::golden_bytes("layouts.json");
     let golden = parse_json(&data).unwrap();
     let cases = golden.get("cases").and_then(Json::as_array).unwrap();
     assert!(cases.len() >= 5, "golden file lost its cases");

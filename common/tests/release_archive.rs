@@ -3,7 +3,7 @@
 //! extracted by our port and by `update_runner.safe_extract`, and the
 //! outcomes and extracted trees must be identical.
 
-mod release_support;
+use agents_tests::release_support;
 
 use std::path::{Path, PathBuf};
 
@@ -372,6 +372,7 @@ print(json.dumps(out))
 
 #[test]
 fn extraction_matches_the_seed() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-archive");
     let cases = cases();
     let mut oracle_input = Vec::new();
@@ -392,6 +393,7 @@ fn extraction_matches_the_seed() {
         }));
     }
     let seed = python_oracle(
+        &originals,
         EXTRACT,
         &agents_common::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
     );
@@ -407,6 +409,7 @@ fn extraction_matches_the_seed() {
         })
         .collect();
     let trees = python_oracle(
+        &originals,
         LIST,
         &agents_common::encode_compact(&Json::Array(roots)).unwrap(),
     );
@@ -452,6 +455,7 @@ fn normalise(message: &str, destination: &Path) -> String {
 
 #[test]
 fn gzip_and_tar_damage_is_refused_before_layout_checks() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-archive-damage");
     let good = dir.path().join("good.tar.gz");
     write_tar_gz(&good, &legacy_release());
@@ -474,6 +478,7 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
         path
     };
     let seed = python_oracle(
+        &originals,
         EXTRACT,
         &agents_common::encode_compact(&Json::Array(
             [&not_gzip, &cut, &empty_gzip]

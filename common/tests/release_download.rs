@@ -2,7 +2,7 @@
 //! server on 127.0.0.1, compared with the seed's `download_bytes`,
 //! `download_npm_archive` and run_update's checksum check on the same URLs.
 
-mod release_support;
+use agents_tests::release_support;
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -20,6 +20,7 @@ fn hex(bytes: &[u8]) -> String {
 
 #[test]
 fn metadata_downloads_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let server = TestServer::start(|request| match request.path.as_str() {
         "/ok" => Reply::ok(b"hello"),
         "/exact" => Reply::ok(&[b'x'; 100]),
@@ -79,6 +80,7 @@ fn metadata_downloads_match_the_seed() {
         .map(|path| Json::from(server.url(path)))
         .collect();
     let seed = python_oracle(
+        &originals,
         r#"
 from urllib.error import HTTPError
 out = []
@@ -201,6 +203,7 @@ fn verify(key: &TestKey, server: &TestServer, release: &Release) -> ReleaseManif
 
 #[test]
 fn archives_are_verified_while_streaming_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-download");
     let key = TestKey::generate(dir.path(), "key.pem");
     let archive: Vec<u8> = (0..300_000u32).map(|index| (index % 251) as u8).collect();
@@ -251,6 +254,7 @@ fn archives_are_verified_while_streaming_like_the_seed() {
         .map(|(_, release)| verify(&key, &server, release))
         .collect();
     let seed = python_oracle(
+        &originals,
         r#"
 import hashlib
 out = []
@@ -317,6 +321,7 @@ print(json.dumps(out))
 
 #[test]
 fn npm_archives_refuse_redirects_and_changed_sizes() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-npm-download");
     let key = TestKey::generate(dir.path(), "key.pem");
     let archive = vec![42u8; 4096];
@@ -329,6 +334,7 @@ fn npm_archives_refuse_redirects_and_changed_sizes() {
     let release = npm_manifest(&server, &archive);
     let manifest = verify(&key, &server, &release);
     let seed = python_oracle(
+        &originals,
         r#"
 manifest = json.load(sys.stdin)
 try:

@@ -2,13 +2,14 @@
 //! the local zone. Its own test binary because it sets `TZ` for the whole
 //! process (and so for the oracle it starts).
 
-mod release_support;
+use agents_tests::release_support;
 
 use agents_common::Json;
 use release_support::{port_rate_limit_delay, seed_rate_limit_delays, RejectedResponse};
 
 #[test]
 fn naive_retry_after_dates_are_local_time_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     // A POSIX rule needs no zone database: UTC-5, UTC-4 in summer.
     std::env::set_var("TZ", "EST5EDT,M3.2.0,M11.1.0");
     let dates = [
@@ -26,7 +27,7 @@ fn naive_retry_after_dates_are_local_time_like_the_seed() {
         .map(|date| (429, vec![("Retry-After", *date)]))
         .collect();
     for now in [1_699_999_000.0_f64, 1_689_300_000.0] {
-        let seed = seed_rate_limit_delays(&cases, now);
+        let seed = seed_rate_limit_delays(&originals, &cases, now);
         let ours: Vec<Json> = cases
             .iter()
             .map(|case| port_rate_limit_delay(case, now))

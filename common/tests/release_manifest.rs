@@ -3,7 +3,8 @@
 //! (python3 + cryptography), and both must accept with the same document or
 //! refuse with the same message.
 
-mod release_support;
+use agents_tests::release_support;
+use agents_tests::Originals;
 
 use agents_common::{
     json_object, ErrorClass, Json, JsonObject, ReleaseEndpoints, ReleaseManifest, ReleaseTrust,
@@ -179,13 +180,13 @@ print(json.dumps(out))
 "#;
 
 /// Run every case through the seed and the port and compare outcomes.
-fn compare_with_seed(cases: &[Case]) -> (usize, usize) {
+fn compare_with_seed(originals: &Originals, cases: &[Case]) -> (usize, usize) {
     let input = Json::Object(json_object! {
         "release_base" => TEST_RELEASE_BASE,
         "npm_base" => TEST_NPM_BASE,
         "cases" => cases.iter().map(Case::to_oracle).collect::<Vec<_>>(),
     });
-    let oracle = python_oracle(ORACLE, &agents_common::encode_indented(&input));
+    let oracle = python_oracle(originals, ORACLE, &agents_common::encode_indented(&input));
     let outcomes = oracle.as_array().expect("oracle prints a list");
     assert_eq!(outcomes.len(), cases.len());
     let (mut accepted, mut refused) = (0, 0);
@@ -302,6 +303,7 @@ fn with_npm(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObje
 
 #[test]
 fn legacy_manifests_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let f = fixture();
     let stable = legacy_manifest("1.0.7");
     let beta = legacy_manifest("1.0.8-beta.2");
@@ -545,7 +547,7 @@ fn legacy_manifests_match_the_seed() {
     ];
     // (A 64-digit integer checksum passes Python's str().lower() format
     // check, but JSON integers beyond i128 are refused by our parser.)
-    let (accepted, refused) = compare_with_seed(&cases);
+    let (accepted, refused) = compare_with_seed(&originals, &cases);
     assert!(
         accepted >= 8 && refused >= 25,
         "{accepted} accepted, {refused} refused"
@@ -554,6 +556,7 @@ fn legacy_manifests_match_the_seed() {
 
 #[test]
 fn signatures_and_keys_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let f = fixture();
     let stable = legacy_manifest("1.0.7");
     let bytes = manifest_bytes(&Json::Object(stable.clone()));
@@ -622,12 +625,13 @@ fn signatures_and_keys_match_the_seed() {
         case("empty key", &bytes, &good, &write("empty.pem", "")),
         case("missing key", &bytes, &good, &f.dir.join("missing.pem")),
     ];
-    let (accepted, refused) = compare_with_seed(&cases);
+    let (accepted, refused) = compare_with_seed(&originals, &cases);
     assert_eq!((accepted, refused), (3, 11));
 }
 
 #[test]
 fn npm_manifests_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let f = fixture();
     let npm = npm_manifest("1.0.8");
     let beta = npm_manifest("1.0.8-beta.3");
@@ -772,7 +776,7 @@ fn npm_manifests_match_the_seed() {
             true,
         ));
     }
-    let (accepted, refused) = compare_with_seed(&cases);
+    let (accepted, refused) = compare_with_seed(&originals, &cases);
     assert_eq!(accepted, 3);
     assert!(refused >= 20);
 }
@@ -796,6 +800,7 @@ fn npm_release_without_a_configured_registry_is_refused_clearly() {
 
 #[test]
 fn npm_envelopes_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let f = fixture();
     let npm = npm_manifest("1.0.8");
     let bytes = manifest_bytes(&Json::Object(npm.clone()));
@@ -939,7 +944,7 @@ fn npm_envelopes_match_the_seed() {
             None,
         ),
     ];
-    let (accepted, refused) = compare_with_seed(&cases);
+    let (accepted, refused) = compare_with_seed(&originals, &cases);
     assert_eq!(accepted, 4, "good, pinned, lenient padding, beta");
     assert_eq!(refused, cases.len() - 4);
 }

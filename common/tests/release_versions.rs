@@ -1,7 +1,7 @@
 //! SemVer precedence, tracks, transitions and release discovery against the
 //! seed's own functions on identical inputs.
 
-mod release_support;
+use agents_tests::release_support;
 
 use agents_common::{
     json_object, normalized_release_track, release_candidates, release_transition_allowed,
@@ -40,6 +40,7 @@ const VERSIONS: &[&str] = &[
 
 #[test]
 fn precedence_and_transitions_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let script = r#"
 versions = json.load(sys.stdin)
 order = [[(update_runner.version_key(a) > update_runner.version_key(b)) - (update_runner.version_key(a) < update_runner.version_key(b)) for b in versions] for a in versions]
@@ -50,7 +51,7 @@ print(json.dumps({"order": order, "transitions": transitions}))
         VERSIONS.iter().map(|v| Json::from(*v)).collect(),
     ))
     .unwrap();
-    let oracle = python_oracle(script, &input);
+    let oracle = python_oracle(&originals, script, &input);
     let order = oracle.get("order").unwrap().as_array().unwrap();
     let transitions = oracle.get("transitions").unwrap().as_array().unwrap();
     for (i, a) in VERSIONS.iter().enumerate() {
@@ -74,6 +75,7 @@ print(json.dumps({"order": order, "transitions": transitions}))
 
 #[test]
 fn candidates_and_html_discovery_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let releases = Json::Array(vec![
         Json::Object(json_object! {"tag_name" => "v1.0.7", "prerelease" => false}),
         Json::Object(json_object! {"tag_name" => "v1.0.8", "draft" => true}),
@@ -116,7 +118,11 @@ print(json.dumps(out))
         "releases" => releases.clone(),
         "html" => release_support::b64(html),
     });
-    let oracle = python_oracle(script, &agents_common::encode_compact(&input).unwrap());
+    let oracle = python_oracle(
+        &originals,
+        script,
+        &agents_common::encode_compact(&input).unwrap(),
+    );
     for track in ["stable", "beta"] {
         let ours: Vec<Json> = release_candidates(&releases, track)
             .unwrap()

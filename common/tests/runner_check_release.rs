@@ -4,7 +4,8 @@
 //! release URLs pointed at the server) and by the port, and both must return
 //! the same manifest or fail the same way.
 
-mod release_support;
+use agents_tests::release_support;
+use agents_tests::Originals;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -193,7 +194,7 @@ except Exception as exc:
 "#;
 
 impl Lookup {
-    fn seed(&self, host: &ReleaseHost) -> Json {
+    fn seed(&self, originals: &Originals, host: &ReleaseHost) -> Json {
         let input = json_object! {
             "release_base" => host.release_base(),
             "api_url" => host.api_url(),
@@ -203,6 +204,7 @@ impl Lookup {
             "require_latest" => self.require_latest,
         };
         python_oracle(
+            originals,
             ORACLE,
             &agents_common::encode_compact(&Json::Object(input)).unwrap(),
         )
@@ -217,9 +219,9 @@ impl Lookup {
     }
 
     /// Both implementations agree; returns the seed's outcome for extra checks.
-    fn agree(&self, host: &ReleaseHost) -> Json {
+    fn agree(&self, originals: &Originals, host: &ReleaseHost) -> Json {
         let before = host.server.seen().len();
-        let seed = self.seed(host);
+        let seed = self.seed(originals, host);
         let middle = host.server.seen().len();
         let ours = self.port(host);
         let (seed_requests, our_requests) = (middle - before, host.server.seen().len() - middle);
@@ -295,36 +297,37 @@ fn lookup(
 
 #[test]
 fn pinned_releases_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let host = ReleaseHost::start();
     host.publish("1.2.3");
     host.publish("1.3.0-beta.2");
-    let seed = lookup("pinned stable", "stable", Some("1.2.3"), false).agree(&host);
+    let seed = lookup("pinned stable", "stable", Some("1.2.3"), false).agree(&originals, &host);
     assert_eq!(
         seed.get("ok").and_then(|m| m.get("version")),
         Some(&Json::from("1.2.3"))
     );
-    lookup("pinned beta", "beta", Some("1.3.0-beta.2"), false).agree(&host);
-    lookup("pinned with spaces", "stable", Some(" 1.2.3 "), false).agree(&host);
-    let seed = lookup("pinned missing", "stable", Some("1.2.4"), false).agree(&host);
+    lookup("pinned beta", "beta", Some("1.3.0-beta.2"), false).agree(&originals, &host);
+    lookup("pinned with spaces", "stable", Some(" 1.2.3 "), false).agree(&originals, &host);
+    let seed = lookup("pinned missing", "stable", Some("1.2.4"), false).agree(&originals, &host);
     assert_eq!(
         seed.get("message"),
         Some(&Json::from(
             "Signed stable AgentsServer release 1.2.4 is unavailable."
         ))
     );
-    lookup("pinned invalid", "stable", Some("1.2"), false).agree(&host);
-    lookup("pinned off track", "stable", Some("1.3.0-beta.2"), false).agree(&host);
-    lookup("track refused", "nightly", Some("1.2.3"), false).agree(&host);
+    lookup("pinned invalid", "stable", Some("1.2"), false).agree(&originals, &host);
+    lookup("pinned off track", "stable", Some("1.3.0-beta.2"), false).agree(&originals, &host);
+    lookup("track refused", "nightly", Some("1.2.3"), false).agree(&originals, &host);
     // The signature missing alone is "unavailable" too.
     host.publish("1.2.5");
     host.files
         .lock()
         .unwrap()
         .remove("/releases/download/v1.2.5/agents-server-manifest.sig");
-    lookup("signature missing", "stable", Some("1.2.5"), false).agree(&host);
+    lookup("signature missing", "stable", Some("1.2.5"), false).agree(&originals, &host);
     // A manifest that names another version under this tag is refused.
     host.publish_document("1.2.6", &host.manifest("1.2.7"));
-    lookup("foreign manifest", "stable", Some("1.2.6"), false).agree(&host);
+    lookup("foreign manifest", "stable", Some("1.2.6"), false).agree(&originals, &host);
     // A tampered manifest fails its signature.
     host.publish("1.2.8");
     host.serve(
@@ -336,16 +339,17 @@ fn pinned_releases_match_the_seed() {
                 .collect(),
         ),
     );
-    lookup("bad signature", "stable", Some("1.2.8"), false).agree(&host);
+    lookup("bad signature", "stable", Some("1.2.8"), false).agree(&originals, &host);
     host.serve(
         "/releases/download/v1.2.3/agents-server-manifest.json",
         Served::status(500, "Internal Server Error", &[]),
     );
-    lookup("manifest server error", "stable", Some("1.2.3"), false).agree(&host);
+    lookup("manifest server error", "stable", Some("1.2.3"), false).agree(&originals, &host);
 }
 
 #[test]
 fn discovery_matches_the_seed() {
+    let originals = agents_tests::require_originals!();
     let host = ReleaseHost::start();
     host.publish("1.0.0");
     host.publish("1.2.3");
@@ -362,18 +366,18 @@ fn discovery_matches_the_seed() {
     ]);
     // 1.2.4 is a draft and 2.0.0 lies about being a prerelease; 1.3.0 is
     // listed but its manifest answers 404, so the next candidate wins.
-    let seed = lookup("latest stable", "stable", None, false).agree(&host);
+    let seed = lookup("latest stable", "stable", None, false).agree(&originals, &host);
     assert_eq!(
         seed.get("ok").and_then(|m| m.get("version")),
         Some(&Json::from("1.2.3"))
     );
-    let seed = lookup("latest beta", "beta", None, false).agree(&host);
+    let seed = lookup("latest beta", "beta", None, false).agree(&originals, &host);
     assert_eq!(
         seed.get("ok").and_then(|m| m.get("version")),
         Some(&Json::from("1.4.0-beta.1"))
     );
-    lookup("still latest", "stable", Some("1.2.3"), true).agree(&host);
-    let seed = lookup("no longer latest", "stable", Some("1.0.0"), true).agree(&host);
+    lookup("still latest", "stable", Some("1.2.3"), true).agree(&originals, &host);
+    let seed = lookup("no longer latest", "stable", Some("1.0.0"), true).agree(&originals, &host);
     assert_eq!(
         seed.get("message"),
         Some(&Json::from(
@@ -382,29 +386,29 @@ fn discovery_matches_the_seed() {
     );
     // A newest manifest that fails verification is an error, not skipped.
     host.publish_document("1.2.3", &host.manifest("1.2.2"));
-    lookup("newest manifest refused", "stable", None, false).agree(&host);
+    lookup("newest manifest refused", "stable", None, false).agree(&originals, &host);
 
     host.list(&[
         ("v1.4.0-beta.1", false, Some(true)),
         ("v1.3.0", false, None),
     ]);
-    lookup("nothing signed on the track", "stable", None, false).agree(&host);
+    lookup("nothing signed on the track", "stable", None, false).agree(&originals, &host);
     host.list(&[]);
-    lookup("empty listing", "stable", None, false).agree(&host);
+    lookup("empty listing", "stable", None, false).agree(&originals, &host);
     host.serve(
         "/api/releases?per_page=100",
         Served::ok(b"{\"tag_name\": \"v1.0.0\"}".to_vec()),
     );
-    lookup("listing not an array", "stable", None, false).agree(&host);
+    lookup("listing not an array", "stable", None, false).agree(&originals, &host);
     host.serve("/api/releases?per_page=100", Served::ok(b"[{".to_vec()));
-    lookup("listing invalid JSON", "stable", None, false).agree(&host);
+    lookup("listing invalid JSON", "stable", None, false).agree(&originals, &host);
     host.serve("/api/releases?per_page=100", Served::ok(b"[\xff]".to_vec()));
-    lookup("listing not text", "stable", None, false).agree(&host);
+    lookup("listing not text", "stable", None, false).agree(&originals, &host);
     host.files
         .lock()
         .unwrap()
         .remove("/api/releases?per_page=100");
-    let seed = lookup("nothing published", "stable", None, false).agree(&host);
+    let seed = lookup("nothing published", "stable", None, false).agree(&originals, &host);
     assert_eq!(
         seed.get("message"),
         Some(&Json::from(
@@ -417,11 +421,12 @@ fn discovery_matches_the_seed() {
         Some("1.2.3"),
         true,
     )
-    .agree(&host);
+    .agree(&originals, &host);
 }
 
 #[test]
 fn rejected_requests_become_rate_limits_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let host = ReleaseHost::start();
     let api = "/api/releases?per_page=100";
     for (label, served) in [
@@ -457,7 +462,7 @@ fn rejected_requests_become_rate_limits_like_the_seed() {
             expected: None,
             require_latest: false,
         }
-        .agree(&host);
+        .agree(&originals, &host);
     }
     // Rate limiting of a pinned asset is recognised as well.
     host.clear();
@@ -465,11 +470,12 @@ fn rejected_requests_become_rate_limits_like_the_seed() {
         "/releases/download/v1.2.3/agents-server-manifest.json",
         Served::status(429, "Too Many Requests", &[("Retry-After", "30")]),
     );
-    lookup("pinned asset limited", "stable", Some("1.2.3"), false).agree(&host);
+    lookup("pinned asset limited", "stable", Some("1.2.3"), false).agree(&originals, &host);
 }
 
 #[test]
 fn rate_limit_delays_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     const NOW: f64 = 1_700_000_000.25;
     let cases: Vec<RejectedResponse> = vec![
         (429, vec![]),
@@ -511,7 +517,7 @@ fn rate_limit_delays_match_the_seed() {
         (404, vec![("Retry-After", "30")]),
         (500, vec![]),
     ];
-    let seed = seed_rate_limit_delays(&cases, NOW);
+    let seed = seed_rate_limit_delays(&originals, &cases, NOW);
     for (case, expected) in cases.iter().zip(&seed) {
         assert_eq!(&port_rate_limit_delay(case, NOW), expected, "{case:?}");
     }

@@ -7,7 +7,8 @@
 //! silent and closing peers; the readiness wait and the one-time credential
 //! file are compared through the files they leave.
 
-mod release_support;
+use agents_tests::release_support;
+use agents_tests::Originals;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -291,7 +292,7 @@ print(json.dumps(out))
 
 /// Serve each document under its own token, run every check against it in
 /// the seed and in the port, and require identical outcomes.
-fn compare(server: &HealthServer, cases: &[(&str, u16, Vec<u8>, Check)]) {
+fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Vec<u8>, Check)]) {
     let port = server.server.port;
     let mut oracle_cases = Vec::new();
     for (index, (_, status, body, check)) in cases.iter().enumerate() {
@@ -309,7 +310,11 @@ fn compare(server: &HealthServer, cases: &[(&str, u16, Vec<u8>, Check)]) {
         }));
     }
     let input = Json::Object(json_object! {"cases" => oracle_cases});
-    let seed = python_oracle(ORACLE, &agents_common::encode_compact(&input).unwrap());
+    let seed = python_oracle(
+        originals,
+        ORACLE,
+        &agents_common::encode_compact(&input).unwrap(),
+    );
     for (index, ((label, _, _, check), expected)) in
         cases.iter().zip(seed.as_array().unwrap()).enumerate()
     {
@@ -328,6 +333,7 @@ fn work(cgroup: bool, verified: bool, identity: Option<&'static str>) -> Check {
 
 #[test]
 fn idle_proofs_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let server = HealthServer::start();
     let idle = |verified| Check::Idle {
         verified,
@@ -563,7 +569,7 @@ fn idle_proofs_match_the_seed() {
         ),
     ];
     cases.push(("not utf-8", 200, b"{\"ok\": \xff}".to_vec(), idle(false)));
-    compare(&server, &cases);
+    compare(&originals, &server, &cases);
 }
 
 fn post(edit: impl FnOnce(&mut PostUpdateIdentity)) -> Check {
@@ -584,6 +590,7 @@ fn hub(expected: &mut PostUpdateIdentity) {
 
 #[test]
 fn post_update_identities_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let server = HealthServer::start();
     let signed = |expected: &mut PostUpdateIdentity| {
         expected.server_version = Some("1.2.3".into());
@@ -845,11 +852,12 @@ fn post_update_identities_match_the_seed() {
             post(|_| {}),
         ),
     ];
-    compare(&server, &cases);
+    compare(&originals, &server, &cases);
 }
 
 #[test]
 fn repaired_hosts_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let server = HealthServer::start();
     let repaired = |transport: &str, url: Json, direct: &str| {
         Check::Repaired(RepairedHubIdentity {
@@ -946,7 +954,7 @@ fn repaired_hosts_match_the_seed() {
             repaired("loopback", Json::Null, DIRECT_URL),
         ),
     ];
-    compare(&server, &cases);
+    compare(&originals, &server, &cases);
 }
 
 /// A loopback port nothing listens on.
@@ -977,6 +985,7 @@ fn odd_peer(close: bool, silence: Duration) -> u16 {
 
 #[test]
 fn transport_failures_are_transient_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let refused = closed_port();
     let closing = odd_peer(true, Duration::ZERO);
     let silent = odd_peer(false, Duration::from_secs(5));
@@ -996,6 +1005,7 @@ fn transport_failures_are_transient_like_the_seed() {
         })
         .collect();
     let seed = python_oracle(
+        &originals,
         ORACLE,
         &agents_common::encode_compact(&Json::Object(json_object! {"cases" => input})).unwrap(),
     );
@@ -1053,6 +1063,7 @@ except Exception as exc:
 /// The readiness wait of both implementations on the same server and an
 /// identical fresh row: the outcome and the row (without timestamps).
 fn compare_wait(
+    originals: &Originals,
     port: u16,
     count: &AtomicUsize,
     update_id: &str,
@@ -1063,6 +1074,7 @@ fn compare_wait(
     let our_status = admitted(&directory.path().join("ours"), "u-1");
     count.store(0, Ordering::SeqCst);
     let seed = python_oracle(
+        originals,
         WAIT_ORACLE,
         &agents_common::encode_compact(&Json::Object(json_object! {
             "port" => u32::from(port),
@@ -1125,8 +1137,9 @@ fn compare_wait(
 
 #[test]
 fn readiness_waits_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     let (server, count) = warming_server(3, healthy());
-    let (outcome, row) = compare_wait(server.port, &count, "u-1", 10.0);
+    let (outcome, row) = compare_wait(&originals, server.port, &count, "u-1", 10.0);
     assert_eq!(outcome.get("ok"), Some(&Json::Null));
     assert_eq!(
         row.get("message"),
@@ -1137,7 +1150,7 @@ fn readiness_waits_match_the_seed() {
     assert_eq!(row.get("keep"), Some(&Json::from("me")));
 
     let (busy, count) = warming_server(1, edited("active_count", Some(1.into())));
-    let (outcome, row) = compare_wait(busy.port, &count, "u-1", 10.0);
+    let (outcome, row) = compare_wait(&originals, busy.port, &count, "u-1", 10.0);
     assert_eq!(
         outcome.get("message"),
         Some(&Json::from(
@@ -1151,7 +1164,7 @@ fn readiness_waits_match_the_seed() {
         ))
     );
 
-    let (outcome, _) = compare_wait(server.port, &count, "someone-else", 10.0);
+    let (outcome, _) = compare_wait(&originals, server.port, &count, "someone-else", 10.0);
     assert_eq!(
         outcome.get("message"),
         Some(&Json::from(
@@ -1161,7 +1174,7 @@ fn readiness_waits_match_the_seed() {
 
     let started = Instant::now();
     let (never, count) = warming_server(usize::MAX, healthy());
-    let (outcome, _) = compare_wait(never.port, &count, "u-1", 1.0);
+    let (outcome, _) = compare_wait(&originals, never.port, &count, "u-1", 1.0);
     assert_eq!(
         outcome.get("message"),
         Some(&Json::from(
@@ -1181,6 +1194,7 @@ except Exception as exc:
 
 #[test]
 fn credential_files_are_consumed_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let directory = TempDir::new("runner-token");
     let cases: [(&str, Option<&[u8]>); 8] = [
         ("token", Some(b"{\"token\": \"secret-1\"}")),
@@ -1210,6 +1224,7 @@ fn credential_files_are_consumed_like_the_seed() {
             paths[0].to_string_lossy().into_owned()
         };
         let seed = python_oracle(
+            &originals,
             TOKEN_ORACLE,
             &agents_common::encode_compact(&Json::Object(json_object! {"path" => seed_argument}))
                 .unwrap(),

@@ -4,7 +4,7 @@
 //! Python (`HubStore`) is not part of the seeds, so the expected behaviour is
 //! the upstream store's as the reference describes it.
 
-mod release_support;
+use agents_tests::release_support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

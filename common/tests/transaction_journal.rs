@@ -14,8 +14,6 @@ use agents_common::{
 };
 use layout_support::{assert_error, link, write_file, Base};
 
-const GOLDEN: &str = include_str!("../../../shared/golden/layouts.json");
-
 /// Each watched file's path with its bytes and mode (`None` when absent).
 type FilesState = Vec<(String, Option<(Vec<u8>, u32)>)>;
 
@@ -108,7 +106,7 @@ fn receipt(layout: &ExecutionLayout, worker_version: &str, gateway_version: &str
 }
 
 fn golden_case(name: &str) -> JsonObject {
-    let golden = parse_json(GOLDEN.as_bytes()).unwrap();
+    let golden = parse_json(&agents_tests::golden_bytes("layouts.json")).unwrap();
     let cases = golden.get("cases").and_then(Json::as_array).unwrap();
     cases
         .iter()

@@ -3,7 +3,7 @@
 //! once the server changed the row, unknown keys survive, and the bytes and
 //! refusals match `update_runner.py`.
 
-mod release_support;
+use agents_tests::release_support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -15,15 +15,17 @@ use agents_common::{
     is_ownership_lost, json_object, parse_json, read_status_unlocked, update_status,
     update_status_unlocked, ErrorClass, Json, JsonObject, StatusLock,
 };
-use release_support::{python_oracle, TempDir, SEEDS_DIR};
+use agents_tests::Originals;
+use release_support::{python_oracle, TempDir};
 
 /// Start the seed in a child python3 running `script` with `path` bound.
-fn spawn_python(script: &str, path: &Path) -> std::process::Child {
+fn spawn_python(originals: &Originals, script: &str, path: &Path) -> std::process::Child {
     Command::new("python3")
         .arg("-B")
         .arg("-c")
         .arg(format!(
-            "import sys, json, time\nsys.path.insert(0, {SEEDS_DIR:?})\nimport update_runner\nfrom pathlib import Path\np = Path({:?})\n{script}",
+            "import sys, json, time\nsys.path.insert(0, {:?})\nimport update_runner\nfrom pathlib import Path\np = Path({:?})\n{script}",
+            originals.dir(),
             path.to_str().unwrap()
         ))
         .stdout(Stdio::piped())
@@ -41,10 +43,12 @@ fn row(path: &Path) -> JsonObject {
 
 #[test]
 fn rust_and_python_writers_serialise_on_the_same_flock() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-race");
     let path = dir.path().join("server-update.json");
     let rounds = 150;
     let mut python = spawn_python(
+        &originals,
         &format!(
             "for _ in range({rounds}):\n    with update_runner.server_update_status_lock(p):\n        cur = update_runner._read_status_unlocked(p)\n        time.sleep(0.001)\n        update_runner._update_status_unlocked(p, cur, counter=cur.get('counter', 0) + 1, server_field={{'kept': True}})\n"
         ),
@@ -72,10 +76,12 @@ fn rust_and_python_writers_serialise_on_the_same_flock() {
 
 #[test]
 fn a_writer_blocks_until_the_server_releases_the_lock() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-block");
     let path = dir.path().join("server-update.json");
     std::fs::write(&path, b"{\"update_id\": \"u1\", \"phase\": \"starting\"}\n").unwrap();
     let mut python = spawn_python(
+        &originals,
         "with update_runner.server_update_status_lock(p):\n    print('locked', flush=True)\n    time.sleep(1.0)\n    cur = update_runner._read_status_unlocked(p)\n    update_runner._update_status_unlocked(p, cur, phase='checking', server_note='written while locked')\n",
         &path,
     );
@@ -101,6 +107,7 @@ fn a_writer_blocks_until_the_server_releases_the_lock() {
 
 #[test]
 fn the_cas_refuses_once_the_row_is_no_longer_ours() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-cas");
     let path = dir.path().join("state/server-update.json");
     let initial = json_object! {
@@ -142,6 +149,7 @@ fn the_cas_refuses_once_the_row_is_no_longer_ours() {
     );
     // The server (seed) finalises the row; from then on the runner may not write.
     let mut server = spawn_python(
+        &originals,
         "update_runner.update_status(p, phase='failed', message='cancelled by the server')\n",
         &path,
     );
@@ -176,6 +184,7 @@ fn the_cas_refuses_once_the_row_is_no_longer_ours() {
 
 #[test]
 fn rows_are_written_and_read_exactly_as_the_seed_does() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-bytes");
     let cases: Vec<(&str, &[u8])> = vec![
         (
@@ -199,6 +208,7 @@ fn rows_are_written_and_read_exactly_as_the_seed_does() {
         inputs.push(Json::from(path.to_str().unwrap()));
     }
     let seed = python_oracle(
+        &originals,
         r#"
 from pathlib import Path
 out = []
@@ -242,6 +252,7 @@ print(json.dumps(out))
 
 #[test]
 fn unsafe_lock_files_are_refused_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-lock");
     let make = |label: &str| {
         let case = dir.path().join(label);
@@ -272,6 +283,7 @@ fn unsafe_lock_files_are_refused_like_the_seed() {
         .map(|path| Json::from(path.to_str().unwrap()))
         .collect();
     let seed = python_oracle(
+        &originals,
         r#"
 from pathlib import Path
 out = []

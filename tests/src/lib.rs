@@ -20,6 +20,10 @@
 //!   or not.
 //! - [`Outcome`]: how one helper run ended (exit code, stdout, stderr) and the
 //!   checks of success, one JSON line and an exact refusal.
+//! - [`Originals`] and [`require_originals!`]: the Python originals the
+//!   oracle tests run side by side (`AGENTS_SEEDS_DIR`); without them a test
+//!   reports itself skipped through [`skip`] (a failure under `CI=true`).
+//! - [`golden_path`]: the upstream bytes under `tests/fixtures/golden/`.
 //! - [`ReleaseHost`]: signed releases (real Ed25519 key, tar.gz archives,
 //!   schema-1 manifests) on 127.0.0.1 for `update-runner`.
 //!
@@ -50,12 +54,16 @@
 mod binaries;
 mod cgroup;
 mod fixture;
+mod fixtures;
 mod http_client;
+mod originals;
 mod outcome;
 mod poll;
 mod processes;
 mod release_host;
+pub mod release_support;
 mod sandbox;
+mod skip;
 mod tempdir;
 mod worker_files;
 
@@ -63,12 +71,17 @@ pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WOR
 pub use fixture::{
     free_port, DirectService, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT,
 };
+pub use fixtures::{fixture_path, golden_bytes, golden_path, workspace_root};
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
+pub use originals::{Originals, MISSING_ORIGINALS, ORIGINAL_FILES, SEEDS_DIR_ENV};
 pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, ProcessIdentity};
 pub use release_host::{legacy_release_manifest, ReleaseFile, ReleaseHost};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
+#[doc(hidden)]
+pub use skip::function_name;
+pub use skip::{ci_requires_everything, skip, SKIP_LOG_ENV};
 pub use tempdir::TempDir;
 pub use worker_files::{
     errors_log_path, request_log_path, switches_path, test_worker_dir, Death, DeathPoint,

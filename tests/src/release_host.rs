@@ -3,12 +3,9 @@
 //! checks, served at the paths of the GitHub release layout under
 //! `AGENTS_SERVER_RELEASE_BASE`.
 //!
-//! The key, the archive writer and the HTTP server are the release tests'
-//! own support (`common/tests/release_support`), included here so one copy
-//! serves the common crate's tests, the black-box tests and the demo.
-
-#[path = "../../common/tests/release_support/mod.rs"]
-mod release_support;
+//! The key, the archive writer and the HTTP server come from
+//! [`crate::release_support`], the one copy the update-runner tests, the
+//! black-box tests and the demo share.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use agents_common::{encode_indented, json_object, Json, JsonObject};
 use sha2::{Digest, Sha256};
 
-use release_support::{write_tar_gz, Member, Reply, TestKey, TestServer};
+use crate::release_support::{write_tar_gz, Member, Reply, TestKey, TestServer};
 
 /// The schema-1 manifest `update-runner` verifies for a GitHub release of
 /// `version` whose archive is `archive`, downloaded from `release_base`

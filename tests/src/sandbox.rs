@@ -9,7 +9,6 @@
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -21,6 +20,7 @@ use rustix::process::{kill_process, Pid, Signal};
 
 use crate::cgroup::{ControlGroup, JOIN_ATTEMPTS};
 use crate::poll::try_poll_until;
+use crate::skip::skip;
 use crate::tempdir::TempDir;
 
 /// How long the manager may take to answer `systemctl --user show-environment`.
@@ -220,12 +220,8 @@ impl Sandbox {
     pub fn start_or_skip(test: &str) -> Option<Sandbox> {
         match Sandbox::start() {
             Ok(sandbox) => Some(sandbox),
-            Err(SandboxError::Unavailable(why)) if std::env::var("CI").as_deref() != Ok("true") => {
-                // Written straight to stderr: libtest would swallow `eprintln!`.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED {test}: systemd sandbox unavailable: {why}"
-                );
+            Err(SandboxError::Unavailable(why)) => {
+                skip(test, &format!("systemd sandbox unavailable: {why}"));
                 None
             }
             Err(err) => panic!("{test}: {err}"),

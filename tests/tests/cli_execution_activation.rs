@@ -3,6 +3,7 @@
 
 mod cli_support;
 
+use agents_tests::Originals;
 use cli_support::{assert_same_as_seed, not_implemented_line, run, text};
 
 const PROGRAM: &str = "execution-activation";
@@ -31,8 +32,9 @@ fn words(args: &[&str]) -> Vec<String> {
 }
 
 /// Compares with the seed; an accepted command line names `operation`.
-fn check(operation: &str, args: &[&str]) {
+fn check(originals: &Originals, operation: &str, args: &[&str]) {
     assert_same_as_seed(
+        originals,
         PROGRAM,
         SEED,
         &words(args),
@@ -42,14 +44,16 @@ fn check(operation: &str, args: &[&str]) {
 
 #[test]
 fn every_operation_is_accepted_anywhere_on_the_line() {
+    let originals = agents_tests::require_originals!();
     for operation in OPERATIONS {
-        check(operation, &[operation, "--root", "/i"]);
-        check(operation, &["--root=/i", operation]);
+        check(&originals, operation, &[operation, "--root", "/i"]);
+        check(&originals, operation, &["--root=/i", operation]);
     }
 }
 
 #[test]
 fn install_sh_invocations_in_both_forms() {
+    let originals = agents_tests::require_originals!();
     // install.sh's full `stop` argv (install-sh-contract §2).
     let stop = [
         "stop",
@@ -88,17 +92,18 @@ fn install_sh_invocations_in_both_forms() {
         "--expected-native-pid",
         "42",
     ];
-    check("stop", &stop);
+    check(&originals, "stop", &stop);
     let mut joined = vec!["stop".to_string()];
     for pair in stop[1..].chunks(2) {
         joined.push(format!("{}={}", pair[0], pair[1]));
     }
     let joined: Vec<&str> = joined.iter().map(String::as_str).collect();
-    check("stop", &joined);
+    check(&originals, "stop", &joined);
 }
 
 #[test]
 fn empty_values_abbreviations_and_repetition() {
+    let originals = agents_tests::require_originals!();
     for args in [
         &["detect", "--root", ""][..],
         &["detect", "--root="],
@@ -122,18 +127,24 @@ fn empty_values_abbreviations_and_repetition() {
         &["detect", "--root", "/first", "--root", "/last"],
         &["detect", "detect", "--root", "/a"],
     ] {
-        check("detect", args);
+        check(&originals, "detect", args);
     }
 }
 
 #[test]
 fn ints_are_python_ints() {
+    let originals = agents_tests::require_originals!();
     for option in ["--port", "--api-contract", "--expected-native-pid"] {
         for value in [
             " 7", "+7", "0_1", "-1", "\u{663}", "1_", "7.0", "", "x", "-0_7", "-.5",
         ] {
-            check("verify", &["verify", "--root", "/i", option, value]);
             check(
+                &originals,
+                "verify",
+                &["verify", "--root", "/i", option, value],
+            );
+            check(
+                &originals,
                 "verify",
                 &["verify", "--root", "/i", &format!("{option}={value}")],
             );
@@ -143,6 +154,7 @@ fn ints_are_python_ints() {
 
 #[test]
 fn refusals_are_usage_errors() {
+    let originals = agents_tests::require_originals!();
     for args in [
         &[][..],
         &["detect"],
@@ -169,19 +181,20 @@ fn refusals_are_usage_errors() {
         &["detect", "--", "--root", "/i"],
         &["-hx", "detect"],
     ] {
-        check("detect", args);
+        check(&originals, "detect", args);
     }
 }
 
 #[test]
 fn help_exits_zero() {
+    let originals = agents_tests::require_originals!();
     for args in [
         &["-h"][..],
         &["--help"],
         &["detect", "--root", "/i", "-h"],
         &["--he", "bogus"],
     ] {
-        check("detect", args);
+        check(&originals, "detect", args);
     }
     let page = text(&run(PROGRAM, &["--help"]).stdout);
     for operation in OPERATIONS {

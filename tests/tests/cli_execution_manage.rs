@@ -9,14 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agents_common::{json_object, ExecutionLayout, ExecutionTransaction, Json, JsonObject};
+use agents_tests::Originals;
 use agents_tests::TempDir;
 use cli_support::{assert_same_as_seed, not_implemented_line, run, text};
 
 const PROGRAM: &str = "execution-manage";
 const SEED: &str = "execution_manage";
 
-fn check(operation: &str, args: &[&str]) {
+fn check(originals: &Originals, operation: &str, args: &[&str]) {
     assert_same_as_seed(
+        originals,
         PROGRAM,
         SEED,
         args,
@@ -26,27 +28,35 @@ fn check(operation: &str, args: &[&str]) {
 
 #[test]
 fn apply_and_recover_in_both_forms() {
+    let originals = agents_tests::require_originals!();
     for scope in ["migration", "gateway", "worker"] {
-        check("apply", &["apply", "--layout", "/l.json", "--scope", scope]);
         check(
+            &originals,
+            "apply",
+            &["apply", "--layout", "/l.json", "--scope", scope],
+        );
+        check(
+            &originals,
             "apply",
             &["apply", &format!("--scope={scope}"), "--layout=/l.json"],
         );
     }
-    check("apply", &["apply", "--l", "", "--s", "worker"]);
+    check(&originals, "apply", &["apply", "--l", "", "--s", "worker"]);
     check(
+        &originals,
         "apply",
         &[
             "apply", "--layout", "/a", "--layout", "/b", "--scope", "worker",
         ],
     );
-    check("recover", &["recover", "--root", "/i"]);
-    check("recover", &["recover", "--root="]);
-    check("recover", &["recover", "--r", "//i//"]);
+    check(&originals, "recover", &["recover", "--root", "/i"]);
+    check(&originals, "recover", &["recover", "--root="]);
+    check(&originals, "recover", &["recover", "--r", "//i//"]);
 }
 
 #[test]
 fn refusals_are_usage_errors() {
+    let originals = agents_tests::require_originals!();
     for args in [
         &[][..],
         &["bogus"],
@@ -69,12 +79,13 @@ fn refusals_are_usage_errors() {
         &["apply", "inspect"],
         &["inspect", "-hx"],
     ] {
-        check("apply", args);
+        check(&originals, "apply", args);
     }
 }
 
 #[test]
 fn help_of_each_parser_exits_zero() {
+    let originals = agents_tests::require_originals!();
     for args in [
         &["-h"][..],
         &["--help", "bogus"],
@@ -84,7 +95,7 @@ fn help_of_each_parser_exits_zero() {
         &["recover", "--help"],
         &["inspect", "-h", "--bogus"],
     ] {
-        check("apply", args);
+        check(&originals, "apply", args);
     }
 }
 

@@ -14,8 +14,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use agents_tests::Originals;
 use agents_tests::{binary_path, TempDir};
-use cli_support::{not_implemented_line, seeds_dir, text};
+use cli_support::{not_implemented_line, text};
 
 const PROGRAM: &str = "uninstall";
 
@@ -26,12 +27,12 @@ struct Scene {
 }
 
 impl Scene {
-    fn new() -> Scene {
+    fn new(originals: &Originals) -> Scene {
         let dir = TempDir::new("cli-uninstall");
         let home = dir.path().join("home");
         fs::create_dir(&home).unwrap();
         fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let source = fs::read_to_string(seeds_dir().join("uninstall.sh")).unwrap();
+        let source = fs::read_to_string(originals.file("uninstall.sh")).unwrap();
         let mut cut = String::new();
         let mut in_loop = false;
         for line in source.lines() {
@@ -130,7 +131,8 @@ fn os(text: &str) -> Option<&OsStr> {
 
 #[test]
 fn options_are_exact_words() {
-    let scene = Scene::new();
+    let originals = agents_tests::require_originals!();
+    let scene = Scene::new(&originals);
     for args in [
         &[][..],
         &["--yes"],
@@ -156,7 +158,8 @@ fn options_are_exact_words() {
 
 #[test]
 fn help_names_the_normalised_state_root() {
-    let scene = Scene::new();
+    let originals = agents_tests::require_originals!();
+    let scene = Scene::new(&originals);
     fs::create_dir(scene.path("real")).unwrap();
     symlink(scene.path("real"), scene.path("link")).unwrap();
     let via_link = scene.path("link/state/");
@@ -193,7 +196,8 @@ fn help_names_the_normalised_state_root() {
 
 #[test]
 fn unsafe_roots_are_refused_before_options() {
-    let scene = Scene::new();
+    let originals = agents_tests::require_originals!();
+    let scene = Scene::new(&originals);
     let home = scene.home();
     let home_text = home.to_str().unwrap().to_string();
     fs::create_dir(scene.path("real")).unwrap();
@@ -250,7 +254,8 @@ fn unsafe_roots_are_refused_before_options() {
 
 #[test]
 fn home_must_resolve() {
-    let scene = Scene::new();
+    let originals = agents_tests::require_originals!();
+    let scene = Scene::new(&originals);
     let missing = scene.path("no-such-home");
     for home in [os(""), Some(missing.as_os_str()), os("relative-home")] {
         scene.check(&["--help"], &[("HOME", home)]);

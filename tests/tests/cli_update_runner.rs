@@ -4,6 +4,7 @@
 
 mod cli_support;
 
+use agents_tests::Originals;
 use cli_support::{assert_same_as_seed, not_implemented_line, run, run_as, text};
 
 const PROGRAM: &str = "update-runner";
@@ -32,13 +33,14 @@ fn with_required(extra: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn check(args: &[String]) {
+fn check(originals: &Originals, args: &[String]) {
     let operation = if args.iter().any(|word| word.starts_with("--recover-")) {
         "recovery"
     } else {
         "update"
     };
     assert_same_as_seed(
+        originals,
         PROGRAM,
         SEED,
         args,
@@ -48,6 +50,7 @@ fn check(args: &[String]) {
 
 #[test]
 fn every_option_in_both_forms_is_accepted() {
+    let originals = agents_tests::require_originals!();
     let options: &[(&str, Option<&str>)] = &[
         ("--expected-version", Some("1.2.3")),
         ("--current-version", Some("1.2.2")),
@@ -74,17 +77,18 @@ fn every_option_in_both_forms_is_accepted() {
     for (option, value) in options {
         match value {
             Some(value) => {
-                check(&with_required(&[option, value]));
-                check(&with_required(&[&format!("{option}={value}")]));
+                check(&originals, &with_required(&[option, value]));
+                check(&originals, &with_required(&[&format!("{option}={value}")]));
                 // An empty value is a value (absent stays distinguishable).
-                check(&with_required(&[option, ""]));
-                check(&with_required(&[&format!("{option}=")]));
+                check(&originals, &with_required(&[option, ""]));
+                check(&originals, &with_required(&[&format!("{option}=")]));
             }
-            None => check(&with_required(&[option])),
+            None => check(&originals, &with_required(&[option])),
         }
     }
     // The required options themselves in `=` form, in another order.
     check(
+        &originals,
         &[
             "--update-id=u1",
             "--bind=127.0.0.1",
@@ -99,6 +103,7 @@ fn every_option_in_both_forms_is_accepted() {
 
 #[test]
 fn abbreviations_follow_argparse() {
+    let originals = agents_tests::require_originals!();
     for extra in [
         &["--prepared-receipt", "/exact"][..], // exact match beats the longer option
         &["--prepared-receipt-s", "cd"],
@@ -111,9 +116,10 @@ fn abbreviations_follow_argparse() {
         &["--expected-team", "x"], // ambiguous
         &["--e=x"],                // ambiguous, with a value attached
     ] {
-        check(&with_required(extra));
+        check(&originals, &with_required(extra));
     }
     check(
+        &originals,
         &[
             "--st",
             "s",
@@ -134,6 +140,7 @@ fn abbreviations_follow_argparse() {
 
 #[test]
 fn ints_are_python_ints() {
+    let originals = agents_tests::require_originals!();
     for port in [
         " 7",
         "+7",
@@ -152,9 +159,9 @@ fn ints_are_python_ints() {
         "--",
         "9999999999999999999999",
     ] {
-        check(&with_required(&["--port", port]));
+        check(&originals, &with_required(&["--port", port]));
         if port != "--" {
-            check(&with_required(&[&format!("--port={port}")]));
+            check(&originals, &with_required(&[&format!("--port={port}")]));
         }
     }
 }
@@ -165,6 +172,7 @@ fn ints_are_python_ints() {
 /// option is a port or PID, range-checked later by the seed).
 #[test]
 fn known_deviations_refuse_unusable_values() {
+    let originals = agents_tests::require_originals!();
     let cases: &[(&[&str], &str, &str)] = &[
         (
             &["--port=--"],
@@ -189,7 +197,7 @@ fn known_deviations_refuse_unusable_values() {
     ];
     for (extra, seed_value, our_error) in cases {
         let args = with_required(extra);
-        let seed = cli_support::oracle(SEED, PROGRAM, &args);
+        let seed = cli_support::oracle(&originals, SEED, PROGRAM, &args);
         assert_eq!(seed.status.code(), Some(1), "{extra:?}");
         assert!(
             text(&seed.stdout).contains(seed_value),
@@ -208,6 +216,7 @@ fn known_deviations_refuse_unusable_values() {
 
 #[test]
 fn values_that_start_with_a_dash() {
+    let originals = agents_tests::require_originals!();
     for extra in [
         &["--bind", "-1"][..],
         &["--bind", "-.5"],
@@ -221,14 +230,15 @@ fn values_that_start_with_a_dash() {
         &["--bind=--port"],
         &["--port", "-0_7"],
     ] {
-        check(&with_required(extra));
+        check(&originals, &with_required(extra));
     }
 }
 
 #[test]
 fn refusals_are_usage_errors() {
-    check(&[]);
-    check(&["--status-file", "s"].map(String::from));
+    let originals = agents_tests::require_originals!();
+    check(&originals, &[]);
+    check(&originals, &["--status-file", "s"].map(String::from));
     for extra in [
         &["--track", "nightly"][..],
         &["--track", "Stable"],
@@ -245,31 +255,34 @@ fn refusals_are_usage_errors() {
         &["--bogus", "--port", "x"],
         &["--", "--update-id", "x"],
     ] {
-        check(&with_required(extra));
+        check(&originals, &with_required(extra));
     }
 }
 
 #[test]
 fn repetition_keeps_the_last_value() {
-    check(&with_required(&[
-        "--update-id",
-        "first",
-        "--update-id",
-        "last",
-    ]));
-    check(&with_required(&["--npm-descriptor", "--npm-descriptor"]));
-    check(&with_required(&[
-        "--track",
-        "beta",
-        "--track",
-        "stable",
-        "--track=beta",
-    ]));
-    check(&with_required(&["--track", "nightly", "--track", "beta"]));
+    let originals = agents_tests::require_originals!();
+    check(
+        &originals,
+        &with_required(&["--update-id", "first", "--update-id", "last"]),
+    );
+    check(
+        &originals,
+        &with_required(&["--npm-descriptor", "--npm-descriptor"]),
+    );
+    check(
+        &originals,
+        &with_required(&["--track", "beta", "--track", "stable", "--track=beta"]),
+    );
+    check(
+        &originals,
+        &with_required(&["--track", "nightly", "--track", "beta"]),
+    );
 }
 
 #[test]
 fn help_exits_zero_wherever_it_comes_first() {
+    let originals = agents_tests::require_originals!();
     for args in [
         &["-h"][..],
         &["--help"],
@@ -285,7 +298,10 @@ fn help_exits_zero_wherever_it_comes_first() {
         &["--port", "x", "--help"],
         &["--bogus", "--help"],
     ] {
-        check(&args.iter().map(|word| word.to_string()).collect::<Vec<_>>());
+        check(
+            &originals,
+            &args.iter().map(|word| word.to_string()).collect::<Vec<_>>(),
+        );
     }
 }
 

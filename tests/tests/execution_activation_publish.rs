@@ -31,7 +31,7 @@ struct Case {
 }
 
 fn golden(name: &str) -> Json {
-    let data = fs::read("/work/shared/golden/layouts.json").expect("golden layouts");
+    let data = agents_tests::golden_bytes("layouts.json");
     let all = parse_json(&data).unwrap();
     all.get("cases")
         .and_then(Json::as_array)

@@ -12,8 +12,8 @@ use std::path::Path;
 use agents_common::{parse_json, Json};
 use agents_tests::{binary_path, HELPERS};
 use migration_kit_support::{
-    binaries_dir, content, fixtures_dir, launcher_block, seeds_dir, sha256_file, snapshot,
-    FakeRelease, LAUNCHERS, MANIFEST, SEEDS,
+    binaries_dir, content, fixtures_dir, launcher_block, sha256_file, snapshot, FakeRelease,
+    LAUNCHERS, MANIFEST, SEEDS,
 };
 
 fn text(path: &Path) -> String {
@@ -58,7 +58,8 @@ fn assert_launcher(module: &Path, original: &str, binary: &str) {
 
 #[test]
 fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
-    let release = FakeRelease::new();
+    let originals = agents_tests::require_originals!();
+    let release = FakeRelease::new(&originals);
     let before = snapshot(&release.source);
     let report = release.migrate();
 
@@ -77,7 +78,7 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
         );
     }
     // The entry points keep their code; only the launcher is inserted.
-    let seeds = seeds_dir();
+    let seeds = originals.dir();
     for (module, binary) in LAUNCHERS {
         let original = if module == "execution_uninstall.py" {
             text(&fixtures_dir().join(module))
@@ -212,14 +213,15 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
 
 #[test]
 fn an_interrupted_run_is_finished_by_running_the_kit_again() {
-    let reference = FakeRelease::new();
+    let originals = agents_tests::require_originals!();
+    let reference = FakeRelease::new(&originals);
     reference.migrate();
     let finished = content(&snapshot(&reference.source));
 
     // As if the kit stopped after the binaries and two of the files.
-    let release = FakeRelease::new();
+    let release = FakeRelease::new(&originals);
     release.migrate();
-    let seeds = seeds_dir();
+    let seeds = originals.dir();
     fs::copy(
         seeds.join("execution_manage.py"),
         release.path("execution_manage.py"),
@@ -299,6 +301,7 @@ fn assert_refused(release: &FakeRelease, binaries: Option<&Path>, message: &str)
 
 #[test]
 fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
+    let originals = agents_tests::require_originals!();
     type Mutation = fn(&FakeRelease);
     let cases: Vec<(&str, Mutation, &str)> = vec![
         (
@@ -483,14 +486,14 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
         ),
     ];
     for (what, mutate, message) in cases {
-        let release = FakeRelease::new();
+        let release = FakeRelease::new(&originals);
         mutate(&release);
         eprintln!("case: {what}");
         assert_refused(&release, None, message);
     }
 
     // Binaries the kit cannot vouch for.
-    let release = FakeRelease::new();
+    let release = FakeRelease::new(&originals);
     let binaries = binaries_copy(&release);
     fs::remove_file(binaries.join("update-handoff")).unwrap();
     assert_refused(
@@ -539,8 +542,9 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
 
 #[test]
 fn the_release_npm_registry_host_is_recognised_and_kept() {
+    let originals = agents_tests::require_originals!();
     // The seeds elide the registry host; a real release carries one.
-    let release = FakeRelease::new();
+    let release = FakeRelease::new(&originals);
     replace_in(
         &release.path("update_runner.py"),
         "<npm-registry-host>",

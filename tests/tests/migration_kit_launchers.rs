@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agents_tests::{poll_until, Outcome, TempDir, HELPERS};
-use migration_kit_support::{seeds_dir, FakeRelease};
+use agents_tests::{poll_until, Originals, Outcome, TempDir, HELPERS};
+use migration_kit_support::FakeRelease;
 
 /// The interpreter install.sh would find for `detect` under an older release:
 /// the system python3, not the staged runtime's.
@@ -48,8 +48,8 @@ struct Runtime {
 }
 
 impl Runtime {
-    fn new() -> Runtime {
-        let release = FakeRelease::new();
+    fn new(originals: &Originals) -> Runtime {
+        let release = FakeRelease::new(originals);
         release.migrate();
         let stage = release.stage();
         let home = release.temp().join("home");
@@ -119,7 +119,8 @@ fn same(what: &str, mut launcher: Command, mut direct: Command) -> Outcome {
 
 #[test]
 fn launchers_behave_exactly_like_the_binaries_they_run() {
-    let runtime = Runtime::new();
+    let originals = agents_tests::require_originals!();
+    let runtime = Runtime::new(&originals);
     let stage = &runtime.stage;
 
     // The stage got every binary, executable, through RELEASE_FILES + chmod 755.
@@ -290,7 +291,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let outcome = same(what, wrapper, runtime.binary(stage, "uninstall", &args));
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
         let mut original = command("bash", &runtime.home);
-        original.arg(seeds_dir().join("uninstall.sh")).args(&args);
+        original.arg(originals.file("uninstall.sh")).args(&args);
         assert_eq!(
             Outcome::of(&mut original),
             outcome,
@@ -512,7 +513,8 @@ fn signals_ignored(pid: u32) -> u64 {
 
 #[test]
 fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signals() {
-    let runtime = Runtime::new();
+    let originals = agents_tests::require_originals!();
+    let runtime = Runtime::new(&originals);
     let update_id = "5f1d2c3b4a5968778695a4b3c2d1e0f1";
     let state = TempDir::new("migration-kit-state");
     let admin = state.path().join("admin");

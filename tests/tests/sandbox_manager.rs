@@ -170,6 +170,8 @@ fn run_child_without_unshare(ci: Option<&str>) -> std::process::Output {
         ])
         .env("PATH", "/nonexistent")
         .env(CHILD_MARKER, "1")
+        // The child's skip is this test's subject, not one of the suite's.
+        .env_remove(agents_tests::SKIP_LOG_ENV)
         .env_remove("CI");
     if let Some(value) = ci {
         command.env("CI", value);

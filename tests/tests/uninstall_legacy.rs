@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use agents_tests::Originals;
 use uninstall_support::*;
 
 /// One implementation's case after its run.
@@ -77,8 +78,10 @@ fn side_by_side_with(
 }
 
 /// Runs `one` for the seed and then the port and checks that they agree.
-fn compare(test: &str, one: impl Fn(Implementation) -> Option<Ran>) -> Option<[Ran; 2]> {
-    let seed = one(Implementation::Seed)?;
+/// `None` when the test did not run (no sandbox, or no originals: skipped).
+fn compare(test: &str, one: impl Fn(Implementation<'_>) -> Option<Ran>) -> Option<[Ran; 2]> {
+    let originals = Originals::require(test)?;
+    let seed = one(Implementation::Seed(&originals))?;
     let port = one(Implementation::Port)?;
     assert_eq!(
         seed.outcome.normalized(seed.case.sandbox.base()),
@@ -667,7 +670,7 @@ fn purging_needs_the_exact_state_path_typed_at_the_terminal() {
 /// with the lock held; `None` where the sandbox cannot run.
 fn at_the_proceed_prompt(
     test: &str,
-    implementation: Implementation,
+    implementation: Implementation<'_>,
     ignored: &'static [libc::c_int],
 ) -> Option<(LegacyCase, BTreeMap<PathBuf, Entry>, Running)> {
     let case = LegacyCase::start(test, with_service())?;

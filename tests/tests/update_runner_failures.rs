@@ -168,11 +168,12 @@ fn once_the_installer_ran_only_it_may_clear_the_hub_fence() {
 
 #[test]
 fn incomplete_hub_arguments_keep_the_row_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut fixture = pinned("hub-incomplete");
     fixture
         .options
         .extend(["--expected-team-hub-id".into(), HUB_ID.into()]);
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(port.exit, Some(1));
     // run_update refused, then the fence clear refused: nothing is published.
     assert_eq!(field(&port.row, "phase"), Json::from("starting"));
@@ -181,12 +182,13 @@ fn incomplete_hub_arguments_keep_the_row_like_the_seed() {
 
 #[test]
 fn invalid_identities_are_refused_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     // A blank server identity: this update's row is failed.
     let mut fixture = pinned("identity-blank");
     fixture
         .options
         .extend(["--expected-server-identity".into(), " ".into()]);
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(
         field(&port.row, "message"),
         Json::from("managed update is missing the stable server identity")
@@ -198,14 +200,14 @@ fn invalid_identities_are_refused_like_the_seed() {
     fixture
         .options
         .extend(["--update-id".into(), "-bad".into()]);
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(field(&port.row, "phase"), Json::from("starting"));
 
     let mut fixture = pinned("cgroup");
     fixture
         .options
         .extend(["--expected-service-cgroup".into(), "relative/cgroup".into()]);
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(
         field(&port.row, "message"),
         Json::from("managed update has an invalid service cgroup")
@@ -215,13 +217,14 @@ fn invalid_identities_are_refused_like_the_seed() {
     fixture
         .admitted
         .insert("update_id", "ffffffffffffffffffffffffffffffff");
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(field(&port.row, "phase"), Json::from("starting"));
     assert_eq!(port.installer, None);
 }
 
 #[test]
 fn team_hub_transport_refusals_match_the_seed() {
+    let originals = agents_tests::require_originals!();
     for (options, message) in [
         (
             vec!["--expected-team-hub-transport", "loopback"],
@@ -240,7 +243,7 @@ fn team_hub_transport_refusals_match_the_seed() {
         fixture
             .options
             .extend(options.iter().map(|word| word.to_string()));
-        let (_, port) = fixture.compare(None);
+        let (_, port) = fixture.compare(&originals, None);
         assert_eq!(field(&port.row, "message"), Json::from(message));
         assert_eq!(field(&port.row, "phase"), Json::from("failed"));
     }

@@ -27,7 +27,7 @@ use agents_common::{
     encode_indented, json_object, parse_json, Json, JsonObject, GATEWAY_UNIT,
     INVALID_SIGNATURE_MESSAGE, WORKER_UNIT,
 };
-use agents_tests::{binary_path, RequestRecord, Switches};
+use agents_tests::{binary_path, Originals, RequestRecord, Switches};
 use update_handoff_support::{
     finish, Case, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,
 };
@@ -46,19 +46,30 @@ const RELEASE_ACTION: &str = "Retry the update to finish releasing its execution
 
 /// Which implementation runs the update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Runner {
-    Seed,
+enum Runner<'a> {
+    Seed(&'a Originals),
     Port,
 }
 
-const RUNNERS: [Runner; 2] = [Runner::Port, Runner::Seed];
+/// Both implementations, the port first.
+fn runners(originals: &Originals) -> [Runner<'_>; 2] {
+    [Runner::Port, Runner::Seed(originals)]
+}
 
-impl Runner {
+impl Runner<'_> {
+    /// `seed` or `port`, for fixture names and messages.
+    fn label(self) -> &'static str {
+        match self {
+            Runner::Seed(_) => "seed",
+            Runner::Port => "port",
+        }
+    }
+
     /// The row's message for a bad signature: Python's `InvalidSignature`
     /// has no text; the port names the failure (update_runner_refusals).
     fn bad_signature_message(self) -> &'static str {
         match self {
-            Runner::Seed => "",
+            Runner::Seed(_) => "",
             Runner::Port => INVALID_SIGNATURE_MESSAGE,
         }
     }
@@ -138,15 +149,15 @@ impl Scenario {
 
     /// `update-runner` as the server launches it for this update, in the
     /// sandbox's environment (so its `systemctl --user` reaches the manager).
-    fn spawn_runner(&self, runner: Runner) -> Child {
+    fn spawn_runner(&self, runner: Runner<'_>) -> Child {
         let case = &self.case;
         let mut command = match runner {
             Runner::Port => case.sandbox.command(binary_path("update-runner")),
-            Runner::Seed => {
+            Runner::Seed(originals) => {
                 let mut command = case.sandbox.command("python3");
                 command
                     .args(["-B", "-c", SEED_LAUNCHER])
-                    .env("SEEDS_DIR", update_runner_support::SEEDS_DIR)
+                    .env("SEEDS_DIR", originals.dir())
                     .env("UPDATE_HANDOFF", binary_path("update-handoff"));
                 command
             }
@@ -172,7 +183,7 @@ impl Scenario {
         command.spawn().expect("spawn update-runner")
     }
 
-    fn run_runner(&self, runner: Runner) -> Outcome {
+    fn run_runner(&self, runner: Runner<'_>) -> Outcome {
         finish(self.spawn_runner(runner))
     }
 
@@ -322,8 +333,9 @@ fn well_formed() -> Vec<Member> {
 
 #[test]
 fn a_bad_signature_fails_the_update_and_releases_the_sealed_handoff() {
-    for runner in RUNNERS {
-        let test = format!("runner_handoff_signature_{runner:?}");
+    let originals = agents_tests::require_originals!();
+    for runner in runners(&originals) {
+        let test = format!("runner_handoff_signature_{}", runner.label());
         let Some(scenario) = Scenario::start(&test, &well_formed()) else {
             return;
         };
@@ -343,7 +355,8 @@ fn a_bad_signature_fails_the_update_and_releases_the_sealed_handoff() {
         assert_eq!(
             normalised(scenario.row()),
             scenario.released_row(runner.bad_signature_message()),
-            "{runner:?}"
+            "{}",
+            runner.label()
         );
         // Only the exact lease's owner gets a 200 for `release` (any other
         // operation or lease id is a 409), and the worker now holds nothing.
@@ -374,6 +387,7 @@ fn a_bad_signature_fails_the_update_and_releases_the_sealed_handoff() {
 
 #[test]
 fn a_refused_archive_is_published_failed_before_the_release_outside_the_status_lock() {
+    let originals = agents_tests::require_originals!();
     // An archive without install.sh: extracted, then refused.
     let top = format!("agents-server-{TARGET}");
     let members = [
@@ -381,8 +395,8 @@ fn a_refused_archive_is_published_failed_before_the_release_outside_the_status_l
         Member::file(&format!("{top}/VERSION"), b"1.2.3\n"),
     ];
     let message = "release archive has an invalid layout";
-    for runner in RUNNERS {
-        let test = format!("runner_handoff_archive_{runner:?}");
+    for runner in runners(&originals) {
+        let test = format!("runner_handoff_archive_{}", runner.label());
         let Some(scenario) = Scenario::start(&test, &members) else {
             return;
         };
@@ -425,7 +439,8 @@ fn a_refused_archive_is_published_failed_before_the_release_outside_the_status_l
         assert_eq!(
             normalised(scenario.row()),
             scenario.released_row(message),
-            "{runner:?}"
+            "{}",
+            runner.label()
         );
         let requests = case.requests_since(mark);
         assert_eq!(requests[1].outcome, "stalled");
@@ -460,8 +475,9 @@ fn a_refused_archive_is_published_failed_before_the_release_outside_the_status_l
 
 #[test]
 fn a_refused_release_is_reported_retryably_and_the_servers_retry_finishes_it() {
-    for runner in RUNNERS {
-        let test = format!("runner_handoff_refused_{runner:?}");
+    let originals = agents_tests::require_originals!();
+    for runner in runners(&originals) {
+        let test = format!("runner_handoff_refused_{}", runner.label());
         let Some(scenario) = Scenario::start(&test, &well_formed()) else {
             return;
         };
@@ -484,7 +500,8 @@ fn a_refused_release_is_reported_retryably_and_the_servers_retry_finishes_it() {
         assert_eq!(
             normalised(row.clone()),
             scenario.failed_row(NOT_RELEASED),
-            "{runner:?}"
+            "{}",
+            runner.label()
         );
         assert_one_release(&case.requests_since(mark), 409);
         case.assert_lease_held();

@@ -8,6 +8,7 @@
 mod update_runner_support;
 
 use agents_common::{json_object, Json, JsonObject, INVALID_SIGNATURE_MESSAGE};
+use agents_tests::Originals;
 use update_runner_support::{idle_health, updated_health, Fixture, Member, Served, Side};
 
 fn expect_failed(row: &JsonObject, message: &str) {
@@ -36,8 +37,12 @@ fn pinned(name: &str) -> (Fixture, Vec<u8>) {
 
 /// Compare with the seed, expect a failed row with `message` and no
 /// installer run; returns the port's outcome.
-fn refused_before_install(fixture: &Fixture, message: &str) -> update_runner_support::Outcome {
-    let (_, port) = fixture.compare(None);
+fn refused_before_install(
+    originals: &Originals,
+    fixture: &Fixture,
+    message: &str,
+) -> update_runner_support::Outcome {
+    let (_, port) = fixture.compare(originals, None);
     assert_eq!(port.exit, Some(1));
     expect_failed(&port.row, message);
     assert_eq!(port.installer, None, "install.sh must not run");
@@ -49,10 +54,11 @@ const SIGNATURE_PATH: &str = "/releases/download/v1.2.3/agents-server-manifest.s
 
 #[test]
 fn a_bad_signature_is_refused() {
+    let originals = agents_tests::require_originals!();
     let (fixture, _) = pinned("signature");
     fixture.serve(SIGNATURE_PATH, Served::ok(vec![7u8; 64]));
     // Python's InvalidSignature has no text; the port names the failure.
-    let (seed, port) = fixture.compare(Some(INVALID_SIGNATURE_MESSAGE));
+    let (seed, port) = fixture.compare(&originals, Some(INVALID_SIGNATURE_MESSAGE));
     expect_failed(&seed.row, "");
     expect_failed(&port.row, INVALID_SIGNATURE_MESSAGE);
     assert_eq!(port.installer, None);
@@ -65,6 +71,7 @@ fn a_bad_signature_is_refused() {
 
 #[test]
 fn a_key_of_another_type_is_refused() {
+    let originals = agents_tests::require_originals!();
     let (fixture, _) = pinned("keytype");
     let generated = std::process::Command::new("sh")
         .arg("-c")
@@ -76,16 +83,22 @@ fn a_key_of_another_type_is_refused() {
         .expect("openssl generates an EC key");
     assert!(generated.status.success());
     std::fs::write(&fixture.key.pem_path, generated.stdout).unwrap();
-    refused_before_install(&fixture, "release public key is not an Ed25519 key");
+    refused_before_install(
+        &originals,
+        &fixture,
+        "release public key is not an Ed25519 key",
+    );
 }
 
 #[test]
 fn version_track_and_tag_mismatches_are_refused() {
+    let originals = agents_tests::require_originals!();
     // A tag whose signed manifest names another version.
     let (fixture, archive) = pinned("tag");
     let foreign = fixture.legacy_manifest("1.2.4", &archive);
     fixture.publish_manifest("1.2.3", &foreign);
     refused_before_install(
+        &originals,
         &fixture,
         "release manifest version does not match its immutable release tag",
     );
@@ -93,6 +106,7 @@ fn version_track_and_tag_mismatches_are_refused() {
     let (mut fixture, _) = pinned("track");
     fixture.options = vec!["--expected-version".into(), "1.3.0-beta.1".into()];
     refused_before_install(
+        &originals,
         &fixture,
         "expected release 1.3.0-beta.1 is not on the requested stable track",
     );
@@ -102,6 +116,7 @@ fn version_track_and_tag_mismatches_are_refused() {
     fixture.publish_legacy("1.2.1", &archive);
     fixture.options = vec!["--expected-version".into(), "1.2.1".into()];
     refused_before_install(
+        &originals,
         &fixture,
         "resolved release 1.2.1 is not newer than installed version 1.2.2; managed updates \
          only permit forward updates or an explicit beta-to-stable channel switch",
@@ -110,6 +125,7 @@ fn version_track_and_tag_mismatches_are_refused() {
     let (mut fixture, _) = pinned("unavailable");
     fixture.options = vec!["--expected-version".into(), "1.2.9".into()];
     refused_before_install(
+        &originals,
         &fixture,
         "Signed stable AgentsServer release 1.2.9 is unavailable.",
     );
@@ -119,11 +135,16 @@ fn version_track_and_tag_mismatches_are_refused() {
     let mut manifest = fixture.legacy_manifest("1.2.3", &archive);
     manifest.insert("track", "beta");
     fixture.publish_manifest("1.2.3", &manifest);
-    refused_before_install(&fixture, "release manifest track metadata is inconsistent");
+    refused_before_install(
+        &originals,
+        &fixture,
+        "release manifest track metadata is inconsistent",
+    );
 }
 
 #[test]
 fn untrusted_locations_and_checksums_are_refused() {
+    let originals = agents_tests::require_originals!();
     let (fixture, archive) = pinned("location");
     let mut manifest = fixture.legacy_manifest("1.2.3", &archive);
     manifest
@@ -135,12 +156,17 @@ fn untrusted_locations_and_checksums_are_refused() {
             "http://127.0.0.1:9/elsewhere/agents-server-1.2.3.tar.gz",
         );
     fixture.publish_manifest("1.2.3", &manifest);
-    refused_before_install(&fixture, "release archive location is not trusted");
+    refused_before_install(
+        &originals,
+        &fixture,
+        "release archive location is not trusted",
+    );
 
     let (fixture, _) = pinned("checksum");
     let other = fixture.archive(&Fixture::legacy_members("9.9.9"));
     fixture.serve(ARCHIVE_PATH, Served::ok(other));
     refused_before_install(
+        &originals,
         &fixture,
         "release archive checksum does not match the signed manifest",
     );
@@ -160,6 +186,7 @@ fn untrusted_locations_and_checksums_are_refused() {
     archive_field.insert("sha256", upper);
     fixture.publish_manifest("1.2.3", &manifest);
     refused_before_install(
+        &originals,
         &fixture,
         "release archive checksum does not match the signed manifest",
     );
@@ -172,13 +199,17 @@ fn untrusted_locations_and_checksums_are_refused() {
             ..Served::ok(archive)
         },
     );
-    refused_before_install(&fixture, "download exceeds the 209715200-byte safety limit");
+    refused_before_install(
+        &originals,
+        &fixture,
+        "download exceeds the 209715200-byte safety limit",
+    );
 
     // GitHub serves assets through redirects, which are followed.
     let (fixture, archive) = pinned("redirected");
     fixture.serve(ARCHIVE_PATH, Served::redirect("/cdn/archive.tar.gz"));
     fixture.serve("/cdn/archive.tar.gz", Served::ok(archive));
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(port.row.get("phase"), Some(&Json::from("complete")));
 }
 
@@ -202,6 +233,7 @@ const NPM_PATH: &str = "/npm/@agentsdock/server/-/server-1.2.3.tgz";
 
 #[test]
 fn npm_archives_must_match_their_descriptor() {
+    let originals = agents_tests::require_originals!();
     let members = Fixture::npm_members("1.2.3");
     let fixture = npm("integrity", &members, |manifest, _| {
         let npm = manifest
@@ -211,6 +243,7 @@ fn npm_archives_must_match_their_descriptor() {
         npm.insert("integrity", format!("sha512-{}", "A".repeat(86) + "=="));
     });
     refused_before_install(
+        &originals,
         &fixture,
         "npm archive does not match the signed release descriptor",
     );
@@ -224,13 +257,17 @@ fn npm_archives_must_match_their_descriptor() {
             ..Served::ok(archive)
         },
     );
-    refused_before_install(&fixture, "npm release archive size changed");
+    refused_before_install(&originals, &fixture, "npm release archive size changed");
 
     let fixture = npm("npm-redirect", &members, |_, _| {});
     let archive = fixture.served(NPM_PATH).unwrap().body;
     fixture.serve(NPM_PATH, Served::redirect("/mirror/server-1.2.3.tgz"));
     fixture.serve("/mirror/server-1.2.3.tgz", Served::ok(archive));
-    refused_before_install(&fixture, "npm release archive redirects are not allowed");
+    refused_before_install(
+        &originals,
+        &fixture,
+        "npm release archive redirects are not allowed",
+    );
     assert!(!fixture
         .host_requests()
         .iter()
@@ -241,7 +278,11 @@ fn npm_archives_must_match_their_descriptor() {
     fixture
         .admitted
         .insert("_npm_release", json_object! {"manifest_base64" => "e30="});
-    refused_before_install(&fixture, "signed npm release envelope is invalid");
+    refused_before_install(
+        &originals,
+        &fixture,
+        "signed npm release envelope is invalid",
+    );
 
     // npm updates never change channels.
     let mut fixture = npm("npm-channel", &members, |_, _| {});
@@ -249,6 +290,7 @@ fn npm_archives_must_match_their_descriptor() {
         .options
         .extend(["--current-version".into(), "1.2.2-beta.1".into()]);
     refused_before_install(
+        &originals,
         &fixture,
         "automatic npm updates cannot change release channels",
     );
@@ -256,6 +298,7 @@ fn npm_archives_must_match_their_descriptor() {
 
 #[test]
 fn hostile_archives_are_refused_and_leave_nothing_behind() {
+    let originals = agents_tests::require_originals!();
     let top = "agents-server-1.2.3";
     let with = |extra: Member| {
         let mut members = Fixture::legacy_members("1.2.3");
@@ -311,7 +354,7 @@ fn hostile_archives_are_refused_and_leave_nothing_behind() {
         let archive = fixture.archive(&members);
         fixture.publish_legacy("1.2.3", &archive);
         fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
-        let port = refused_before_install(&fixture, message);
+        let port = refused_before_install(&originals, &fixture, message);
         assert!(port.leftovers.is_empty(), "{label}");
         assert!(!std::path::Path::new("/tmp/h15-absolute").exists());
         let run = fixture.run_dir(Side::Port);
@@ -361,19 +404,21 @@ fn hostile_archives_are_refused_and_leave_nothing_behind() {
     ];
     for (label, members, message) in npm_cases {
         let fixture = npm(&label.replace(' ', "-"), &members, |_, _| {});
-        let port = refused_before_install(&fixture, message);
+        let port = refused_before_install(&originals, &fixture, message);
         assert!(port.leftovers.is_empty(), "{label}");
     }
 }
 
 #[test]
 fn a_busy_or_changed_server_is_not_updated() {
+    let originals = agents_tests::require_originals!();
     let (fixture, _) = pinned("busy");
     let mut busy = idle_health();
     busy.insert("active_count", 1);
     busy.insert("update_blocking_queued_count", 2);
     fixture.set_health(busy, updated_health("1.2.3", 28));
     let port = refused_before_install(
+        &originals,
         &fixture,
         "server became busy before restart: 1 active agent run and 2 queued turns; retry the \
          update after work finishes",
@@ -385,6 +430,7 @@ fn a_busy_or_changed_server_is_not_updated() {
     other.insert("server_identity", "another-server");
     fixture.set_health(other, updated_health("1.2.3", 28));
     refused_before_install(
+        &originals,
         &fixture,
         "could not verify that AgentsServer is idle before restart: AgentsServer stable \
          identity changed before restart",
@@ -401,6 +447,7 @@ fn a_busy_or_changed_server_is_not_updated() {
         .options
         .extend(["--expected-service-cgroup".into(), "/agents.service".into()]);
     refused_before_install(
+        &originals,
         &fixture,
         "could not verify that AgentsServer is idle before restart: AgentsServer did not \
          return a verified systemd service-cgroup proof",
@@ -409,11 +456,12 @@ fn a_busy_or_changed_server_is_not_updated() {
 
 #[test]
 fn identity_changes_after_the_installer_fail_the_update() {
+    let originals = agents_tests::require_originals!();
     let (fixture, _) = pinned("identity");
     let mut changed = updated_health("1.2.3", 28);
     changed.insert("server_identity", "another-server");
     fixture.set_health(idle_health(), changed);
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_failed(
         &port.row,
         "updated AgentsServer stable identity does not match",
@@ -423,7 +471,7 @@ fn identity_changes_after_the_installer_fail_the_update() {
     let members = Fixture::npm_members("1.2.3");
     let fixture = npm("npm-version", &members, |_, _| {});
     fixture.set_health(idle_health(), updated_health("1.2.2", 29));
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_failed(
         &port.row,
         "updated AgentsServer version does not match the signed release",
@@ -436,7 +484,7 @@ fn identity_changes_after_the_installer_fail_the_update() {
         json_object! {"version" => "1.2.3", "maintenance_held" => true},
     );
     fixture.set_health(idle_health(), held);
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_failed(
         &port.row,
         "updated AgentsServer activation has not released admission",
@@ -445,6 +493,7 @@ fn identity_changes_after_the_installer_fail_the_update() {
 
 #[test]
 fn installer_failures_carry_a_redacted_tail() {
+    let originals = agents_tests::require_originals!();
     let (mut fixture, _) = pinned("installer-failed");
     fixture.behaviour = Some(
         "echo 'preparing release'\n\
@@ -455,7 +504,7 @@ fn installer_failures_carry_a_redacted_tail() {
          exit 3\n"
             .into(),
     );
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_failed(
         &port.row,
         "installer failed (3): preparing release\nAuthorization: Bearer [REDACTED]\nexport \
@@ -473,7 +522,7 @@ fn installer_failures_carry_a_redacted_tail() {
 
     let (mut fixture, _) = pinned("installer-75");
     fixture.behaviour = Some("exit 75\n".into());
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_failed(
         &port.row,
         "installer failed (75): no output; inspect server-update.log",
@@ -481,12 +530,13 @@ fn installer_failures_carry_a_redacted_tail() {
 
     let (mut fixture, _) = pinned("installer-signal");
     fixture.behaviour = Some("echo dying\nkill -KILL $$\n".into());
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_failed(&port.row, "installer failed (-9): dying");
 }
 
 #[test]
 fn losing_ownership_mid_install_stops_the_installer_and_leaves_the_row() {
+    let originals = agents_tests::require_originals!();
     let (mut fixture, _) = pinned("ownership");
     // The server finalises the update while install.sh runs; the runner's
     // next heartbeat (after 10 s) finds the row gone and terminates it.
@@ -504,14 +554,14 @@ sleep 30 &\n\
 wait $!\n"
             .into(),
     );
-    let (seed, port) = fixture.compare(None);
+    let (seed, port) = fixture.compare(&originals, None);
     assert_eq!(port.exit, Some(1));
     assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
     assert_eq!(
         port.row.get("message"),
         Some(&Json::from("Cancelled by the server."))
     );
-    for side in [Side::Seed, Side::Port] {
+    for side in [Side::Seed(&originals), Side::Port] {
         let signals =
             update_runner_support::read_text(&fixture.run_dir(side).join("installer/signals"));
         assert_eq!(signals, "terminated\n", "{side:?}");
@@ -523,6 +573,7 @@ wait $!\n"
 /// `URLError` text, which operators see in the status row.
 #[test]
 fn an_unreachable_release_host_fails_with_urllibs_text() {
+    let originals = agents_tests::require_originals!();
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -536,7 +587,7 @@ fn an_unreachable_release_host_fails_with_urllibs_text() {
     ] {
         let (mut fixture, _) = pinned(name);
         fixture.environment = vec![("AGENTS_SERVER_RELEASE_BASE".into(), base)];
-        let (seed, port) = fixture.compare(None);
+        let (seed, port) = fixture.compare(&originals, None);
         assert_eq!(port.exit, Some(1));
         let message = seed.row.get("message").and_then(Json::as_str).unwrap();
         assert!(message.starts_with("<urlopen error [Errno "), "{message}");

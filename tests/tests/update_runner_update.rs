@@ -40,11 +40,12 @@ fn expect_complete(row: &JsonObject, version: &str) {
 
 #[test]
 fn a_github_release_installs_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut fixture = Fixture::new("schema1");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
     fixture.publish_legacy("1.2.3", &archive);
     fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(port.exit, Some(0));
     expect_complete(&port.row, "1.2.3");
     assert_eq!(port.row.get("track"), Some(&Json::from("stable")));
@@ -72,6 +73,7 @@ fn a_github_release_installs_like_the_seed() {
 
 #[test]
 fn the_latest_release_is_discovered_and_installed_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let fixture = Fixture::new("discover");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
     fixture.publish_legacy("1.2.3", &archive);
@@ -81,12 +83,13 @@ fn the_latest_release_is_discovered_and_installed_like_the_seed() {
             br#"[{"tag_name": "v1.2.3", "prerelease": false}, {"tag_name": "v1.3.0-beta.1", "prerelease": true}]"#.to_vec(),
         ),
     );
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_complete(&port.row, "1.2.3");
 }
 
 #[test]
 fn an_npm_release_installs_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut fixture = Fixture::new("schema2");
     let archive = fixture.archive(&Fixture::npm_members("1.2.3"));
     let manifest = fixture.npm_manifest("1.2.3", &archive);
@@ -102,7 +105,7 @@ fn an_npm_release_installs_like_the_seed() {
         "--expected-service-cgroup".into(),
         "/user.slice/agents-server.service".into(),
     ];
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     assert_eq!(port.exit, Some(0));
     expect_complete(&port.row, "1.2.3");
     let installer = port.installer.expect("install.sh ran");
@@ -128,6 +131,7 @@ fn an_npm_release_installs_like_the_seed() {
 
 #[test]
 fn a_server_still_starting_is_awaited_like_the_seed() {
+    let originals = agents_tests::require_originals!();
     let mut fixture = Fixture::new("starting");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
     fixture.publish_legacy("1.2.3", &archive);
@@ -135,7 +139,7 @@ fn a_server_still_starting_is_awaited_like_the_seed() {
     // Two probes answer 503 (transport not ready): both runners retry.
     fixture.unready_requests = 2;
     let started = std::time::Instant::now();
-    let (_, port) = fixture.compare(None);
+    let (_, port) = fixture.compare(&originals, None);
     expect_complete(&port.row, "1.2.3");
     assert!(
         started.elapsed() >= std::time::Duration::from_secs(4),

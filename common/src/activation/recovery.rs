@@ -610,9 +610,21 @@ mod tests {
             }
         };
         let linux = render_recovery_service(directory, &owner("Linux")).unwrap();
-        assert_eq!(String::from_utf8(linux).unwrap(), LINUX_GOLDEN);
+        assert_eq!(
+            String::from_utf8(linux).unwrap(),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/fixtures/golden/recovery-owner.service"
+            ))
+        );
         let darwin = render_recovery_service(directory, &owner("Darwin")).unwrap();
-        assert_eq!(String::from_utf8(darwin).unwrap(), DARWIN_GOLDEN);
+        assert_eq!(
+            String::from_utf8(darwin).unwrap(),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/fixtures/golden/recovery-owner.plist"
+            ))
+        );
         // A field that is not text cannot be rendered (Python's `_text`).
         let mut broken = owner("Linux");
         broken.insert("interpreter", 7);
@@ -623,66 +635,4 @@ mod tests {
             "ValueError: configuration text must be nonempty and contain no control characters"
         );
     }
-
-    const LINUX_GOLDEN: &str = r#"[Unit]
-Description=AgentsDock admitted activation recovery
-After=network-online.target
-[Service]
-Type=simple
-UMask=0077
-Restart=on-failure
-RestartSec=30s
-TimeoutStopSec=infinity
-SendSIGKILL=no
-WorkingDirectory=/home/a b/.agents-server%%x/.activation-recovery/activation-0123456789abcdef01234567
-Environment="PATH=/home/a\"b&<c>/.local/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-ExecStart="/opt/py 3/bin/python$$3" "-B" "/home/a b/.agents-server%%x/.activation-recovery/activation-0123456789abcdef01234567/execution_recovery.py" "run" "--root" "/home/a b/.agents-server%%x" "--transaction-id" "activation-0123456789abcdef01234567"
-[Install]
-WantedBy=default.target
-"#;
-
-    const DARWIN_GOLDEN: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
-<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
-<plist version="1.0">
-<dict>
-	<key>EnvironmentVariables</key>
-	<dict>
-		<key>PATH</key>
-		<string>/home/a"b&amp;&lt;c&gt;/.local/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin</string>
-	</dict>
-	<key>ExitTimeOut</key>
-	<integer>0</integer>
-	<key>KeepAlive</key>
-	<dict>
-		<key>SuccessfulExit</key>
-		<false/>
-	</dict>
-	<key>Label</key>
-	<string>com.agentsdock.recovery.0123456789abcdef01234567</string>
-	<key>ProgramArguments</key>
-	<array>
-		<string>/opt/py 3/bin/python$3</string>
-		<string>-B</string>
-		<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567/execution_recovery.py</string>
-		<string>run</string>
-		<string>--root</string>
-		<string>/home/a b/.agents-server%x</string>
-		<string>--transaction-id</string>
-		<string>activation-0123456789abcdef01234567</string>
-	</array>
-	<key>RunAtLoad</key>
-	<true/>
-	<key>StandardErrorPath</key>
-	<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567/native.stderr.log</string>
-	<key>StandardOutPath</key>
-	<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567/native.stdout.log</string>
-	<key>ThrottleInterval</key>
-	<integer>30</integer>
-	<key>Umask</key>
-	<integer>63</integer>
-	<key>WorkingDirectory</key>
-	<string>/home/a b/.agents-server%x/.activation-recovery/activation-0123456789abcdef01234567</string>
-</dict>
-</plist>
-"#;
 }

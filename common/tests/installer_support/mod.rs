@@ -16,9 +16,8 @@ use agents_common::{
     encode_compact, encode_indented, parse_json, InstallerOutcome, InstallerRun, Json, JsonObject,
     Result,
 };
+use agents_tests::Originals;
 
-/// Where the Python seeds live: the shared folder beside the repository.
-pub const SEEDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/seeds/extracted");
 const STAND_IN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/installer_support/stand_in_install.sh"
@@ -210,9 +209,9 @@ pub fn seed_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
 
 /// Run the seed's functions on `calls` (see seed_oracle.py) in one python3.
 /// Panics with Python's stderr when the oracle itself fails.
-pub fn seed(calls: Vec<Json>) -> Vec<Json> {
+pub fn seed(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
     let mut request = JsonObject::new();
-    request.insert("seeds", SEEDS_DIR);
+    request.insert("seeds", originals.dir().to_str().expect("a UTF-8 path"));
     request.insert("calls", Json::Array(calls));
     let mut child = Command::new("python3")
         .arg("-B")

@@ -6,10 +6,10 @@
 
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use agents_tests::{binary_path, TempDir};
+use agents_tests::{binary_path, Originals, TempDir};
 
 /// Imports the seed with stand-ins for the modules it imports that are not
 /// there, replaces `ArgumentParser.parse_args` so that a successful parse
@@ -54,18 +54,6 @@ else:
     seed.main(argv)
 "#;
 
-/// `/work/shared` (or `$AGENTS_SHARED_DIR`): the seeds and golden files.
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("AGENTS_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
-}
-
-pub fn seeds_dir() -> PathBuf {
-    shared_dir().join("seeds/extracted")
-}
-
 /// An environment without what changes argparse's or the helpers' output.
 fn clean(command: &mut Command) -> &mut Command {
     command
@@ -101,8 +89,13 @@ fn in_scratch_directory(command: &mut Command) -> Output {
 }
 
 /// Runs the seed `module`'s parser on `args` (see [`ORACLE`]).
-pub fn oracle<S: AsRef<OsStr>>(module: &str, prog: &str, args: &[S]) -> Output {
-    oracle_in(&seeds_dir(), module, prog, args)
+pub fn oracle<S: AsRef<OsStr>>(
+    originals: &Originals,
+    module: &str,
+    prog: &str,
+    args: &[S],
+) -> Output {
+    oracle_in(originals.dir(), module, prog, args)
 }
 
 /// Runs the parser of `dir/module.py` (a `main(argv)` building an argparse
@@ -139,12 +132,13 @@ pub fn not_implemented_line(program: &str, operation: &str) -> String {
 /// anything but a usage error or help. Returns the helper's output.
 #[track_caller]
 pub fn assert_same_as_seed<S: AsRef<OsStr> + std::fmt::Debug>(
+    originals: &Originals,
     program: &str,
     module: &str,
     args: &[S],
     not_implemented: &str,
 ) -> Output {
-    assert_same_as_parser(program, &seeds_dir(), module, args, not_implemented)
+    assert_same_as_parser(program, originals.dir(), module, args, not_implemented)
 }
 
 /// [`assert_same_as_seed`] with the parser of `dir/module.py`.

@@ -12,7 +12,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use agents_tests::{binary_path, profile_dir, TempDir, HELPERS};
+use agents_tests::{binary_path, profile_dir, Originals, TempDir, HELPERS};
 
 /// The release's version file.
 pub const VERSION: &str = "1.0.7-beta.5";
@@ -51,20 +51,6 @@ fn repo_root() -> PathBuf {
         .expect("the repository root")
 }
 
-/// `/work/shared` (or `$AGENTS_SHARED_DIR`): where the seeds are.
-pub fn seeds_dir() -> PathBuf {
-    let shared = std::env::var_os("AGENTS_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared"));
-    let seeds = shared.join("seeds/extracted");
-    assert!(
-        seeds.is_dir(),
-        "the seeds are missing at {} (set AGENTS_SHARED_DIR to the shared/ folder)",
-        seeds.display()
-    );
-    seeds
-}
-
 /// `tests/fixtures/migration`.
 pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/migration")
@@ -93,11 +79,11 @@ pub struct FakeRelease {
 impl FakeRelease {
     /// Seeds and stand-ins with a release archive's modes (scripts 0755,
     /// everything else 0644).
-    pub fn new() -> FakeRelease {
+    pub fn new(originals: &Originals) -> FakeRelease {
         let temp = TempDir::new("migration-kit");
         let source = temp.path().join(format!("agents-server-{VERSION}"));
         fs::create_dir(&source).unwrap();
-        let seeds = seeds_dir();
+        let seeds = originals.dir();
         let fixtures = fixtures_dir();
         let copies = SEEDS
             .iter()

@@ -18,44 +18,26 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use agents_tests::{binary_path, poll_until, Sandbox};
+use agents_tests::{binary_path, poll_until, Originals, Sandbox};
 
 pub use pty::Pty;
 
-/// The seed script: `<repo>/../shared/seeds/extracted/uninstall.sh`, or
-/// under `$AGENTS_SHARED_DIR` when set.
-pub fn seed_script() -> PathBuf {
-    let shared = std::env::var_os("AGENTS_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
-    let script = shared.join("seeds/extracted/uninstall.sh");
-    assert!(
-        script.is_file(),
-        "the seed {} is missing (set AGENTS_SHARED_DIR to the shared/ folder)",
-        script.display()
-    );
-    script
-}
-
 /// Which implementation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Implementation {
-    /// `bash uninstall.sh`, the oracle.
-    Seed,
+pub enum Implementation<'a> {
+    /// `bash uninstall.sh` of the Python originals, the oracle.
+    Seed(&'a Originals),
     /// The `uninstall` binary under test.
     Port,
 }
 
-impl Implementation {
-    /// Both, oracle first.
-    pub const BOTH: [Implementation; 2] = [Implementation::Seed, Implementation::Port];
-
+impl Implementation<'_> {
     /// A command running this implementation with no arguments yet.
     pub fn command(self) -> Command {
         match self {
-            Implementation::Seed => {
+            Implementation::Seed(originals) => {
                 let mut command = Command::new("bash");
-                command.arg(seed_script());
+                command.arg(originals.file("uninstall.sh"));
                 command
             }
             Implementation::Port => Command::new(binary_path("uninstall")),
@@ -155,7 +137,7 @@ fn collect(
 
 /// Starts `implementation args` with exactly `env` and `input`.
 pub fn start(
-    implementation: Implementation,
+    implementation: Implementation<'_>,
     env: &[(String, OsString)],
     args: &[&str],
     input: Input,
@@ -166,7 +148,7 @@ pub fn start(
 /// [`start`] with `ignored` signals set to `SIG_IGN` in the uninstaller, as a
 /// caller such as `nohup` or a masking installer leaves them.
 pub fn start_ignoring(
-    implementation: Implementation,
+    implementation: Implementation<'_>,
     env: &[(String, OsString)],
     args: &[&str],
     input: Input,
@@ -298,7 +280,7 @@ impl Running {
 
 /// Runs to the end.
 pub fn run(
-    implementation: Implementation,
+    implementation: Implementation<'_>,
     env: &[(String, OsString)],
     args: &[&str],
     input: Input,

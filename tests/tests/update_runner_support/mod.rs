@@ -9,8 +9,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../common/tests/release_support/mod.rs"]
-pub mod release_support;
+pub use agents_tests::release_support;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -23,7 +22,8 @@ use agents_common::{atomic_json, json_object, read_status_unlocked, Json, JsonOb
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-pub use release_support::{manifest_bytes, Member, Reply, TempDir, TestKey, TestServer, SEEDS_DIR};
+use agents_tests::Originals;
+pub use release_support::{manifest_bytes, Member, Reply, TempDir, TestKey, TestServer};
 
 /// The admitted update (a server's `uuid4().hex`).
 pub const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
@@ -96,15 +96,17 @@ struct HealthState {
 
 /// Which implementation runs the update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Seed,
+pub enum Side<'a> {
+    /// `update_runner.py` of the Python originals, the oracle.
+    Seed(&'a Originals),
+    /// The `update-runner` binary under test.
     Port,
 }
 
-impl Side {
+impl Side<'_> {
     fn label(self) -> &'static str {
         match self {
-            Side::Seed => "seed",
+            Side::Seed(_) => "seed",
             Side::Port => "port",
         }
     }
@@ -379,12 +381,12 @@ impl Fixture {
     }
 
     /// The directory of one run.
-    pub fn run_dir(&self, side: Side) -> PathBuf {
+    pub fn run_dir(&self, side: Side<'_>) -> PathBuf {
         self.root.path().join(side.label())
     }
 
     /// Run the admitted update with `side` in a fresh copy of the state.
-    pub fn run(&self, side: Side) -> Outcome {
+    pub fn run(&self, side: Side<'_>) -> Outcome {
         let run = self.run_dir(side);
         let _ = std::fs::remove_dir_all(&run);
         let admin = run.join("state/admin");
@@ -426,13 +428,14 @@ impl Fixture {
         ];
         arguments.extend(self.options.iter().cloned());
         let mut command = match side {
-            Side::Seed => {
+            Side::Seed(originals) => {
                 let mut command = Command::new("python3");
                 command
                     .arg("-B")
                     .arg("-c")
                     .arg(SEED_LAUNCHER)
-                    .args(&arguments);
+                    .args(&arguments)
+                    .env("SEEDS_DIR", originals.dir());
                 command
             }
             Side::Port => {
@@ -445,7 +448,6 @@ impl Fixture {
             .current_dir(&run)
             .env("TMPDIR", &tmp)
             .env("H15_FIXTURE", &record)
-            .env("SEEDS_DIR", SEEDS_DIR)
             .env("AGENTS_SERVER_RELEASE_BASE", self.release_base())
             .env("AGENTS_SERVER_RELEASES_API_URL", self.api_url())
             .env("AGENTS_SERVER_NPM_REGISTRY_BASE", self.npm_base())
@@ -479,8 +481,8 @@ impl Fixture {
 
     /// Run the seed, then the port, and require the same outcome; where a
     /// message deliberately differs, `port_message` is the port's own text.
-    pub fn compare(&self, port_message: Option<&str>) -> (Outcome, Outcome) {
-        let seed = self.run(Side::Seed);
+    pub fn compare(&self, originals: &Originals, port_message: Option<&str>) -> (Outcome, Outcome) {
+        let seed = self.run(Side::Seed(originals));
         let port = self.run(Side::Port);
         let mut expected = seed.clone();
         if let Some(message) = port_message {

@@ -1,52 +1,24 @@
-//! Shared support of the release tests: real Ed25519 keys, signed manifests,
-//! temporary directories and the seed itself (`update_runner.py`) run by
-//! python3 as the oracle.
-
-#![allow(dead_code)]
+//! Release-signing fixtures shared by the update-runner tests, the black-box
+//! tests and the demo: real Ed25519 keys, signed manifests, hand-built tar.gz
+//! archives, a recording HTTP server on 127.0.0.1, and the original
+//! `update_runner.py` run by python3 as the oracle.
+// Plain data carriers of test fixtures; their field names say what they hold.
+#![allow(missing_docs)]
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::Originals;
+pub use crate::TempDir;
 use agents_common::{parse_json, Json};
 use ed25519_dalek::pkcs8::EncodePublicKey;
 use ed25519_dalek::{Signer, SigningKey};
 
-/// Where the Python seeds live (the specification and the oracle): the
-/// shared folder beside the repository, in a developer tree and in CI alike.
-pub const SEEDS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/seeds/extracted");
 /// Release base the tests trust instead of GitHub.
 pub const TEST_RELEASE_BASE: &str = "http://127.0.0.1:9/releases";
 /// npm registry prefix the tests trust.
 pub const TEST_NPM_BASE: &str = "http://127.0.0.1:9/npm/@agentsdock/server/-/";
-
-/// A private directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(prefix: &str) -> TempDir {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let parent = std::env::temp_dir().canonicalize().unwrap();
-        let path = parent.join(format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&path).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A freshly generated Ed25519 key pair with its public key written as the
 /// SPKI PEM file the runner reads.
@@ -83,12 +55,13 @@ pub fn manifest_bytes(value: &Json) -> Vec<u8> {
     agents_common::encode_indented(value)
 }
 
-/// Run `script` with python3 (seeds on `sys.path`), feeding `input` on stdin,
-/// and parse its stdout as JSON. Panics with stderr when Python fails: the
-/// oracle is part of the test, never optional.
-pub fn python_oracle(script: &str, input: &[u8]) -> Json {
+/// Run `script` with python3 (the originals on `sys.path`), feeding `input`
+/// on stdin, and parse its stdout as JSON. Panics with stderr when Python
+/// fails: once the originals are there, the oracle is part of the test.
+pub fn python_oracle(originals: &Originals, script: &str, input: &[u8]) -> Json {
     let preamble = format!(
-        "import sys, json, base64\nsys.path.insert(0, {SEEDS_DIR:?})\nimport update_runner\n"
+        "import sys, json, base64\nsys.path.insert(0, {:?})\nimport update_runner\n",
+        originals.dir()
     );
     let mut child = Command::new("python3")
         .arg("-B")
@@ -115,7 +88,11 @@ pub type RejectedResponse<'a> = (i32, Vec<(&'a str, &'a str)>);
 
 /// The seed's `release_rate_limit_delay` of each response at `now` (Unix
 /// seconds), in the oracle's process (so its `TZ` applies): an int or null.
-pub fn seed_rate_limit_delays(cases: &[RejectedResponse<'_>], now: f64) -> Vec<Json> {
+pub fn seed_rate_limit_delays(
+    originals: &Originals,
+    cases: &[RejectedResponse<'_>],
+    now: f64,
+) -> Vec<Json> {
     let input: Vec<Json> = cases
         .iter()
         .map(|(code, headers)| {
@@ -144,6 +121,7 @@ print(json.dumps(out))
 "#
     );
     let seed = python_oracle(
+        originals,
         &script,
         &agents_common::encode_compact(&Json::Array(input)).unwrap(),
     );
