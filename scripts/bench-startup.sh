@@ -11,21 +11,20 @@
 # (Linux counts a child's pages from before exec in its peak, so the measuring
 # parent must itself be small: a Python spawner would add its own ~13 MiB.)
 #
-# Environment: AGENTS_SHARED_DIR (default: <repo>/../shared) locates the
+# Environment: AGENTS_SEEDS_DIR (default: <repo>/../shared/seeds/extracted) locates the
 # seeds; BENCH_RUNS_RUST (default 200) and BENCH_RUNS_PYTHON (default 20) set
 # the number of runs; SPEEDUP_TARGET (30) and RSS_TARGET_KIB (6144) the targets.
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-SHARED="${AGENTS_SHARED_DIR:-$ROOT/../shared}"
-SEEDS="$SHARED/seeds/extracted"
+SEEDS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
 RUNS_RUST="${BENCH_RUNS_RUST:-200}"
 RUNS_PYTHON="${BENCH_RUNS_PYTHON:-20}"
 SPEEDUP_TARGET="${SPEEDUP_TARGET:-30}"
 RSS_TARGET_KIB="${RSS_TARGET_KIB:-6144}"
 
 if [[ ! -d "$SEEDS" ]]; then
-  echo "bench-startup: seeds not found at $SEEDS (set AGENTS_SHARED_DIR)" >&2
+  echo "bench-startup: seeds not found at $SEEDS (set AGENTS_SEEDS_DIR)" >&2
   exit 2
 fi
 command -v python3 >/dev/null || { echo "bench-startup: python3 is required" >&2; exit 2; }

@@ -64,6 +64,7 @@ mod release_host;
 pub mod release_support;
 mod sandbox;
 mod skip;
+pub mod suite;
 mod tempdir;
 mod worker_files;
 
@@ -76,7 +77,7 @@ pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAU
 pub use originals::{Originals, MISSING_ORIGINALS, ORIGINAL_FILES, SEEDS_DIR_ENV};
 pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
-pub use processes::{descendants, process_alive, ProcessIdentity};
+pub use processes::{descendants, process_alive, GroupChild, ProcessIdentity};
 pub use release_host::{legacy_release_manifest, ReleaseFile, ReleaseHost};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 #[doc(hidden)]

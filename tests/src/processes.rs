@@ -2,6 +2,10 @@
 //! and that it stopped, without ever matching processes by name.
 
 use std::fs;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+
+use rustix::process::{kill_process_group, Pid, Signal};
 
 /// A PID together with its kernel start time, so a recycled PID is never
 /// mistaken for the process that was observed.
@@ -78,4 +82,40 @@ pub fn descendants(pid: u32) -> Vec<ProcessIdentity> {
         }
     }
     found
+}
+
+/// A helper process a test starts in a process group of its own, so that
+/// stopping it stops everything it started too (`flock -o FILE sleep 600`
+/// would otherwise leave `sleep` holding the test's output pipe for ten
+/// minutes). Dropping it kills the group, so a failing test leaves nothing.
+#[derive(Debug)]
+pub struct GroupChild {
+    child: Child,
+}
+
+impl GroupChild {
+    /// Spawns `command` as the leader of a new process group.
+    pub fn spawn(command: &mut Command) -> std::io::Result<GroupChild> {
+        let child = command.process_group(0).spawn()?;
+        Ok(GroupChild { child })
+    }
+
+    /// The leader's PID (also the group's ID).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILLs the whole group and reaps the leader.
+    pub fn kill(&mut self) {
+        if let Some(group) = Pid::from_raw(self.child.id() as i32) {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

@@ -314,12 +314,13 @@ fn a_busy_preparation_runner_is_refused() {
     let lock = preparation.join("runner.lock");
     write_file(&lock, b"", 0o600);
     // `-o`: flock itself holds the lock, so killing it releases the lock.
-    let mut holder = std::process::Command::new("flock")
-        .arg("-o")
-        .arg(&lock)
-        .args(["sleep", "600"])
-        .spawn()
-        .expect("util-linux flock runs");
+    let mut holder = agents_tests::GroupChild::spawn(
+        std::process::Command::new("flock")
+            .arg("-o")
+            .arg(&lock)
+            .args(["sleep", "600"]),
+    )
+    .expect("util-linux flock runs");
     agents_tests::poll_until(std::time::Duration::from_secs(5), "flock holds", || {
         let file = std::fs::File::open(&lock).ok()?;
         // Held when a non-blocking shared lock is refused.
@@ -331,8 +332,7 @@ fn a_busy_preparation_runner_is_refused() {
         &case,
         "another process still owns execution or candidate preparation",
     );
-    holder.kill().unwrap();
-    holder.wait().unwrap();
+    holder.kill();
     let name = case
         .installation
         .install_root
@@ -474,12 +474,13 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
     };
     let lease = case.installation.state_root.join("admin/state-owner.lock");
     // Waits for the worker's lock and holds it once the worker has stopped.
-    let mut holder = std::process::Command::new("flock")
-        .arg("-o")
-        .arg(&lease)
-        .args(["sleep", "600"])
-        .spawn()
-        .expect("util-linux flock runs");
+    let mut holder = agents_tests::GroupChild::spawn(
+        std::process::Command::new("flock")
+            .arg("-o")
+            .arg(&lease)
+            .args(["sleep", "600"]),
+    )
+    .expect("util-linux flock runs");
     let before = case.kept_tree();
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(outcome.code(), 1, "{outcome:?}");
@@ -520,8 +521,7 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
         outcome.stderr,
         refusal("another process still owns execution or candidate preparation")
     );
-    holder.kill().unwrap();
-    holder.wait().unwrap();
+    holder.kill();
     // A provider child still registered keeps everything.
     let children = case
         .installation
