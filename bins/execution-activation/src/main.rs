@@ -1,107 +1,11 @@
-//! `execution-activation`: the split gateway/worker service operations that
-//! install.sh runs during activation and rollback (the port of
-//! `execution_activation.py`).
-//!
-//! There is deliberately no independent commit, rollback, snapshot or lock:
-//! every mutating operation requires install.sh's outer activation journal
-//! and its install lock. Only `detect`, `snapshot`, `candidate-api-contract`,
-//! `previous-worker` and `recovery-state` print (one line install.sh
-//! captures); every failure is one line on stderr and exit status 1. Signals
-//! the installer ignored stay ignored: nothing here installs handlers.
-
-mod admission;
-mod api_contract;
-mod cli;
-mod context;
-mod detect;
-mod native;
-mod operations;
-mod publish;
-mod recovery_state;
-mod retired_intent;
-mod verify;
+//! `execution-activation`: parses install.sh's command line and runs the
+//! operation (see the library crate).
 
 use std::process::ExitCode;
 
-use agents_common::{
-    exit_status, flush_activation, locate_release, parse_command_line, Error, Json, Result,
-    SystemCommandRunner,
-};
-
-use cli::{Args, Operation, SPEC};
-use context::{command_layout, print_line, transaction};
+use agents_common::{exit_status, parse_command_line};
+use execution_activation::{run, Args, SPEC};
 
 fn main() -> ExitCode {
-    let args = Args::from_parsed(&parse_command_line(&SPEC));
-    exit_status(run(args))
-}
-
-fn run(args: Args) -> Result<()> {
-    match args.operation {
-        Operation::CandidateApiContract => {
-            let contract = api_contract::candidate_api_contract(&args.candidate_source)?;
-            return print_line(&contract.to_string());
-        }
-        Operation::Detect => return print_line(detect::detect(&args.root)?),
-        _ => {}
-    }
-    let layout = command_layout(&args, None)?;
-    let services = native::connect(&layout)?;
-    let services = services.as_ref();
-    match args.operation {
-        Operation::Snapshot => return operations::snapshot(services),
-        Operation::Preflight => return operations::preflight(&args, &layout, services),
-        _ => {}
-    }
-    let value = transaction(&args)?;
-    match args.operation {
-        Operation::RecoveryState => print_line(recovery_state::recovery_state(
-            &args,
-            &value,
-            &SystemCommandRunner::default(),
-        )?),
-        Operation::Durability => {
-            flush_activation(&layout.install_root, &value)?;
-            if transaction(&args)? != value {
-                return Err(Error::runtime(
-                    "activation journal changed during runtime durability barrier",
-                ));
-            }
-            Ok(())
-        }
-        Operation::Publish => publish::publish(&args),
-        Operation::Verify | Operation::VerifyRestored => {
-            verify::verify_components(&args, &value, services)
-        }
-        Operation::PreviousWorker => previous_worker(&value),
-        Operation::Stop => operations::stop(&args, &value, services),
-        Operation::Suppress => operations::suppress(services),
-        Operation::Start => operations::start(services),
-        Operation::Restore => operations::restore(&value, services),
-        Operation::Release => operations::release(&value, &layout, services),
-        Operation::CandidateApiContract
-        | Operation::Detect
-        | Operation::Snapshot
-        | Operation::Preflight => unreachable!("{} is dispatched above", args.operation.word()),
-    }
-}
-
-/// `previous-worker`: the retained worker generation a restored split
-/// install runs again; nothing for a legacy monolith.
-fn previous_worker(value: &agents_common::ActivationManifest) -> Result<()> {
-    if value.get("execution_layout").get("existed") != Some(&Json::Bool(true)) {
-        return Ok(());
-    }
-    let old_worker = value
-        .execution_field("old_worker_release")
-        .as_object()
-        .cloned();
-    let previous = match old_worker {
-        Some(release) if !release.is_empty() => locate_release(&release, &[])?,
-        _ => None,
-    };
-    match previous {
-        Some(path) => print_line(&path.to_string_lossy()),
-        None => Err(Error::runtime("previous worker generation is unavailable")),
-    }
+    exit_status(run(Args::from_parsed(&parse_command_line(&SPEC))))
 }

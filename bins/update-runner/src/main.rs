@@ -1,50 +1,16 @@
-//! `update-runner`: downloads, verifies and installs an AgentsServer release
-//! for a managed update (the port of `update_runner.py`), or resumes an
-//! interrupted activation with `--recover-only`.
-//!
-//! The server launches it detached and reads only the `server-update.json`
-//! row it writes; the exit status (0 done, 1 failed, 2 usage) is
-//! informational. Nothing is printed on a failure the row reports.
+//! `update-runner`: parses the server's command line and runs the update
+//! (see the library crate); the row it writes is the result, the exit status
+//! only informational.
 
-mod cli;
-mod failure;
-mod prepared;
-mod recovery;
-mod team_hub;
-mod update;
-
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use agents_common::{parse_command_line, resolve_user_path, Result};
-
-use cli::{Args, SPEC};
+use agents_common::parse_command_line;
+use update_runner::{run, Args, SPEC};
 
 fn main() -> ExitCode {
-    let args = Args::from_parsed(&parse_command_line(&SPEC));
-    if args.recover_only {
-        match recovery::run_recovery(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(_) => {
-                failure::settle_failed_recovery(&args);
-                ExitCode::FAILURE
-            }
-        }
+    if run(&Args::from_parsed(&parse_command_line(&SPEC))) {
+        ExitCode::SUCCESS
     } else {
-        match update::run_update(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                failure::settle_failed_update(&args, &error);
-                ExitCode::FAILURE
-            }
-        }
+        ExitCode::FAILURE
     }
-}
-
-/// `Path(os.environ["AGENTS_SERVER_INSTALL_DIR"]).expanduser().resolve()`:
-/// the installation the server runs from.
-pub(crate) fn install_root() -> Result<PathBuf> {
-    let root =
-        std::env::var_os("AGENTS_SERVER_INSTALL_DIR").ok_or_else(prepared::missing_install_dir)?;
-    resolve_user_path(Path::new(&root))
 }

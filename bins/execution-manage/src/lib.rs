@@ -1,0 +1,71 @@
+//! `execution-manage`: explicit gateway/worker activation and recovery for
+//! support staff (the port of `execution_manage.py`).
+//!
+//! `apply` and `recover` change services and files under install.sh's
+//! installation lock; `inspect` only reads. Every command prints its result as
+//! `json.dumps(result, sort_keys=True)` on one line; a failure prints the
+//! Python exception line on stderr and exits 1 (usage errors exit 2).
+//!
+//! Ctrl-C behaves as Python's `KeyboardInterrupt` does: the controller's
+//! failure handling is skipped (the journal stays for `recover`), the
+//! installation lock is released after its checks, and the process dies by
+//! SIGINT (see the install lock's interrupt handling).
+
+mod cli;
+mod controller;
+
+use std::io::Write;
+use std::path::Path;
+
+use agents_common::{
+    encode_line, json_object, maintenance_operation_id, parse_json, read_file, ExecutionLayout,
+    ExecutionTransaction, InstallationLock, Json, Result,
+};
+
+pub use cli::{Args, SPEC};
+
+use controller::ActivationController;
+
+/// Runs one command and prints its result line; the error is the one line
+/// `exit_status` prints.
+pub fn run(args: Args) -> Result<()> {
+    let result = match args {
+        Args::Apply { layout, scope } => apply(&layout, &scope)?,
+        Args::Recover { root } => recover(&root)?,
+        Args::Inspect { root } => inspect(&root)?,
+    };
+    // json.dumps(result, sort_keys=True) and print's newline.
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", encode_line(&result, true))?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Activates the layout of a private JSON file for one scope.
+fn apply(layout_file: &Path, scope: &str) -> Result<Json> {
+    let (data, _mode) = read_file(layout_file, true)?;
+    let layout = ExecutionLayout::from_dict(&parse_json(&data)?)?;
+    let root = layout.install_root.clone();
+    InstallationLock::hold(&root, || ActivationController::new(layout)?.apply(scope))
+}
+
+/// Finishes or rolls back the pending activation of `root`. The journal is
+/// validated before the lock is taken, and again by the controller under it.
+fn recover(root: &Path) -> Result<Json> {
+    let (_journal, layout) = ExecutionTransaction::load(root)?;
+    let root = layout.install_root.clone();
+    InstallationLock::hold(&root, || ActivationController::new(layout)?.recover())
+}
+
+/// The pending journal's identity, read-only: `_load` validates the whole
+/// journal against the layout it names first.
+fn inspect(root: &Path) -> Result<Json> {
+    let (journal, _layout) = ExecutionTransaction::load(root)?;
+    let field = |key: &str| journal.get(key).cloned().unwrap_or(Json::Null);
+    Ok(Json::Object(json_object! {
+        "id" => field("id"),
+        "scope" => field("scope"),
+        "phase" => field("phase"),
+        "operation_id" => maintenance_operation_id(&journal)?,
+    }))
+}

@@ -1,0 +1,51 @@
+//! `update-runner`: downloads, verifies and installs an AgentsServer release
+//! for a managed update (the port of `update_runner.py`), or resumes an
+//! interrupted activation with `--recover-only`.
+//!
+//! The server launches it detached and reads only the `server-update.json`
+//! row it writes; the exit status (0 done, 1 failed, 2 usage) is
+//! informational. Nothing is printed on a failure the row reports.
+
+mod cli;
+mod failure;
+mod prepared;
+mod recovery;
+mod team_hub;
+mod update;
+
+use std::path::{Path, PathBuf};
+
+use agents_common::{resolve_user_path, Result};
+
+pub use cli::{Args, SPEC};
+
+/// Runs the update (or, with `--recover-only`, the recovery) the server
+/// asked for; a failure is recorded in the status row before this returns
+/// false, as `update_runner.main` records it before exiting 1.
+pub fn run(args: &Args) -> bool {
+    if args.recover_only {
+        match recovery::run_recovery(args) {
+            Ok(()) => true,
+            Err(_) => {
+                failure::settle_failed_recovery(args);
+                false
+            }
+        }
+    } else {
+        match update::run_update(args) {
+            Ok(()) => true,
+            Err(error) => {
+                failure::settle_failed_update(args, &error);
+                false
+            }
+        }
+    }
+}
+
+/// `Path(os.environ["AGENTS_SERVER_INSTALL_DIR"]).expanduser().resolve()`:
+/// the installation the server runs from.
+pub(crate) fn install_root() -> Result<PathBuf> {
+    let root =
+        std::env::var_os("AGENTS_SERVER_INSTALL_DIR").ok_or_else(prepared::missing_install_dir)?;
+    resolve_user_path(Path::new(&root))
+}
