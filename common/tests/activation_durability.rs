@@ -1,13 +1,12 @@
 //! `flush_activation`: the runtime durability barrier over real release
 //! trees, and each refusal that keeps it from vouching for an unsafe tree.
 
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use activation_support::{assert_error, set_mode, write_file, Begin, Install};
 use agents_common::{flush_activation, ActivationManifest, ErrorClass};
+use agents_tests::journal_writer::{Begin, Install};
+use agents_tests::{assert_error, set_mode, write_file};
 
 /// An update journal in `prepared` with old and candidate releases.
 fn prepared(tag: &str) -> Install {

@@ -1,13 +1,12 @@
 //! `read_update_handoff` (`update_handoff._read_handoff`) over real files:
 //! the owned location, privacy, schema and each refusal's exact message.
 
-mod activation_support;
-
 use std::fs;
 use std::path::PathBuf;
 
-use activation_support::{assert_error, make_dir, write_file, Install};
 use agents_common::{json_object, read_update_handoff, ErrorClass, Json};
+use agents_tests::journal_writer::Install;
+use agents_tests::{assert_error, make_dir, write_file};
 
 const PREPARATION: &str = "00112233445566778899aabbccddeeff";
 const HANDOFF: &str = "handoff-ffeeddccbbaa99887766554433221100.json";

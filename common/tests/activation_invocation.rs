@@ -1,16 +1,15 @@
 //! `_validate_invocation` / `execution_context` against live links and
 //! configuration files, phase by phase, as install.sh advances the journal.
 
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
-use activation_support::{assert_error, write_file, Install};
 use agents_common::{
     execution_context, validate_invocation, ActivationInvocation, ActivationManifest, ErrorClass,
 };
+use agents_tests::journal_writer::Install;
+use agents_tests::{assert_error, write_file};
 
 /// An update of an installed split 1.0.0 to 1.1.0, with `previous` pointing
 /// at an older 0.9.0.

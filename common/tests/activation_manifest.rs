@@ -2,16 +2,15 @@
 //! install.sh's Python writer produces: every refusal in Python's order and
 //! wording, the canonical bytes, and temporary cleanup.
 
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use activation_support::{assert_error, set_mode, write_file, Begin, Install};
 use agents_common::{
     canonical_manifest_bytes, execution_context, json_object, parse_json, ActivationManifest,
     ErrorClass, Json, JsonObject,
 };
+use agents_tests::journal_writer::{Begin, Install};
+use agents_tests::{assert_error, set_mode, write_file};
 
 /// A fresh split install: only the staged candidate, env, no services.
 fn fresh(tag: &str) -> (Install, String) {

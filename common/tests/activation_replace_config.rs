@@ -2,18 +2,17 @@
 //! resumed after a crash at each durable step, and every refusal leaving the
 //! journal and the files untouched.
 
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use activation_support::{assert_error, sha256_hex, write_file, Install};
 use agents_common::{
     config_staging_paths, execution_context, json_object, replace_config,
     replace_config_with_checkpoints, ActivationInvocation, ActivationManifest, Error, ErrorClass,
     Json, ReplaceConfigStep,
 };
+use agents_tests::journal_writer::{sha256_hex, Install};
+use agents_tests::{assert_error, write_file};
 
 const UNIT: &str = "[Unit]\nDescription=candidate worker\n";
 

@@ -7,8 +7,6 @@
 //! the unit directory on the /dev/shm tmpfs, so device numbers, capture and
 //! rebasing are the kernel's own.
 
-mod activation_support;
-
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs;
@@ -16,12 +14,13 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use activation_support::{assert_error, make_dir, write_file, Install, Roots};
 use agents_common::{
     check_binding_on, config_staging_paths, directory_binding_on, json_object, replace_config_on,
     validate_invocation, volume_uuid, ActivationInvocation, ActivationManifest, ErrorClass, Json,
     JsonObject, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };
+use agents_tests::journal_writer::{Install, Roots};
+use agents_tests::{assert_error, make_dir, write_file};
 
 /// `diskutil info /` of the data volume, and of a second APFS volume.
 const DATA_VOLUME: &str = "0A81F3B1-51D9-3335-B3E3-169C3640360D";

@@ -1,18 +1,16 @@
 //! `atomic_write` (`_atomic_write`): exact content and mode, replacement of a
 //! symlink instead of following it, parent checks, and no temporary left over.
 
-mod fs_support;
-
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
 
 use agents_common::{atomic_write, ErrorClass};
-use fs_support::{assert_error, chown_other, entries, make_dir, mode_of, write_file, TempDir};
+use agents_tests::{assert_error_is, chown_other, entries, make_dir, mode_of, write_file, TempDir};
 
 #[test]
 fn writes_the_bytes_with_exactly_the_requested_mode() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("unit.service");
     atomic_write(&path, b"[Unit]\n", 0o644).unwrap();
     assert_eq!(fs::read(&path).unwrap(), b"[Unit]\n");
@@ -30,7 +28,7 @@ fn writes_the_bytes_with_exactly_the_requested_mode() {
 
 #[test]
 fn replaces_a_symlink_instead_of_following_it() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let target = dir.join("target");
     write_file(&target, b"keep", 0o600);
     let link = dir.join("link");
@@ -52,7 +50,7 @@ fn replaces_a_symlink_instead_of_following_it() {
 
 #[test]
 fn creates_missing_parents_as_0700() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("a/b/file");
     atomic_write(&path, b"x", 0o600).unwrap();
     assert_eq!(fs::read(&path).unwrap(), b"x");
@@ -62,7 +60,7 @@ fn creates_missing_parents_as_0700() {
 
 #[test]
 fn leaves_no_temporary_when_the_rename_fails() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("target");
     make_dir(&path, 0o700);
     write_file(&path.join("inside"), b"", 0o600);
@@ -94,12 +92,12 @@ fn leaves_no_temporary_when_the_rename_fails() {
 
 #[test]
 fn refuses_unsafe_parents_without_writing() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
 
     let foreign = dir.join("foreign");
     make_dir(&foreign, 0o700);
     chown_other(&foreign);
-    assert_error(
+    assert_error_is(
         &atomic_write(&foreign.join("f"), b"x", 0o600).unwrap_err(),
         ErrorClass::Permission,
         &format!(
@@ -111,7 +109,7 @@ fn refuses_unsafe_parents_without_writing() {
 
     let shared = dir.join("shared");
     make_dir(&shared, 0o775);
-    assert_error(
+    assert_error_is(
         &atomic_write(&shared.join("f"), b"x", 0o600).unwrap_err(),
         ErrorClass::Permission,
         &format!(
@@ -124,7 +122,7 @@ fn refuses_unsafe_parents_without_writing() {
     make_dir(&dir.join("real"), 0o700);
     symlink(dir.join("real"), dir.join("link")).unwrap();
     let through = dir.join("link");
-    assert_error(
+    assert_error_is(
         &atomic_write(&through.join("f"), b"x", 0o600).unwrap_err(),
         ErrorClass::Value,
         &format!("execution path contains a symlink: {}", through.display()),
@@ -132,7 +130,7 @@ fn refuses_unsafe_parents_without_writing() {
     assert!(entries(&dir.join("real")).is_empty());
 
     let relative = atomic_write(Path::new("relative/f"), b"x", 0o600).unwrap_err();
-    assert_error(
+    assert_error_is(
         &relative,
         ErrorClass::Value,
         "execution paths must be absolute without traversal",

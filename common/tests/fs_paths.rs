@@ -3,8 +3,6 @@
 //!
 //! Expected strings are what Python 3.11 prints for the same layouts.
 
-mod fs_support;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -12,8 +10,8 @@ use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use agents_common::{check_text, ensure_directory, normalize_path, owned_directory, ErrorClass};
-use fs_support::{
-    assert_error, assert_os_error, chown_other, make_dir, mode_of, write_file, TempDir,
+use agents_tests::{
+    assert_error_is, assert_os_error, chown_other, make_dir, mode_of, write_file, TempDir,
 };
 
 const TEXT: &str = "configuration text must be nonempty and contain no control characters";
@@ -30,7 +28,7 @@ fn symlink_message(path: &str) -> String {
 #[test]
 fn check_text_refuses_empty_and_control_characters_only() {
     for bad in ["", "a\tb", "line\n", "\u{1f}", "nul\0"] {
-        assert_error(&check_text(bad).unwrap_err(), ErrorClass::Value, TEXT);
+        assert_error_is(&check_text(bad).unwrap_err(), ErrorClass::Value, TEXT);
     }
     for good in ["a", " ", "del\u{7f}", "é", "😀", "%$\"'\\"] {
         check_text(good).unwrap();
@@ -39,7 +37,7 @@ fn check_text_refuses_empty_and_control_characters_only() {
 
 #[test]
 fn normalize_path_applies_python_path_normalisation() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
     make_dir(&dir.join("real"), 0o700);
     let expected = dir.join("real");
@@ -72,7 +70,7 @@ fn normalize_path_applies_python_path_normalisation() {
 
 #[test]
 fn normalize_path_refuses_relative_paths_and_traversal() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
     make_dir(&dir.join("real"), 0o700);
     for bad in [
@@ -84,7 +82,7 @@ fn normalize_path_refuses_relative_paths_and_traversal() {
         "/..".to_string(),
     ] {
         let error = normalize_path(&path(&bad)).unwrap_err();
-        assert_error(&error, ErrorClass::Value, TRAVERSAL);
+        assert_error_is(&error, ErrorClass::Value, TRAVERSAL);
     }
 }
 
@@ -92,15 +90,15 @@ fn normalize_path_refuses_relative_paths_and_traversal() {
 fn normalize_path_refuses_a_leading_double_slash() {
     // POSIX leaves `//` implementation-defined; Python keeps it, so resolve()
     // (which yields one slash) differs and the path counts as a symlink.
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
     let form = format!("/{d}");
-    assert_error(
+    assert_error_is(
         &normalize_path(&path(&form)).unwrap_err(),
         ErrorClass::Value,
         &symlink_message(&form),
     );
-    assert_error(
+    assert_error_is(
         &normalize_path(Path::new("//")).unwrap_err(),
         ErrorClass::Value,
         &symlink_message("//"),
@@ -109,7 +107,7 @@ fn normalize_path_refuses_a_leading_double_slash() {
 
 #[test]
 fn normalize_path_refuses_symlinks_anywhere_in_the_existing_prefix() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
     make_dir(&dir.join("real"), 0o700);
     symlink(dir.join("real"), dir.join("link")).unwrap();
@@ -124,13 +122,13 @@ fn normalize_path_refuses_symlinks_anywhere_in_the_existing_prefix() {
         (format!("{d}/dangling/x"), format!("{d}/dangling/x")),
     ] {
         let error = normalize_path(&path(&given)).unwrap_err();
-        assert_error(&error, ErrorClass::Value, &symlink_message(&shown));
+        assert_error_is(&error, ErrorClass::Value, &symlink_message(&shown));
     }
 }
 
 #[test]
 fn normalize_path_reports_symlink_loops_as_runtime_errors() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
     symlink("self", dir.join("self")).unwrap();
     symlink("b", dir.join("a")).unwrap();
@@ -147,7 +145,7 @@ fn normalize_path_reports_symlink_loops_as_runtime_errors() {
         (format!("{d}/it's"), format!("\"{d}/it's\"")),
     ] {
         let error = normalize_path(&path(&given)).unwrap_err();
-        assert_error(
+        assert_error_is(
             &error,
             ErrorClass::Runtime,
             &format!("Symlink loop from {shown}"),
@@ -157,9 +155,9 @@ fn normalize_path_reports_symlink_loops_as_runtime_errors() {
 
 #[test]
 fn normalize_path_refuses_nul_control_characters_and_non_utf8() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
-    assert_error(
+    assert_error_is(
         &normalize_path(&path(&format!("{d}/a\0b"))).unwrap_err(),
         ErrorClass::Value,
         "embedded null byte",
@@ -169,7 +167,7 @@ fn normalize_path_refuses_nul_control_characters_and_non_utf8() {
         format!("{d}/new\nline"),
         format!("{d}/\u{1b}"),
     ] {
-        assert_error(
+        assert_error_is(
             &normalize_path(&path(&bad)).unwrap_err(),
             ErrorClass::Value,
             TEXT,
@@ -179,19 +177,19 @@ fn normalize_path_refuses_nul_control_characters_and_non_utf8() {
     let mut raw = dir.path().as_os_str().as_bytes().to_vec();
     raw.extend_from_slice(b"/\xff");
     let error = normalize_path(Path::new(OsStr::from_bytes(&raw))).unwrap_err();
-    assert_error(&error, ErrorClass::Value, TEXT);
+    assert_error_is(&error, ErrorClass::Value, TEXT);
 }
 
 #[test]
 fn owned_directory_accepts_owned_directories_without_group_or_other_write() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     for (mode, private_ok) in [
         (0o700, true),
         (0o755, false),
         (0o750, false),
         (0o711, false),
     ] {
-        let target = dir.join(&format!("d{mode:o}"));
+        let target = dir.join(format!("d{mode:o}"));
         make_dir(&target, mode);
         owned_directory(&target, false).unwrap();
         assert_eq!(
@@ -204,7 +202,7 @@ fn owned_directory_accepts_owned_directories_without_group_or_other_write() {
 
 #[test]
 fn owned_directory_refuses_wrong_kinds_owners_and_modes() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let not_owned = |p: &Path| {
         format!(
             "execution directory is not an owned directory: {}",
@@ -220,7 +218,7 @@ fn owned_directory_refuses_wrong_kinds_owners_and_modes() {
 
     let file = dir.join("file");
     write_file(&file, b"", 0o700);
-    assert_error(
+    assert_error_is(
         &owned_directory(&file, false).unwrap_err(),
         ErrorClass::Permission,
         &not_owned(&file),
@@ -229,7 +227,7 @@ fn owned_directory_refuses_wrong_kinds_owners_and_modes() {
     make_dir(&dir.join("real"), 0o700);
     let link = dir.join("link");
     symlink(dir.join("real"), &link).unwrap();
-    assert_error(
+    assert_error_is(
         &owned_directory(&link, false).unwrap_err(),
         ErrorClass::Permission,
         &not_owned(&link),
@@ -238,26 +236,26 @@ fn owned_directory_refuses_wrong_kinds_owners_and_modes() {
     let foreign = dir.join("foreign");
     make_dir(&foreign, 0o700);
     chown_other(&foreign);
-    assert_error(
+    assert_error_is(
         &owned_directory(&foreign, false).unwrap_err(),
         ErrorClass::Permission,
         &not_owned(&foreign),
     );
 
     for mode in [0o720, 0o702, 0o777, 0o1777] {
-        let target = dir.join(&format!("m{mode:o}"));
+        let target = dir.join(format!("m{mode:o}"));
         make_dir(&target, mode);
         for private in [false, true] {
             let error = owned_directory(&target, private).unwrap_err();
-            assert_error(&error, ErrorClass::Permission, &unsafe_mode(&target));
+            assert_error_is(&error, ErrorClass::Permission, &unsafe_mode(&target));
         }
     }
     // Private means exactly 0700: set-id and sticky bits count.
     for mode in [0o750, 0o701, 0o500, 0o1700, 0o2700] {
-        let target = dir.join(&format!("p{mode:o}"));
+        let target = dir.join(format!("p{mode:o}"));
         make_dir(&target, mode);
         let error = owned_directory(&target, true).unwrap_err();
-        assert_error(&error, ErrorClass::Permission, &unsafe_mode(&target));
+        assert_error_is(&error, ErrorClass::Permission, &unsafe_mode(&target));
     }
 
     let missing = dir.join("missing");
@@ -273,7 +271,7 @@ fn owned_directory_refuses_wrong_kinds_owners_and_modes() {
 
 #[test]
 fn ensure_directory_creates_missing_parents_private_and_returns_the_normal_form() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let d = dir.path().to_str().unwrap();
     let created = ensure_directory(&path(&format!("{d}/a//b/./c/")), true).unwrap();
     assert_eq!(created, dir.join("a/b/c"));
@@ -293,10 +291,10 @@ fn ensure_directory_creates_missing_parents_private_and_returns_the_normal_form(
 
 #[test]
 fn ensure_directory_refuses_unsafe_existing_entries_without_creating_anything() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let open = dir.join("open");
     make_dir(&open, 0o755);
-    assert_error(
+    assert_error_is(
         &ensure_directory(&open, true).unwrap_err(),
         ErrorClass::Permission,
         &format!(
@@ -309,7 +307,7 @@ fn ensure_directory_refuses_unsafe_existing_entries_without_creating_anything() 
     let foreign = dir.join("foreign");
     make_dir(&foreign, 0o700);
     chown_other(&foreign);
-    assert_error(
+    assert_error_is(
         &ensure_directory(&foreign.join("child"), false).unwrap_err(),
         ErrorClass::Permission,
         &format!(
@@ -321,7 +319,7 @@ fn ensure_directory_refuses_unsafe_existing_entries_without_creating_anything() 
 
     let file = dir.join("file");
     write_file(&file, b"", 0o600);
-    assert_error(
+    assert_error_is(
         &ensure_directory(&file.join("child"), false).unwrap_err(),
         ErrorClass::Permission,
         &format!(
@@ -332,7 +330,7 @@ fn ensure_directory_refuses_unsafe_existing_entries_without_creating_anything() 
 
     let group_writable = dir.join("shared");
     make_dir(&group_writable, 0o770);
-    assert_error(
+    assert_error_is(
         &ensure_directory(&group_writable.join("x/y"), false).unwrap_err(),
         ErrorClass::Permission,
         &format!(
@@ -345,7 +343,7 @@ fn ensure_directory_refuses_unsafe_existing_entries_without_creating_anything() 
     make_dir(&dir.join("real"), 0o700);
     symlink(dir.join("real"), dir.join("link")).unwrap();
     let through = dir.join("link/new");
-    assert_error(
+    assert_error_is(
         &ensure_directory(&through, false).unwrap_err(),
         ErrorClass::Value,
         &symlink_message(through.to_str().unwrap()),

@@ -2,8 +2,6 @@
 //! including the two races it guards against (file replaced while reading,
 //! file grown past the limit after the size check), provoked for real.
 
-mod fs_support;
-
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -13,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use agents_common::{read_file, ErrorClass, MAX_CONFIG_BYTES};
-use fs_support::{assert_error, assert_os_error, chown_other, make_dir, write_file, TempDir};
+use agents_tests::{assert_error_is, assert_os_error, chown_other, make_dir, write_file, TempDir};
 
 const RACE_BUDGET: Duration = Duration::from_secs(20);
 
@@ -24,12 +22,12 @@ fn unsafe_message(path: &Path) -> String {
 #[track_caller]
 fn assert_unsafe(path: &Path, private: bool) {
     let error = read_file(path, private).unwrap_err();
-    assert_error(&error, ErrorClass::Permission, &unsafe_message(path));
+    assert_error_is(&error, ErrorClass::Permission, &unsafe_message(path));
 }
 
 #[test]
 fn returns_the_bytes_and_the_permission_bits() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("config.json");
     write_file(&path, b"{\"a\": 1}\n", 0o644);
     assert_eq!(
@@ -47,7 +45,7 @@ fn returns_the_bytes_and_the_permission_bits() {
 
 #[test]
 fn accepts_exactly_the_size_limit() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("limit");
     write_file(&path, &vec![b'a'; MAX_CONFIG_BYTES as usize], 0o600);
     assert_eq!(
@@ -58,7 +56,7 @@ fn accepts_exactly_the_size_limit() {
 
 #[test]
 fn refuses_a_symlink_at_the_leaf_with_the_raw_eloop_error() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     write_file(&dir.join("real"), b"x", 0o600);
     let link = dir.join("link");
     symlink(dir.join("real"), &link).unwrap();
@@ -83,7 +81,7 @@ fn refuses_a_symlink_at_the_leaf_with_the_raw_eloop_error() {
 
 #[test]
 fn missing_file_is_the_raw_file_not_found_error() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let missing = dir.join("missing");
     let error = read_file(&missing, false).unwrap_err();
     assert!(error.is_not_found());
@@ -97,7 +95,7 @@ fn missing_file_is_the_raw_file_not_found_error() {
 
 #[test]
 fn refuses_files_that_are_not_owned_private_single_regular_files() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
 
     let directory = dir.join("directory");
     make_dir(&directory, 0o700);
@@ -109,14 +107,14 @@ fn refuses_files_that_are_not_owned_private_single_regular_files() {
     assert_unsafe(&foreign, false);
 
     for mode in [0o620, 0o602, 0o666] {
-        let path = dir.join(&format!("m{mode:o}"));
+        let path = dir.join(format!("m{mode:o}"));
         write_file(&path, b"x", mode);
         assert_unsafe(&path, false);
         assert_unsafe(&path, true);
     }
     // Private means exactly 0600.
     for mode in [0o640, 0o604, 0o400, 0o700, 0o4600] {
-        let path = dir.join(&format!("p{mode:o}"));
+        let path = dir.join(format!("p{mode:o}"));
         write_file(&path, b"x", mode);
         read_file(&path, false).unwrap();
         assert_unsafe(&path, true);
@@ -153,7 +151,7 @@ fn refuses_a_file_replaced_while_reading() {
     // A second thread atomically swaps two different inodes at the path
     // (renameat2 RENAME_EXCHANGE) until read_file opens one inode and then
     // finds the other at the path.
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("config");
     let other = dir.join("other");
     write_file(&path, &vec![b'a'; 64 * 1024], 0o600);
@@ -181,7 +179,7 @@ fn refuses_a_file_replaced_while_reading() {
             // A consistent read returns one file's bytes, never a mixture.
             Ok((data, _)) => assert!(data.iter().all(|&b| b == data[0])),
             Err(error) => {
-                assert_error(
+                assert_error_is(
                     &error,
                     ErrorClass::Runtime,
                     "execution configuration changed while reading",
@@ -203,7 +201,7 @@ fn refuses_a_file_that_grew_past_the_limit_after_the_size_check() {
     // A second thread flips the file's size between 1 byte and more than the
     // limit with ftruncate, until fstat sees the small size and the read then
     // returns more than MAX_CONFIG_BYTES.
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("config");
     write_file(&path, b"a", 0o600);
     let stop = Arc::new(AtomicBool::new(false));
@@ -223,10 +221,10 @@ fn refuses_a_file_that_grew_past_the_limit_after_the_size_check() {
         match read_file(&path, true) {
             Ok((data, _)) => assert!(data.len() as u64 <= MAX_CONFIG_BYTES),
             Err(error) if error.class() == ErrorClass::Permission => {
-                assert_error(&error, ErrorClass::Permission, &unsafe_message(&path));
+                assert_error_is(&error, ErrorClass::Permission, &unsafe_message(&path));
             }
             Err(error) => {
-                assert_error(
+                assert_error_is(
                     &error,
                     ErrorClass::Value,
                     "execution configuration exceeds size limit",

@@ -2,8 +2,6 @@
 //! with its class and message, the `.control.token.lock` flock protocol
 //! observed through `/proc/locks`, and real processes racing to create the token.
 
-mod fs_support;
-
 use std::fs::{self, File};
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -12,9 +10,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agents_common::{ensure_execution_secret, read_secret, ErrorClass};
-use fs_support::{
-    assert_error, assert_os_error, chown_other, entries, make_dir, mode_of, set_mode, write_file,
-    TempDir,
+use agents_tests::{
+    assert_error_is, assert_os_error, chown_other, entries, make_dir, mode_of, set_mode,
+    write_file, TempDir,
 };
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -28,7 +26,7 @@ const LOCK_CHANGED: &str = "Execution initializer lock changed during acquisitio
 
 /// A private runtime directory (0700) inside a fresh temp dir.
 fn runtime() -> (TempDir, PathBuf) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let runtime = dir.join("execution");
     make_dir(&runtime, 0o700);
     (dir, runtime)
@@ -64,7 +62,7 @@ fn read_secret_refuses_malformed_contents() {
         String::new(),
     ] {
         write_file(&path, bad.as_bytes(), 0o600);
-        assert_error(
+        assert_error_is(
             &read_secret(&path).unwrap_err(),
             ErrorClass::Runtime,
             INVALID,
@@ -78,7 +76,7 @@ fn read_secret_refuses_files_that_are_not_owned_0600_single_regular_files() {
     for mode in [0o640, 0o644, 0o400, 0o700, 0o4600] {
         let path = runtime.join(format!("m{mode:o}"));
         write_file(&path, TOKEN.as_bytes(), mode);
-        assert_error(
+        assert_error_is(
             &read_secret(&path).unwrap_err(),
             ErrorClass::Runtime,
             UNSAFE_SECRET,
@@ -87,7 +85,7 @@ fn read_secret_refuses_files_that_are_not_owned_0600_single_regular_files() {
     let foreign = runtime.join("foreign");
     write_file(&foreign, TOKEN.as_bytes(), 0o600);
     chown_other(&foreign);
-    assert_error(
+    assert_error_is(
         &read_secret(&foreign).unwrap_err(),
         ErrorClass::Runtime,
         UNSAFE_SECRET,
@@ -96,7 +94,7 @@ fn read_secret_refuses_files_that_are_not_owned_0600_single_regular_files() {
     let linked = runtime.join("linked");
     write_file(&linked, TOKEN.as_bytes(), 0o600);
     fs::hard_link(&linked, runtime.join("second-name")).unwrap();
-    assert_error(
+    assert_error_is(
         &read_secret(&linked).unwrap_err(),
         ErrorClass::Runtime,
         UNSAFE_SECRET,
@@ -104,7 +102,7 @@ fn read_secret_refuses_files_that_are_not_owned_0600_single_regular_files() {
 
     let directory = runtime.join("directory");
     make_dir(&directory, 0o600);
-    assert_error(
+    assert_error_is(
         &read_secret(&directory).unwrap_err(),
         ErrorClass::Runtime,
         UNSAFE_SECRET,
@@ -134,21 +132,21 @@ fn read_secret_refuses_files_that_are_not_owned_0600_single_regular_files() {
 
 #[test]
 fn read_secret_refuses_unsafe_parents_and_ancestors() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     for mode in [0o750, 0o755, 0o701, 0o1700, 0o500] {
-        let parent = dir.join(&format!("m{mode:o}"));
+        let parent = dir.join(format!("m{mode:o}"));
         make_dir(&parent, 0o700);
         write_file(&parent.join("control.token"), TOKEN.as_bytes(), 0o600);
         set_mode(&parent, mode);
         let error = read_secret(&parent.join("control.token")).unwrap_err();
-        assert_error(&error, ErrorClass::Runtime, UNSAFE_PARENT);
+        assert_error_is(&error, ErrorClass::Runtime, UNSAFE_PARENT);
     }
     let foreign = dir.join("foreign");
     make_dir(&foreign, 0o700);
     write_file(&foreign.join("control.token"), TOKEN.as_bytes(), 0o600);
     chown_other(&foreign);
     let error = read_secret(&foreign.join("control.token")).unwrap_err();
-    assert_error(&error, ErrorClass::Runtime, UNSAFE_PARENT);
+    assert_error_is(&error, ErrorClass::Runtime, UNSAFE_PARENT);
 
     // A symlink anywhere in the chain, even to a perfectly private directory.
     let real = dir.join("real");
@@ -163,11 +161,11 @@ fn read_secret_refuses_unsafe_parents_and_ancestors() {
     symlink(real.join("execution"), dir.join("parent")).unwrap();
     for through in ["middle/execution/control.token", "parent/control.token"] {
         let error = read_secret(&dir.join(through)).unwrap_err();
-        assert_error(&error, ErrorClass::Runtime, TRAVERSES);
+        assert_error_is(&error, ErrorClass::Runtime, TRAVERSES);
     }
     write_file(&dir.join("file"), b"", 0o700);
     let error = read_secret(&dir.join("file/control.token")).unwrap_err();
-    assert_error(&error, ErrorClass::Runtime, TRAVERSES);
+    assert_error_is(&error, ErrorClass::Runtime, TRAVERSES);
 
     let missing = dir.join("missing");
     let error = read_secret(&missing.join("control.token")).unwrap_err();
@@ -182,7 +180,7 @@ fn read_secret_refuses_unsafe_parents_and_ancestors() {
         PathBuf::from("relative/control.token"),
         real.join("execution/../execution/control.token"),
     ] {
-        assert_error(
+        assert_error_is(
             &read_secret(&bad).unwrap_err(),
             ErrorClass::Runtime,
             NOT_CANONICAL,
@@ -230,7 +228,7 @@ fn ensure_fails_closed_on_an_existing_bad_token() {
     let (_dir, runtime) = runtime();
     let path = runtime.join("control.token");
     write_file(&path, format!("{TOKEN}\n").as_bytes(), 0o600);
-    assert_error(
+    assert_error_is(
         &ensure_execution_secret(&path).unwrap_err(),
         ErrorClass::Runtime,
         INVALID,
@@ -238,7 +236,7 @@ fn ensure_fails_closed_on_an_existing_bad_token() {
     assert_eq!(fs::read(&path).unwrap(), format!("{TOKEN}\n").as_bytes());
 
     write_file(&path, TOKEN.as_bytes(), 0o644);
-    assert_error(
+    assert_error_is(
         &ensure_execution_secret(&path).unwrap_err(),
         ErrorClass::Runtime,
         UNSAFE_SECRET,
@@ -267,7 +265,7 @@ fn ensure_refuses_unsafe_lock_files_without_creating_the_token() {
 
     for mode in [0o644, 0o640, 0o400] {
         write_file(&lock, b"", mode);
-        assert_error(
+        assert_error_is(
             &ensure_execution_secret(&path).unwrap_err(),
             ErrorClass::Runtime,
             UNSAFE_LOCK,
@@ -276,7 +274,7 @@ fn ensure_refuses_unsafe_lock_files_without_creating_the_token() {
     }
     write_file(&lock, b"", 0o600);
     chown_other(&lock);
-    assert_error(
+    assert_error_is(
         &ensure_execution_secret(&path).unwrap_err(),
         ErrorClass::Runtime,
         UNSAFE_LOCK,
@@ -285,7 +283,7 @@ fn ensure_refuses_unsafe_lock_files_without_creating_the_token() {
 
     write_file(&lock, b"", 0o600);
     fs::hard_link(&lock, runtime.join("lock-alias")).unwrap();
-    assert_error(
+    assert_error_is(
         &ensure_execution_secret(&path).unwrap_err(),
         ErrorClass::Runtime,
         UNSAFE_LOCK,
@@ -314,22 +312,22 @@ fn ensure_refuses_unsafe_lock_files_without_creating_the_token() {
 
 #[test]
 fn ensure_refuses_unsafe_parents() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let open = dir.join("open");
     make_dir(&open, 0o755);
     let error = ensure_execution_secret(&open.join("control.token")).unwrap_err();
-    assert_error(&error, ErrorClass::Runtime, UNSAFE_PARENT);
+    assert_error_is(&error, ErrorClass::Runtime, UNSAFE_PARENT);
     assert!(entries(&open).is_empty());
 
     let real = dir.join("real");
     make_dir(&real, 0o700);
     symlink(&real, dir.join("link")).unwrap();
     let error = ensure_execution_secret(&dir.join("link/control.token")).unwrap_err();
-    assert_error(&error, ErrorClass::Runtime, TRAVERSES);
+    assert_error_is(&error, ErrorClass::Runtime, TRAVERSES);
     assert!(entries(&real).is_empty());
 
     let error = ensure_execution_secret(Path::new("control.token")).unwrap_err();
-    assert_error(&error, ErrorClass::Runtime, NOT_CANONICAL);
+    assert_error_is(&error, ErrorClass::Runtime, NOT_CANONICAL);
 }
 
 /// Waits until `/proc/locks` lists a blocked flock waiter on `path`'s inode.
@@ -410,7 +408,7 @@ fn ensure_refuses_a_lock_file_replaced_while_waiting() {
     fs::rename(&replacement, &lock_path).unwrap();
     drop(held);
     let error = creator.join().unwrap().unwrap_err();
-    assert_error(&error, ErrorClass::Runtime, LOCK_CHANGED);
+    assert_error_is(&error, ErrorClass::Runtime, LOCK_CHANGED);
     assert!(!path.exists());
 }
 

@@ -1,12 +1,10 @@
 //! `snapshot` (`_snapshot`) and `desired` (`_desired`): the journal records,
 //! compared with the exact `json.dumps` text Python produces for them.
 
-mod fs_support;
-
 use std::os::unix::fs::symlink;
 
 use agents_common::{desired, encode_line, snapshot, ErrorClass, Json};
-use fs_support::{assert_error, assert_os_error, write_file, TempDir};
+use agents_tests::{assert_error_is, assert_os_error, write_file, TempDir};
 
 /// `json.dumps(record)` (insertion order, default separators), as Python prints it.
 fn python_text(record: &Json) -> String {
@@ -15,7 +13,7 @@ fn python_text(record: &Json) -> String {
 
 #[test]
 fn snapshot_records_mode_hash_and_padded_base64() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("unit");
     write_file(&path, b"hello\n", 0o644);
     assert_eq!(
@@ -31,7 +29,7 @@ fn snapshot_records_mode_hash_and_padded_base64() {
 
 #[test]
 fn snapshot_of_a_missing_file_is_only_exists_false() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     assert_eq!(
         python_text(&snapshot(&dir.join("missing")).unwrap()),
         r#"{"exists": false}"#
@@ -40,7 +38,7 @@ fn snapshot_of_a_missing_file_is_only_exists_false() {
 
 #[test]
 fn snapshot_propagates_every_other_refusal() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     write_file(&dir.join("real"), b"x", 0o600);
     let link = dir.join("link");
     symlink(dir.join("real"), &link).unwrap();
@@ -64,7 +62,7 @@ fn snapshot_propagates_every_other_refusal() {
 
     let writable = dir.join("writable");
     write_file(&writable, b"x", 0o664);
-    assert_error(
+    assert_error_is(
         &snapshot(&writable).unwrap_err(),
         ErrorClass::Permission,
         &format!("execution configuration is unsafe: {}", writable.display()),
@@ -77,7 +75,7 @@ fn desired_is_the_snapshot_of_a_0600_file() {
         python_text(&desired(b"")),
         r#"{"exists": true, "mode": 384, "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "data": ""}"#
     );
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let path = dir.join("unit");
     write_file(&path, b"hello\n", 0o600);
     assert_eq!(snapshot(&path).unwrap(), desired(b"hello\n"));

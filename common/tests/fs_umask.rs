@@ -1,17 +1,15 @@
 //! `atomic_write` leaves exactly the requested mode whatever the umask. The
 //! umask is process-wide, so this binary holds a single test.
 
-mod fs_support;
-
 use std::fs;
 
 use agents_common::atomic_write;
-use fs_support::{mode_of, TempDir};
+use agents_tests::{mode_of, TempDir};
 use rustix::fs::Mode;
 
 #[test]
 fn atomic_write_mode_is_independent_of_the_umask() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("agents-fs-test");
     let previous = rustix::process::umask(Mode::from_raw_mode(0o077));
     let outcome = std::panic::catch_unwind(|| {
         for (umask, mode) in [
@@ -21,7 +19,7 @@ fn atomic_write_mode_is_independent_of_the_umask() {
             (0o022, 0o666),
         ] {
             rustix::process::umask(Mode::from_raw_mode(umask));
-            let path = dir.join(&format!("u{umask:o}-m{mode:o}"));
+            let path = dir.join(format!("u{umask:o}-m{mode:o}"));
             atomic_write(&path, b"x", mode).unwrap();
             assert_eq!(mode_of(&path), mode, "umask {umask:o}");
             assert_eq!(fs::read(&path).unwrap(), b"x");

@@ -7,21 +7,17 @@
 //! their fakes. The black-box tests against systemd are in
 //! tests/tests/update_handoff_*.rs.
 
-// The shared double's hook list trips type_complexity; it is not ours to edit.
-#[allow(clippy::type_complexity)]
-mod worker_control_support;
-
 use std::path::PathBuf;
 
 use agents_common::{
     atomic_write, encode_indented, json_object, layout_manifest, release_existing_handoff,
     retry_failed_handoff, ErrorClass, HandoffRelease, Json, JsonObject, WorkerControl,
 };
-use worker_control_support::layout_support::{assert_error, make_dir, write_file};
-use worker_control_support::{
+use agents_tests::worker_double::{
     absent, lease, native, own_pid, running, stopped, FakeServices, Installed, WorkerDouble,
     INSTANCE_ID,
 };
+use agents_tests::{assert_error, make_dir, write_file};
 
 const AGENT_TOKEN: &str = "agent-token-for-the-double";
 const SERVER: &str = "server-identity-1";

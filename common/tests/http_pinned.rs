@@ -3,15 +3,13 @@
 //! child process), `verify_owner` ordering, the macOS `lsof` proof through an
 //! injected runner, and timeouts.
 
-mod http_server;
-
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use agents_common::{request_json, Error, ErrorClass, Json, JsonObject, LsofRunner, PinnedRequest};
-use http_server::{counting, ok_json, ChildServer, Reply, ThreadServer};
+use agents_tests::loopback_peers::{counting, ok_json, ChildServer, Reply, ThreadServer};
 
 fn own_pid() -> i64 {
     i64::from(std::process::id())

@@ -3,13 +3,11 @@
 //! quirks that are accepted. Expected messages and verdicts were produced by
 //! running upstream's checks under Python 3.11.7.
 
-mod http_server;
-
 use std::net::TcpListener;
 use std::time::Duration;
 
 use agents_common::{request_json, ErrorClass, Json, JsonObject, PinnedRequest};
-use http_server::{Reply, ThreadServer};
+use agents_tests::loopback_peers::{Reply, ThreadServer};
 
 /// A listening port that must see no connection: arguments are refused
 /// before any I/O.
@@ -541,7 +539,7 @@ fn a_slow_body_past_the_deadline_is_refused() {
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
-        http_server::read_request(&mut stream);
+        agents_tests::loopback_peers::read_request(&mut stream);
         std::io::Write::write_all(
             &mut stream,
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{",

@@ -2,18 +2,16 @@
 //! documented `.install-lock` protocol (`install_sh_lock.sh`) exclude each
 //! other, and each reaps the other's abandoned lock.
 
-mod install_lock_support;
-
 use std::fs;
 
 use agents_common::InstallationLock;
-use install_lock_support::{listing, lock_path, touch, Contender, Kind, TempRoot};
+use agents_tests::install_lock_fixtures::{listing, lock_path, touch, Contender, Kind, TempRoot};
 
 /// Entry point of this file's `Kind::Rust` contender processes; not a test.
 #[test]
 #[ignore = "runs only inside contender processes started by the other tests"]
 fn lock_holder_process() {
-    install_lock_support::holder_process();
+    agents_tests::install_lock_fixtures::holder_process();
 }
 
 #[test]

@@ -1,14 +1,12 @@
 //! InstallationLock between real processes: contention, a dead owner's lock,
 //! and an owner this user may not signal (EPERM counts as alive).
 
-mod install_lock_support;
-
 use std::fs;
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 
 use agents_common::InstallationLock;
-use install_lock_support::{
+use agents_tests::install_lock_fixtures::{
     dead_pid, drafts, listing, lock_path, plant_lock, touch, Contender, Kind, LiveProcess, TempRoot,
 };
 
@@ -18,7 +16,7 @@ const OWNED_BY_OTHER: &str = "RuntimeError: another installer owns the installat
 #[test]
 #[ignore = "runs only inside contender processes started by the other tests"]
 fn lock_holder_process() {
-    install_lock_support::holder_process();
+    agents_tests::install_lock_fixtures::holder_process();
 }
 
 #[test]

@@ -2,14 +2,12 @@
 //! an existing lock, and every refusal of release. Each refusal must leave the
 //! existing lock exactly as it was and no draft directory behind.
 
-mod install_lock_support;
-
 use std::fs;
 use std::os::unix::fs::{chown, symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use agents_common::{ErrorClass, InstallationLock};
-use install_lock_support::{
+use agents_tests::install_lock_fixtures::{
     dead_pid, drafts, listing, lock_path, plant_lock, LiveProcess, TempRoot,
 };
 

@@ -6,7 +6,8 @@ mod installer_support;
 use std::path::PathBuf;
 
 use agents_common::{installer_log_tail, trim_installer_log, Json, JsonObject};
-use installer_support::{seed, Random, TempDir};
+use agents_tests::TempDir;
+use installer_support::{seed, Random};
 
 /// Pieces the generated logs are made of: secrets in every spelling the
 /// seed's patterns accept (including the non-ASCII letters Python's
@@ -109,7 +110,7 @@ fn string(path: &std::path::Path) -> Json {
 #[test]
 fn tail_matches_seed_on_generated_logs() {
     let originals = agents_tests::require_originals!();
-    let directory = TempDir::new("installer-tail");
+    let directory = TempDir::with_mode("installer-tail", 0o755);
     let mut random = Random::new(0x16_1e57);
     let mut cases: Vec<(PathBuf, u64)> = Vec::new();
     for index in 0..400 {
@@ -151,7 +152,7 @@ fn tail_redacts_what_the_seed_redacts() {
     let originals = agents_tests::require_originals!();
     // Hand-written lines with the expected text spelled out, so the oracle
     // is not the only witness.
-    let directory = TempDir::new("installer-tail-redact");
+    let directory = TempDir::with_mode("installer-tail-redact", 0o755);
     let path = directory.path().join("server-update.log");
     let log = concat!(
         "AGENTSDOCK_SETUP_RESULT={\"token\":\"abc\"}\n",
@@ -181,7 +182,7 @@ fn tail_redacts_what_the_seed_redacts() {
 
 #[test]
 fn tail_drops_the_partial_line_at_the_cut_and_keeps_twelve_lines() {
-    let directory = TempDir::new("installer-tail-cut");
+    let directory = TempDir::with_mode("installer-tail-cut", 0o755);
     let path = directory.path().join("server-update.log");
     // A secret whose key lies before the 64 KiB window: its end must not
     // surface, even though nothing marks it as a secret any more.
@@ -203,7 +204,7 @@ fn tail_drops_the_partial_line_at_the_cut_and_keeps_twelve_lines() {
 
 #[test]
 fn tail_of_an_unreadable_log_is_empty() {
-    let directory = TempDir::new("installer-tail-missing");
+    let directory = TempDir::with_mode("installer-tail-missing", 0o755);
     assert_eq!(installer_log_tail(&directory.path().join("absent"), 0), "");
     // A directory cannot be read as a log (IsADirectoryError in Python).
     assert_eq!(installer_log_tail(directory.path(), 0), "");
@@ -219,7 +220,7 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
     // The one documented deviation: Python's `\b` sees no boundary between
     // a non-ASCII letter and "Bearer" (its `\w` follows its Unicode
     // database); the port always redacts there, never the other way round.
-    let directory = TempDir::new("installer-tail-boundary");
+    let directory = TempDir::with_mode("installer-tail-boundary", 0o755);
     let path = directory.path().join("server-update.log");
     std::fs::write(&path, "caf\u{e9}Bearer tok\n").unwrap();
     assert_eq!(installer_log_tail(&path, 0), "caf\u{e9}Bearer [REDACTED]");
@@ -236,7 +237,7 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
 #[test]
 fn trim_matches_seed_byte_for_byte() {
     let originals = agents_tests::require_originals!();
-    let directory = TempDir::new("installer-trim");
+    let directory = TempDir::with_mode("installer-trim", 0o755);
     let mut random = Random::new(0x7e1a);
     let mut cases = Vec::new();
     for index in 0..120 {
@@ -287,7 +288,7 @@ fn trim_matches_seed_byte_for_byte() {
 
 #[test]
 fn trim_keeps_whole_lines_and_ignores_a_missing_log() {
-    let directory = TempDir::new("installer-trim-lines");
+    let directory = TempDir::with_mode("installer-trim-lines", 0o755);
     let path = directory.path().join("server-update.log");
     std::fs::write(&path, "first line\nsecond\nthird\n").unwrap();
     trim_installer_log(&path, 10).unwrap();
@@ -305,7 +306,7 @@ fn trim_keeps_whole_lines_and_ignores_a_missing_log() {
 
 #[test]
 fn trim_of_a_directory_fails_like_python() {
-    let directory = TempDir::new("installer-trim-dir");
+    let directory = TempDir::with_mode("installer-trim-dir", 0o755);
     let error = trim_installer_log(directory.path(), 0).unwrap_err();
     // Python raises IsADirectoryError, an OSError with this text.
     assert!(error.is_os_error());

@@ -15,10 +15,10 @@ use agents_common::{
     is_ownership_lost, json_object, run_installer, utc_now, InstallerOutcome, InstallerRun, Json,
     INSTALLER_ENVIRONMENT_SELECTORS, OWNERSHIP_LOST_MESSAGE,
 };
-use agents_tests::Originals;
+use agents_tests::{Originals, TempDir};
 use installer_support::{
     eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,
-    Fixture, TempDir,
+    Fixture,
 };
 
 /// Set in the re-executed test binary that plays the update runner.
@@ -367,7 +367,7 @@ fn log_is_trimmed_to_one_mebibyte_like_the_seed() {
     // End the history inside a line, as a killed installer leaves it.
     history.extend_from_slice(b"AGENTSDOCK_AGENT_TOKEN=half-writ");
     assert!(history.len() > 1_200_000);
-    let output_directory = TempDir::new("installer-output");
+    let output_directory = TempDir::with_mode("installer-output", 0o755);
     let output_path = output_directory.path().join("output");
     let mut output = Vec::new();
     for line in 0..9_000 {

@@ -2,14 +2,12 @@
 //! paths and the `execution-layout.json` bytes the Python reference produced,
 //! compared byte for byte over a real tree built as the file describes.
 
-mod layout_support;
-
 use std::path::Path;
 
 use agents_common::{
     encode_indented, layout_manifest, parse_json, render_service, ExecutionLayout, Json, JsonObject,
 };
-use layout_support::Base;
+use agents_tests::InstallBase;
 
 /// `value` with `{BASE}` replaced in every string value.
 fn substitute(value: &Json, base: &str) -> Json {
@@ -37,9 +35,9 @@ fn check_case(case: &Json) {
     let name = text(case, "name");
     let fixed = case.get("fixed_base").and_then(Json::as_bool).unwrap();
     let base = if fixed {
-        Base::at(Path::new(text(case, "base_example")))
+        InstallBase::at(Path::new(text(case, "base_example")))
     } else {
-        Base::new(name)
+        InstallBase::new(name)
     };
     let base_text = base.text();
     for release in case.get("releases").and_then(Json::as_array).unwrap() {

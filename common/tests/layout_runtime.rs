@@ -1,8 +1,6 @@
 //! The installed manifest (`active_worker_release`), the private runtime
 //! directory (`prepare_runtime`) and maintenance operation ids, on real files.
 
-mod layout_support;
-
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 
@@ -11,14 +9,14 @@ use agents_common::{
     maintenance_operation_id, parse_json, prepare_runtime, read_secret, uuid5_url, ErrorClass,
     ExecutionLayout, Json, JsonObject,
 };
-use layout_support::{assert_error, link, make_dir, set_mode, with, write_file, Base};
+use agents_tests::{assert_error, link, make_dir, set_mode, with, write_file, InstallBase};
 
 const NO_LONGER_MATCHES: &str = "installed execution layout no longer matches its runtime";
 const INVALID_MANIFEST: &str = "installed execution layout is invalid";
 
 /// A base with releases 1.0.6 (worker) and 1.0.7 (gateway).
-fn installed(tag: &str) -> (Base, ExecutionLayout) {
-    let base = Base::new(tag);
+fn installed(tag: &str) -> (InstallBase, ExecutionLayout) {
+    let base = InstallBase::new(tag);
     base.release("1.0.6");
     base.release("1.0.7");
     let value = Json::Object(base.layout("Linux", "1.0.6", "1.0.7"));

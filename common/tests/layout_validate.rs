@@ -2,15 +2,13 @@
 //! trees, each with Python's exception class and exact message, plus equality
 //! and serialization.
 
-mod layout_support;
-
 use std::fs;
 use std::os::unix::fs::chown;
 
 use agents_common::{
     json_object, layout_manifest, render_service, ErrorClass, ExecutionLayout, Json, JsonObject,
 };
-use layout_support::{assert_error, link, make_dir, set_mode, with, write_file, Base};
+use agents_tests::{assert_error, link, make_dir, set_mode, with, write_file, InstallBase};
 
 const FIELDS_INVALID: &str = "execution layout fields are invalid";
 const TRAVERSAL: &str = "execution paths must be absolute without traversal";
@@ -24,14 +22,14 @@ const ENV_VALUE: &str = "invalid execution environment value";
 const NOBODY: u32 = 65534;
 
 /// A base with one complete release `1.0.0` and a Linux layout over it.
-fn linux_base(tag: &str) -> (Base, JsonObject) {
-    let base = Base::new(tag);
+fn linux_base(tag: &str) -> (InstallBase, JsonObject) {
+    let base = InstallBase::new(tag);
     base.release("1.0.0");
     let layout = base.layout("Linux", "1.0.0", "1.0.0");
     (base, layout)
 }
 
-fn path(base: &Base, relative: &str) -> String {
+fn path(base: &InstallBase, relative: &str) -> String {
     base.join(relative).to_str().unwrap().to_string()
 }
 
@@ -345,7 +343,11 @@ fn releases_must_be_retained_versioned_directories() {
 }
 
 /// The manifest's `worker_version` after writing `content` into VERSION.
-fn version_of(base: &Base, layout: &JsonObject, content: &[u8]) -> agents_common::Result<Json> {
+fn version_of(
+    base: &InstallBase,
+    layout: &JsonObject,
+    content: &[u8],
+) -> agents_common::Result<Json> {
     write_file(&base.join("install/releases/1.0.0/VERSION"), content, 0o644);
     let loaded = ExecutionLayout::from_dict(&Json::Object(layout.clone()))?;
     Ok(layout_manifest(&loaded)?
@@ -568,7 +570,7 @@ fn roles_other_than_worker_and_gateway_are_refused_after_validation() {
 
 #[test]
 fn unvalidated_layouts_keep_raw_values_and_any_platform_gets_systemd_paths() {
-    let base = Base::new("raw");
+    let base = InstallBase::new("raw");
     let layout = ExecutionLayout {
         install_root: base.join("install"),
         config_root: base.join("config"),
@@ -592,7 +594,7 @@ fn unvalidated_layouts_keep_raw_values_and_any_platform_gets_systemd_paths() {
 
 #[test]
 fn working_directory_with_outer_whitespace_cannot_be_a_systemd_unit() {
-    let base = Base::new("whitespace");
+    let base = InstallBase::new("whitespace");
     // Only the whole path's ends count, and a path starts with `/`.
     for name in ["1.0 ", "1.0\u{a0}", "1.0\u{3000}"] {
         base.release(name);

@@ -3,16 +3,13 @@
 //! (launchd cannot run here). Every observation branch, every command with
 //! its arguments and timeout, and the rule that output is never echoed.
 
-mod fs_support;
-mod services_support;
-
 use std::time::{Duration, Instant};
 
 use agents_common::{Error, ErrorClass, ServiceRunState, ServiceState};
-use fs_support::{assert_error, make_dir, set_mode, TempDir};
-use services_support::{
+use agents_tests::recorded_commands::{
     domain, expect, failure, layout, place_service_file, reply, services, Exchange, Recorded,
 };
+use agents_tests::{assert_error_is, make_dir, set_mode, TempDir};
 
 const WORKER: &str = "com.agentsdock.server";
 const GATEWAY: &str = "com.agentsdock.gateway";
@@ -111,7 +108,7 @@ struct Host {
 
 /// A Darwin layout whose LaunchAgents directory exists, with plists for `roles`.
 fn host(roles: &[&str]) -> Host {
-    let temp = TempDir::new();
+    let temp = TempDir::new("agents-fs-test");
     let home = temp.join("home");
     make_dir(&home, 0o755);
     let layout = layout("Darwin", &home);
@@ -179,7 +176,7 @@ fn ambiguous_enablement_is_refused_before_the_job_is_queried() {
             reply(0, &output, ""),
         )]);
         let err = failure(services(&host.layout, &recorded).observe("worker"));
-        assert_error(
+        assert_error_is(
             &err,
             ErrorClass::Runtime,
             "launchd returned ambiguous enablement",
@@ -224,7 +221,7 @@ fn a_failed_print_without_could_not_find_service_is_unknown_ownership() {
         ),
     ]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "launchd service ownership is unknown",
@@ -236,7 +233,7 @@ fn a_loaded_agent_without_its_plist_is_refused() {
     let host = host(&[]);
     let recorded = Recorded::new(vec![disabled_call(None), running(WORKER, 4242)]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "loaded native service has no safely restorable plist",
@@ -283,7 +280,7 @@ fn snapshot_refuses_a_transitioning_agent() {
         not_found(GATEWAY),
     ]);
     let err = failure(services(&host.layout, &recorded).snapshot());
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service is transitioning; retry after it settles",
@@ -302,7 +299,7 @@ fn a_failing_command_is_reported_without_its_output() {
         ),
     )]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service command failed (/bin/launchctl print-disabled)",
@@ -321,7 +318,7 @@ fn output_that_is_not_utf8_is_a_decode_error() {
         }),
     )]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Value,
         "'utf-8' codec can't decode byte 0xff in position 25: invalid start byte",
@@ -335,7 +332,7 @@ fn an_unsafe_plist_fails_before_any_command() {
     set_mode(&plist, 0o666);
     let recorded = Recorded::new(vec![]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Permission,
         &format!("execution configuration is unsafe: {}", plist.display()),
@@ -343,7 +340,7 @@ fn an_unsafe_plist_fails_before_any_command() {
     let err = failure(services(&host.layout, &recorded).start("worker"));
     assert_eq!(err.class(), ErrorClass::Permission);
     let err = failure(services(&host.layout, &recorded).observe("bogus"));
-    assert_error(&err, ErrorClass::Value, "unknown execution service role");
+    assert_error_is(&err, ErrorClass::Value, "unknown execution service role");
     assert!(recorded.calls().is_empty());
 }
 
@@ -416,7 +413,7 @@ fn a_stop_that_never_settles_fails_without_escalating() {
             .stop("worker"),
     );
     let elapsed = started.elapsed();
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service did not stop; no force kill was attempted",
@@ -482,7 +479,7 @@ fn start_enables_then_bootstraps_the_plist() {
         ),
     ]);
     let err = failure(services(&host.layout, &recorded).start("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service command failed (/bin/launchctl bootstrap)",
@@ -495,7 +492,7 @@ fn start_without_a_plist_runs_nothing() {
     let recorded = Recorded::new(vec![]);
     let err = failure(services(&host.layout, &recorded).start("gateway"));
     let plist = host.layout.service_path("gateway").unwrap();
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::NotFound,
         &format!("[Errno 2] No such file or directory: '{}'", plist.display()),

@@ -2,14 +2,11 @@
 //! the per-role checks and messages of the seed's `_service_states`, and the
 //! host check of `NativeServices::new`.
 
-mod fs_support;
-mod services_support;
-
 use agents_common::{
     encode_line, parse_json, ErrorClass, NativeServices, ServiceRunState, ServiceState,
     ServiceStates,
 };
-use fs_support::{assert_error, TempDir};
+use agents_tests::{assert_error_is, TempDir};
 
 fn state(text: &str) -> agents_common::Result<ServiceState> {
     ServiceState::from_json(&parse_json(text.as_bytes()).unwrap())
@@ -126,15 +123,15 @@ fn invalid_recorded_states_are_refused_with_the_seed_messages() {
     ];
     for (text, message) in cases {
         let err = state(text).expect_err(text);
-        assert_error(&err, ErrorClass::Value, message);
+        assert_error_is(&err, ErrorClass::Value, message);
     }
 }
 
 #[test]
 fn the_real_adapter_requires_the_host_platform() {
-    let temp = TempDir::new();
-    let linux = services_support::layout("Linux", &temp.join("home"));
-    let darwin = services_support::layout("Darwin", &temp.join("home"));
+    let temp = TempDir::new("agents-fs-test");
+    let linux = agents_tests::recorded_commands::layout("Linux", &temp.join("home"));
+    let darwin = agents_tests::recorded_commands::layout("Darwin", &temp.join("home"));
     let (native, foreign) = if cfg!(target_os = "macos") {
         (darwin, linux)
     } else {
@@ -144,7 +141,7 @@ fn the_real_adapter_requires_the_host_platform() {
     let err = NativeServices::new(&foreign)
         .err()
         .expect("the other platform is refused");
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Value,
         "native execution platform does not match this host",

@@ -5,16 +5,13 @@
 //! stop, start, enable/disable, reload and restore. The same operations run
 //! against a real manager in `tests/tests/services_systemd.rs`.
 
-mod fs_support;
-mod services_support;
-
 use std::time::Duration;
 
 use agents_common::{ErrorClass, ServiceRunState, ServiceState};
-use fs_support::{assert_error, make_dir, TempDir};
-use services_support::{
+use agents_tests::recorded_commands::{
     expect, failure, layout, place_service_file, reply, services, Exchange, Recorded,
 };
+use agents_tests::{assert_error_is, make_dir, TempDir};
 
 const WORKER_UNIT: &str = "agents-server.service";
 const GATEWAY_UNIT: &str = "agents-server-gateway.service";
@@ -44,7 +41,7 @@ struct Host {
 }
 
 fn host(roles: &[&str]) -> Host {
-    let temp = TempDir::new();
+    let temp = TempDir::new("agents-fs-test");
     let home = temp.join("home");
     make_dir(&home, 0o755);
     let layout = layout("Linux", &home);
@@ -150,7 +147,7 @@ fn starting_stopping_and_odd_combinations_are_transitioning() {
         ),
     ]);
     let err = failure(services(&host.layout, &recorded).snapshot());
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service is transitioning; retry after it settles",
@@ -165,7 +162,7 @@ fn units_without_a_restorable_file_or_with_a_live_bad_process_are_refused() {
         show_output("0", "not-found", "active", ""),
     ] {
         let err = failure(observe(&[], &stdout));
-        assert_error(
+        assert_error_is(
             &err,
             ErrorClass::Runtime,
             "loaded native service has no safely restorable file",
@@ -186,7 +183,7 @@ fn units_without_a_restorable_file_or_with_a_live_bad_process_are_refused() {
         ),
     ] {
         let err = failure(observe(roles, &stdout));
-        assert_error(
+        assert_error_is(
             &err,
             ErrorClass::Runtime,
             "invalid native service still has an active process",
@@ -255,7 +252,7 @@ fn malformed_show_output_is_refused_with_the_seed_messages() {
     ];
     for (stdout, message) in cases {
         let err = failure(observe(&["worker"], &stdout));
-        assert_error(&err, ErrorClass::Runtime, message);
+        assert_error_is(&err, ErrorClass::Runtime, message);
     }
 }
 
@@ -302,7 +299,7 @@ fn a_failing_systemctl_is_reported_without_its_output() {
         ),
     )]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service command failed (systemctl --user)",
@@ -355,7 +352,7 @@ fn a_worker_that_never_stops_is_reported_after_its_bound() {
             .with_timeout(Duration::from_millis(250))
             .stop("worker"),
     );
-    assert_error(
+    assert_error_is(
         &err,
         ErrorClass::Runtime,
         "native service did not stop; no force kill was attempted",

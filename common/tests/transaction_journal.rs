@@ -2,8 +2,6 @@
 //! phase transition, the bytes it publishes (checked against the golden
 //! renderings), and each refusal leaving the files as they were.
 
-mod layout_support;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -12,19 +10,19 @@ use agents_common::{
     encode_indented, json_object, parse_json, render_service, ErrorClass, ExecutionLayout,
     ExecutionTransaction, Json, JsonObject,
 };
-use layout_support::{assert_error, link, write_file, Base};
+use agents_tests::{assert_error, link, write_file, InstallBase};
 
 /// Each watched file's path with its bytes and mode (`None` when absent).
 type FilesState = Vec<(String, Option<(Vec<u8>, u32)>)>;
 
 /// An install tree with releases and the layout the test activates.
 struct Install {
-    base: Base,
+    base: InstallBase,
 }
 
 impl Install {
     fn new(tag: &str, releases: &[&str]) -> Install {
-        let base = Base::new(tag);
+        let base = InstallBase::new(tag);
         for version in releases {
             base.release(version);
         }
@@ -116,7 +114,7 @@ fn golden_case(name: &str) -> JsonObject {
         .unwrap()
 }
 
-fn golden_text(case: &JsonObject, key: &str, base: &Base) -> Vec<u8> {
+fn golden_text(case: &JsonObject, key: &str, base: &InstallBase) -> Vec<u8> {
     case.get(key)
         .and_then(Json::as_str)
         .unwrap()

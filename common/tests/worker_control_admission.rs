@@ -3,11 +3,9 @@
 //! for a stop, the startup hold, release, and the owner re-check that must
 //! stop a control token from reaching a worker of another epoch.
 
-mod worker_control_support;
-
 use agents_common::{json_object, ErrorClass, Json, JsonObject, WorkerControl};
-use worker_control_support::layout_support::assert_error;
-use worker_control_support::{
+use agents_tests::assert_error;
+use agents_tests::worker_double::{
     absent, body_of, lease, native, own_pid, running, stopped, FakeServices, Installed,
     WorkerDouble, CONTROL_TOKEN, INSTANCE_ID, OPERATION,
 };
@@ -35,7 +33,7 @@ fn targets(double: &WorkerDouble) -> Vec<String> {
         .collect()
 }
 
-fn body_of_opt(request: &worker_control_support::http_server::Request) -> String {
+fn body_of_opt(request: &agents_tests::loopback_peers::Request) -> String {
     if request.body.is_empty() {
         return String::new();
     }
@@ -281,10 +279,7 @@ fn worker_record_refuses_every_invalid_receipt() {
     assert_eq!(err.class(), ErrorClass::Value);
     // The receipt must be private, in a private runtime directory.
     installed.write_record(&record);
-    worker_control_support::layout_support::set_mode(
-        &installed.runtime().join("worker.json"),
-        0o644,
-    );
+    agents_tests::set_mode(&installed.runtime().join("worker.json"), 0o644);
     let path = installed.runtime().join("worker.json");
     assert_error(
         control.worker_record(&installed.layout),
@@ -292,7 +287,7 @@ fn worker_record_refuses_every_invalid_receipt() {
         &format!("execution configuration is unsafe: {}", path.display()),
     );
     installed.write_record(&record);
-    worker_control_support::layout_support::set_mode(&installed.runtime(), 0o755);
+    agents_tests::set_mode(&installed.runtime(), 0o755);
     assert_error(
         control.worker_record(&installed.layout),
         ErrorClass::Permission,
@@ -705,7 +700,7 @@ fn native_services_pin_requests_to_the_managers_main_pid() {
     let units = installed.layout.home.join(".config/systemd/user");
     std::fs::create_dir_all(&units).unwrap();
     std::fs::write(units.join("agents-server.service"), "[Unit]\n").unwrap();
-    worker_control_support::layout_support::set_mode(&units.join("agents-server.service"), 0o600);
+    agents_tests::set_mode(&units.join("agents-server.service"), 0o600);
 
     let services = agents_common::NativeServices::with_runner(
         &installed.layout,

@@ -3,11 +3,9 @@
 //! (bind mapping, the pre-gateway worker case), and the activation receipt
 //! cross-checked against `worker.json` and the native PIDs.
 
-mod worker_control_support;
-
 use agents_common::{encode_line, json_object, ErrorClass, Json, JsonObject, WorkerControl};
-use worker_control_support::layout_support::assert_error;
-use worker_control_support::{
+use agents_tests::assert_error;
+use agents_tests::worker_double::{
     absent, native, own_pid, running, stopped, FakeServices, Installed, WorkerDouble, INSTANCE_ID,
 };
 

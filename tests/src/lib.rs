@@ -53,31 +53,45 @@
 
 mod binaries;
 mod cgroup;
+mod files;
 mod fixture;
 mod fixtures;
 mod http_client;
+mod install_base;
+pub mod install_lock_fixtures;
+pub mod journal_writer;
+pub mod loopback_peers;
 mod originals;
 mod outcome;
 mod poll;
 mod processes;
+mod python_errors;
+pub mod recorded_commands;
 mod release_host;
 pub mod release_support;
 mod sandbox;
 mod skip;
 pub mod suite;
 mod tempdir;
+pub mod worker_double;
 mod worker_files;
 
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
+pub use files::{
+    chown_other, entries, make_dir, make_dirs, mode_of, set_mode, unique_base, write_file,
+    OTHER_UID,
+};
 pub use fixture::{
     free_port, DirectService, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT,
 };
 pub use fixtures::{fixture_path, golden_bytes, golden_path, workspace_root};
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
+pub use install_base::{link, with, InstallBase};
 pub use originals::{Originals, MISSING_ORIGINALS, ORIGINAL_FILES, SEEDS_DIR_ENV};
 pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, GroupChild, ProcessIdentity};
+pub use python_errors::{assert_error, assert_error_is, assert_os_error};
 pub use release_host::{legacy_release_manifest, ReleaseFile, ReleaseHost};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 #[doc(hidden)]

@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,6 +22,12 @@ impl TempDir {
     ///
     /// Panics when no directory can be created: a test cannot run without one.
     pub fn new(prefix: &str) -> TempDir {
+        TempDir::with_mode(prefix, 0o700)
+    }
+
+    /// Like [`TempDir::new`], with exactly `mode` (e.g. 0755 where a test
+    /// needs a root others may traverse, as install.sh's roots are).
+    pub fn with_mode(prefix: &str, mode: u32) -> TempDir {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let parent = std::env::temp_dir()
             .canonicalize()
@@ -38,7 +44,12 @@ impl TempDir {
             );
             let path = parent.join(name);
             match fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return TempDir { path },
+                Ok(()) => {
+                    // The umask may have narrowed DirBuilder's mode.
+                    fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                        .unwrap_or_else(|err| panic!("chmod {}: {err}", path.display()));
+                    return TempDir { path };
+                }
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(err) => panic!("cannot create a temp directory {}: {err}", path.display()),
             }
@@ -52,6 +63,11 @@ impl TempDir {
     /// The directory's canonical path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `<dir>/<relative>`.
+    pub fn join(&self, relative: impl AsRef<Path>) -> PathBuf {
+        self.path.join(relative)
     }
 }
 

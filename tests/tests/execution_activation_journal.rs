@@ -4,16 +4,14 @@
 //! journal-owned operation performs. Journals are written in the documented
 //! format by the stand-in journal writer shared with the common crate.
 
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use activation_support::{make_dir, set_mode, write_file, Begin, Install};
 use agents_tests::binary_path;
+use agents_tests::journal_writer::{Begin, Install};
+use agents_tests::{make_dir, set_mode, write_file};
 
 /// Run the helper with `args` as a direct child of this test process.
 fn helper(args: &[String]) -> Output {

@@ -4,17 +4,15 @@
 //! and update files, the recovery intent recorded for the managed update,
 //! and the proof that an abandoned split receipt left behind is dead.
 
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use activation_support::{make_dir, write_file, Roots};
 use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject, WORKER_UNIT};
+use agents_tests::journal_writer::Roots;
 use agents_tests::{binary_path, free_port, poll_until, Sandbox};
+use agents_tests::{make_dir, write_file};
 
 const UPDATE: &str = "0123456789abcdef0123456789abcdef";
 const SERVER: &str = "srv-legacy-1";

@@ -8,21 +8,19 @@
 //! The journal itself is advanced by the stand-in journal writer, as
 //! install.sh advances it with activation_transaction.py.
 
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use activation_support::{write_file, Begin, Roots};
 use agents_common::{
     config_staging_paths, json_object, replace_config, ActivationInvocation, ActivationManifest,
     ExecutionLayout, Json, JsonObject, NativeServices, ServiceSnapshot, SystemCommandRunner,
     WorkerControl, GATEWAY_UNIT, WORKER_UNIT,
 };
+use agents_tests::journal_writer::{Begin, Roots};
+use agents_tests::write_file;
 use agents_tests::{
     binary_path, free_port, poll_until, test_worker_path, HttpRequest, Sandbox, AGENT_TOKEN,
 };

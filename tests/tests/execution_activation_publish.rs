@@ -3,21 +3,19 @@
 //! byte, a crash at each durable step of `replace_config` (for each kind)
 //! resumes, and changed staging or rendering is refused.
 
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use activation_support::{write_file, Begin, Install};
 use agents_common::{
     config_staging_paths, execution_context, parse_json, replace_config,
     replace_config_with_checkpoints, ActivationInvocation, ActivationManifest, Error, Json,
     ReplaceConfigStep,
 };
 use agents_tests::binary_path;
+use agents_tests::journal_writer::{Begin, Install};
+use agents_tests::write_file;
 
 /// One golden layout case whose worker and gateway share a release (the
 /// only shape `execution_activation` publishes).

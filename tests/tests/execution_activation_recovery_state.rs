@@ -3,16 +3,14 @@
 //! (no owner directory, no registration, no enablement, no loaded job),
 //! `required` otherwise.
 
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::process::Output;
 
-use activation_support::{make_dir, write_file, Begin, Roots};
 use agents_common::recovery_service_path;
+use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::{binary_path, Sandbox};
+use agents_tests::{make_dir, write_file};
 
 /// A fresh split install of 1.1.0 in `prepared`, beside the sandbox home.
 fn prepared(sandbox: &Sandbox) -> (Roots, String) {

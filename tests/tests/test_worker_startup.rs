@@ -10,10 +10,8 @@ use agents_common::{
     json_object, maintenance_operation_id, write_uninstall_intent, ExecutionLayout,
     ExecutionTransaction, Json,
 };
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
 
-use activation_support::{Begin, Roots};
+use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::{free_port, DirectService, HttpRequest, Installation, Role};
 
 fn both_running() -> Json {

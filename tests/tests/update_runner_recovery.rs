@@ -10,17 +10,14 @@
 
 mod update_runner_support;
 
-#[path = "../../common/tests/activation_support/mod.rs"]
-mod activation_support;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use activation_support::{Begin, Install, API_CONTRACT};
 use agents_common::{
     activation_intent, atomic_json, json_object, read_status_unlocked, Json, JsonObject,
 };
+use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
 use update_runner_support::{updated_health, Reply, TestServer, IDENTITY};
 
 const UPDATE_ID: &str = "fedcba9876543210fedcba9876543210";

@@ -9,14 +9,13 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agents_common::{
     encode_compact, encode_indented, parse_json, InstallerOutcome, InstallerRun, Json, JsonObject,
     Result,
 };
-use agents_tests::Originals;
+use agents_tests::{Originals, TempDir};
 
 const STAND_IN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -26,33 +25,6 @@ const ORACLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/installer_support/seed_oracle.py"
 );
-
-/// A private directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(prefix: &str) -> TempDir {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let parent = std::env::temp_dir().canonicalize().unwrap();
-        let path = parent.join(format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&path).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// An installation under a temporary root: `release dir/install.sh` (the
 /// stand-in), `admin/server-update.json` and its log, and a folder where the
@@ -68,7 +40,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Fixture {
-        let root = TempDir::new("installer");
+        let root = TempDir::with_mode("installer", 0o755);
         // A space in the release path keeps quoting honest.
         let release = root.path().join("release 1.2.3");
         let record = root.path().join("record");

@@ -26,7 +26,7 @@ use agents_common::{
 };
 use agents_tests::{binary_path, test_worker_path, try_poll_until, HttpRequest, AGENT_TOKEN};
 
-use crate::journal_writer::{Begin, Roots};
+use agents_tests::journal_writer::{Begin, Roots};
 
 /// The file whose presence makes a release's installer fail after start.
 pub const FAULT_FILE: &str = "DEMO_FAULT";

@@ -26,8 +26,6 @@
 //! execs `demo install-sh ...` (see [`installer`]).
 
 mod installer;
-#[path = "../../../../common/tests/activation_support/mod.rs"]
-mod journal_writer;
 mod steps;
 
 use std::process::ExitCode;

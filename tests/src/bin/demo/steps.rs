@@ -23,7 +23,7 @@ use agents_tests::{
 };
 
 use crate::installer::{interpreter, FAULT_FILE, LOG_PREFIX};
-use crate::journal_writer::API_CONTRACT;
+use agents_tests::journal_writer::API_CONTRACT;
 
 type Result<T> = std::result::Result<T, String>;
 

@@ -7,7 +7,9 @@
 //! Shared by the common crate's `activation_*` tests and the black-box
 //! `execution_activation_*` tests (included there by path).
 
-#![allow(dead_code)] // each test file uses a different part of this support
+// Fixture plumbing whose names say what each item is; documenting every
+// field would repeat them.
+#![allow(missing_docs)]
 
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
@@ -19,10 +21,7 @@ use agents_common::{
     write_new_private, ExecutionLayout, Json, JsonObject,
 };
 
-#[path = "../shared_support/mod.rs"]
-mod shared_support;
-#[allow(unused_imports)] // each test file uses a different part
-pub use shared_support::{assert_error, make_dir, set_mode, write_file};
+use crate::files::{make_dir, unique_base, write_file};
 
 /// The API contract every fixture release declares.
 pub const API_CONTRACT: i64 = 7;
@@ -58,7 +57,7 @@ impl std::ops::Deref for Install {
 impl Install {
     /// A fresh base under /tmp (unique per process and call).
     pub fn new(tag: &str) -> Install {
-        Install::at(&shared_support::unique_base("activation", tag))
+        Install::at(&unique_base("activation", tag))
     }
 
     /// A base at exactly `base` (recreated from scratch), for tests whose

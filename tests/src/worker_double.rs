@@ -2,21 +2,19 @@
 //! speaks the private control protocol on a real loopback port owned by this
 //! test process (so the PID-pinned client proves it owns the connection).
 
-#![allow(dead_code)] // each test file uses a different part of this support
-
-#[path = "../http_server/mod.rs"]
-pub mod http_server;
-#[path = "../layout_support/mod.rs"]
-pub mod layout_support;
+// Fixture plumbing whose names say what each item is; documenting every
+// field would repeat them.
+#![allow(missing_docs)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::files::{make_dir, write_file};
+use crate::install_base::InstallBase;
+use crate::loopback_peers::{Request, ScriptedServer};
 use agents_common::{
     encode_compact, json_object, parse_json, ExecutionLayout, Json, JsonObject, ServiceSnapshot,
 };
-use http_server::{Request, ScriptedServer};
-use layout_support::{make_dir, write_file, Base};
 
 pub const CONTROL_TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 pub const INSTANCE_ID: &str = "4f1c0b7e9a2d4e6f8a0b1c2d3e4f5a6b";
@@ -29,7 +27,7 @@ pub fn own_pid() -> i64 {
 /// A validated layout over a fresh base, with the runtime directory, the
 /// control token and (once a double runs) a worker receipt.
 pub struct Installed {
-    pub base: Base,
+    pub base: InstallBase,
     pub layout: ExecutionLayout,
 }
 
@@ -40,7 +38,7 @@ impl Installed {
 
     /// Like `new`, editing the serialized layout first (bind, environment...).
     pub fn with_layout(tag: &str, edit: impl FnOnce(&mut JsonObject)) -> Self {
-        let base = Base::new(tag);
+        let base = InstallBase::new(tag);
         base.release("1.0.0");
         let mut dict = base.layout("Linux", "1.0.0", "1.0.0");
         edit(&mut dict);

@@ -1,52 +1,42 @@
 //! Real-process support for the installation lock tests: private roots,
 //! planted locks, dead and live PIDs, and contenders in other processes (the
 //! `install_lock_holder` example and the install.sh-protocol shell script).
-#![allow(dead_code)] // each test file uses a different part
+// Fixture plumbing whose names say what each item is; documenting every
+// field would repeat them.
+#![allow(missing_docs)]
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::TempDir;
+
 /// A unique 0755 directory under the system temp dir, removed on drop.
 pub struct TempRoot {
-    path: PathBuf,
+    dir: TempDir,
 }
 
 impl TempRoot {
     pub fn new(label: &str) -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "agents-lock-{label}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::DirBuilder::new().mode(0o755).create(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
-        TempRoot { path }
+        TempRoot {
+            dir: TempDir::with_mode(&format!("agents-lock-{label}"), 0o755),
+        }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
     }
 
     /// A 0755 install root inside this temp dir.
     pub fn root(&self) -> PathBuf {
-        let root = self.path.join("install");
+        let root = self.dir.join("install");
         if !root.exists() {
             fs::DirBuilder::new().mode(0o755).create(&root).unwrap();
         }
         root
-    }
-}
-
-impl Drop for TempRoot {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
     }
 }
 
@@ -183,7 +173,7 @@ fn suffixed(path: &Path, suffix: &str) -> PathBuf {
 
 /// The install.sh-protocol stand-in next to these tests.
 pub fn shell_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/install_sh_lock.sh")
+    crate::fixture_path("install_lock/install_sh_lock.sh")
 }
 
 /// Which implementation of the lock protocol a contender runs.

@@ -1,8 +1,6 @@
-//! Real install trees for the layout tests: a base directory holding
-//! `install/`, `config/`, `state/` and `home/` (each 0755, owned by the caller)
-//! and complete releases under `install/releases/<version>/`.
-
-#![allow(dead_code)] // each test file uses a different part of this support
+//! Real install trees for layout tests: a base directory holding
+//! `install/`, `config/`, `state/` and `home/` (each 0755, owned by the
+//! caller) and complete releases under `install/releases/<version>/`.
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -10,30 +8,28 @@ use std::path::{Path, PathBuf};
 
 use agents_common::{json_object, Json, JsonObject};
 
-#[path = "../shared_support/mod.rs"]
-mod shared_support;
-#[allow(unused_imports)] // each test file uses a different part
-pub use shared_support::{assert_error, make_dir, set_mode, write_file};
+use crate::files::{make_dir, unique_base, write_file};
 
 /// A base directory removed when dropped.
-pub struct Base {
+pub struct InstallBase {
+    /// The base directory.
     pub path: PathBuf,
 }
 
-impl Base {
+impl InstallBase {
     /// A fresh base under /tmp (unique per process and call).
-    pub fn new(tag: &str) -> Base {
-        Base::at(&shared_support::unique_base("layout", tag))
+    pub fn new(tag: &str) -> InstallBase {
+        InstallBase::at(&unique_base("layout", tag))
     }
 
     /// A base at exactly `path` (recreated from scratch).
-    pub fn at(path: &Path) -> Base {
+    pub fn at(path: &Path) -> InstallBase {
         let _ = fs::remove_dir_all(path);
         make_dir(path, 0o755);
         for root in ["install", "config", "state", "home"] {
             make_dir(&path.join(root), 0o755);
         }
-        Base {
+        InstallBase {
             path: path.to_path_buf(),
         }
     }
@@ -95,12 +91,13 @@ impl Base {
     }
 }
 
-impl Drop for Base {
+impl Drop for InstallBase {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.path);
     }
 }
 
+/// `ln -s target at`.
 pub fn link(target: &Path, at: &Path) {
     symlink(target, at).unwrap();
 }

@@ -1,0 +1,37 @@
+//! Checks of a helper's failure as Python would have raised it: the
+//! exception class and `str(exc)` exactly.
+
+use std::path::Path;
+
+use agents_common::{Error, ErrorClass};
+
+/// Asserts that `result` failed with the Python class and exact message.
+#[track_caller]
+pub fn assert_error<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    class: ErrorClass,
+    message: &str,
+) {
+    match result {
+        Ok(value) => panic!("expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => assert_error_is(&error, class, message),
+    }
+}
+
+/// Asserts the Python exception class and the exact `str(exc)` of an error.
+#[track_caller]
+pub fn assert_error_is(error: &Error, class: ErrorClass, message: &str) {
+    assert_eq!(
+        (error.class(), error.message()),
+        (class, message),
+        "unexpected error: {}",
+        error.python_line()
+    );
+}
+
+/// Asserts a raw OSError worded as Python words it: `strerror` is Python's
+/// `[Errno n] text` (written out literally by each test) and the path follows.
+#[track_caller]
+pub fn assert_os_error(error: &Error, class: ErrorClass, strerror: &str, path: &Path) {
+    assert_error_is(error, class, &format!("{strerror}: '{}'", path.display()));
+}
