@@ -114,9 +114,6 @@ pub use cli::{
     exit_status, not_implemented, parse_command_line, python_int, try_parse_command_line,
     CommandLineExit, CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
 };
-// transaction (the execution activation journal)
-mod transaction;
-pub use transaction::{check_service_states, current_target, ExecutionTransaction};
 // release (update runner: release trust, downloads, archives)
 mod release;
 pub use release::{

@@ -8,10 +8,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agents_common::{json_object, ExecutionLayout, ExecutionTransaction, Json, JsonObject};
+use agents_common::{json_object, ExecutionLayout, Json, JsonObject};
 use agents_tests::Originals;
 use agents_tests::TempDir;
 use cli_support::{assert_same_as_seed, not_implemented_line, run, text};
+use execution_manage::ExecutionTransaction;
 
 const PROGRAM: &str = "execution-manage";
 const SEED: &str = "execution_manage";

@@ -8,13 +8,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use agents_common::{
-    json_object, maintenance_operation_id, request_json, ExecutionLayout, ExecutionTransaction,
-    Json, JsonObject, PinnedRequest, GATEWAY_UNIT, WORKER_UNIT,
+    json_object, maintenance_operation_id, request_json, ExecutionLayout, Json, JsonObject,
+    PinnedRequest, GATEWAY_UNIT, WORKER_UNIT,
 };
 use agents_tests::{
     free_port, poll_until, HttpRequest, Installation, ProcessIdentity, Role, Sandbox,
     SplitServices, AGENT_TOKEN,
 };
+use execution_manage::ExecutionTransaction;
 
 struct Split {
     sandbox: Sandbox,

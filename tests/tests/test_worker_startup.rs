@@ -7,9 +7,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
 use agents_common::{
-    json_object, maintenance_operation_id, write_uninstall_intent, ExecutionLayout,
-    ExecutionTransaction, Json,
+    json_object, maintenance_operation_id, write_uninstall_intent, ExecutionLayout, Json,
 };
+use execution_manage::ExecutionTransaction;
 
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::{free_port, DirectService, HttpRequest, Installation, Role};

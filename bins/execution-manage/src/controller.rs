@@ -24,9 +24,11 @@ use std::time::{Duration, Instant};
 
 use agents_common::{
     json_object, layout_manifest, maintenance_operation_id, prepare_runtime, Error,
-    ExecutionLayout, ExecutionTransaction, Json, JsonObject, NativeServices, Result,
-    ServiceRunState, ServiceState, ServiceStates, WorkerControl,
+    ExecutionLayout, Json, JsonObject, NativeServices, Result, ServiceRunState, ServiceState,
+    ServiceStates, WorkerControl,
 };
+
+use crate::transaction::ExecutionTransaction;
 
 /// How long a started candidate (or a restored prior generation) may take to
 /// reach authenticated health (the seed's `health_timeout`).

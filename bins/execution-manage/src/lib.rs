@@ -13,18 +13,20 @@
 
 mod cli;
 mod controller;
+mod transaction;
 
 use std::io::Write;
 use std::path::Path;
 
 use agents_common::{
     encode_line, json_object, maintenance_operation_id, parse_json, read_file, ExecutionLayout,
-    ExecutionTransaction, InstallationLock, Json, Result,
+    InstallationLock, Json, Result,
 };
 
 pub use cli::{Args, SPEC};
 
 use controller::ActivationController;
+pub use transaction::ExecutionTransaction;
 
 /// Runs one command and prints its result line; the error is the one line
 /// `exit_status` prints.

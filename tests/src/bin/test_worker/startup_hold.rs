@@ -9,9 +9,10 @@ use std::path::Path;
 
 use agents_common::{
     entry_present, execution_context, maintenance_operation_id, normalize_path, owned_directory,
-    pending_uninstall_operation, read_file, release_matches, Error, ExecutionTransaction, Json,
-    Result, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
+    pending_uninstall_operation, read_file, release_matches, Error, Json, Result, TRANSACTION_NAME,
+    UNINSTALL_INTENT_NAME,
 };
+use execution_manage::ExecutionTransaction;
 
 /// The operation this worker generation is held for, if any; an error is
 /// the Python exception line that stops the worker.

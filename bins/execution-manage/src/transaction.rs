@@ -18,17 +18,12 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
-use crate::fs::{
-    atomic_write, check_text, desired, fsync_directory, normalize_path, owned_directory, read_file,
-    snapshot, token_hex, MAX_CONFIG_BYTES,
+use agents_common::{
+    atomic_write, check_text, current_uid, desired, encode_indented, fsync_directory, json_object,
+    layout_manifest, maintenance_operation_id, normalize_path, owned_directory, parse_json,
+    read_file, render_service, snapshot, token_hex, Error, ExecutionLayout, Json, JsonObject,
+    Result, ServiceState, FORMAT, MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
-use crate::json::{encode_indented, parse_json, Json, JsonObject};
-use crate::layout::{
-    layout_manifest, maintenance_operation_id, render_service, ExecutionLayout, FORMAT,
-    PROTOCOL_VERSION,
-};
-use crate::services::ServiceState;
 
 /// The three activation scopes: a first split install, or one component.
 const SCOPES: [&str; 3] = ["migration", "gateway", "worker"];
@@ -70,7 +65,7 @@ pub struct ExecutionTransaction;
 impl ExecutionTransaction {
     /// `stage`: validates the plan and publishes a complete pending journal
     /// (phase `prepared`) before any configuration changes. The caller must
-    /// hold the [`crate::InstallationLock`].
+    /// hold the [`agents_common::InstallationLock`].
     pub fn stage(
         layout: &ExecutionLayout,
         scope: &str,
@@ -162,7 +157,7 @@ impl ExecutionTransaction {
         }
         let current = current_target(layout)?;
         let id = format!("execution-{}", token_hex(12)?);
-        let value = Json::Object(crate::json_object! {
+        let value = Json::Object(json_object! {
             "format" => FORMAT,
             "id" => id.as_str(),
             "scope" => scope,
@@ -201,7 +196,7 @@ impl ExecutionTransaction {
     pub fn load(root: &Path) -> Result<(Json, ExecutionLayout)> {
         let root = normalize_path(root)?;
         owned_directory(&root, false)?;
-        let directory = root.join(crate::layout::TRANSACTION_NAME);
+        let directory = root.join(TRANSACTION_NAME);
         owned_directory(&directory, true)?;
         let (data, _mode) = read_file(&directory.join("manifest.json"), true)?;
         let value = parse_json(&data)?;
@@ -479,7 +474,7 @@ pub fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
         Err(err) => return Err(Error::from_io_path(&err, &current)),
     };
     use std::os::unix::fs::MetadataExt as _;
-    if !info.file_type().is_symlink() || info.uid() != crate::fs::current_uid() {
+    if !info.file_type().is_symlink() || info.uid() != current_uid() {
         return Err(Error::permission(
             "execution current must be an owned release symlink",
         ));
@@ -539,7 +534,7 @@ fn path_text(path: &Path) -> String {
 
 /// The `paths` member: both service files and the layout manifest.
 fn journal_paths(layout: &ExecutionLayout) -> Result<Json> {
-    Ok(Json::Object(crate::json_object! {
+    Ok(Json::Object(json_object! {
         "worker" => path_text(&layout.service_path("worker")?),
         "gateway" => path_text(&layout.service_path("gateway")?),
         "layout" => path_text(&layout.manifest_path()),
@@ -549,7 +544,7 @@ fn journal_paths(layout: &ExecutionLayout) -> Result<Json> {
 /// The `after` member, recomputed from the layout (so template or VERSION
 /// drift invalidates a pending journal instead of publishing stale bytes).
 fn desired_after(layout: &ExecutionLayout) -> Result<Json> {
-    Ok(Json::Object(crate::json_object! {
+    Ok(Json::Object(json_object! {
         "worker" => desired(&render_service(layout, "worker")?),
         "gateway" => desired(&render_service(layout, "gateway")?),
         "layout" => desired(&encode_indented(&layout_manifest(layout)?)),
@@ -559,7 +554,7 @@ fn desired_after(layout: &ExecutionLayout) -> Result<Json> {
 /// One `before` entry must be `{"exists": false}` or a complete, self-
 /// consistent snapshot that is safe to write back.
 fn check_before_snapshot(item: &Json) -> Result<()> {
-    let absent = Json::Object(crate::json_object! {"exists" => false});
+    let absent = Json::Object(json_object! {"exists" => false});
     if *item == absent {
         return Ok(());
     }

@@ -7,10 +7,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    encode_indented, json_object, parse_json, render_service, ErrorClass, ExecutionLayout,
-    ExecutionTransaction, Json, JsonObject,
+    encode_indented, json_object, parse_json, render_service, ErrorClass, ExecutionLayout, Json,
+    JsonObject,
 };
 use agents_tests::{assert_error, link, write_file, InstallBase};
+use execution_manage::ExecutionTransaction;
 
 /// Each watched file's path with its bytes and mode (`None` when absent).
 type FilesState = Vec<(String, Option<(Vec<u8>, u32)>)>;
