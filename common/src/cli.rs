@@ -11,7 +11,6 @@
 //! abbreviations and for values that start with `-`.
 
 mod classify;
-mod python_int;
 mod text;
 
 use std::ffi::{OsStr, OsString};
@@ -23,9 +22,7 @@ use clap::builder::TypedValueParser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-pub use python_int::python_int;
-
-use crate::http::python::repr_surrogateescape;
+use crate::python::text::repr_surrogateescape;
 use crate::Result;
 
 /// A helper's command line (or one subcommand of it), in argparse's terms.
@@ -274,7 +271,7 @@ impl TypedValueParser for ArgparseValue {
                     format!("value is not valid UTF-8: {}", repr_surrogateescape(bytes)),
                 )),
             },
-            ValueKind::Int => match utf8.and_then(python_int) {
+            ValueKind::Int => match utf8.and_then(crate::python::int::python_int) {
                 Some(number) => Ok(Value::Int(number)),
                 None => Err(value_error(
                     command,

@@ -23,13 +23,14 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
+use crate::python::hex::hex;
 
-mod python_path;
 mod secret;
 mod snapshot;
 
 // The Python path rules and OS wrappers other modules share with `_path`.
-pub(crate) use python_path::{normpath, parent, pure_path, resolve};
+pub(crate) use crate::python::path as python_path;
+pub(crate) use crate::python::path::{normpath, parent, pure_path, resolve};
 
 pub use secret::{ensure_execution_secret, read_secret};
 pub use snapshot::{desired, snapshot};
@@ -239,38 +240,17 @@ pub(crate) fn random_bytes(bytes: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
 /// `Path.exists()`: follows symlinks; "missing" covers the errors Python ignores.
 pub(crate) fn exists(path: &Path) -> Result<bool> {
-    pathlib_test(rustix::fs::stat(path).map(|_| true), path)
+    crate::python::path::pathlib_test(rustix::fs::stat(path).map(|_| true), path)
 }
 
 /// `Path.is_symlink()`, with the same error rule.
 pub(crate) fn is_symlink(path: &Path) -> Result<bool> {
-    pathlib_test(
+    crate::python::path::pathlib_test(
         rustix::fs::lstat(path).map(|info| is_type(&info, FileType::Symlink)),
         path,
     )
-}
-
-/// The errors Python 3.11's `pathlib` reads as "not there" in its boolean
-/// tests (`exists()`, `is_symlink()`) instead of raising them.
-pub(crate) fn pathlib_ignores(errno: Errno) -> bool {
-    matches!(
-        errno,
-        Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP
-    )
-}
-
-fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Result<bool> {
-    match result {
-        Ok(answer) => Ok(answer),
-        Err(errno) if pathlib_ignores(errno) => Ok(false),
-        Err(errno) => Err(Error::from_errno(errno, path)),
-    }
 }
 
 /// `os.lstat` with Python's errors: NUL refused as ValueError, else raw OSError.

@@ -21,12 +21,12 @@ use std::path::Path;
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::layout::python_uuid;
+use crate::python::hex::is_lower_hex;
+use crate::python::uuid::python_uuid;
 use crate::{
     current_uid, entry_present, installed_layout, no_activation, normalize_path, owned_directory,
-    parse_json, python_truthy, read_file, read_update_handoff, Error, ExecutionLayout,
-    InstallationLock, Json, JsonObject, NativeServices, Result, ServiceSnapshot, WorkerControl,
-    UNINSTALL_INTENT_NAME,
+    parse_json, read_file, read_update_handoff, Error, ExecutionLayout, InstallationLock, Json,
+    JsonObject, NativeServices, Result, ServiceSnapshot, WorkerControl, UNINSTALL_INTENT_NAME,
 };
 
 /// The only `error_code` of a failed update whose handoff may be retried.
@@ -96,11 +96,11 @@ pub fn retry_failed_handoff(
         return Err(Error::value("failed handoff status is invalid"));
     };
     fn hex_id(value: &Json) -> Option<&str> {
-        value.as_str().filter(|text| is_lower_hex_32(text))
+        value.as_str().filter(|text| is_lower_hex(text, 32))
     }
     let update_id = hex_id(field(&expected, "update_id"));
     let preparation = field(&expected, "preparation_id");
-    let preparation_id = if python_truthy(preparation) {
+    let preparation_id = if crate::python::truthy(preparation) {
         hex_id(preparation)
     } else {
         update_id
@@ -428,9 +428,4 @@ fn held_state_ownership(layout: &ExecutionLayout) -> Result<(u64, u64)> {
 /// `dict.get(key)`: a missing key reads as `None`, like an explicit null.
 fn field<'a>(object: &'a JsonObject, key: &str) -> &'a Json {
     object.get(key).unwrap_or(&Json::Null)
-}
-
-/// `re.fullmatch(r"[0-9a-f]{32}", text)`.
-fn is_lower_hex_32(text: &str) -> bool {
-    text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }

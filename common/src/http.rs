@@ -8,7 +8,6 @@
 //! re-checked that this PID is still the admitted native service.
 
 mod ownership;
-pub(crate) mod python;
 mod url;
 
 use std::io::{self, Read, Write};
@@ -16,7 +15,8 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::{encode_compact, parse_json, python_int, Error, ErrorClass, Json, JsonObject, Result};
+use crate::python::int::python_int;
+use crate::{encode_compact, parse_json, Error, ErrorClass, Json, JsonObject, Result};
 use ownership::Endpoint;
 pub use ownership::{LsofRunner, SystemLsof};
 pub(crate) use url::url_split;
@@ -174,7 +174,7 @@ pub fn request_json(url: &str, token: &str, request: PinnedRequest<'_>) -> Resul
 /// The checked endpoint and request target of the URL.
 struct Target {
     hostname: String,
-    address: python::PyIp,
+    address: crate::python::ip::PyIp,
     port: u16,
     path: String,
 }
@@ -196,7 +196,7 @@ impl Target {
             return Err(exact_endpoint());
         }
         // Numeric addresses only: DNS or a proxy must not rewrite the endpoint.
-        let address = python::ip_address(&hostname)?;
+        let address = crate::python::ip::ip_address(&hostname)?;
         let mut path = if parts.path.is_empty() {
             "/".to_string()
         } else {
@@ -360,7 +360,7 @@ fn receive_response(
 /// Checks the status line and headers (decoded as latin-1) and returns the
 /// declared `Content-Length`, parsed with Python's `int(value, 10)`.
 fn content_length(raw_headers: &[u8], maximum_body: usize) -> Result<Option<usize>> {
-    let text = python::decode_latin1(raw_headers);
+    let text = crate::python::text::decode_latin1(raw_headers);
     let mut lines = text.split("\r\n");
     let status: Vec<&str> = lines.next().unwrap_or("").splitn(3, ' ').collect();
     if status.len() < 2 || !matches!(status[0], "HTTP/1.0" | "HTTP/1.1") || status[1] != "200" {
@@ -372,11 +372,11 @@ fn content_length(raw_headers: &[u8], maximum_body: usize) -> Result<Option<usiz
             return Err(invalid());
         }
         let (name, value) = line.split_once(':').ok_or_else(invalid)?;
-        let name = python::strip(name).to_lowercase();
+        let name = crate::python::text::strip(name).to_lowercase();
         if name.is_empty() || headers.contains_key(&name) {
             return Err(invalid());
         }
-        headers.insert(name, python::strip(value).to_string());
+        headers.insert(name, crate::python::text::strip(value).to_string());
     }
     if headers.contains_key("transfer-encoding") {
         return Err(invalid());

@@ -273,7 +273,7 @@ fn expire_budget(
     };
     Error::runtime(format!(
         "installer timed out after {} seconds{detail}",
-        python_general_format(run.timeout.as_secs_f64())
+        crate::python::number::format_g(run.timeout.as_secs_f64())
     ))
 }
 
@@ -413,53 +413,9 @@ fn python_returncode(status: ExitStatus) -> i32 {
     }
 }
 
-/// Python's `format(value, "g")`: six significant digits, trailing zeros
-/// dropped, scientific notation below 1e-4 and from 1e6 on (`1800`, `0.08`,
-/// `1e+06`).
-fn python_general_format(value: f64) -> String {
-    if !value.is_finite() {
-        return if value.is_nan() {
-            "nan".into()
-        } else if value > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        };
-    }
-    if value == 0.0 {
-        return if value.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    // Round to six significant digits first: the exponent of the rounded
-    // value decides the notation, as in C's %g.
-    let scientific = format!("{value:.5e}");
-    let (mantissa, exponent) = scientific
-        .split_once('e')
-        .expect("`{:e}` output has an exponent");
-    let exponent: i32 = exponent.parse().expect("`{:e}` exponent is an integer");
-    if (-4..6).contains(&exponent) {
-        let decimals = usize::try_from(5 - exponent).unwrap_or(0);
-        strip_fraction_zeros(&format!("{value:.decimals$}")).to_string()
-    } else {
-        let sign = if exponent < 0 { '-' } else { '+' };
-        format!(
-            "{}e{sign}{:02}",
-            strip_fraction_zeros(mantissa),
-            exponent.abs()
-        )
-    }
-}
-
-fn strip_fraction_zeros(number: &str) -> &str {
-    if number.contains('.') {
-        number.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        number
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::python_general_format;
+    use crate::python::number::format_g as python_general_format;
 
     #[test]
     fn general_format_matches_python() {

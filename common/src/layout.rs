@@ -17,13 +17,11 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Access, FileType};
 
-pub(crate) use operation_id::python_uuid;
-pub use operation_id::{maintenance_operation_id, uuid4, uuid5_url, uuid_text};
+pub use operation_id::maintenance_operation_id;
 pub(crate) use render::{plist_document, unit_directory, unit_word, PlistValue};
 pub use render::{render_service, service_arguments};
 
-use crate::fs::pathlib_ignores;
-use crate::http::python::{decode_utf8, strip};
+use crate::python::text::{decode_utf8, strip};
 use crate::{
     check_text, encode_line, ensure_directory, ensure_execution_secret, fsync_directory,
     json_object, normalize_path, owned_directory, parse_json, read_file, Error, Json, Result,
@@ -243,7 +241,7 @@ impl ExecutionLayout {
             let service = self.service_path(role)?;
             normalize_path(&service)?;
             let mut parent = service.parent().unwrap_or(Path::new("/"));
-            while python_stat(parent)?.is_none() {
+            while crate::python::path::stat_if_present(parent)?.is_none() {
                 parent = parent.parent().unwrap_or(Path::new("/"));
             }
             owned_directory(parent, false)?;
@@ -387,7 +385,7 @@ fn release_version(path: &Path, root: &Path) -> Result<String> {
         // these follow links; execution_service.py itself is then re-read
         // without following.
         let executable_needed = required.ends_with("python");
-        let is_file = python_stat(&item)?
+        let is_file = crate::python::path::stat_if_present(&item)?
             .is_some_and(|info| FileType::from_raw_mode(info.st_mode) == FileType::RegularFile);
         if !is_file || (executable_needed && rustix::fs::access(&item, Access::EXEC_OK).is_err()) {
             return Err(Error::value(format!(
@@ -397,16 +395,6 @@ fn release_version(path: &Path, root: &Path) -> Result<String> {
     }
     read_file(&path.join("execution_service.py"), false)?;
     Ok(version.to_string())
-}
-
-/// `stat` as Python's `Path.exists()`/`is_file()` see it: follows symlinks,
-/// and the "missing"-like errors they swallow mean `None`; others propagate.
-fn python_stat(path: &Path) -> Result<Option<rustix::fs::Stat>> {
-    match rustix::fs::stat(path) {
-        Ok(info) => Ok(Some(info)),
-        Err(errno) if pathlib_ignores(errno) => Ok(None),
-        Err(errno) => Err(Error::from_errno(errno, path)),
-    }
 }
 
 /// `re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)`: an environment name.

@@ -72,7 +72,12 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod python;
 pub use error::{Error, ErrorClass, Result};
+pub use python::{
+    int as python_int, shlex_split, str_or_empty as python_str_or_empty, strip as python_strip,
+    truthy as python_truthy, uuid4, uuid5_url, uuid_text,
+};
 
 // json (Python-compatible JSON)
 mod json;
@@ -91,9 +96,8 @@ pub use fs::{
 mod layout;
 pub use layout::{
     active_worker_release, layout_manifest, maintenance_operation_id, prepare_runtime,
-    render_service, service_arguments, uuid4, uuid5_url, uuid_text, ExecutionLayout, FORMAT,
-    GATEWAY_LABEL, GATEWAY_UNIT, LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL,
-    WORKER_UNIT,
+    render_service, service_arguments, ExecutionLayout, FORMAT, GATEWAY_LABEL, GATEWAY_UNIT,
+    LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL, WORKER_UNIT,
 };
 // install_lock (InstallationLock)
 mod install_lock;
@@ -107,12 +111,12 @@ pub use services::{
 mod http;
 pub use http::{request_json, LsofRunner, PinnedRequest, SystemLsof};
 mod worker_control;
-pub use worker_control::{shlex_split, SealedHold, ServiceSnapshot, WorkerControl};
+pub use worker_control::{SealedHold, ServiceSnapshot, WorkerControl};
 // cli (argparse-compatible command lines, exit statuses)
 mod cli;
 pub use cli::{
-    exit_status, not_implemented, parse_command_line, python_int, try_parse_command_line,
-    CommandLineExit, CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
+    exit_status, not_implemented, parse_command_line, try_parse_command_line, CommandLineExit,
+    CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
 };
 // release (update runner: release trust, downloads, archives)
 mod release;
@@ -168,8 +172,7 @@ pub use installer::{
 };
 // update runner orchestration: release lookup, server health, Team Hub fence
 pub use release::{
-    check_release, python_str_or_empty, python_strip, python_truthy, release_rate_limit_delay,
-    ReleaseCheckError, RELEASE_RATE_LIMITED_MESSAGE,
+    check_release, release_rate_limit_delay, ReleaseCheckError, RELEASE_RATE_LIMITED_MESSAGE,
 };
 mod server_health;
 pub use server_health::{

@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::json::{parse_json, Json, JsonObject};
 use crate::json_object;
-use crate::release::{python_str_or_empty, python_strip, python_truthy, MAX_METADATA_BYTES};
+use crate::python::{
+    str_or_empty as python_str_or_empty, strip as python_strip, truthy as python_truthy,
+};
+use crate::release::MAX_METADATA_BYTES;
 use crate::update_status::{update_status, utc_now};
 
 /// Per-request timeout of a health probe (`SERVER_IDLE_CHECK_TIMEOUT_SECONDS`).
@@ -336,7 +339,7 @@ impl ServerHealth {
             if remaining.is_zero() {
                 return Err(Error::runtime(format!(
                     "AgentsServer startup readiness timed out after {} seconds",
-                    python_g(wait.timeout.as_secs_f64())
+                    crate::python::number::format_g(wait.timeout.as_secs_f64())
                 )));
             }
             match self.assert_idle(
@@ -642,15 +645,6 @@ fn plural(count: i128) -> &'static str {
         ""
     } else {
         "s"
-    }
-}
-
-/// Python's `f"{seconds:g}"` for the durations the runner reports.
-fn python_g(seconds: f64) -> String {
-    if seconds.fract() == 0.0 && seconds.abs() < 1e16 {
-        format!("{}", seconds as i64)
-    } else {
-        format!("{seconds}")
     }
 }
 

@@ -308,8 +308,8 @@ impl NativeServices {
         } = self.runner.run(&args, timeout)?;
         let output = CommandOutput {
             status,
-            stdout: command::python_text(&stdout)?,
-            stderr: command::python_text(&stderr)?,
+            stdout: crate::python::text::text_mode(&stdout)?,
+            stderr: crate::python::text::text_mode(&stderr)?,
         };
         if output.status != 0 && !allow_failure {
             // launchctl print can contain environment secrets: never echo output.

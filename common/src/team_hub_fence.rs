@@ -123,7 +123,7 @@ impl TeamHubFence<'_> {
 /// `_maintenance_operation_id`: the stripped id, 1 to 128 characters of
 /// `[A-Za-z0-9][A-Za-z0-9._:-]*`.
 fn maintenance_operation_id(value: &str) -> Result<String> {
-    let operation_id = crate::release::python_strip(value);
+    let operation_id = crate::python::strip(value);
     if !(1..=128).contains(&operation_id.chars().count()) {
         return Err(Error::value(
             "operation_id must be between 1 and 128 characters",
@@ -234,10 +234,7 @@ fn is_restore_staging(name: &[u8]) -> bool {
         .first()
         .is_some_and(|digit| (b'1'..=b'9').contains(digit))
         && number.iter().all(u8::is_ascii_digit)
-        && suffix.len() == 16
-        && suffix
-            .iter()
-            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+        && crate::python::hex::is_lower_hex(suffix, 16)
 }
 
 /// `security.ensure_private_directory`: create the directory (and parents),

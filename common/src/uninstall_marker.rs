@@ -19,9 +19,9 @@ use std::path::Path;
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
-use crate::fs::pathlib_ignores;
+use crate::python::path::pathlib_ignores;
 
-use crate::layout::python_uuid;
+use crate::python::uuid::python_uuid;
 
 use crate::{
     atomic_write, encode_indented, layout_manifest, normalize_path, parse_json, read_file, Error,

@@ -16,7 +16,6 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::json::{encode_indented, parse_json, Json, JsonObject};
-use crate::release::python_str_or_empty;
 
 /// Phases in which the runner owns the row; any other phase (or another
 /// update id) means the server finalised, cancelled or superseded the update.
@@ -231,7 +230,11 @@ pub fn update_status_unlocked(
 
 /// True when the row still belongs to update `update_id` in a runner-owned phase.
 pub fn runner_owns(row: &JsonObject, update_id: &str) -> bool {
-    let field = |key: &str| row.get(key).map(python_str_or_empty).unwrap_or_default();
+    let field = |key: &str| {
+        row.get(key)
+            .map(crate::python::str_or_empty)
+            .unwrap_or_default()
+    };
     field("update_id") == update_id && RUNNER_OWNED_ACTIVE_PHASES.contains(&field("phase").as_str())
 }
 

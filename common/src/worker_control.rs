@@ -7,19 +7,17 @@
 //! token is never sent to a process of another epoch. Each reply is then
 //! checked against that receipt before the helpers act on it.
 
-mod shell_words;
-
 use std::path::{Path, PathBuf};
 
 use crate::fs::{exists, is_symlink};
-use crate::http::python::{decode_utf8, is_space, splitlines, strip};
 use crate::http::url_split;
+pub use crate::python::shlex::shlex_split;
+use crate::python::text::{decode_utf8, is_space, splitlines, strip};
 use crate::{
     normalize_path, owned_directory, parse_json, read_file, read_secret, request_json, Error,
     ExecutionLayout, Json, JsonObject, NativeServices, PinnedRequest, Result, MAX_CONFIG_BYTES,
     PROTOCOL_VERSION,
 };
-pub use shell_words::shlex_split;
 
 const STATUS_PATH: &str = "/api/admin/execution/status";
 const MAINTENANCE_PATH: &str = "/api/admin/execution/maintenance";

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use agents_common::python::hex;
 use agents_common::{
     check_binding, encode_indented, entry_present, evidence_digest, normalize_path,
     owned_directory, pure_path_text, recovery_directory, recovery_evidence, recovery_service_path,
@@ -232,8 +233,4 @@ fn check_owner(
         ));
     }
     Ok(previous_owner)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }

@@ -19,6 +19,7 @@ use agents_common::{
 use base64::Engine as _;
 
 use crate::install_root;
+use agents_common::python::is_lower_hex;
 use inventory::{inventory_tree, read_checked, source_inventory, FileRules};
 
 /// `execution_preparation.MAX_RECEIPT_BYTES`.
@@ -192,12 +193,7 @@ fn b64decode(text: &str) -> Result<Vec<u8>> {
 fn preparation_directory(root: &Path, preparation_id: &Json) -> Result<String> {
     let id = preparation_id
         .as_str()
-        .filter(|id| {
-            id.len() == 32
-                && id
-                    .bytes()
-                    .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
-        })
+        .filter(|id| is_lower_hex(id, 32))
         .ok_or_else(|| Error::value("Invalid preparation identity"))?;
     let parent = root.join(".update-preparations");
     for path in [root.to_path_buf(), parent.clone(), parent.join(id)] {

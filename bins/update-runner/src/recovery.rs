@@ -19,6 +19,7 @@ use agents_common::{
 
 use crate::cli::Args;
 use crate::prepared::{missing_install_dir, preparation_path};
+use agents_common::python::is_lower_hex;
 
 /// `journal_present(root)`: an activation or execution journal entry exists
 /// (a dangling link counts), so only install.sh may resolve the update.
@@ -273,17 +274,9 @@ fn bound_to_update(
         && field("root") == &Json::from(root.to_string_lossy().into_owned())
         && field("server_identity") == &Json::from(server_identity)
         && Some(update_id) == Some(status.get("update_id").unwrap_or(&Json::Null))
-        && is_lower_hex_32(&agents_common::python_str_or_empty(update_id))
+        && is_lower_hex(agents_common::python_str_or_empty(update_id), 32)
         && Some(field("version")) == Some(status.get("target_version").unwrap_or(&Json::Null))
         && field("api_contract")
             .as_int()
             .is_some_and(|contract| contract >= 1)
-}
-
-/// `re.fullmatch(r"[0-9a-f]{32}", text)`.
-fn is_lower_hex_32(text: &str) -> bool {
-    text.len() == 32
-        && text
-            .bytes()
-            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
 }

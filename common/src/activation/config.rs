@@ -12,9 +12,9 @@ use super::io::{
     file_name, lstat, lstat_if_present, parent_of, permission_bits, read_guarded,
     ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR,
 };
-use super::text::hex;
 use crate::error::{Error, Result};
 use crate::json::{Json, JsonObject};
+use crate::python::hex::hex;
 
 /// The kinds of formats 1 and 2.
 const LEGACY_KINDS: [&str; 2] = ["env", "service"];

@@ -10,9 +10,9 @@ use std::path::Path;
 
 use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, PRIVATE};
 use crate::error::{Error, Result};
-use crate::http::python::{decode_utf8, is_space, splitlines, strip};
 use crate::json::JsonObject;
 use crate::layout::is_variable_name;
+use crate::python::text::{decode_utf8, is_space, splitlines, strip};
 use crate::shlex_split;
 
 /// `environment_file(path)`: the `KEY=value` assignments of the private

@@ -4,10 +4,11 @@
 
 use std::path::Path;
 
-use super::text::{is_canonical_uuid, is_lower_hex};
 use crate::error::{Error, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::json::{parse_json_unique, Json, JsonObject};
+use crate::python::hex::is_lower_hex;
+use crate::python::uuid::is_canonical_uuid;
 
 /// The handoff's exact key set.
 const HANDOFF_FIELDS: [&str; 5] = [
@@ -33,7 +34,7 @@ pub fn read_update_handoff(root: &Path, path: &Path) -> Result<JsonObject> {
     };
     let file_name = name(&path);
     let owned = preparations == root.join(".update-preparations")
-        && is_lower_hex(&name(parent), 32)
+        && is_lower_hex(name(parent), 32)
         && file_name
             .strip_prefix("handoff-")
             .and_then(|rest| rest.strip_suffix(".json"))
@@ -82,14 +83,7 @@ pub fn read_update_handoff(root: &Path, path: &Path) -> Result<JsonObject> {
     Ok(value)
 }
 
-/// `uuid.UUID(text)` accepts it: optional `urn:`/`uuid:` prefixes and braces,
-/// hyphens anywhere, then exactly 32 hex digits.
+/// `uuid.UUID(text)` accepts it.
 fn parses_as_uuid(text: &str) -> bool {
-    let text = text.replace("urn:", "").replace("uuid:", "");
-    let digits: String = text
-        .trim_matches(['{', '}'])
-        .chars()
-        .filter(|&c| c != '-')
-        .collect();
-    digits.len() == 32 && digits.bytes().all(|b| b.is_ascii_hexdigit())
+    crate::python::uuid::python_uuid(text).is_ok()
 }

@@ -27,11 +27,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::io::{is_type, lstat, read_link};
-use super::text::{is_lower_hex, strict_int, truthy};
 use crate::error::{Error, Result};
 use crate::fs::{pure_path, resolve};
-use crate::http::python::{decode_utf8, strip};
 use crate::json::{Json, JsonObject};
+use crate::python::hex::is_lower_hex;
+use crate::python::text::{decode_utf8, strip};
+use crate::python::values::{member_truthy as truthy, strict_int};
 use crate::{CommandCapture, RUNNER_OWNED_ACTIVE_PHASES};
 
 mod kernel;

@@ -3,7 +3,7 @@
 //! messages, so a damaged or foreign journal fails exactly where install.sh's
 //! own Python journal writer would fail.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -14,15 +14,15 @@ use super::io::{
     read_private_file, unlink, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
 };
 use super::paths::{absolute_path, is_strict_ancestor, pure_path_text};
-use super::text::{
-    has_exact_keys, hex, is_canonical_uuid, is_lower_hex, is_one_of, is_prefixed_hex, loose_int,
-    safe_text, strict_int, truthy,
-};
+use super::text::{has_exact_keys, is_one_of, safe_text};
 use super::volume::{rebase_volume_bindings, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
-use crate::http::python::ip_address;
 use crate::json::{encode_compact_sorted, parse_json, Json, JsonObject};
+use crate::python::hex::{hex, is_lower_hex, is_prefixed_hex};
+use crate::python::ip::ip_address;
+use crate::python::uuid::is_canonical_uuid;
+use crate::python::values::{loose_int, member_truthy as truthy, strict_int};
 
 /// Name of the journal directory under the install root.
 pub const ACTIVATION_JOURNAL_NAME: &str = ".activation-transaction";
@@ -819,49 +819,13 @@ fn canonical_ip(text: &str) -> Option<String> {
     let address = ip_address(text).ok()?;
     let mut rendered = match address.ip {
         IpAddr::V4(ip) => ip.to_string(),
-        IpAddr::V6(ip) => python_ipv6_text(&ip),
+        IpAddr::V6(ip) => crate::python::ip::ipv6_text(&ip),
     };
     if let Some(scope) = address.scope {
         rendered.push('%');
         rendered.push_str(&scope);
     }
     Some(rendered)
-}
-
-/// Python 3.11's IPv6 text: hex groups with the longest run of two or more
-/// zero groups compressed (the first run on a tie).
-fn python_ipv6_text(address: &Ipv6Addr) -> String {
-    let groups = address.segments();
-    let (mut best_start, mut best_length) = (usize::MAX, 0);
-    let mut index = 0;
-    while index < 8 {
-        if groups[index] == 0 {
-            let start = index;
-            while index < 8 && groups[index] == 0 {
-                index += 1;
-            }
-            if index - start > best_length {
-                (best_start, best_length) = (start, index - start);
-            }
-        } else {
-            index += 1;
-        }
-    }
-    let render = |range: &[u16]| {
-        range
-            .iter()
-            .map(|group| format!("{group:x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    if best_length < 2 {
-        return render(&groups);
-    }
-    format!(
-        "{}::{}",
-        render(&groups[..best_start]),
-        render(&groups[best_start + best_length..])
-    )
 }
 
 #[cfg(test)]

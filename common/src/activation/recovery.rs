@@ -13,10 +13,10 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
-use super::text::{hex, is_lower_hex, is_prefixed_hex};
 use crate::error::{Error, ErrorClass, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::json::{parse_json, Json, JsonObject};
+use crate::python::hex::{hex, is_lower_hex, is_prefixed_hex};
 use crate::{directory_binding, json_object, CommandRunner};
 
 /// `DIRECTORY`: the recovery owners' parent under the install root.
@@ -387,9 +387,9 @@ fn systemctl_show(path: &Path, properties: &str) -> Vec<String> {
 /// `dict(line.split("=", 1) for line in stdout.decode().splitlines() if "=" in line)`,
 /// keeping the dict's first-position, last-value rule.
 fn show_values(stdout: &[u8]) -> Result<Vec<(String, String)>> {
-    let text = crate::http::python::decode_utf8(stdout)?;
+    let text = crate::python::text::decode_utf8(stdout)?;
     let mut values: Vec<(String, String)> = Vec::new();
-    for line in crate::http::python::splitlines(text) {
+    for line in crate::python::text::splitlines(text) {
         let Some((key, value)) = line.split_once('=') else {
             continue;
         };

@@ -14,11 +14,12 @@ use super::io::{
     RELEASE_VERSION_FILE,
 };
 use super::paths::absolute_path;
-use super::text::{hex, safe_text};
+use super::text::safe_text;
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
 use crate::json::{Json, JsonObject};
 use crate::json_object;
+use crate::python::hex::hex;
 
 /// `_owned_regular_sha256(release / "VERSION")`.
 fn version_sha256(release: &Path) -> Result<String> {

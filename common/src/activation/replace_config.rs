@@ -24,11 +24,11 @@ use super::io::{
 };
 use super::manifest::{same_path, ActivationManifest};
 use super::paths::{absolute_path, pure_path_text};
-use super::text::hex;
 use super::volume::{capture_volume, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
 use crate::json::{Json, JsonObject};
 use crate::json_object;
+use crate::python::hex::hex;
 
 /// The durable steps of a fresh publication, in order; a crash after any of
 /// them leaves a state the next call resumes from.

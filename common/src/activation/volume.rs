@@ -22,11 +22,12 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 use super::io::{is_owned_safe_directory, is_type, lstat, open, permission_bits};
 use super::paths::{absolute_path, pure_path_text};
-use super::text::{has_exact_keys, is_canonical_uuid, safe_text};
+use super::text::{has_exact_keys, safe_text};
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
 use crate::json::{Json, JsonObject};
-use crate::layout::uuid_text;
+use crate::python::uuid::is_canonical_uuid;
+use crate::python::uuid::uuid_text;
 
 /// `ATTR_VOL_INFO | ATTR_VOL_UUID` of `sys/attr.h`.
 pub const VOLUME_UUID_ATTRIBUTES: u32 = 0x8004_0000;
@@ -240,27 +241,27 @@ pub(crate) fn rebase_volume_bindings(
     .into_iter()
     .chain(desired.iter().map(String::as_str))
     {
-        if super::text::truthy(value.get(name)) {
+        if crate::python::values::member_truthy(value.get(name)) {
             coordinates.push((vec![name.to_string()], "device"));
         }
     }
     let old_worker = value
         .get("execution")
         .and_then(|execution| execution.get("old_worker_release"));
-    if super::text::truthy(old_worker) {
+    if crate::python::values::member_truthy(old_worker) {
         coordinates.push((
             vec!["execution".to_string(), "old_worker_release".to_string()],
             "device",
         ));
     }
-    if super::text::truthy(value.get("hub")) {
+    if crate::python::values::member_truthy(value.get("hub")) {
         coordinates.push((vec!["hub".to_string()], "fence_device"));
     }
     // Map once from each original value: volumes may exchange numbers.
     let mut updates = Vec::new();
     for (path, field) in &coordinates {
         let item = member(value, path);
-        let number = item.and_then(|item| super::text::loose_int(item.get(field)));
+        let number = item.and_then(|item| crate::python::values::loose_int(item.get(field)));
         match number.and_then(|n| mapping.iter().find(|(old, _)| *old == n)) {
             Some((_, new)) => updates.push((path.clone(), *field, *new)),
             None => {
@@ -348,7 +349,7 @@ pub fn check_binding_on(volumes: &dyn VolumeProbe, path: &Path, saved: &Json) ->
         return Err(Error::runtime("prepared directory identity changed"));
     }
     let same_filesystem = if volumes.host_is_darwin() {
-        super::text::truthy(saved.get("volume_uuid"))
+        crate::python::values::member_truthy(saved.get("volume_uuid"))
             && saved.get("volume_uuid") == current.get("volume_uuid")
     } else {
         saved.get("volume_uuid") == Some(&Json::Null)

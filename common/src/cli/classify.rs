@@ -10,9 +10,9 @@
 
 use std::ffi::{OsStr, OsString};
 
-use super::python_int::decimal_digit;
 use super::{CommandSpec, ValueKind, SUBCOMMAND_DEST};
-use crate::http::python::repr_surrogateescape;
+use crate::python::int::decimal_digit;
+use crate::python::text::repr_surrogateescape;
 
 /// What argparse's `_parse_optional` makes of one word.
 enum Word<'a> {

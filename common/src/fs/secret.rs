@@ -42,7 +42,7 @@ pub fn read_secret(path: &Path) -> Result<String> {
         }
     };
     let value = &buffer[..count];
-    if value.len() != 64 || !value.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if !crate::python::hex::is_lower_hex(value, 64) {
         return Err(Error::runtime("Invalid execution secret file"));
     }
     Ok(value.iter().map(|&b| char::from(b)).collect())
@@ -59,7 +59,7 @@ pub fn ensure_execution_secret(path: &Path) -> Result<String> {
     if name.is_empty() {
         return Err(Error::value(format!(
             "PosixPath({}) has an empty name",
-            crate::http::python::repr_surrogateescape(path.as_os_str().as_bytes())
+            crate::python::text::repr_surrogateescape(path.as_os_str().as_bytes())
         )));
     }
     let mut lock_name = b".".to_vec();

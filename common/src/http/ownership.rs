@@ -11,7 +11,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::python::{self, PyIp};
+use crate::python::ip::PyIp;
 use crate::{CommandRunner, Result, SystemCommandRunner};
 
 /// One side of the connection as Python's `ipaddress` compares it.
@@ -101,7 +101,13 @@ pub(crate) fn linux_connection_owned(
         let Ok(data) = fs::read(table) else {
             continue;
         };
-        if tcp_table_owns(python::decode_ascii(&data)?, ipv6, &inodes, server, client) {
+        if tcp_table_owns(
+            crate::python::text::decode_ascii(&data)?,
+            ipv6,
+            &inodes,
+            server,
+            client,
+        ) {
             return Ok(true);
         }
     }
@@ -117,23 +123,26 @@ pub(crate) fn tcp_table_owns(
     server: &Endpoint,
     client: &Endpoint,
 ) -> bool {
-    python::splitlines(text).iter().skip(1).any(|line| {
-        let fields = python::split_whitespace(line);
-        if fields.len() < 10 || fields[3] != "01" || !inodes.contains(fields[9]) {
-            return false;
-        }
-        let observed = |field: &str| -> Option<Endpoint> {
-            let (address, port) = field.rsplit_once(':')?;
-            Some(Endpoint {
-                ip: address_from_proc(address, ipv6)?,
-                port: python::int_hex(port)?,
-            })
-        };
-        matches!(
-            (observed(fields[1]), observed(fields[2])),
-            (Some(local), Some(remote)) if local == *server && remote == *client
-        )
-    })
+    crate::python::text::splitlines(text)
+        .iter()
+        .skip(1)
+        .any(|line| {
+            let fields = crate::python::text::split_whitespace(line);
+            if fields.len() < 10 || fields[3] != "01" || !inodes.contains(fields[9]) {
+                return false;
+            }
+            let observed = |field: &str| -> Option<Endpoint> {
+                let (address, port) = field.rsplit_once(':')?;
+                Some(Endpoint {
+                    ip: address_from_proc(address, ipv6)?,
+                    port: crate::python::int::int_hex(port)?,
+                })
+            };
+            matches!(
+                (observed(fields[1]), observed(fields[2])),
+                (Some(local), Some(remote)) if local == *server && remote == *client
+            )
+        })
 }
 
 /// Decodes a `/proc/net/tcp` address: the kernel prints each 32-bit word in
@@ -199,8 +208,8 @@ pub(crate) fn darwin_connection_owned(
     let Some(output) = runner.run(&lsof_argv(pid), timeout) else {
         return Ok(false);
     };
-    let text = python::decode_ascii(&output)?;
-    Ok(python::splitlines(text).iter().any(|line| {
+    let text = crate::python::text::decode_ascii(&output)?;
+    Ok(crate::python::text::splitlines(text).iter().any(|line| {
         let Some((local, remote)) = line
             .strip_prefix('n')
             .and_then(|name| name.split_once("->"))
@@ -216,7 +225,7 @@ pub(crate) fn darwin_connection_owned(
 fn parse_lsof_endpoint(value: &str) -> Option<Endpoint> {
     // Python raises IndexError on an empty side; it is skipped here like any
     // other unparseable line (see the module report).
-    let value = *python::split_whitespace(value).first()?;
+    let value = *crate::python::text::split_whitespace(value).first()?;
     let (host, port) = match value.strip_prefix('[') {
         Some(bracketed) => {
             let closing = bracketed.find("]:")?;
@@ -225,8 +234,8 @@ fn parse_lsof_endpoint(value: &str) -> Option<Endpoint> {
         None => value.rsplit_once(':')?,
     };
     Some(Endpoint {
-        ip: python::ip_address(host).ok()?,
-        port: crate::python_int(port)?,
+        ip: crate::python::ip::ip_address(host).ok()?,
+        port: crate::python::int::python_int(port)?,
     })
 }
 

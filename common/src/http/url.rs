@@ -5,7 +5,6 @@
 //! empty `username` passes because it is falsy), so the split is ported rule
 //! for rule rather than delegated to a URL crate with WHATWG semantics.
 
-use super::python;
 use crate::{Error, Result};
 
 /// The five pieces of a split URL, as Python's `SplitResult`.
@@ -100,7 +99,7 @@ fn check_bracketed_host(host: &str) -> Result<()> {
             Err(Error::value("IPvFuture address is invalid"))
         };
     }
-    if python::ip_address(host)?.ip.is_ipv4() {
+    if crate::python::ip::ip_address(host)?.ip.is_ipv4() {
         return Err(Error::value("An IPv4 address cannot be in brackets"));
     }
     Ok(())
@@ -157,7 +156,7 @@ impl SplitUrl {
         if !port.bytes().all(|b| b.is_ascii_digit()) {
             return Err(Error::value(format!(
                 "Port could not be cast to integer value as {}",
-                python::repr(port)
+                crate::python::text::repr(port)
             )));
         }
         let significant = port.trim_start_matches('0');

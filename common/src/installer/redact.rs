@@ -147,7 +147,7 @@ fn spaces(chars: &[char], at: usize) -> usize {
 
 /// Python's `\s` and `str.isspace()`: Unicode White_Space plus the
 /// information separators U+001C..U+001F.
-use crate::http::python::is_space as is_python_space;
+use crate::python::text::is_space as is_python_space;
 
 /// A `\w` character for the boundary before `Bearer` (see the deviation
 /// in the module documentation).
@@ -156,7 +156,7 @@ fn is_word_before_boundary(c: char) -> bool {
 }
 
 /// Python's `str.strip()` with no argument (the crate's one implementation).
-pub(super) use crate::http::python::strip as python_strip;
+pub(super) use crate::python::text::strip as python_strip;
 
 /// Python's `str.splitlines()`: split on `\n`, `\r`, `\r\n`, `\v`, `\f`,
 /// U+001C..U+001E, U+0085, U+2028 and U+2029, without a final empty line.

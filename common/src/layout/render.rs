@@ -177,7 +177,7 @@ pub(crate) fn unit_word(value: &str, command: bool) -> Result<String> {
 pub(crate) fn unit_directory(path: &Path) -> Result<String> {
     let value = path_text(path);
     check_text(&value)?;
-    if crate::http::python::strip(&value) != value {
+    if crate::python::text::strip(&value) != value {
         return Err(Error::value(
             "systemd working directory cannot have outer whitespace",
         ));

@@ -27,8 +27,9 @@ use super::download::{download_npm_archive_to, download_to, ARCHIVE_DOWNLOAD_DEA
 use super::manifest::ReleaseManifest;
 use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
 use crate::error::{Error, Result};
-use crate::http::python::repr;
 use crate::json::{parse_json, Json};
+use crate::python::hex::hex;
+use crate::python::text::repr;
 
 /// Most members an npm archive may hold.
 const NPM_MAX_MEMBERS: usize = 4096;
@@ -146,10 +147,6 @@ impl Write for HashingWriter {
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The kind of a tar member, as tarfile classifies it.
@@ -341,11 +338,11 @@ impl<'a> ExtractionPass<'a> {
         }
         let target = PathBuf::from(OsStr::from_bytes(&raw));
         let mtime = member_mtime(entry);
-        let upper = python_dirname(&raw);
+        let upper = crate::python::path::dirname(&raw);
         if !upper.is_empty() {
             let upper = Path::new(OsStr::from_bytes(upper));
             if !upper.exists() {
-                python_makedirs(upper)?;
+                crate::python::path::makedirs(upper)?;
             }
         }
         if kind == MemberKind::Directory {
@@ -479,59 +476,6 @@ fn set_mtime(path: &Path, times: Option<rustix::fs::Timestamps>) -> Result<()> {
         .map_err(|errno| Error::from_errno(errno, path))
 }
 
-/// `os.path.dirname` of a byte path.
-fn python_dirname(path: &[u8]) -> &[u8] {
-    let Some(index) = path.iter().rposition(|byte| *byte == b'/') else {
-        return b"";
-    };
-    let head = &path[..=index];
-    let trimmed = head.len() - head.iter().rev().take_while(|byte| **byte == b'/').count();
-    if trimmed == 0 {
-        head
-    } else {
-        &head[..trimmed]
-    }
-}
-
-/// `os.makedirs(path)` (mode 0o777 before the umask, `exist_ok=False`):
-/// parents are created as needed and an existing final component raises
-/// `FileExistsError`, even when it is spelt `a/..`.
-fn python_makedirs(path: &Path) -> Result<()> {
-    let bytes = path.as_os_str().as_bytes();
-    let (mut head, mut tail) = python_split(bytes);
-    if tail.is_empty() {
-        (head, tail) = python_split(head);
-    }
-    if !head.is_empty() && !tail.is_empty() {
-        let head_path = Path::new(OsStr::from_bytes(head));
-        if !head_path.exists() {
-            match python_makedirs(head_path) {
-                Err(err) if err.class() == crate::error::ErrorClass::FileExists => {}
-                other => other?,
-            }
-        }
-        if tail == b"." {
-            return Ok(());
-        }
-    }
-    std::fs::create_dir(path).map_err(|err| Error::from_io_path(&err, path))
-}
-
-/// `os.path.split` of a byte path.
-fn python_split(path: &[u8]) -> (&[u8], &[u8]) {
-    let index = path
-        .iter()
-        .rposition(|byte| *byte == b'/')
-        .map_or(0, |index| index + 1);
-    let (head, tail) = path.split_at(index);
-    let trimmed = head.len() - head.iter().rev().take_while(|byte| **byte == b'/').count();
-    if trimmed == 0 {
-        (head, tail)
-    } else {
-        (&head[..trimmed], tail)
-    }
-}
-
 fn strip_leading_slashes(name: &[u8]) -> &[u8] {
     let start = name
         .iter()
@@ -623,7 +567,7 @@ fn npm_layout(destination: &Path, version: &str) -> Result<PathBuf> {
 }
 
 fn read_version_file(path: &Path) -> Result<String> {
-    Ok(super::version::python_strip(&read_text(path)?).to_string())
+    Ok(crate::python::strip(&read_text(path)?).to_string())
 }
 
 /// `Path.read_text()`: strict UTF-8, failing with Python's decode message.

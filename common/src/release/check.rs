@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::download::{download_bytes, FetchError, HttpStatusError};
 use super::manifest::{ReleaseManifest, ReleaseTrust};
 use super::version::{
-    normalized_release_track, python_strip, release_candidates, release_track, version_is_valid,
+    normalized_release_track, release_candidates, release_track, version_is_valid,
 };
 use super::MAX_METADATA_BYTES;
 use crate::error::{Error, ErrorClass};
@@ -115,7 +115,7 @@ fn find_release(
 ) -> CheckResult<ReleaseManifest> {
     let track = normalized_release_track(Some(track))?;
     if let Some(expected) = expected_version {
-        let version = python_strip(expected);
+        let version = crate::python::strip(expected);
         if !version_is_valid(version) {
             return Err(Error::runtime("expected release version is invalid").into());
         }
@@ -238,12 +238,12 @@ pub fn release_rate_limit_delay(status: &HttpStatusError, now_unix_seconds: f64)
     }
     let mut delays = Vec::new();
     let retry_after = header("retry-after").unwrap_or("");
-    if let Some(seconds) = python_float(retry_after) {
+    if let Some(seconds) = crate::python::number::float(retry_after) {
         delays.push(seconds);
     } else if let Some(date) = http_date_timestamp(retry_after) {
         delays.push(date - now_unix_seconds);
     }
-    if let Some(reset) = python_float(header("x-ratelimit-reset").unwrap_or("")) {
+    if let Some(reset) = crate::python::number::float(header("x-ratelimit-reset").unwrap_or("")) {
         delays.push(reset - now_unix_seconds);
     }
     let longest = delays
@@ -255,28 +255,6 @@ pub fn release_rate_limit_delay(status: &HttpStatusError, now_unix_seconds: f64)
         });
     // `as` saturates: a delay beyond u64 is "forever" either way.
     Some(longest.map_or(DEFAULT_RATE_LIMIT_DELAY_SECONDS, |delay| delay as u64))
-}
-
-/// Python's `float(text)`: surrounding whitespace, a sign, digits with single
-/// underscores between them, a fraction, an exponent, `inf`/`infinity`/`nan`
-/// in any case; `None` where Python raises `ValueError`.
-fn python_float(text: &str) -> Option<f64> {
-    let body = python_strip(text);
-    let bytes = body.as_bytes();
-    for (index, byte) in bytes.iter().enumerate() {
-        if *byte == b'_' {
-            let digit_before = index > 0 && bytes[index - 1].is_ascii_digit();
-            let digit_after = bytes.get(index + 1).is_some_and(u8::is_ascii_digit);
-            if !(digit_before && digit_after) {
-                return None;
-            }
-        }
-    }
-    let cleaned: String = body.chars().filter(|c| *c != '_').collect();
-    if cleaned.is_empty() || !cleaned.is_ascii() {
-        return None;
-    }
-    cleaned.parse::<f64>().ok()
 }
 
 /// `parsedate_to_datetime(text).timestamp()` (email.utils' lenient RFC 2822
@@ -384,7 +362,7 @@ fn http_date_timestamp(text: &str) -> Option<f64> {
         [hour, minute, second] => (*hour, *minute, *second),
         _ => return None,
     };
-    let int = |text: &str| crate::python_int(text);
+    let int = |text: &str| crate::python::int::python_int(text);
     let mut year = int(&yy)?;
     let day = int(&dd)?;
     let (hour, minute, second) = (int(hour)?, int(minute)?, int(second)?);
@@ -469,7 +447,7 @@ fn zone_offset_seconds(zone: &str) -> Option<i128> {
         "MDT" => -600,
         "PST" => -800,
         "PDT" => -700,
-        other => match crate::python_int(other) {
+        other => match crate::python::int::python_int(other) {
             Some(0) if other.starts_with('-') => return None,
             Some(hhmm) => hhmm,
             None => return None,
@@ -497,13 +475,13 @@ mod tests {
 
     #[test]
     fn floats_parse_like_python() {
-        assert_eq!(python_float(" 30 "), Some(30.0));
-        assert_eq!(python_float("1_000.5"), Some(1000.5));
-        assert_eq!(python_float("1e3"), Some(1000.0));
-        assert!(python_float("-inf").unwrap().is_infinite());
-        assert!(python_float("NaN").unwrap().is_nan());
+        assert_eq!(crate::python::number::float(" 30 "), Some(30.0));
+        assert_eq!(crate::python::number::float("1_000.5"), Some(1000.5));
+        assert_eq!(crate::python::number::float("1e3"), Some(1000.0));
+        assert!(crate::python::number::float("-inf").unwrap().is_infinite());
+        assert!(crate::python::number::float("NaN").unwrap().is_nan());
         for bad in ["", "_1", "1_", "1__0", "0x10", "1 0", "٣"] {
-            assert_eq!(python_float(bad), None, "{bad}");
+            assert_eq!(crate::python::number::float(bad), None, "{bad}");
         }
     }
 

@@ -233,7 +233,8 @@ pub(crate) fn download_to(
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, FetchError> {
     let response = open(url, deadline_seconds, Redirects::Follow)?;
-    let declared = python_int(response.header("Content-Length").unwrap_or(""))?;
+    let declared =
+        crate::python::number::header_int(response.header("Content-Length").unwrap_or(""))?;
     let too_large = || Error::runtime(format!("download exceeds the {limit}-byte safety limit"));
     if declared.is_some_and(|declared| declared > i128::from(limit)) {
         return Err(too_large().into());
@@ -269,43 +270,11 @@ pub(crate) fn download_npm_archive_to(
         return Err(Error::runtime("npm release archive location changed").into());
     }
     if let Some(declared) = response.header("Content-Length") {
-        if python_int(declared)? != Some(i128::from(size)) {
+        if crate::python::number::header_int(declared)? != Some(i128::from(size)) {
             return Err(Error::runtime("npm release archive size changed").into());
         }
     }
     Ok(response.copy_body(size + 1, sink)?)
-}
-
-/// Python's `int(text or 0)` for a header value: surrounding whitespace, a
-/// sign and single underscores between digits are accepted; `None` for an
-/// empty value, `ValueError` for anything else.
-fn python_int(text: &str) -> Result<Option<i128>> {
-    if text.is_empty() {
-        return Ok(None);
-    }
-    let invalid = || Error::value(format!("invalid literal for int() with base 10: '{text}'"));
-    let trimmed = super::version::python_strip(text);
-    let (negative, digits) = match trimmed.as_bytes().first() {
-        Some(b'-') => (true, &trimmed[1..]),
-        Some(b'+') => (false, &trimmed[1..]),
-        _ => (false, trimmed),
-    };
-    let well_formed = !digits.is_empty()
-        && !digits.starts_with('_')
-        && !digits.ends_with('_')
-        && !digits.contains("__")
-        && digits
-            .bytes()
-            .all(|byte| byte.is_ascii_digit() || byte == b'_');
-    if !well_formed {
-        return Err(invalid());
-    }
-    let value: i128 = digits
-        .replace('_', "")
-        .parse()
-        // Longer than i128: certainly over every limit (or under, if negative).
-        .unwrap_or(i128::MAX);
-    Ok(Some(if negative { -value } else { value }))
 }
 
 /// Resolve a redirect `Location` against the URL that sent it (urljoin for
@@ -350,16 +319,21 @@ mod tests {
 
     #[test]
     fn content_length_parses_like_python_int() {
-        assert_eq!(python_int("").unwrap(), None);
-        assert_eq!(python_int("12").unwrap(), Some(12));
-        assert_eq!(python_int(" +1_000 ").unwrap(), Some(1000));
-        assert_eq!(python_int("-5").unwrap(), Some(-5));
+        assert_eq!(crate::python::number::header_int("").unwrap(), None);
+        assert_eq!(crate::python::number::header_int("12").unwrap(), Some(12));
         assert_eq!(
-            python_int("12abc").unwrap_err().python_line(),
+            crate::python::number::header_int(" +1_000 ").unwrap(),
+            Some(1000)
+        );
+        assert_eq!(crate::python::number::header_int("-5").unwrap(), Some(-5));
+        assert_eq!(
+            crate::python::number::header_int("12abc")
+                .unwrap_err()
+                .python_line(),
             "ValueError: invalid literal for int() with base 10: '12abc'"
         );
         for bad in ["_1", "1_", "1__0", "+", "0x10"] {
-            assert!(python_int(bad).is_err(), "{bad}");
+            assert!(crate::python::number::header_int(bad).is_err(), "{bad}");
         }
     }
 

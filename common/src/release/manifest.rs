@@ -12,13 +12,11 @@ use base64::Engine as _;
 use ed25519_dalek::{Signature, Verifier as _};
 
 use super::key::load_release_public_key;
-use super::python_base64::b64decode_validate;
-use super::version::{
-    normalized_release_track, python_str_or_empty, release_track, version_is_valid,
-};
+use super::version::{normalized_release_track, release_track, version_is_valid};
 use super::{ReleaseEndpoints, MAX_ARCHIVE_BYTES, MAX_NPM_MANIFEST_BYTES, NPM_PACKAGE_NAME};
 use crate::error::{Error, Result};
 use crate::json::{parse_json, Json, JsonObject};
+use crate::python::base64::b64decode_validate;
 
 /// Message of a manifest whose signature does not verify. Python raises
 /// `InvalidSignature`, whose text is empty; the port names the failure.
@@ -80,14 +78,14 @@ impl ReleaseManifest {
     /// `archive.name`: the file name the archive is saved under.
     pub fn archive_name(&self) -> String {
         self.archive_field("name")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default()
     }
 
     /// `archive.url`: the trusted location the archive is downloaded from.
     pub fn archive_url(&self) -> String {
         self.archive_field("url")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default()
     }
 
@@ -152,7 +150,7 @@ impl ReleaseTrust {
         };
         let version = document
             .get("version")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default();
         if !version_is_valid(&version) {
             return Err(Error::runtime(
@@ -172,7 +170,7 @@ impl ReleaseTrust {
         }
         let expected_prerelease = actual_track == "beta";
         if !in_none_or(document.get("prerelease"), |value| {
-            python_equals_bool(value, expected_prerelease)
+            crate::python::values::equals_bool(value, expected_prerelease)
         })? {
             return Err(Error::runtime(
                 "release manifest prerelease metadata is inconsistent",
@@ -214,15 +212,15 @@ impl ReleaseTrust {
         };
         let archive_name = archive
             .get("name")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default();
         let archive_url = archive
             .get("url")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default();
         let archive_sha = archive
             .get("sha256")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default()
             .to_lowercase();
         if archive_name != expected_name
@@ -230,11 +228,7 @@ impl ReleaseTrust {
         {
             return Err(Error::runtime("release archive location is not trusted"));
         }
-        if !(archive_sha.len() == 64
-            && archive_sha
-                .bytes()
-                .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
-        {
+        if !crate::python::hex::is_lower_hex(archive_sha, 64) {
             return Err(Error::runtime("release archive checksum is invalid"));
         }
         Ok(ReleaseManifest {
@@ -284,7 +278,7 @@ impl ReleaseTrust {
         };
         let track = candidate
             .get("track")
-            .map(python_str_or_empty)
+            .map(crate::python::str_or_empty)
             .unwrap_or_default();
         let manifest =
             self.verify_manifest(&payload, &signature, expected_version, &track, true)?;
@@ -369,16 +363,5 @@ fn in_none_or(value: Option<&Json>, equals: impl Fn(&Json) -> bool) -> Result<bo
         Some(Json::Array(_)) => Err(Error::runtime("unhashable type: 'list'")),
         Some(Json::Object(_)) => Err(Error::runtime("unhashable type: 'dict'")),
         Some(value) => Ok(equals(value)),
-    }
-}
-
-/// Python's `value == True/False`: `1`, `1.0` equal `True`; `0`, `0.0` equal `False`.
-fn python_equals_bool(value: &Json, expected: bool) -> bool {
-    let expected_number = if expected { 1.0 } else { 0.0 };
-    match value {
-        Json::Bool(flag) => *flag == expected,
-        Json::Int(number) => *number == i128::from(expected),
-        Json::Float(number) => *number == expected_number,
-        _ => false,
     }
 }

@@ -9,7 +9,6 @@ mod check;
 mod download;
 mod key;
 mod manifest;
-mod python_base64;
 mod version;
 
 pub use archive::{download_release_archive, safe_extract};
@@ -26,7 +25,6 @@ pub use version::{
     release_versions_from_html, version_is_prerelease, version_is_valid, version_key, VersionKey,
     RELEASE_TRACKS,
 };
-pub use version::{python_str_or_empty, python_strip, python_truthy};
 
 /// The GitHub repository that publishes signed AgentsServer releases.
 pub const RELEASE_REPOSITORY: &str = "ZhengyiLuo/AgentsServer";

@@ -7,7 +7,6 @@
 use std::cmp::Ordering;
 
 use crate::error::{Error, Result};
-use crate::http::python::repr;
 use crate::json::Json;
 
 /// The two release tracks a managed update may follow.
@@ -69,15 +68,12 @@ pub fn release_track(version: &str) -> &'static str {
 pub fn normalized_release_track(track: Option<&str>) -> Result<&'static str> {
     let raw = track.unwrap_or("");
     let source = if raw.is_empty() { "stable" } else { raw };
-    let value = python_strip(source).to_lowercase();
+    let value = crate::python::strip(source).to_lowercase();
     RELEASE_TRACKS
         .into_iter()
         .find(|known| *known == value)
         .ok_or_else(|| Error::value(format!("invalid release track: {raw}")))
 }
-
-/// Python's `str.strip()`, under the name the update runner's modules use.
-pub use crate::http::python::strip as python_strip;
 
 /// One dot-separated prerelease identifier: numeric identifiers sort before
 /// alphanumeric ones, exactly like Python's `(0, int)` / `(1, str)` tuples.
@@ -217,7 +213,7 @@ pub fn release_candidates(releases: &Json, track: &str) -> Result<Vec<String>> {
         if release.get("draft").and_then(Json::as_bool) == Some(true) {
             continue;
         }
-        let tag = release.get("tag_name").map(python_str_or_empty);
+        let tag = release.get("tag_name").map(crate::python::str_or_empty);
         let Some(version) = tag.as_deref().and_then(|tag| tag.strip_prefix('v')) else {
             continue;
         };
@@ -225,7 +221,7 @@ pub fn release_candidates(releases: &Json, track: &str) -> Result<Vec<String>> {
             continue;
         }
         if let Some(declared) = release.get("prerelease").filter(|value| !value.is_null()) {
-            if python_truthy(declared) != version_is_prerelease(version) {
+            if crate::python::truthy(declared) != version_is_prerelease(version) {
                 continue;
             }
         }
@@ -263,63 +259,6 @@ pub fn release_versions_from_html(content: &[u8], track: &str) -> Result<Vec<Str
     }
     sort_descending(&mut versions)?;
     Ok(versions)
-}
-
-/// Python's `str(value or "")` for JSON values: falsy values become "",
-/// strings stay as they are, other values use Python's `str()`.
-pub fn python_str_or_empty(value: &Json) -> String {
-    if !python_truthy(value) {
-        return String::new();
-    }
-    python_str(value)
-}
-
-/// Python's `bool(value)` for JSON values.
-pub fn python_truthy(value: &Json) -> bool {
-    match value {
-        Json::Null => false,
-        Json::Bool(flag) => *flag,
-        Json::Int(number) => *number != 0,
-        Json::Float(number) => *number != 0.0,
-        Json::Str(text) => !text.is_empty(),
-        Json::Array(items) => !items.is_empty(),
-        Json::Object(object) => object.iter().next().is_some(),
-    }
-}
-
-/// Python's `str(value)` for JSON values (`repr` inside containers).
-pub(crate) fn python_str(value: &Json) -> String {
-    match value {
-        Json::Str(text) => text.clone(),
-        other => python_repr(other),
-    }
-}
-
-fn python_repr(value: &Json) -> String {
-    match value {
-        Json::Null => "None".to_string(),
-        Json::Bool(true) => "True".to_string(),
-        Json::Bool(false) => "False".to_string(),
-        Json::Int(number) => number.to_string(),
-        Json::Float(number) if number.is_nan() => "nan".to_string(),
-        Json::Float(number) if number.is_infinite() => {
-            if *number > 0.0 { "inf" } else { "-inf" }.to_string()
-        }
-        Json::Float(_) => crate::json::encode_line(value, false),
-        Json::Str(text) => repr(text),
-        Json::Array(items) => format!(
-            "[{}]",
-            items.iter().map(python_repr).collect::<Vec<_>>().join(", ")
-        ),
-        Json::Object(object) => format!(
-            "{{{}}}",
-            object
-                .iter()
-                .map(|(key, item)| format!("{}: {}", repr(key), python_repr(item)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
 }
 
 #[cfg(test)]

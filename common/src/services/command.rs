@@ -12,7 +12,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorClass, Result};
-use crate::http::python;
+use crate::python::text::repr_list;
 use crate::CommandCapture;
 
 /// Runs one native command for [`NativeServices`](super::NativeServices).
@@ -115,7 +115,7 @@ impl CommandRunner for SystemCommandRunner {
                     ErrorClass::Timeout,
                     format!(
                         "Command '{}' timed out after {} seconds",
-                        python_list(args),
+                        repr_list(args),
                         seconds(timeout)
                     ),
                 ));
@@ -135,12 +135,6 @@ fn drain<R: Read + Send + 'static>(stream: Option<R>) -> JoinHandle<Vec<u8>> {
     })
 }
 
-/// `repr(list_of_str)`, as `TimeoutExpired` prints the command.
-fn python_list(args: &[String]) -> String {
-    let items: Vec<String> = args.iter().map(|arg| python::repr(arg)).collect();
-    format!("[{}]", items.join(", "))
-}
-
 /// The timeout as the seed passes it: whole seconds print as Python ints.
 fn seconds(timeout: Duration) -> String {
     if timeout.subsec_nanos() == 0 {
@@ -150,34 +144,16 @@ fn seconds(timeout: Duration) -> String {
     }
 }
 
-/// What `text=True` makes of captured bytes: strict UTF-8 (a `ValueError` with
-/// Python's `UnicodeDecodeError` text otherwise) and universal newlines.
-pub(super) fn python_text(data: &[u8]) -> Result<String> {
-    Ok(python::decode_utf8(data)?
-        .replace("\r\n", "\n")
-        .replace('\r', "\n"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn text_mode_translates_newlines_and_refuses_invalid_utf8() {
-        assert_eq!(python_text(b"a\r\nb\rc\n").unwrap(), "a\nb\nc\n");
-        let err = python_text(b"ok\xff").unwrap_err();
-        assert_eq!(
-            err.python_line(),
-            "ValueError: 'utf-8' codec can't decode byte 0xff in position 2: invalid start byte"
-        );
-    }
 
     #[test]
     fn timeouts_print_like_python_numbers() {
         assert_eq!(seconds(Duration::from_secs(10)), "10");
         assert_eq!(seconds(Duration::from_millis(1500)), "1.5");
         assert_eq!(
-            python_list(&["systemctl".into(), "--user".into()]),
+            repr_list(&["systemctl".into(), "--user".into()]),
             "['systemctl', '--user']"
         );
     }

@@ -8,7 +8,7 @@
 
 use super::ServiceState;
 use crate::error::{Error, Result};
-use crate::http::python::is_space;
+use crate::python::text::is_space;
 
 /// Whether `label` is enabled according to `print-disabled` output: enabled
 /// unless its one entry says `true` or `disabled`.

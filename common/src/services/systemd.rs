@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::{ServiceRunState, ServiceState};
 use crate::error::{Error, Result};
-use crate::http::python;
+use crate::python::text as python;
 
 /// The `show` properties the seed asks for, all of which must come back.
 pub(super) const PROPERTIES: [&str; 4] = ["LoadState", "ActiveState", "UnitFileState", "MainPID"];

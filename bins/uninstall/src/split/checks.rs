@@ -172,10 +172,7 @@ pub fn hold_preparation_leases(root: &Path) -> Result<Vec<OwnedLease>> {
     names.sort();
     let mut leases = Vec::new();
     for name in names {
-        let well_named = name.len() == 32
-            && name
-                .iter()
-                .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+        let well_named = agents_common::python::is_lower_hex(&name, 32);
         if !well_named {
             return Err(Error::runtime(
                 "unknown candidate preparation directory; no files were removed",

@@ -16,6 +16,7 @@ use agents_common::{json_object, Error, Json, JsonObject, Result};
 use sha2::{Digest, Sha256};
 
 use super::MAX_RECEIPT_BYTES;
+use agents_common::python::hex;
 
 /// `MAX_FILE_BYTES`: largest staged file.
 const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
@@ -174,16 +175,9 @@ pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
 /// `[0-9a-f]{64}`.
 pub fn is_sha256(text: &str) -> bool {
-    text.len() == 64
-        && text
-            .bytes()
-            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+    agents_common::python::is_lower_hex(text, 64)
 }
 
 /// A validated source inventory: name to `(sha256, size)`.

@@ -12,10 +12,10 @@ use sha2::{Digest, Sha256};
 use super::super::io::{
     ctime_ns, is_type, lstat, mtime_ns, open_leaf, permission_bits, read_up_to,
 };
-use super::super::text::hex;
 use crate::error::{Error, Result};
 use crate::fs::{current_uid, parent, pure_path, resolve};
 use crate::json::{parse_json_unique, Json};
+use crate::python::hex::hex;
 
 /// The largest installed file `_read` accepts (16 MiB).
 const MAX_PROOF_FILE: u64 = 16 * 1024 * 1024;

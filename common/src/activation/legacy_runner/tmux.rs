@@ -11,7 +11,7 @@ use super::pins::{directory_pin, resolve_strict};
 use super::LegacyRunnerProbe;
 use crate::error::{Error, Result};
 use crate::fs::{current_uid, pure_path, resolve};
-use crate::http::python::{decode_utf8, splitlines};
+use crate::python::text::{decode_utf8, splitlines};
 use crate::shlex_split;
 
 use super::super::io::{is_type, lstat, permission_bits};

@@ -10,8 +10,10 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use rustix::io::Errno;
+
 use crate::error::{Error, Result};
-use crate::http::python::repr_surrogateescape;
+use crate::python::text::repr_surrogateescape;
 
 /// `str(PurePosixPath(path))`: repeated `/` and `.` segments drop, a trailing
 /// `/` drops, `..` stays, and exactly two leading slashes stay (POSIX leaves
@@ -248,6 +250,86 @@ fn join_realpath(path: &[u8], rest: &[u8], seen: &mut Seen) -> Result<(Vec<u8>, 
         seen.insert(newpath, Some(resolved));
     }
     Ok((path, true))
+}
+
+/// The errors Python 3.11's `pathlib` reads as "not there" in its boolean
+/// tests (`exists()`, `is_symlink()`) instead of raising them.
+pub(crate) fn pathlib_ignores(errno: Errno) -> bool {
+    matches!(
+        errno,
+        Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP
+    )
+}
+
+pub(crate) fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Result<bool> {
+    match result {
+        Ok(answer) => Ok(answer),
+        Err(errno) if pathlib_ignores(errno) => Ok(false),
+        Err(errno) => Err(Error::from_errno(errno, path)),
+    }
+}
+
+/// `stat` as Python's `Path.exists()`/`is_file()` see it: follows symlinks,
+/// and the "missing"-like errors they swallow mean `None`; others propagate.
+pub(crate) fn stat_if_present(path: &Path) -> Result<Option<rustix::fs::Stat>> {
+    match rustix::fs::stat(path) {
+        Ok(info) => Ok(Some(info)),
+        Err(errno) if pathlib_ignores(errno) => Ok(None),
+        Err(errno) => Err(Error::from_errno(errno, path)),
+    }
+}
+
+/// `os.path.dirname` of a byte path.
+pub(crate) fn dirname(path: &[u8]) -> &[u8] {
+    let Some(index) = path.iter().rposition(|byte| *byte == b'/') else {
+        return b"";
+    };
+    let head = &path[..=index];
+    let trimmed = head.len() - head.iter().rev().take_while(|byte| **byte == b'/').count();
+    if trimmed == 0 {
+        head
+    } else {
+        &head[..trimmed]
+    }
+}
+
+/// `os.path.split` of a byte path.
+pub(crate) fn split_bytes(path: &[u8]) -> (&[u8], &[u8]) {
+    let index = path
+        .iter()
+        .rposition(|byte| *byte == b'/')
+        .map_or(0, |index| index + 1);
+    let (head, tail) = path.split_at(index);
+    let trimmed = head.len() - head.iter().rev().take_while(|byte| **byte == b'/').count();
+    if trimmed == 0 {
+        (head, tail)
+    } else {
+        (&head[..trimmed], tail)
+    }
+}
+
+/// `os.makedirs(path)` (mode 0o777 before the umask, `exist_ok=False`):
+/// parents are created as needed and an existing final component raises
+/// `FileExistsError`, even when it is spelt `a/..`.
+pub(crate) fn makedirs(path: &Path) -> Result<()> {
+    let bytes = path.as_os_str().as_bytes();
+    let (mut head, mut tail) = split_bytes(bytes);
+    if tail.is_empty() {
+        (head, tail) = split_bytes(head);
+    }
+    if !head.is_empty() && !tail.is_empty() {
+        let head_path = Path::new(OsStr::from_bytes(head));
+        if !head_path.exists() {
+            match makedirs(head_path) {
+                Err(err) if err.class() == crate::error::ErrorClass::FileExists => {}
+                other => other?,
+            }
+        }
+        if tail == b"." {
+            return Ok(());
+        }
+    }
+    std::fs::create_dir(path).map_err(|err| Error::from_io_path(&err, path))
 }
 
 #[cfg(test)]

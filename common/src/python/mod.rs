@@ -1,0 +1,35 @@
+//! Python compatibility, in one place: the rules of the Python standard
+//! library that decide what the seeds accept, refuse and print, reproduced
+//! exactly because the files and messages are shared with Python code.
+//!
+//! - [`text`] — `str.isspace`/`strip`/`split`/`splitlines`, strict decoding
+//!   with `UnicodeDecodeError`'s wording, `repr`;
+//! - [`int`] — `int(text)` (argparse's `type=int`) and `int(text, 16)`;
+//! - [`values`] — `bool()`/`str()` of JSON values;
+//! - [`path`] — `pathlib`/`posixpath` normalisation and `resolve`;
+//! - [`ip`] — `ipaddress.ip_address`;
+//! - [`base64`] — `base64.b64decode(validate=True)`;
+//! - [`shlex`] — `shlex.split`;
+//! - [`uuid`] — `uuid4`, `uuid5(NAMESPACE_URL)`, `uuid.UUID(text)`;
+//! - [`hex`] — `bytes.hex()` and the seeds' lowercase-hex shape checks.
+//!
+//! Exception class names live with the crate's error type
+//! ([`crate::ErrorClass::python_name`]).
+
+pub(crate) mod base64;
+pub(crate) mod hex;
+pub(crate) mod int;
+pub(crate) mod ip;
+pub(crate) mod number;
+pub(crate) mod path;
+pub(crate) mod shlex;
+pub(crate) mod text;
+pub(crate) mod uuid;
+pub(crate) mod values;
+
+pub use hex::{hex, is_lower_hex};
+pub use int::python_int as int;
+pub use shlex::shlex_split;
+pub use text::{decode_utf8, repr, strip};
+pub use uuid::{uuid4, uuid5_url, uuid_text};
+pub use values::{str_or_empty, truthy};
