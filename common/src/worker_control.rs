@@ -7,7 +7,7 @@
 //! token is never sent to a process of another epoch. Each reply is then
 //! checked against that receipt before the helpers act on it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::fs::{exists, is_symlink};
 use crate::http::url_split;
@@ -316,7 +316,9 @@ impl<'a> WorkerControl<'a> {
         let gateway = health.get("gateway").and_then(Json::as_object);
         let worker = health.get("execution_service").and_then(Json::as_object);
         let protocol = Json::from(PROTOCOL_VERSION);
-        let worker_release = python_path_text(&layout.worker_release);
+        let worker_release = crate::python::path::pure_path(&layout.worker_release)
+            .to_str()
+            .map(str::to_string);
         let (gateway, worker) = match (gateway, worker) {
             (Some(gateway), Some(worker))
                 if health.get("ok").and_then(Json::as_bool) == Some(true)
@@ -570,13 +572,4 @@ fn port_text(port: &Json) -> String {
         Json::Bool(false) => "False".to_string(),
         other => crate::encode_line(other, false),
     }
-}
-
-/// `str(path)` of a Python `Path`: separators collapsed, `.` segments and a
-/// trailing slash dropped. `None` for a non-UTF-8 path (never equal).
-fn python_path_text(path: &Path) -> Option<String> {
-    path.components()
-        .collect::<PathBuf>()
-        .to_str()
-        .map(str::to_string)
 }

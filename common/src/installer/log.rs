@@ -6,8 +6,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use super::redact::{python_splitlines, python_strip, redact_line};
+use super::redact::redact_line;
 use crate::error::{Error, Result};
+use crate::python::text::{splitlines, strip};
 
 /// Size the log is trimmed to after every attempt (and, less the next
 /// header, before it).
@@ -58,7 +59,7 @@ pub fn installer_log_tail(log_path: &Path, start_offset: u64) -> String {
         return String::new();
     };
     let text = String::from_utf8_lossy(&content);
-    let mut lines = python_splitlines(&text);
+    let mut lines = splitlines(&text);
     if truncated && !lines.is_empty() {
         // The read may begin inside a secret whose identifying key was
         // before the cut: never show that unclassifiable partial line.
@@ -75,7 +76,7 @@ pub fn installer_log_tail(log_path: &Path, start_offset: u64) -> String {
         .char_indices()
         .nth(skip)
         .map_or(tail.len(), |(at, _)| at);
-    python_strip(&tail[cut..]).to_string()
+    strip(&tail[cut..]).to_string()
 }
 
 /// The bytes from `max(start_offset, size - 64 KiB)` and whether that start

@@ -155,48 +155,10 @@ fn is_word_before_boundary(c: char) -> bool {
     c == '_' || c.is_ascii_alphanumeric()
 }
 
-/// Python's `str.strip()` with no argument (the crate's one implementation).
-pub(super) use crate::python::text::strip as python_strip;
-
-/// Python's `str.splitlines()`: split on `\n`, `\r`, `\r\n`, `\v`, `\f`,
-/// U+001C..U+001E, U+0085, U+2028 and U+2029, without a final empty line.
-pub(super) fn python_splitlines(text: &str) -> Vec<&str> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    let mut chars = text.char_indices().peekable();
-    while let Some((at, c)) = chars.next() {
-        let boundary = matches!(
-            c,
-            '\n' | '\r'
-                | '\u{0b}'
-                | '\u{0c}'
-                | '\u{1c}'
-                | '\u{1d}'
-                | '\u{1e}'
-                | '\u{85}'
-                | '\u{2028}'
-                | '\u{2029}'
-        );
-        if !boundary {
-            continue;
-        }
-        lines.push(&text[start..at]);
-        let mut end = at + c.len_utf8();
-        if c == '\r' && chars.peek().is_some_and(|(_, next)| *next == '\n') {
-            chars.next();
-            end += 1;
-        }
-        start = end;
-    }
-    if start < text.len() {
-        lines.push(&text[start..]);
-    }
-    lines
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{python_splitlines, redact_line};
+    use super::redact_line;
+    use crate::python::text::splitlines as python_splitlines;
 
     #[test]
     fn splitlines_matches_python() {
