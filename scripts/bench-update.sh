@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Update benchmark: the seed's own download-verify-extract path
-# (update_runner.py, run as is) against ours (common/examples/bench_update.rs,
+# (update_runner.py, run as is) against ours (bins/update-runner/examples/bench_update.rs,
 # the same library calls update-runner makes), side by side on the same
 # release: a freshly built archive just under the 200 MiB download limit, a
 # manifest signed with a throwaway Ed25519 key, both served by one local HTTP
@@ -40,7 +40,7 @@ command -v tar >/dev/null && command -v gzip >/dev/null || fail_setup "tar and g
 
 cd "$ROOT"
 echo "bench-update: building the release example" >&2
-cargo build --quiet --release -p agents-common --example bench_update
+cargo build --release -p update-runner --example bench_update
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 OURS="$TARGET_DIR/release/examples/bench_update"

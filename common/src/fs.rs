@@ -125,7 +125,7 @@ pub fn fsync_directory(path: &Path) -> Result<()> {
 /// The `_fsync_directory` of activation_transaction and the Team Hub fence:
 /// opens with `O_DIRECTORY` and `O_NOFOLLOW`, so a symlink or non-directory is
 /// refused rather than synced.
-pub(crate) fn fsync_directory_nofollow(path: &Path) -> Result<()> {
+pub fn fsync_directory_nofollow(path: &Path) -> Result<()> {
     let descriptor = open(
         path,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::DIRECTORY,

@@ -89,8 +89,8 @@ pub use json::{
 mod fs;
 pub use fs::{
     atomic_write, check_text, current_uid, desired, ensure_directory, ensure_execution_secret,
-    fsync_directory, normalize_path, owned_directory, read_file, read_secret, snapshot, token_hex,
-    MAX_CONFIG_BYTES,
+    fsync_directory, fsync_directory_nofollow, normalize_path, owned_directory, read_file,
+    read_secret, snapshot, token_hex, MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 mod layout;
@@ -117,17 +117,6 @@ mod cli;
 pub use cli::{
     exit_status, not_implemented, parse_command_line, try_parse_command_line, CommandLineExit,
     CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
-};
-// release (update runner: release trust, downloads, archives)
-mod release;
-pub use release::{
-    download_bytes, download_release_archive, normalized_release_track, release_candidates,
-    release_track, release_transition_allowed, release_versions_from_html, safe_extract,
-    version_is_prerelease, version_is_valid, version_key, FetchError, HttpStatusError,
-    ReleaseEndpoints, ReleaseManifest, ReleaseTrust, VersionKey, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS,
-    INVALID_SIGNATURE_MESSAGE, MAX_ARCHIVE_BYTES, MAX_METADATA_BYTES, MAX_NPM_MANIFEST_BYTES,
-    METADATA_DOWNLOAD_DEADLINE_SECONDS, NPM_PACKAGE_NAME, NPM_REGISTRY_BASE_ENV,
-    RELEASES_API_URL_ENV, RELEASE_BASE_ENV, RELEASE_REPOSITORY, RELEASE_TRACKS, UPDATER_USER_AGENT,
 };
 // update_status (server-update.json flock + CAS protocol)
 mod update_status;
@@ -162,23 +151,3 @@ pub use uninstall_marker::{
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;
 pub use handoff::{release_existing_handoff, retry_failed_handoff, HandoffRelease};
-// installer (update_runner.run_installer: supervised install.sh)
-mod installer;
-pub use installer::{
-    installer_log_tail, run_installer, trim_installer_log, InstallerOutcome, InstallerRun,
-    INSTALLER_ENVIRONMENT_SELECTORS, INSTALLER_HEARTBEAT_SECONDS, INSTALLER_LOG_MAX_BYTES,
-    INSTALLER_LOG_NAME, INSTALLER_ROLLED_BACK_EXIT, INSTALLER_TERMINATION_POLL_SECONDS,
-    INSTALLER_TIMEOUT_SECONDS,
-};
-// update runner orchestration: release lookup, server health, Team Hub fence
-pub use release::{
-    check_release, release_rate_limit_delay, ReleaseCheckError, RELEASE_RATE_LIMITED_MESSAGE,
-};
-mod server_health;
-pub use server_health::{
-    consume_auth_token_file, resolve_user_path, HealthProbeError, PostUpdateIdentity,
-    ReadinessWait, RepairedHubIdentity, ServerHealth, StatusOwner, SERVER_IDLE_CHECK_TIMEOUT,
-    SERVER_STARTUP_READINESS_POLL, SERVER_STARTUP_READINESS_TIMEOUT,
-};
-mod team_hub_fence;
-pub use team_hub_fence::TeamHubFence;

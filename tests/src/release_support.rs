@@ -131,7 +131,7 @@ print(json.dumps(out))
 /// The port's `release_rate_limit_delay` of one response at `now`, as the
 /// oracle prints it.
 pub fn port_rate_limit_delay((code, headers): &RejectedResponse<'_>, now: f64) -> Json {
-    let status = agents_common::HttpStatusError {
+    let status = update_runner::release::HttpStatusError {
         code: *code,
         reason: "reason".to_string(),
         headers: headers
@@ -139,7 +139,7 @@ pub fn port_rate_limit_delay((code, headers): &RejectedResponse<'_>, now: f64) -
             .map(|(name, value)| (name.to_ascii_lowercase(), value.to_string()))
             .collect(),
     };
-    agents_common::release_rate_limit_delay(&status, now)
+    update_runner::release::release_rate_limit_delay(&status, now)
         .map_or(Json::Null, |delay| Json::Int(i128::from(delay)))
 }
 

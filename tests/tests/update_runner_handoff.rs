@@ -24,13 +24,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
 use agents_common::{
-    encode_indented, json_object, parse_json, Json, JsonObject, GATEWAY_UNIT,
-    INVALID_SIGNATURE_MESSAGE, WORKER_UNIT,
+    encode_indented, json_object, parse_json, Json, JsonObject, GATEWAY_UNIT, WORKER_UNIT,
 };
 use agents_tests::{binary_path, Originals, RequestRecord, Switches};
 use update_handoff_support::{
     finish, Case, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,
 };
+use update_runner::release::INVALID_SIGNATURE_MESSAGE;
 use update_runner_support::{Fixture, Member, Served};
 
 /// The release the update asks for.

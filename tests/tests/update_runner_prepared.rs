@@ -16,11 +16,10 @@ mod update_runner_support;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::{
-    encode_compact_sorted, json_object, Json, JsonObject, INVALID_SIGNATURE_MESSAGE,
-};
+use agents_common::{encode_compact_sorted, json_object, Json, JsonObject};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
+use update_runner::release::INVALID_SIGNATURE_MESSAGE;
 use update_runner_support::{manifest_bytes, Fixture, Side, IDENTITY, INSTALL_SH, UPDATE_ID};
 
 const PREPARATION: &str = "abcdefabcdefabcdefabcdefabcdef01";

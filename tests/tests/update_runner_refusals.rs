@@ -7,8 +7,9 @@
 
 mod update_runner_support;
 
-use agents_common::{json_object, Json, JsonObject, INVALID_SIGNATURE_MESSAGE};
+use agents_common::{json_object, Json, JsonObject};
 use agents_tests::Originals;
+use update_runner::release::INVALID_SIGNATURE_MESSAGE;
 use update_runner_support::{idle_health, updated_health, Fixture, Member, Served, Side};
 
 fn expect_failed(row: &JsonObject, message: &str) {

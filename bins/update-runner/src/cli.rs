@@ -247,7 +247,8 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agents_common::{try_parse_command_line, CommandLineExit, RELEASE_TRACKS};
+    use crate::release::RELEASE_TRACKS;
+    use agents_common::{try_parse_command_line, CommandLineExit};
     use std::ffi::OsString;
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {

@@ -8,9 +8,10 @@
 
 use std::path::Path;
 
+use crate::server_health::resolve_user_path;
 use agents_common::{
     is_ownership_lost, json_object, python_str_or_empty, python_strip, python_truthy,
-    read_status_unlocked, release_existing_handoff, resolve_user_path, runner_owns, update_status,
+    read_status_unlocked, release_existing_handoff, runner_owns, update_status,
     update_status_unlocked, utc_now, Error, Json, JsonObject, Result, StatusLock,
 };
 

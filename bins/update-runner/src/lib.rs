@@ -8,14 +8,19 @@
 
 mod cli;
 mod failure;
+pub mod installer;
 mod prepared;
 mod recovery;
+pub mod release;
+pub mod server_health;
 mod team_hub;
+pub mod team_hub_fence;
 mod update;
 
 use std::path::{Path, PathBuf};
 
-use agents_common::{resolve_user_path, Result};
+use crate::server_health::resolve_user_path;
+use agents_common::Result;
 
 pub use cli::{Args, SPEC};
 

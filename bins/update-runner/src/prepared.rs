@@ -12,9 +12,10 @@ mod inventory;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::release::{ReleaseManifest, ReleaseTrust};
 use agents_common::{
     check_binding, directory_binding, normalize_path, parse_json_unique, python_str_or_empty,
-    Error, ErrorClass, Json, JsonObject, ReleaseManifest, ReleaseTrust, Result,
+    Error, ErrorClass, Json, JsonObject, Result,
 };
 use base64::Engine as _;
 

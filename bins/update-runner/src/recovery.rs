@@ -9,12 +9,15 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use crate::installer::{run_installer, InstallerOutcome, InstallerRun};
+use crate::server_health::{
+    consume_auth_token_file, resolve_user_path, PostUpdateIdentity, RepairedHubIdentity,
+    ServerHealth,
+};
 use agents_common::{
-    check_binding, consume_auth_token_file, entry_present, execution_context, json_object,
-    read_status_unlocked, resolve_user_path, run_installer, update_status, utc_now,
-    ActivationManifest, Error, InstallerOutcome, InstallerRun, Json, JsonObject,
-    PostUpdateIdentity, RepairedHubIdentity, Result, ServerHealth, StatusLock, INTENT_KEYS,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    check_binding, entry_present, execution_context, json_object, read_status_unlocked,
+    update_status, utc_now, ActivationManifest, Error, Json, JsonObject, Result, StatusLock,
+    INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 use crate::cli::Args;

@@ -6,9 +6,9 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+use crate::team_hub_fence::TeamHubFence;
 use agents_common::{
     json_object, python_strip, read_status_unlocked, Error, Json, JsonObject, Result, StatusLock,
-    TeamHubFence,
 };
 
 use crate::cli::Args;

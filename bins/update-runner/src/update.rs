@@ -10,13 +10,19 @@ use std::ffi::OsString;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::installer::{run_installer, InstallerRun};
+use crate::release::{
+    check_release, download_release_archive, normalized_release_track, release_track,
+    release_transition_allowed, safe_extract, version_is_prerelease, ReleaseEndpoints,
+    ReleaseManifest, ReleaseTrust,
+};
+use crate::server_health::{
+    consume_auth_token_file, resolve_user_path, PostUpdateIdentity, ReadinessWait,
+    RepairedHubIdentity, ServerHealth, StatusOwner,
+};
 use agents_common::{
-    check_release, consume_auth_token_file, download_release_archive, json_object,
-    normalized_release_track, python_strip, read_status_unlocked, release_track,
-    release_transition_allowed, resolve_user_path, run_installer, safe_extract, token_hex,
-    update_status, utc_now, version_is_prerelease, Error, InstallerRun, Json, JsonObject,
-    PostUpdateIdentity, ReadinessWait, ReleaseEndpoints, ReleaseManifest, ReleaseTrust,
-    RepairedHubIdentity, Result, ServerHealth, StatusLock, StatusOwner, RUNNER_OWNED_ACTIVE_PHASES,
+    json_object, python_strip, read_status_unlocked, token_hex, update_status, utc_now, Error,
+    Json, JsonObject, Result, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 use crate::cli::Args;

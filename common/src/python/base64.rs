@@ -8,7 +8,7 @@
 
 /// Decode like `base64.b64decode(text, validate=True)`; `None` where Python
 /// raises `binascii.Error` or `ValueError` (non-ASCII text).
-pub(crate) fn b64decode_validate(text: &str) -> Option<Vec<u8>> {
+pub fn b64decode_validate(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
     if !text.is_ascii() {
         return None;

@@ -22,7 +22,7 @@ pub fn is_lower_hex(text: impl AsRef<[u8]>, length: usize) -> bool {
 }
 
 /// `text` is `prefix` followed by exactly `length` lowercase hex digits.
-pub(crate) fn is_prefixed_hex(text: &str, prefix: &str, length: usize) -> bool {
+pub fn is_prefixed_hex(text: &str, prefix: &str, length: usize) -> bool {
     text.strip_prefix(prefix)
         .is_some_and(|rest| is_lower_hex(rest, length))
 }

@@ -21,7 +21,7 @@ const DECIMAL_ZEROS: [u32; 66] = [
 ];
 
 /// The value of `c` as a decimal digit of any script, like Python's `\d` and `int()`.
-pub(crate) fn decimal_digit(c: char) -> Option<u32> {
+pub fn decimal_digit(c: char) -> Option<u32> {
     let code = u32::from(c);
     let index = DECIMAL_ZEROS.partition_point(|&zero| zero <= code);
     let zero = DECIMAL_ZEROS[index.checked_sub(1)?];
@@ -78,7 +78,7 @@ pub fn python_int(text: &str) -> Option<i128> {
 /// space around, a sign, an optional `0x` prefix and single underscores
 /// between digits (or right after the prefix). Magnitudes beyond `i128`
 /// saturate, which keeps every comparison that follows exact.
-pub(crate) fn int_hex(text: &str) -> Option<i128> {
+pub fn int_hex(text: &str) -> Option<i128> {
     let text = text
         .trim_start_matches(c_space_or_unicode_space)
         .trim_end_matches(c_space_or_unicode_space);

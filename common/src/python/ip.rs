@@ -11,7 +11,7 @@ use crate::python::text::repr;
 /// because Python compares it, and a v4 address never equals a v6 one (no
 /// IPv4-mapped normalisation).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PyIp {
+pub struct PyIp {
     pub(crate) ip: IpAddr,
     pub(crate) scope: Option<String>,
 }
@@ -35,7 +35,7 @@ impl PyIp {
 }
 
 /// `ipaddress.ip_address(text)`, with its exact `ValueError` message.
-pub(crate) fn ip_address(text: &str) -> Result<PyIp> {
+pub fn ip_address(text: &str) -> Result<PyIp> {
     if let Some(ip) = ipv4_address(text) {
         return Ok(PyIp::plain(IpAddr::V4(ip)));
     }
@@ -158,7 +158,7 @@ fn hextet(text: &str) -> Option<u16> {
 
 /// Python 3.11's IPv6 text: hex groups with the longest run of two or more
 /// zero groups compressed (the first run on a tie).
-pub(crate) fn ipv6_text(address: &Ipv6Addr) -> String {
+pub fn ipv6_text(address: &Ipv6Addr) -> String {
     let groups = address.segments();
     let (mut best_start, mut best_length) = (usize::MAX, 0);
     let mut index = 0;

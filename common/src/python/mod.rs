@@ -16,16 +16,16 @@
 //! Exception class names live with the crate's error type
 //! ([`crate::ErrorClass::python_name`]).
 
-pub(crate) mod base64;
-pub(crate) mod hex;
-pub(crate) mod int;
-pub(crate) mod ip;
-pub(crate) mod number;
-pub(crate) mod path;
-pub(crate) mod shlex;
-pub(crate) mod text;
-pub(crate) mod uuid;
-pub(crate) mod values;
+pub mod base64;
+pub mod hex;
+pub mod int;
+pub mod ip;
+pub mod number;
+pub mod path;
+pub mod shlex;
+pub mod text;
+pub mod uuid;
+pub mod values;
 
 pub use hex::{hex, is_lower_hex};
 pub use int::python_int as int;

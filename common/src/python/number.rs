@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 /// Python's `float(text)`: surrounding whitespace, a sign, digits with single
 /// underscores between them, a fraction, an exponent, `inf`/`infinity`/`nan`
 /// in any case; `None` where Python raises `ValueError`.
-pub(crate) fn float(text: &str) -> Option<f64> {
+pub fn float(text: &str) -> Option<f64> {
     let body = crate::python::strip(text);
     let bytes = body.as_bytes();
     for (index, byte) in bytes.iter().enumerate() {
@@ -28,7 +28,7 @@ pub(crate) fn float(text: &str) -> Option<f64> {
 /// Python's `int(text or 0)` for a header value: surrounding whitespace, a
 /// sign and single underscores between digits are accepted; `None` for an
 /// empty value, `ValueError` for anything else.
-pub(crate) fn header_int(text: &str) -> Result<Option<i128>> {
+pub fn header_int(text: &str) -> Result<Option<i128>> {
     if text.is_empty() {
         return Ok(None);
     }
@@ -60,7 +60,7 @@ pub(crate) fn header_int(text: &str) -> Result<Option<i128>> {
 /// Python's `format(value, "g")`: six significant digits, trailing zeros
 /// dropped, scientific notation below 1e-4 and from 1e6 on (`1800`, `0.08`,
 /// `1e+06`).
-pub(crate) fn format_g(value: f64) -> String {
+pub fn format_g(value: f64) -> String {
     if !value.is_finite() {
         return if value.is_nan() {
             "nan".into()

@@ -18,7 +18,7 @@ use crate::python::text::repr_surrogateescape;
 /// `str(PurePosixPath(path))`: repeated `/` and `.` segments drop, a trailing
 /// `/` drops, `..` stays, and exactly two leading slashes stay (POSIX leaves
 /// their meaning to the implementation, so Python keeps them).
-pub(crate) fn pure_path(path: &Path) -> PathBuf {
+pub fn pure_path(path: &Path) -> PathBuf {
     let bytes = path.as_os_str().as_bytes();
     let (root, rest) = split_root(bytes);
     let mut out = root.to_vec();
@@ -35,7 +35,7 @@ pub(crate) fn pure_path(path: &Path) -> PathBuf {
 }
 
 /// `Path.parent` of an already pure path: the root is its own parent.
-pub(crate) fn parent(path: &Path) -> PathBuf {
+pub fn parent(path: &Path) -> PathBuf {
     let bytes = path.as_os_str().as_bytes();
     let (root, rest) = split_root(bytes);
     let parts: Vec<&[u8]> = parts_of(rest).collect();
@@ -51,7 +51,7 @@ pub(crate) fn parent(path: &Path) -> PathBuf {
 }
 
 /// `Path.parents` of a pure path, nearest first (empty for a bare root).
-pub(crate) fn ancestors(path: &Path) -> Vec<PathBuf> {
+pub fn ancestors(path: &Path) -> Vec<PathBuf> {
     let mut result = Vec::new();
     let mut current = path.to_path_buf();
     loop {
@@ -65,13 +65,13 @@ pub(crate) fn ancestors(path: &Path) -> Vec<PathBuf> {
 }
 
 /// `Path.name`: the last component, empty for a bare root.
-pub(crate) fn name(path: &Path) -> &[u8] {
+pub fn name(path: &Path) -> &[u8] {
     let (_, rest) = split_root(path.as_os_str().as_bytes());
     parts_of(rest).last().unwrap_or(b"")
 }
 
 /// `path / name` for a pure directory path and a single component.
-pub(crate) fn child(directory: &Path, name: &[u8]) -> PathBuf {
+pub fn child(directory: &Path, name: &[u8]) -> PathBuf {
     let mut out = directory.as_os_str().as_bytes().to_vec();
     if !out.ends_with(b"/") {
         out.push(b'/');
@@ -81,12 +81,12 @@ pub(crate) fn child(directory: &Path, name: &[u8]) -> PathBuf {
 }
 
 /// True when a pure path is absolute, as `PurePosixPath.is_absolute`.
-pub(crate) fn is_absolute(path: &Path) -> bool {
+pub fn is_absolute(path: &Path) -> bool {
     path.as_os_str().as_bytes().starts_with(b"/")
 }
 
 /// True when any component of a pure path is exactly `..`.
-pub(crate) fn has_traversal(path: &Path) -> bool {
+pub fn has_traversal(path: &Path) -> bool {
     let (_, rest) = split_root(path.as_os_str().as_bytes());
     parts_of(rest).any(|part| part == b"..")
 }
@@ -94,7 +94,7 @@ pub(crate) fn has_traversal(path: &Path) -> bool {
 /// `Path.resolve(strict=False)` of Python 3.11: `os.path.realpath` without
 /// strictness, then a `stat` of the result whose only consequence is turning
 /// `ELOOP` into `RuntimeError("Symlink loop from '<result>'")`.
-pub(crate) fn resolve(path: &Path) -> Result<PathBuf> {
+pub fn resolve(path: &Path) -> Result<PathBuf> {
     let bytes = path.as_os_str().as_bytes();
     if bytes.contains(&0) {
         // Python's first lstat of the component that holds the byte refuses it.
@@ -156,7 +156,7 @@ fn split(p: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// `posixpath.normpath`: the lexical step of `abspath` and `realpath`.
-pub(crate) fn normpath(path: &[u8]) -> Vec<u8> {
+pub fn normpath(path: &[u8]) -> Vec<u8> {
     if path.is_empty() {
         return b".".to_vec();
     }
@@ -254,14 +254,16 @@ fn join_realpath(path: &[u8], rest: &[u8], seen: &mut Seen) -> Result<(Vec<u8>, 
 
 /// The errors Python 3.11's `pathlib` reads as "not there" in its boolean
 /// tests (`exists()`, `is_symlink()`) instead of raising them.
-pub(crate) fn pathlib_ignores(errno: Errno) -> bool {
+pub fn pathlib_ignores(errno: Errno) -> bool {
     matches!(
         errno,
         Errno::NOENT | Errno::NOTDIR | Errno::BADF | Errno::LOOP
     )
 }
 
-pub(crate) fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Result<bool> {
+/// The answer of one of `pathlib`'s boolean tests (`exists()`,
+/// `is_symlink()`): the [`pathlib_ignores`] errors mean `false`, others raise.
+pub fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Result<bool> {
     match result {
         Ok(answer) => Ok(answer),
         Err(errno) if pathlib_ignores(errno) => Ok(false),
@@ -271,7 +273,7 @@ pub(crate) fn pathlib_test(result: rustix::io::Result<bool>, path: &Path) -> Res
 
 /// `stat` as Python's `Path.exists()`/`is_file()` see it: follows symlinks,
 /// and the "missing"-like errors they swallow mean `None`; others propagate.
-pub(crate) fn stat_if_present(path: &Path) -> Result<Option<rustix::fs::Stat>> {
+pub fn stat_if_present(path: &Path) -> Result<Option<rustix::fs::Stat>> {
     match rustix::fs::stat(path) {
         Ok(info) => Ok(Some(info)),
         Err(errno) if pathlib_ignores(errno) => Ok(None),
@@ -280,7 +282,7 @@ pub(crate) fn stat_if_present(path: &Path) -> Result<Option<rustix::fs::Stat>> {
 }
 
 /// `os.path.dirname` of a byte path.
-pub(crate) fn dirname(path: &[u8]) -> &[u8] {
+pub fn dirname(path: &[u8]) -> &[u8] {
     let Some(index) = path.iter().rposition(|byte| *byte == b'/') else {
         return b"";
     };
@@ -294,7 +296,7 @@ pub(crate) fn dirname(path: &[u8]) -> &[u8] {
 }
 
 /// `os.path.split` of a byte path.
-pub(crate) fn split_bytes(path: &[u8]) -> (&[u8], &[u8]) {
+pub fn split_bytes(path: &[u8]) -> (&[u8], &[u8]) {
     let index = path
         .iter()
         .rposition(|byte| *byte == b'/')
@@ -311,7 +313,7 @@ pub(crate) fn split_bytes(path: &[u8]) -> (&[u8], &[u8]) {
 /// `os.makedirs(path)` (mode 0o777 before the umask, `exist_ok=False`):
 /// parents are created as needed and an existing final component raises
 /// `FileExistsError`, even when it is spelt `a/..`.
-pub(crate) fn makedirs(path: &Path) -> Result<()> {
+pub fn makedirs(path: &Path) -> Result<()> {
     let bytes = path.as_os_str().as_bytes();
     let (mut head, mut tail) = split_bytes(bytes);
     if tail.is_empty() {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 
 /// Python's `str.isspace`: Unicode white space plus the ASCII separators
 /// `\x1c`–`\x1f`, which Rust does not count.
-pub(crate) fn is_space(c: char) -> bool {
+pub fn is_space(c: char) -> bool {
     c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)
 }
 
@@ -22,7 +22,7 @@ pub fn strip(text: &str) -> &str {
 }
 
 /// `str.split()` without arguments: runs of white space separate, edges vanish.
-pub(crate) fn split_whitespace(text: &str) -> Vec<&str> {
+pub fn split_whitespace(text: &str) -> Vec<&str> {
     text.split(is_space)
         .filter(|part| !part.is_empty())
         .collect()
@@ -30,7 +30,7 @@ pub(crate) fn split_whitespace(text: &str) -> Vec<&str> {
 
 /// `str.splitlines()`: every Python line boundary, `\r\n` as one, no empty
 /// last line for a trailing boundary.
-pub(crate) fn splitlines(text: &str) -> Vec<&str> {
+pub fn splitlines(text: &str) -> Vec<&str> {
     let mut lines = Vec::new();
     let mut start = 0;
     let mut chars = text.char_indices().peekable();
@@ -65,7 +65,7 @@ pub(crate) fn splitlines(text: &str) -> Vec<&str> {
 
 /// `bytes.decode("ascii", "strict")`, failing with Python's
 /// `UnicodeDecodeError` text (a `ValueError`).
-pub(crate) fn decode_ascii(data: &[u8]) -> Result<&str> {
+pub fn decode_ascii(data: &[u8]) -> Result<&str> {
     match data.iter().position(|b| !b.is_ascii()) {
         None => Ok(std::str::from_utf8(data).expect("ASCII is UTF-8")),
         Some(position) => Err(Error::value(format!(
@@ -98,7 +98,7 @@ pub fn decode_utf8(data: &[u8]) -> Result<&str> {
 }
 
 /// `bytes.decode("latin-1")`: every byte is the code point of the same value.
-pub(crate) fn decode_latin1(data: &[u8]) -> String {
+pub fn decode_latin1(data: &[u8]) -> String {
     data.iter().map(|&b| char::from(b)).collect()
 }
 
@@ -111,7 +111,7 @@ pub fn repr(text: &str) -> String {
 /// Python's `repr()` of bytes decoded with `surrogateescape`, as Python holds
 /// argv words and paths: an undecodable byte reads as the lone surrogate
 /// `U+DC80..U+DCFF`, which `repr` prints as `\udcXX`.
-pub(crate) fn repr_surrogateescape(bytes: &[u8]) -> String {
+pub fn repr_surrogateescape(bytes: &[u8]) -> String {
     let valid_contains = |wanted: char| {
         bytes
             .utf8_chunks()
@@ -163,14 +163,14 @@ fn is_printable(c: char) -> bool {
 }
 
 /// `repr(list_of_str)`, as `TimeoutExpired` prints the command.
-pub(crate) fn repr_list(args: &[String]) -> String {
+pub fn repr_list(args: &[String]) -> String {
     let items: Vec<String> = args.iter().map(|arg| repr(arg)).collect();
     format!("[{}]", items.join(", "))
 }
 
 /// What `text=True` makes of captured bytes: strict UTF-8 (a `ValueError` with
 /// Python's `UnicodeDecodeError` text otherwise) and universal newlines.
-pub(crate) fn text_mode(data: &[u8]) -> Result<String> {
+pub fn text_mode(data: &[u8]) -> Result<String> {
     Ok(decode_utf8(data)?.replace("\r\n", "\n").replace('\r', "\n"))
 }
 

@@ -59,7 +59,7 @@ pub fn uuid_text(bytes: &[u8; 16]) -> String {
 /// `str(uuid.UUID(text))`: Python accepts braces, a `urn:uuid:` prefix and
 /// hyphens anywhere around 32 hex digits; anything else is the ValueError
 /// `badly formed hexadecimal UUID string`.
-pub(crate) fn python_uuid(text: &str) -> Result<String> {
+pub fn python_uuid(text: &str) -> Result<String> {
     let mut hex = text.replace("urn:", "").replace("uuid:", "");
     hex = hex.trim_matches(|c| c == '{' || c == '}').replace('-', "");
     if hex.len() != 32 || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
@@ -73,7 +73,7 @@ pub(crate) fn python_uuid(text: &str) -> Result<String> {
 }
 
 /// `str(uuid.UUID(text)) == text`: the canonical lowercase 8-4-4-4-12 form.
-pub(crate) fn is_canonical_uuid(text: &str) -> bool {
+pub fn is_canonical_uuid(text: &str) -> bool {
     let groups: Vec<&str> = text.split('-').collect();
     groups.len() == 5
         && groups

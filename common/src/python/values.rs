@@ -28,7 +28,7 @@ pub fn truthy(value: &Json) -> bool {
 }
 
 /// Python's `str(value)` for JSON values (`repr` inside containers).
-pub(crate) fn to_str(value: &Json) -> String {
+pub fn to_str(value: &Json) -> String {
     match value {
         Json::Str(text) => text.clone(),
         other => repr_json(other),
@@ -63,7 +63,7 @@ fn repr_json(value: &Json) -> String {
 }
 
 /// `isinstance(value, int)`: Python's bool is an int.
-pub(crate) fn loose_int(value: Option<&Json>) -> Option<i128> {
+pub fn loose_int(value: Option<&Json>) -> Option<i128> {
     match value {
         Some(Json::Int(number)) => Some(*number),
         Some(Json::Bool(flag)) => Some(i128::from(*flag)),
@@ -72,17 +72,17 @@ pub(crate) fn loose_int(value: Option<&Json>) -> Option<i128> {
 }
 
 /// `type(value) is int` (bool excluded).
-pub(crate) fn strict_int(value: Option<&Json>) -> Option<i128> {
+pub fn strict_int(value: Option<&Json>) -> Option<i128> {
     value.and_then(Json::as_int)
 }
 
 /// Python truthiness of a possibly absent member (`if d.get(key):`).
-pub(crate) fn member_truthy(value: Option<&Json>) -> bool {
+pub fn member_truthy(value: Option<&Json>) -> bool {
     value.is_some_and(truthy)
 }
 
 /// Python's `value == True/False`: `1`, `1.0` equal `True`; `0`, `0.0` equal `False`.
-pub(crate) fn equals_bool(value: &Json, expected: bool) -> bool {
+pub fn equals_bool(value: &Json, expected: bool) -> bool {
     let expected_number = if expected { 1.0 } else { 0.0 };
     match value {
         Json::Bool(flag) => *flag == expected,

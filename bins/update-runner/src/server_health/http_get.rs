@@ -9,8 +9,8 @@ use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::error::{Error, ErrorClass};
 use crate::release::UPDATER_USER_AGENT;
+use agents_common::{Error, ErrorClass};
 
 /// Largest response head accepted (http.client allows 100 headers of 64 KiB).
 const MAX_HEAD_BYTES: usize = 100 * 65_536;

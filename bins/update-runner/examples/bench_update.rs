@@ -11,8 +11,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agents_common::{
-    download_bytes, download_release_archive, safe_extract, ReleaseEndpoints, ReleaseTrust, Result,
+use agents_common::Result;
+use update_runner::release::{
+    download_bytes, download_release_archive, safe_extract, ReleaseEndpoints, ReleaseTrust,
     MAX_METADATA_BYTES,
 };
 

@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 
-use crate::error::{Error, Result};
-use crate::json_object;
-use crate::update_status::{is_ownership_lost, update_status, utc_now};
+use agents_common::json_object;
+use agents_common::{is_ownership_lost, update_status, utc_now};
+use agents_common::{Error, Result};
 
 pub use log::{installer_log_tail, trim_installer_log, INSTALLER_LOG_MAX_BYTES};
 
@@ -273,7 +273,7 @@ fn expire_budget(
     };
     Error::runtime(format!(
         "installer timed out after {} seconds{detail}",
-        crate::python::number::format_g(run.timeout.as_secs_f64())
+        agents_common::python::number::format_g(run.timeout.as_secs_f64())
     ))
 }
 
@@ -415,7 +415,7 @@ fn python_returncode(status: ExitStatus) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use crate::python::number::format_g as python_general_format;
+    use agents_common::python::number::format_g as python_general_format;
 
     #[test]
     fn general_format_matches_python() {

@@ -10,13 +10,14 @@ use agents_tests::Originals;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agents_common::{
-    check_release, json_object, Json, JsonObject, ReleaseCheckError, ReleaseEndpoints,
-    ReleaseTrust, INVALID_SIGNATURE_MESSAGE, RELEASE_RATE_LIMITED_MESSAGE,
-};
+use agents_common::{json_object, Json, JsonObject};
 use release_support::{
     manifest_bytes, port_rate_limit_delay, python_oracle, seed_rate_limit_delays, RejectedResponse,
     Reply, TempDir, TestKey, TestServer,
+};
+use update_runner::release::{
+    check_release, ReleaseCheckError, ReleaseEndpoints, ReleaseTrust, INVALID_SIGNATURE_MESSAGE,
+    RELEASE_RATE_LIMITED_MESSAGE,
 };
 
 const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -213,7 +214,7 @@ impl Lookup {
     fn port(
         &self,
         host: &ReleaseHost,
-    ) -> Result<agents_common::ReleaseManifest, ReleaseCheckError> {
+    ) -> Result<update_runner::release::ReleaseManifest, ReleaseCheckError> {
         let trust = ReleaseTrust::new(host.key.pem_path.clone(), host.endpoints());
         check_release(&trust, self.track, self.expected, self.require_latest)
     }

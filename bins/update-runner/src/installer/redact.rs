@@ -147,7 +147,7 @@ fn spaces(chars: &[char], at: usize) -> usize {
 
 /// Python's `\s` and `str.isspace()`: Unicode White_Space plus the
 /// information separators U+001C..U+001F.
-use crate::python::text::is_space as is_python_space;
+use agents_common::python::text::is_space as is_python_space;
 
 /// A `\w` character for the boundary before `Bearer` (see the deviation
 /// in the module documentation).
@@ -158,7 +158,7 @@ fn is_word_before_boundary(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::redact_line;
-    use crate::python::text::splitlines as python_splitlines;
+    use agents_common::python::text::splitlines as python_splitlines;
 
     #[test]
     fn splitlines_matches_python() {

@@ -11,11 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agents_common::{
-    encode_compact, encode_indented, parse_json, InstallerOutcome, InstallerRun, Json, JsonObject,
-    Result,
-};
+use agents_common::{encode_compact, encode_indented, parse_json, Json, JsonObject, Result};
 use agents_tests::{Originals, TempDir};
+use update_runner::installer::{InstallerOutcome, InstallerRun};
 
 const STAND_IN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -6,13 +6,14 @@ use agents_tests::release_support;
 
 use std::os::unix::fs::PermissionsExt;
 
-use agents_common::{
-    download_bytes, download_release_archive, json_object, FetchError, Json, JsonObject,
-    ReleaseEndpoints, ReleaseManifest, ReleaseTrust,
-};
+use agents_common::{json_object, Json, JsonObject};
 use base64::Engine as _;
 use release_support::{b64, python_oracle, Reply, TempDir, TestKey, TestServer};
 use sha2::{Digest, Sha256, Sha512};
+use update_runner::release::{
+    download_bytes, download_release_archive, FetchError, ReleaseEndpoints, ReleaseManifest,
+    ReleaseTrust,
+};
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()

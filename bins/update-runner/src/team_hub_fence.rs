@@ -23,10 +23,11 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use crate::activation::absolute_path;
-use crate::error::{Error, Result};
-use crate::fs::{current_uid, pure_path};
-use crate::json::{parse_json, Json};
+use agents_common::absolute_path;
+use agents_common::current_uid;
+use agents_common::python::path::pure_path;
+use agents_common::{parse_json, Json};
+use agents_common::{Error, Result};
 
 /// The fence marker in the Hub data directory.
 const FENCE_NAME: &str = "maintenance-fence.json";
@@ -90,7 +91,7 @@ impl TeamHubFence<'_> {
         }
         let marker = root.join(FENCE_NAME);
         rustix::fs::unlink(&marker).map_err(|errno| Error::from_errno(errno, &marker))?;
-        crate::fs::fsync_directory_nofollow(&root)?;
+        agents_common::fsync_directory_nofollow(&root)?;
         Ok(true)
     }
 
@@ -123,7 +124,7 @@ impl TeamHubFence<'_> {
 /// `_maintenance_operation_id`: the stripped id, 1 to 128 characters of
 /// `[A-Za-z0-9][A-Za-z0-9._:-]*`.
 fn maintenance_operation_id(value: &str) -> Result<String> {
-    let operation_id = crate::python::strip(value);
+    let operation_id = agents_common::python::strip(value);
     if !(1..=128).contains(&operation_id.chars().count()) {
         return Err(Error::value(
             "operation_id must be between 1 and 128 characters",
@@ -234,7 +235,7 @@ fn is_restore_staging(name: &[u8]) -> bool {
         .first()
         .is_some_and(|digit| (b'1'..=b'9').contains(digit))
         && number.iter().all(u8::is_ascii_digit)
-        && crate::python::hex::is_lower_hex(suffix, 16)
+        && agents_common::python::hex::is_lower_hex(suffix, 16)
 }
 
 /// `security.ensure_private_directory`: create the directory (and parents),

@@ -18,11 +18,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agents_common::{
-    consume_auth_token_file, json_object, read_status_unlocked, Json, JsonObject,
-    PostUpdateIdentity, ReadinessWait, RepairedHubIdentity, ServerHealth, StatusOwner,
-};
+use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
 use release_support::{python_oracle, Reply, TempDir, TestServer};
+use update_runner::server_health::{
+    consume_auth_token_file, PostUpdateIdentity, ReadinessWait, RepairedHubIdentity, ServerHealth,
+    StatusOwner,
+};
 
 const IDENTITY: &str = "server-identity-1";
 const HUB_ID: &str = "hub_0123456789";

@@ -6,12 +6,12 @@
 use agents_tests::release_support;
 use agents_tests::Originals;
 
-use agents_common::{
-    json_object, ErrorClass, Json, JsonObject, ReleaseEndpoints, ReleaseManifest, ReleaseTrust,
-    INVALID_SIGNATURE_MESSAGE,
-};
+use agents_common::{json_object, ErrorClass, Json, JsonObject};
 use release_support::{
     b64, manifest_bytes, python_oracle, TempDir, TestKey, TEST_NPM_BASE, TEST_RELEASE_BASE,
+};
+use update_runner::release::{
+    ReleaseEndpoints, ReleaseManifest, ReleaseTrust, INVALID_SIGNATURE_MESSAGE,
 };
 
 const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

@@ -12,10 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::{
-    encode_compact_sorted, json_object, ErrorClass, Json, JsonObject, TeamHubFence,
-};
+use agents_common::{encode_compact_sorted, json_object, ErrorClass, Json, JsonObject};
 use release_support::TempDir;
+use update_runner::team_hub_fence::TeamHubFence;
 
 const HUB_ID: &str = "hub_0123456789";
 const HOST: &str = "server-identity-1";

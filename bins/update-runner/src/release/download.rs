@@ -17,7 +17,7 @@
 use std::io::{Read, Write};
 
 use super::UPDATER_USER_AGENT;
-use crate::error::{Error, ErrorClass, Result};
+use agents_common::{Error, ErrorClass, Result};
 
 /// Deadline of a metadata request (urllib's 30 s socket timeout).
 pub const METADATA_DOWNLOAD_DEADLINE_SECONDS: u64 = 30;
@@ -234,7 +234,7 @@ pub(crate) fn download_to(
 ) -> std::result::Result<u64, FetchError> {
     let response = open(url, deadline_seconds, Redirects::Follow)?;
     let declared =
-        crate::python::number::header_int(response.header("Content-Length").unwrap_or(""))?;
+        agents_common::python::number::header_int(response.header("Content-Length").unwrap_or(""))?;
     let too_large = || Error::runtime(format!("download exceeds the {limit}-byte safety limit"));
     if declared.is_some_and(|declared| declared > i128::from(limit)) {
         return Err(too_large().into());
@@ -270,7 +270,7 @@ pub(crate) fn download_npm_archive_to(
         return Err(Error::runtime("npm release archive location changed").into());
     }
     if let Some(declared) = response.header("Content-Length") {
-        if crate::python::number::header_int(declared)? != Some(i128::from(size)) {
+        if agents_common::python::number::header_int(declared)? != Some(i128::from(size)) {
             return Err(Error::runtime("npm release archive size changed").into());
         }
     }
@@ -319,21 +319,30 @@ mod tests {
 
     #[test]
     fn content_length_parses_like_python_int() {
-        assert_eq!(crate::python::number::header_int("").unwrap(), None);
-        assert_eq!(crate::python::number::header_int("12").unwrap(), Some(12));
+        assert_eq!(agents_common::python::number::header_int("").unwrap(), None);
         assert_eq!(
-            crate::python::number::header_int(" +1_000 ").unwrap(),
+            agents_common::python::number::header_int("12").unwrap(),
+            Some(12)
+        );
+        assert_eq!(
+            agents_common::python::number::header_int(" +1_000 ").unwrap(),
             Some(1000)
         );
-        assert_eq!(crate::python::number::header_int("-5").unwrap(), Some(-5));
         assert_eq!(
-            crate::python::number::header_int("12abc")
+            agents_common::python::number::header_int("-5").unwrap(),
+            Some(-5)
+        );
+        assert_eq!(
+            agents_common::python::number::header_int("12abc")
                 .unwrap_err()
                 .python_line(),
             "ValueError: invalid literal for int() with base 10: '12abc'"
         );
         for bad in ["_1", "1_", "1__0", "+", "0x10"] {
-            assert!(crate::python::number::header_int(bad).is_err(), "{bad}");
+            assert!(
+                agents_common::python::number::header_int(bad).is_err(),
+                "{bad}"
+            );
         }
     }
 

@@ -21,14 +21,14 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::json::{parse_json, Json, JsonObject};
-use crate::json_object;
-use crate::python::{
+use crate::release::MAX_METADATA_BYTES;
+use agents_common::json_object;
+use agents_common::python::{
     str_or_empty as python_str_or_empty, strip as python_strip, truthy as python_truthy,
 };
-use crate::release::MAX_METADATA_BYTES;
-use crate::update_status::{update_status, utc_now};
+use agents_common::{parse_json, Json, JsonObject};
+use agents_common::{update_status, utc_now};
+use agents_common::{Error, Result};
 
 /// Per-request timeout of a health probe (`SERVER_IDLE_CHECK_TIMEOUT_SECONDS`).
 pub const SERVER_IDLE_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -339,7 +339,7 @@ impl ServerHealth {
             if remaining.is_zero() {
                 return Err(Error::runtime(format!(
                     "AgentsServer startup readiness timed out after {} seconds",
-                    crate::python::number::format_g(wait.timeout.as_secs_f64())
+                    agents_common::python::number::format_g(wait.timeout.as_secs_f64())
                 )));
             }
             match self.assert_idle(
@@ -674,7 +674,7 @@ pub fn resolve_user_path(path: &Path) -> Result<PathBuf> {
         cwd.extend_from_slice(&expanded);
         cwd
     };
-    crate::fs::resolve(Path::new(OsStr::from_bytes(&absolute)))
+    agents_common::python::path::resolve(Path::new(OsStr::from_bytes(&absolute)))
 }
 
 /// `consume_auth_token_file`: read the server's one-time health credential

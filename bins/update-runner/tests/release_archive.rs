@@ -7,8 +7,9 @@ use agents_tests::release_support;
 
 use std::path::{Path, PathBuf};
 
-use agents_common::{json_object, safe_extract, Json};
+use agents_common::{json_object, Json};
 use release_support::{python_oracle, write_tar_gz, Member, TempDir};
+use update_runner::release::safe_extract;
 
 const ROOT: &str = "agents-server-1.0.7";
 

@@ -3,11 +3,12 @@
 
 use agents_tests::release_support;
 
-use agents_common::{
-    json_object, normalized_release_track, release_candidates, release_transition_allowed,
-    release_versions_from_html, version_key, Json,
-};
+use agents_common::{json_object, Json};
 use release_support::python_oracle;
+use update_runner::release::{
+    normalized_release_track, release_candidates, release_transition_allowed,
+    release_versions_from_html, version_key,
+};
 
 const VERSIONS: &[&str] = &[
     "0.0.0",

@@ -11,14 +11,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::{
-    is_ownership_lost, json_object, run_installer, utc_now, InstallerOutcome, InstallerRun, Json,
-    INSTALLER_ENVIRONMENT_SELECTORS, OWNERSHIP_LOST_MESSAGE,
-};
+use agents_common::{is_ownership_lost, json_object, utc_now, Json, OWNERSHIP_LOST_MESSAGE};
 use agents_tests::{Originals, TempDir};
 use installer_support::{
     eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,
     Fixture,
+};
+use update_runner::installer::{
+    run_installer, InstallerOutcome, InstallerRun, INSTALLER_ENVIRONMENT_SELECTORS,
 };
 
 /// Set in the re-executed test binary that plays the update runner.

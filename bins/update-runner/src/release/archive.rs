@@ -26,10 +26,10 @@ use sha2::{Digest, Sha256, Sha512};
 use super::download::{download_npm_archive_to, download_to, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS};
 use super::manifest::ReleaseManifest;
 use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
-use crate::error::{Error, Result};
-use crate::json::{parse_json, Json};
-use crate::python::hex::hex;
-use crate::python::text::repr;
+use agents_common::python::hex::hex;
+use agents_common::python::text::repr;
+use agents_common::{parse_json, Json};
+use agents_common::{Error, Result};
 
 /// Most members an npm archive may hold.
 const NPM_MAX_MEMBERS: usize = 4096;
@@ -338,11 +338,11 @@ impl<'a> ExtractionPass<'a> {
         }
         let target = PathBuf::from(OsStr::from_bytes(&raw));
         let mtime = member_mtime(entry);
-        let upper = crate::python::path::dirname(&raw);
+        let upper = agents_common::python::path::dirname(&raw);
         if !upper.is_empty() {
             let upper = Path::new(OsStr::from_bytes(upper));
             if !upper.exists() {
-                crate::python::path::makedirs(upper)?;
+                agents_common::python::path::makedirs(upper)?;
             }
         }
         if kind == MemberKind::Directory {
@@ -567,7 +567,7 @@ fn npm_layout(destination: &Path, version: &str) -> Result<PathBuf> {
 }
 
 fn read_version_file(path: &Path) -> Result<String> {
-    Ok(crate::python::strip(&read_text(path)?).to_string())
+    Ok(agents_common::python::strip(&read_text(path)?).to_string())
 }
 
 /// `Path.read_text()`: strict UTF-8, failing with Python's decode message.
