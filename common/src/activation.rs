@@ -17,33 +17,23 @@
 // st_dev on macOS); the casts that are no-ops here are not elsewhere.
 #![allow(clippy::unnecessary_cast)]
 
-mod config;
-mod durability;
-mod environment;
-mod handoff;
-mod invocation;
-mod io;
-mod legacy_runner;
-mod manifest;
-mod paths;
-mod recovery;
-mod release;
-mod replace_config;
-mod text;
-mod volume;
+pub mod config;
+pub mod handoff;
+pub mod invocation;
+pub mod io;
+pub mod manifest;
+pub mod paths;
+pub mod recovery;
+pub mod release;
+pub mod text;
+pub mod volume;
 
 pub use config::{config_path_matches_desired, config_staging_paths};
-pub use durability::flush_activation;
-pub use environment::runtime_environment;
 pub use handoff::read_update_handoff;
 pub use invocation::{execution_context, validate_invocation, ActivationInvocation};
 pub use io::{
     read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,
     ACTIVATION_CONTROL_LIMIT,
-};
-pub use legacy_runner::{
-    verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
-    PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
 };
 pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 pub use paths::{absolute_path, pure_path_text};
@@ -53,10 +43,6 @@ pub use recovery::{
     RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 pub use release::{link_state, locate_release, release_identity, release_matches};
-pub use replace_config::{
-    journaled_staging_matches, replace_config, replace_config_on, replace_config_with_checkpoints,
-    ReplaceConfigStep,
-};
 pub use volume::{
     check_binding_on, directory_binding_on, volume_uuid, SystemVolumes, VolumeProbe,
     VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,

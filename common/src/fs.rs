@@ -30,7 +30,7 @@ mod snapshot;
 
 // The Python path rules and OS wrappers other modules share with `_path`.
 pub(crate) use crate::python::path as python_path;
-pub(crate) use crate::python::path::{normpath, parent, pure_path, resolve};
+pub(crate) use crate::python::path::{normpath, pure_path};
 
 pub use secret::{ensure_execution_secret, read_secret};
 pub use snapshot::{desired, snapshot};
@@ -254,7 +254,7 @@ pub(crate) fn is_symlink(path: &Path) -> Result<bool> {
 }
 
 /// `os.lstat` with Python's errors: NUL refused as ValueError, else raw OSError.
-pub(crate) fn lstat(path: &Path) -> Result<Stat> {
+pub fn lstat(path: &Path) -> Result<Stat> {
     reject_nul(path)?;
     rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))
 }
@@ -262,7 +262,7 @@ pub(crate) fn lstat(path: &Path) -> Result<Stat> {
 /// Opens `path` with `access` without following a leaf symlink or blocking on
 /// a FIFO, and `fstat`s what was opened: the guarded readers judge the opened
 /// inode, never the path, so a file swapped in after the check is not read.
-pub(crate) fn open_leaf(path: &Path, access: OFlags) -> Result<(OwnedFd, Stat)> {
+pub fn open_leaf(path: &Path, access: OFlags) -> Result<(OwnedFd, Stat)> {
     let fd = open(
         path,
         access | OFlags::NOFOLLOW | OFlags::NONBLOCK,
@@ -273,7 +273,7 @@ pub(crate) fn open_leaf(path: &Path, access: OFlags) -> Result<(OwnedFd, Stat)> 
 }
 
 /// `os.open` with Python's errors; descriptors are close-on-exec as in Python.
-pub(crate) fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
+pub fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
     reject_nul(path)?;
     rustix::fs::open(path, flags | OFlags::CLOEXEC, mode)
         .map_err(|errno| Error::from_errno(errno, path))
@@ -286,12 +286,13 @@ pub(crate) fn reject_nul(path: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn is_type(info: &Stat, kind: FileType) -> bool {
+/// `stat.S_ISREG`/`S_ISDIR`/`S_ISLNK`...: the file type of an `lstat` or `fstat`.
+pub fn is_type(info: &Stat, kind: FileType) -> bool {
     FileType::from_raw_mode(info.st_mode) == kind
 }
 
 /// `stat.S_IMODE`: permission, set-id and sticky bits.
-pub(crate) fn permission_bits(info: &Stat) -> u32 {
+pub fn permission_bits(info: &Stat) -> u32 {
     info.st_mode & 0o7777
 }
 
@@ -311,7 +312,9 @@ fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
     Ok(data)
 }
 
-pub(crate) fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
+/// Writes every byte, retrying interrupted and short writes (`os.write` in a
+/// loop, as the seeds write secrets and journals).
+pub fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
     while !data.is_empty() {
         match rustix::io::write(&fd, data) {
             Ok(count) => data = &data[count..],

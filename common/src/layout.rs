@@ -398,7 +398,7 @@ fn release_version(path: &Path, root: &Path) -> Result<String> {
 }
 
 /// `re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)`: an environment name.
-pub(crate) fn is_variable_name(key: &str) -> bool {
+pub fn is_variable_name(key: &str) -> bool {
     let mut bytes = key.bytes();
     bytes
         .next()

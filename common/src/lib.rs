@@ -86,14 +86,14 @@ pub use json::{
     parse_json_unique, Json, JsonObject,
 };
 // fs (safe filesystem primitives and secrets)
-mod fs;
+pub mod fs;
 pub use fs::{
     atomic_write, check_text, current_uid, desired, ensure_directory, ensure_execution_secret,
     fsync_directory, fsync_directory_nofollow, normalize_path, owned_directory, read_file,
     read_secret, snapshot, token_hex, MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
-mod layout;
+pub mod layout;
 pub use layout::{
     active_worker_release, layout_manifest, maintenance_operation_id, prepare_runtime,
     render_service, service_arguments, ExecutionLayout, FORMAT, GATEWAY_LABEL, GATEWAY_UNIT,
@@ -126,20 +126,17 @@ pub use update_status::{
     RUNNER_OWNED_ACTIVE_PHASES,
 };
 // activation (install.sh's .activation-transaction journal and replace_config)
-mod activation;
+pub mod activation;
 pub use activation::{
     absolute_path, activation_intent, canonical_manifest_bytes, check_binding_on,
     config_path_matches_desired, config_staging_paths, directory_binding_on, evidence_digest,
-    execution_context, flush_activation, journaled_staging_matches, link_state, locate_release,
-    pure_path_text, read_owned_config, read_private_file, read_update_handoff, recovery_directory,
-    recovery_evidence, recovery_label, recovery_service_path, release_identity, release_matches,
-    render_recovery_service, replace_config, replace_config_on, replace_config_with_checkpoints,
-    runtime_environment, validate_invocation, verify_legacy_runner, volume_uuid, write_new_private,
-    ActivationInvocation, ActivationManifest, CommandCapture, LegacyRunnerClaim, LegacyRunnerProbe,
-    RecoveryService, ReplaceConfigStep, SystemLegacyProbe, SystemVolumes, VolumeProbe,
-    ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
-    PROC_BSDINFO_SIZE, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, TMUX_PANE_FORMAT,
-    VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
+    execution_context, link_state, locate_release, pure_path_text, read_owned_config,
+    read_private_file, read_update_handoff, recovery_directory, recovery_evidence, recovery_label,
+    recovery_service_path, release_identity, release_matches, render_recovery_service,
+    validate_invocation, volume_uuid, write_new_private, ActivationInvocation, ActivationManifest,
+    CommandCapture, RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT,
+    ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY,
+    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;

@@ -235,7 +235,7 @@ impl Roots {
     /// assignments as environment, as `publish` renders it).
     pub fn layout(&self, version: &str) -> ExecutionLayout {
         let environment = if self.env_path().exists() {
-            agents_common::runtime_environment(&self.env_path()).unwrap()
+            execution_activation::environment::runtime_environment(&self.env_path()).unwrap()
         } else {
             JsonObject::new()
         };

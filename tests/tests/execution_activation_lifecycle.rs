@@ -15,15 +15,16 @@ use std::process::Output;
 use std::time::Duration;
 
 use agents_common::{
-    config_staging_paths, json_object, replace_config, ActivationInvocation, ActivationManifest,
-    ExecutionLayout, Json, JsonObject, NativeServices, ServiceSnapshot, SystemCommandRunner,
-    WorkerControl, GATEWAY_UNIT, WORKER_UNIT,
+    config_staging_paths, json_object, ActivationInvocation, ActivationManifest, ExecutionLayout,
+    Json, JsonObject, NativeServices, ServiceSnapshot, SystemCommandRunner, WorkerControl,
+    GATEWAY_UNIT, WORKER_UNIT,
 };
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::write_file;
 use agents_tests::{
     binary_path, free_port, poll_until, test_worker_path, HttpRequest, Sandbox, AGENT_TOKEN,
 };
+use execution_activation::replace_config::replace_config;
 
 /// How long a started unit may take to publish its receipt.
 const SERVICE_TIMEOUT: Duration = Duration::from_secs(20);

@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use agents_common::{
-    config_staging_paths, execution_context, parse_json, replace_config,
-    replace_config_with_checkpoints, ActivationInvocation, ActivationManifest, Error, Json,
-    ReplaceConfigStep,
+    config_staging_paths, execution_context, parse_json, ActivationInvocation, ActivationManifest,
+    Error, Json,
 };
 use agents_tests::binary_path;
 use agents_tests::journal_writer::{Begin, Install};
 use agents_tests::write_file;
+use execution_activation::replace_config::{
+    replace_config, replace_config_with_checkpoints, ReplaceConfigStep,
+};
 
 /// One golden layout case whose worker and gateway share a release (the
 /// only shape `execution_activation` publishes).

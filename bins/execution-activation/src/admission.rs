@@ -8,12 +8,15 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use crate::legacy_runner::{
+    verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
+};
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
     parse_json, pure_path_text, python_truthy, read_file, read_private_file,
-    update_status_unlocked, verify_legacy_runner, ActivationManifest, Error, ExecutionLayout, Json,
-    JsonObject, LegacyRunnerClaim, LegacyRunnerProbe, Result, StatusLock, SystemLegacyProbe,
-    WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
+    update_status_unlocked, ActivationManifest, Error, ExecutionLayout, Json, JsonObject, Result,
+    StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
+    RUNNER_OWNED_ACTIVE_PHASES,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 

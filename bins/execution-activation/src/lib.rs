@@ -14,14 +14,19 @@ mod api_contract;
 mod cli;
 mod context;
 mod detect;
+pub mod durability;
+pub mod environment;
+pub mod legacy_runner;
 mod native;
 mod operations;
 mod publish;
 mod recovery_state;
+pub mod replace_config;
 mod retired_intent;
 mod verify;
 
-use agents_common::{flush_activation, locate_release, Error, Json, Result, SystemCommandRunner};
+use crate::durability::flush_activation;
+use agents_common::{locate_release, Error, Json, Result, SystemCommandRunner};
 
 pub use cli::{Args, SPEC};
 

@@ -16,11 +16,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::environment::runtime_environment;
+use crate::replace_config::{journaled_staging_matches, replace_config};
 use agents_common::{
     config_path_matches_desired, config_staging_paths, encode_indented, ensure_directory,
-    entry_present, journaled_staging_matches, layout_manifest, prepare_runtime, read_owned_config,
-    read_private_file, render_service, replace_config, runtime_environment, write_new_private,
-    ActivationInvocation, ActivationManifest, Error, Result, ACTIVATION_CONFIG_LIMIT,
+    entry_present, layout_manifest, prepare_runtime, read_owned_config, read_private_file,
+    render_service, write_new_private, ActivationInvocation, ActivationManifest, Error, Result,
+    ACTIVATION_CONFIG_LIMIT,
 };
 
 use crate::cli::Args;

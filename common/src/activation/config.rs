@@ -32,7 +32,7 @@ pub(crate) fn config_kinds(execution_format: bool) -> &'static [&'static str] {
 
 /// `_config_modes(kind, publication=...)`: env and the layout manifest stay
 /// private; units may be published 0644 and were snapshotted up to 0644.
-pub(crate) fn config_modes(kind: &str, publication: bool) -> &'static [u32] {
+pub fn config_modes(kind: &str, publication: bool) -> &'static [u32] {
     if kind == "env" || kind == "execution_layout" {
         &[0o600]
     } else if publication {
@@ -64,8 +64,10 @@ pub fn config_staging_paths(
 
 /// `{sha256, mode}` of a configuration file as the journal records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigMetadata {
+pub struct ConfigMetadata {
+    /// The content's sha256, lowercase hex.
     pub sha256: String,
+    /// The permission bits.
     pub mode: u32,
 }
 
@@ -107,7 +109,7 @@ pub(crate) fn current_config_metadata(path: &Path) -> Result<Option<ConfigMetada
 }
 
 /// `_config_identity_matches(info, desired)`: same device and inode.
-pub(crate) fn identity_matches(device: u64, inode: u64, desired: &JsonObject) -> bool {
+pub fn identity_matches(device: u64, inode: u64, desired: &JsonObject) -> bool {
     desired.get("device") == Some(&Json::from(device))
         && desired.get("inode") == Some(&Json::from(inode))
 }

@@ -27,7 +27,7 @@ pub const ACTIVATION_CONFIG_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// How one guarded read judges the opened file.
 #[derive(Clone, Copy)]
-pub(crate) struct ReadPolicy {
+pub struct ReadPolicy {
     /// Open read-write (the staging source is later `fchmod`ed through it).
     pub write: bool,
     /// `Some(m)`: the mode must be exactly `m`; `None`: no group/other write.
@@ -45,7 +45,7 @@ pub(crate) struct ReadPolicy {
 }
 
 /// `_read_private`: exactly 0600, one link.
-pub(crate) const PRIVATE: ReadPolicy = ReadPolicy {
+pub const PRIVATE: ReadPolicy = ReadPolicy {
     write: false,
     exact_mode: Some(0o600),
     links: &[1],
@@ -78,7 +78,7 @@ pub(crate) const RELEASE_VERSION_FILE: ReadPolicy = ReadPolicy {
 };
 
 /// `_open_config_staging_source`: the `.source` file, opened read-write.
-pub(crate) const STAGING_SOURCE: ReadPolicy = ReadPolicy {
+pub const STAGING_SOURCE: ReadPolicy = ReadPolicy {
     write: true,
     exact_mode: None,
     links: &[1],
@@ -90,7 +90,7 @@ pub(crate) const STAGING_SOURCE: ReadPolicy = ReadPolicy {
 
 /// `_staged_config_metadata`: a `.publication` (or source) that may still
 /// share its inode with the other staging name.
-pub(crate) const STAGED_PUBLICATION: ReadPolicy = ReadPolicy {
+pub const STAGED_PUBLICATION: ReadPolicy = ReadPolicy {
     write: false,
     exact_mode: None,
     links: &[1, 2],
@@ -102,15 +102,18 @@ pub(crate) const STAGED_PUBLICATION: ReadPolicy = ReadPolicy {
 
 /// One guarded read: the open descriptor, its `fstat` before reading, and the
 /// bytes (at most `maximum`).
-pub(crate) struct GuardedRead {
+pub struct GuardedRead {
+    /// The opened file (the staging source is later `fchmod`ed through it).
     pub descriptor: OwnedFd,
+    /// Its `fstat` before reading.
     pub before: Stat,
+    /// At most `maximum` bytes.
     pub data: Vec<u8>,
 }
 
 /// Opens `path` without following a leaf symlink (and without blocking on a
 /// FIFO), applies `policy` and reads at most `maximum` bytes.
-pub(crate) fn read_guarded(path: &Path, maximum: u64, policy: ReadPolicy) -> Result<GuardedRead> {
+pub fn read_guarded(path: &Path, maximum: u64, policy: ReadPolicy) -> Result<GuardedRead> {
     let access = if policy.write {
         OFlags::RDWR
     } else {
@@ -180,7 +183,7 @@ pub fn write_new_private(path: &Path, data: &[u8]) -> Result<()> {
 /// `_replace_private`: atomically replaces `path` with a private file through
 /// a uniquely named temporary, then fsyncs the directory; the temporary never
 /// survives.
-pub(crate) fn replace_private(path: &Path, data: &[u8]) -> Result<()> {
+pub fn replace_private(path: &Path, data: &[u8]) -> Result<()> {
     let parent = parent_of(path);
     let mut name = b".".to_vec();
     name.extend_from_slice(file_name(path));
@@ -198,13 +201,13 @@ pub(crate) fn replace_private(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 /// `os.replace(source, destination)` with Python's two-path error text.
-pub(crate) fn rename(source: &Path, destination: &Path) -> Result<()> {
+pub fn rename(source: &Path, destination: &Path) -> Result<()> {
     rustix::fs::rename(source, destination)
         .map_err(|errno| two_path_error(errno, source, destination))
 }
 
 /// `os.link(source, destination, follow_symlinks=False)`.
-pub(crate) fn hard_link(source: &Path, destination: &Path) -> Result<()> {
+pub fn hard_link(source: &Path, destination: &Path) -> Result<()> {
     rustix::fs::linkat(
         rustix::fs::CWD,
         source,
@@ -222,13 +225,13 @@ fn two_path_error(errno: Errno, source: &Path, destination: &Path) -> Error {
 }
 
 /// `os.unlink(path)`.
-pub(crate) fn unlink(path: &Path) -> Result<()> {
+pub fn unlink(path: &Path) -> Result<()> {
     reject_nul(path)?;
     rustix::fs::unlink(path).map_err(|errno| Error::from_errno(errno, path))
 }
 
 /// `Path.lstat()` where only FileNotFoundError means "absent".
-pub(crate) fn lstat_if_present(path: &Path) -> Result<Option<Stat>> {
+pub fn lstat_if_present(path: &Path) -> Result<Option<Stat>> {
     match lstat(path) {
         Ok(info) => Ok(Some(info)),
         Err(error) if error.is_not_found() => Ok(None),
@@ -237,7 +240,7 @@ pub(crate) fn lstat_if_present(path: &Path) -> Result<Option<Stat>> {
 }
 
 /// `os.readlink(path)` as text (paths in journals are JSON strings).
-pub(crate) fn read_link(path: &Path) -> Result<String> {
+pub fn read_link(path: &Path) -> Result<String> {
     reject_nul(path)?;
     let target =
         rustix::fs::readlink(path, Vec::new()).map_err(|errno| Error::from_errno(errno, path))?;
@@ -257,12 +260,12 @@ fn change_identity(info: &Stat) -> (u64, u64, i64, i128) {
 }
 
 /// `st_mtime_ns`.
-pub(crate) fn mtime_ns(info: &Stat) -> i128 {
+pub fn mtime_ns(info: &Stat) -> i128 {
     info.st_mtime as i128 * 1_000_000_000 + info.st_mtime_nsec as i128
 }
 
 /// `st_ctime_ns`.
-pub(crate) fn ctime_ns(info: &Stat) -> i128 {
+pub fn ctime_ns(info: &Stat) -> i128 {
     info.st_ctime as i128 * 1_000_000_000 + info.st_ctime_nsec as i128
 }
 
@@ -275,7 +278,7 @@ pub(crate) fn is_owned_safe_directory(info: &Stat) -> bool {
 }
 
 /// `Path.parent` of a lexically normalised path (the root is its own parent).
-pub(crate) fn parent_of(path: &Path) -> PathBuf {
+pub fn parent_of(path: &Path) -> PathBuf {
     path.parent()
         .map_or_else(|| path.to_path_buf(), Path::to_path_buf)
 }
@@ -286,7 +289,7 @@ pub(crate) fn file_name(path: &Path) -> &[u8] {
 }
 
 /// Reads until `limit` bytes or end of file.
-pub(crate) fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
+pub fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
     let mut data = Vec::new();
     let mut chunk = vec![0u8; 1024 * 1024];
     while data.len() < limit {

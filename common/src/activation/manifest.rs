@@ -204,7 +204,7 @@ impl ActivationManifest {
     }
 
     /// The mutable dict, for the journal's own writer (`replace_config`).
-    pub(crate) fn object_mut(&mut self) -> &mut JsonObject {
+    pub fn object_mut(&mut self) -> &mut JsonObject {
         &mut self.value
     }
 }
@@ -296,7 +296,7 @@ fn invalid(message: &str) -> Error {
 }
 
 /// Compare two paths as `pathlib` does (`Path(a) == Path(b)`).
-pub(crate) fn same_path(a: &Path, b: &Path) -> bool {
+pub fn same_path(a: &Path, b: &Path) -> bool {
     pure_path_text(a) == pure_path_text(b)
 }
 

@@ -115,7 +115,7 @@ pub fn volume_uuid(volumes: &dyn VolumeProbe, path: &Path, identity: &Stat) -> R
 /// `_capture_volume(value, path)`: on macOS (format 2 and 3 journals) bind
 /// the volume of `path` under its current device number, refusing a device
 /// number already bound to another volume.
-pub(crate) fn capture_volume(
+pub fn capture_volume(
     volumes: &dyn VolumeProbe,
     value: &mut JsonObject,
     path: &Path,

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::LegacyRunnerProbe;
-use crate::error::Result;
-use crate::fs::{current_uid, resolve};
-use crate::{CommandCapture, CommandRunner, SystemCommandRunner};
+use agents_common::current_uid;
+use agents_common::python::path::resolve;
+use agents_common::Result;
+use agents_common::{CommandCapture, CommandRunner, SystemCommandRunner};
 
 /// Reads the live kernel, tmux and `PATH` of this host.
 #[derive(Debug, Clone, Copy, Default)]

@@ -7,9 +7,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::LegacyRunnerProbe;
-use crate::error::{Error, Result};
-use crate::fs::current_uid;
-use crate::python::text::decode_utf8;
+use agents_common::current_uid;
+use agents_common::python::text::decode_utf8;
+use agents_common::{Error, Result};
 
 /// `MAX_ARGUMENT_BYTES`: the largest `KERN_PROCARGS2` buffer accepted.
 pub const MAX_ARGUMENT_BYTES: usize = 2 * 1024 * 1024;

@@ -26,14 +26,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::io::{is_type, lstat, read_link};
-use crate::error::{Error, Result};
-use crate::fs::{pure_path, resolve};
-use crate::json::{Json, JsonObject};
-use crate::python::hex::is_lower_hex;
-use crate::python::text::{decode_utf8, strip};
-use crate::python::values::{member_truthy as truthy, strict_int};
-use crate::{CommandCapture, RUNNER_OWNED_ACTIVE_PHASES};
+use agents_common::activation::io::read_link;
+use agents_common::fs::{is_type, lstat};
+use agents_common::python::hex::is_lower_hex;
+use agents_common::python::path::{pure_path, resolve};
+use agents_common::python::text::{decode_utf8, strip};
+use agents_common::python::values::{member_truthy as truthy, strict_int};
+use agents_common::{CommandCapture, RUNNER_OWNED_ACTIVE_PHASES};
+use agents_common::{Error, Result};
+use agents_common::{Json, JsonObject};
 
 mod kernel;
 mod pins;
@@ -198,7 +199,7 @@ impl Proof {
         let current = root.join("current");
         let link_info = lstat(&current)?;
         if !is_type(&link_info, rustix::fs::FileType::Symlink)
-            || link_info.st_uid != crate::fs::current_uid()
+            || link_info.st_uid != agents_common::current_uid()
         {
             return Err(Error::runtime(
                 "legacy current release is not an owned link",
@@ -209,7 +210,7 @@ impl Proof {
         let hidden = release
             .file_name()
             .is_some_and(|name| name.to_string_lossy().starts_with('.'));
-        if crate::fs::parent(&release) != root.join("releases") || hidden {
+        if agents_common::python::path::parent(&release) != root.join("releases") || hidden {
             return Err(Error::runtime(
                 "legacy updater must belong to the retained installed release",
             ));
@@ -228,7 +229,9 @@ impl Proof {
         let health_path = pure_path(&claim.health_file);
         let update_path = pure_path(&claim.update_file);
         for path in [&health_path, &update_path] {
-            if crate::fs::parent(path) != state.join("admin") || !pins::is_canonical(path)? {
+            if agents_common::python::path::parent(path) != state.join("admin")
+                || !pins::is_canonical(path)?
+            {
                 return Err(Error::runtime(
                     "legacy authenticated proof is outside private admin directory",
                 ));

@@ -8,12 +8,12 @@
 
 use std::path::Path;
 
-use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, PRIVATE};
-use crate::error::{Error, Result};
-use crate::json::JsonObject;
-use crate::layout::is_variable_name;
-use crate::python::text::{decode_utf8, is_space, splitlines, strip};
-use crate::shlex_split;
+use agents_common::activation::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, PRIVATE};
+use agents_common::layout::is_variable_name;
+use agents_common::python::text::{decode_utf8, is_space, splitlines, strip};
+use agents_common::shlex_split;
+use agents_common::JsonObject;
+use agents_common::{Error, Result};
 
 /// `environment_file(path)`: the `KEY=value` assignments of the private
 /// runtime env file, in file order (a repeated key keeps its first position

@@ -14,9 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agents_common::{
-    current_uid, encode_indented, json_object, verify_legacy_runner, CommandCapture, Json,
-    JsonObject, LegacyRunnerClaim, LegacyRunnerProbe, Result, SystemLegacyProbe, PROC_BSDINFO_SIZE,
-    TMUX_PANE_FORMAT,
+    current_uid, encode_indented, json_object, CommandCapture, Json, JsonObject, Result,
+};
+use execution_activation::legacy_runner::{
+    verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
+    PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
 };
 
 const UPDATE: &str = "0123456789abcdef0123456789abcdef";

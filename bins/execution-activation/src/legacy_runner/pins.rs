@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use super::super::io::{
-    ctime_ns, is_type, lstat, mtime_ns, open_leaf, permission_bits, read_up_to,
-};
-use crate::error::{Error, Result};
-use crate::fs::{current_uid, parent, pure_path, resolve};
-use crate::json::{parse_json_unique, Json};
-use crate::python::hex::hex;
+use agents_common::activation::io::{ctime_ns, mtime_ns, read_up_to};
+use agents_common::current_uid;
+use agents_common::fs::{is_type, lstat, open_leaf, permission_bits};
+use agents_common::python::hex::hex;
+use agents_common::python::path::{parent, pure_path, resolve};
+use agents_common::{parse_json_unique, Json};
+use agents_common::{Error, Result};
 
 /// The largest installed file `_read` accepts (16 MiB).
 const MAX_PROOF_FILE: u64 = 16 * 1024 * 1024;

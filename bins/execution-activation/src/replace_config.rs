@@ -7,28 +7,32 @@
 //! same call resumes from the names left on disk; nothing is ever published
 //! that the journal does not name.
 
+// `stat` field types differ between platforms (u64 on Linux x86_64, i32
+// st_dev on macOS); the casts that are no-ops here are not elsewhere.
+#![allow(clippy::unnecessary_cast)]
+
 use std::path::Path;
 
 use rustix::fs::Mode;
 use sha2::{Digest, Sha256};
 
-use super::config::{
+use agents_common::activation::config::{
     config_modes, config_path_matches_desired, config_staging_paths, identity_matches,
     ConfigMetadata,
 };
-use super::invocation::{validate_invocation, ActivationInvocation};
-use super::io::{
-    fsync_directory_nofollow, hard_link, lstat, lstat_if_present, parent_of, permission_bits,
-    read_guarded, rename, replace_private, unlink, ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION,
-    STAGING_SOURCE,
+use agents_common::activation::invocation::{validate_invocation, ActivationInvocation};
+use agents_common::activation::io::{
+    hard_link, lstat_if_present, parent_of, read_guarded, rename, replace_private, unlink,
+    ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION, STAGING_SOURCE,
 };
-use super::manifest::{same_path, ActivationManifest};
-use super::paths::{absolute_path, pure_path_text};
-use super::volume::{capture_volume, SystemVolumes, VolumeProbe};
-use crate::error::{Error, Result};
-use crate::json::{Json, JsonObject};
-use crate::json_object;
-use crate::python::hex::hex;
+use agents_common::activation::manifest::{same_path, ActivationManifest};
+use agents_common::activation::paths::{absolute_path, pure_path_text};
+use agents_common::activation::volume::{capture_volume, SystemVolumes, VolumeProbe};
+use agents_common::fs::{fsync_directory_nofollow, lstat, permission_bits};
+use agents_common::json_object;
+use agents_common::python::hex::hex;
+use agents_common::{Error, Result};
+use agents_common::{Json, JsonObject};
 
 /// The durable steps of a fresh publication, in order; a crash after any of
 /// them leaves a state the next call resumes from.

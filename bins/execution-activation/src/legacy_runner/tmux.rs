@@ -9,12 +9,13 @@ use rustix::fs::{Access, FileType};
 use super::kernel::{process, Process};
 use super::pins::{directory_pin, resolve_strict};
 use super::LegacyRunnerProbe;
-use crate::error::{Error, Result};
-use crate::fs::{current_uid, pure_path, resolve};
-use crate::python::text::{decode_utf8, splitlines};
-use crate::shlex_split;
+use agents_common::current_uid;
+use agents_common::python::path::{pure_path, resolve};
+use agents_common::python::text::{decode_utf8, splitlines};
+use agents_common::shlex_split;
+use agents_common::{Error, Result};
 
-use super::super::io::{is_type, lstat, permission_bits};
+use agents_common::fs::{is_type, lstat, permission_bits};
 
 /// The `-F` format of `list-panes`: one `|`-separated row per pane.
 pub const PANE_FORMAT: &str = "#{session_name}|#{session_id}|#{pane_id}|#{pane_pid}|#{pane_dead}|#{pid}|#{pane_start_command}";
@@ -62,7 +63,7 @@ fn tmux_at(
     socket: &Path,
     executable: &Path,
 ) -> Result<Pane> {
-    directory_pin(&crate::fs::parent(socket), true)?;
+    directory_pin(&agents_common::python::path::parent(socket), true)?;
     let socket_info = lstat(socket)?;
     let uid = current_uid();
     if !is_type(&socket_info, FileType::Socket)

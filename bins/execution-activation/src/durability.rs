@@ -6,6 +6,10 @@
 //! through descriptors opened relative to its directory without following
 //! links, and its identity is compared before and after.
 
+// `stat` field types differ between platforms (u64 on Linux x86_64, i32
+// st_dev on macOS); the casts that are no-ops here are not elsewhere.
+#![allow(clippy::unnecessary_cast)]
+
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -13,14 +17,15 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
-use super::io::{
-    ctime_ns, fsync_directory_nofollow, is_type, lstat, mtime_ns, open, open_leaf, permission_bits,
+use agents_common::activation::io::{ctime_ns, mtime_ns};
+use agents_common::activation::manifest::{same_path, ActivationManifest};
+use agents_common::activation::release::{locate_release, release_matches};
+use agents_common::current_uid;
+use agents_common::fs::{
+    fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits,
 };
-use super::manifest::{same_path, ActivationManifest};
-use super::release::{locate_release, release_matches};
-use crate::error::{Error, Result};
-use crate::fs::current_uid;
-use crate::json::JsonObject;
+use agents_common::JsonObject;
+use agents_common::{Error, Result};
 
 /// Most members one tree may have.
 const MAX_ENTRIES: u64 = 250_000;
@@ -82,7 +87,7 @@ pub fn flush_activation(root: &Path, value: &ActivationManifest) -> Result<()> {
         }
         seen.push(path.clone());
         flush_tree(&path, false)?;
-        fsync_directory_nofollow(&super::io::parent_of(&path))?;
+        fsync_directory_nofollow(&agents_common::activation::io::parent_of(&path))?;
         full_barrier(&path.join("VERSION"))?;
         if !release_matches(&path, release)? {
             return Err(Error::runtime("durability runtime identity changed"));
@@ -300,8 +305,8 @@ fn flush_interpreter(interpreter: &Path) -> Result<()> {
         // traverse an OS-managed installation.
         return Ok(());
     }
-    let bin = super::io::parent_of(interpreter);
-    let prefix = super::io::parent_of(&bin);
+    let bin = agents_common::activation::io::parent_of(interpreter);
+    let prefix = agents_common::activation::io::parent_of(&bin);
     let version = interpreter
         .file_name()
         .and_then(|name| name.to_str())
@@ -324,7 +329,7 @@ fn flush_interpreter(interpreter: &Path) -> Result<()> {
             ));
         }
         flush_tree(&prefix, true)?;
-        fsync_directory_nofollow(&super::io::parent_of(&prefix))?;
+        fsync_directory_nofollow(&agents_common::activation::io::parent_of(&prefix))?;
     }
     full_barrier(interpreter)?;
     if identity(&info) != identity(&lstat(interpreter)?) {
