@@ -22,8 +22,8 @@ use clap::builder::TypedValueParser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+use crate::error::Result;
 use crate::python::text::repr_surrogateescape;
-use crate::Result;
 
 /// A helper's command line (or one subcommand of it), in argparse's terms.
 #[derive(Debug)]

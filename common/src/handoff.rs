@@ -21,13 +21,19 @@ use std::path::Path;
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::activation::read_update_handoff;
+use crate::error::{Error, Result};
+use crate::fs::{current_uid, normalize_path, owned_directory, read_file};
+use crate::install_lock::InstallationLock;
+use crate::json::{parse_json, Json, JsonObject};
+use crate::layout::ExecutionLayout;
 use crate::python::hex::is_lower_hex;
 use crate::python::uuid::python_uuid;
-use crate::{
-    current_uid, entry_present, installed_layout, no_activation, normalize_path, owned_directory,
-    parse_json, read_file, read_update_handoff, Error, ExecutionLayout, InstallationLock, Json,
-    JsonObject, NativeServices, Result, ServiceSnapshot, WorkerControl, UNINSTALL_INTENT_NAME,
+use crate::services::NativeServices;
+use crate::uninstall_marker::{
+    entry_present, installed_layout, no_activation, UNINSTALL_INTENT_NAME,
 };
+use crate::worker_control::{ServiceSnapshot, WorkerControl};
 
 /// The only `error_code` of a failed update whose handoff may be retried.
 const RELEASE_FAILED_CODE: &str = "server_update_handoff_release_failed";

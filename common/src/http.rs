@@ -15,8 +15,9 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, ErrorClass, Result};
+use crate::json::{encode_compact, parse_json, Json, JsonObject};
 use crate::python::int::python_int;
-use crate::{encode_compact, parse_json, Error, ErrorClass, Json, JsonObject, Result};
 use ownership::Endpoint;
 pub use ownership::{LsofRunner, SystemLsof};
 pub(crate) use url::url_split;

@@ -21,11 +21,14 @@ pub use operation_id::maintenance_operation_id;
 pub(crate) use render::{plist_document, unit_directory, unit_word, PlistValue};
 pub use render::{render_service, service_arguments};
 
-use crate::python::text::{decode_utf8, strip};
-use crate::{
-    check_text, encode_line, ensure_directory, ensure_execution_secret, fsync_directory,
-    json_object, normalize_path, owned_directory, parse_json, read_file, Error, Json, Result,
+use crate::error::{Error, Result};
+use crate::fs::{
+    check_text, ensure_directory, ensure_execution_secret, fsync_directory, normalize_path,
+    owned_directory, read_file,
 };
+use crate::json::{encode_line, parse_json, Json};
+use crate::json_object;
+use crate::python::text::{decode_utf8, strip};
 
 /// `format` of the installed layout manifest and of execution journals.
 pub const FORMAT: i64 = 1;

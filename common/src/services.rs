@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 pub use command::{CommandRunner, SystemCommandRunner};
 
+use crate::activation::CommandCapture;
 use crate::error::{Error, Result};
 use crate::fs::{check_text, current_uid, read_file, snapshot};
 use crate::json::{Json, JsonObject};
 use crate::layout::{ExecutionLayout, GATEWAY_LABEL, GATEWAY_UNIT, WORKER_LABEL, WORKER_UNIT};
-use crate::CommandCapture;
 
 /// The seed's default bound for a worker stop (and a launchd worker bootout).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);

@@ -23,10 +23,10 @@ use crate::python::path::pathlib_ignores;
 
 use crate::python::uuid::python_uuid;
 
-use crate::{
-    atomic_write, encode_indented, layout_manifest, normalize_path, parse_json, read_file, Error,
-    ExecutionLayout, Json, JsonObject, Result, LAYOUT_NAME, TRANSACTION_NAME,
-};
+use crate::error::{Error, Result};
+use crate::fs::{atomic_write, normalize_path, read_file};
+use crate::json::{encode_indented, parse_json, Json, JsonObject};
+use crate::layout::{layout_manifest, ExecutionLayout, LAYOUT_NAME, TRANSACTION_NAME};
 
 /// File name of the uninstall intent inside the install root.
 pub const UNINSTALL_INTENT_NAME: &str = ".execution-uninstall.json";
@@ -103,14 +103,14 @@ pub fn installed_layout(root: &Path) -> Result<ExecutionLayout> {
 /// owner can read and enter; it proves later that the same directory, not a
 /// replacement at the same path, is meant.
 pub fn directory_binding(path: &Path) -> Result<Json> {
-    crate::directory_binding_on(&crate::SystemVolumes, path)
+    crate::activation::directory_binding_on(&crate::activation::SystemVolumes, path)
 }
 
 /// `execution_preparation._check_binding`: `path` must still be the directory
 /// `saved` identified (same inode, and the same device on Linux or the same
 /// volume UUID on macOS).
 pub fn check_binding(path: &Path, saved: &Json) -> Result<()> {
-    crate::check_binding_on(&crate::SystemVolumes, path, saved)
+    crate::activation::check_binding_on(&crate::activation::SystemVolumes, path, saved)
 }
 
 /// The SHA-256 hex digest of the installed manifest's bytes.

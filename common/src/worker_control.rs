@@ -9,15 +9,16 @@
 
 use std::path::Path;
 
+use crate::error::{Error, Result};
 use crate::fs::{exists, is_symlink};
+use crate::fs::{normalize_path, owned_directory, read_file, read_secret, MAX_CONFIG_BYTES};
 use crate::http::url_split;
+use crate::http::{request_json, PinnedRequest};
+use crate::json::{parse_json, Json, JsonObject};
+use crate::layout::{ExecutionLayout, PROTOCOL_VERSION};
 pub use crate::python::shlex::shlex_split;
 use crate::python::text::{decode_utf8, is_space, splitlines, strip};
-use crate::{
-    normalize_path, owned_directory, parse_json, read_file, read_secret, request_json, Error,
-    ExecutionLayout, Json, JsonObject, NativeServices, PinnedRequest, Result, MAX_CONFIG_BYTES,
-    PROTOCOL_VERSION,
-};
+use crate::services::NativeServices;
 
 const STATUS_PATH: &str = "/api/admin/execution/status";
 const MAINTENANCE_PATH: &str = "/api/admin/execution/maintenance";
@@ -570,6 +571,6 @@ fn port_text(port: &Json) -> String {
         Json::Int(port) => port.to_string(),
         Json::Bool(true) => "True".to_string(),
         Json::Bool(false) => "False".to_string(),
-        other => crate::encode_line(other, false),
+        other => crate::json::encode_line(other, false),
     }
 }

@@ -16,8 +16,10 @@ use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
 use crate::error::{Error, ErrorClass, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::json::{parse_json, Json, JsonObject};
+use crate::json_object;
 use crate::python::hex::{hex, is_lower_hex, is_prefixed_hex};
-use crate::{directory_binding, json_object, CommandRunner};
+use crate::services::CommandRunner;
+use crate::uninstall_marker::directory_binding;
 
 /// `DIRECTORY`: the recovery owners' parent under the install root.
 pub const RECOVERY_DIRECTORY: &str = ".activation-recovery";

@@ -11,8 +11,9 @@ use std::fs;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::error::Result;
 use crate::python::ip::PyIp;
-use crate::{CommandRunner, Result, SystemCommandRunner};
+use crate::services::{CommandRunner, SystemCommandRunner};
 
 /// One side of the connection as Python's `ipaddress` compares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -450,7 +451,7 @@ mod tests {
             &lsof(Some(output)),
         )
         .unwrap_err();
-        assert_eq!(err.class(), crate::ErrorClass::Value);
+        assert_eq!(err.class(), crate::error::ErrorClass::Value);
         assert_eq!(
             err.message(),
             "'ascii' codec can't decode byte 0xc3 in position 43: ordinal not in range(128)"

@@ -5,7 +5,7 @@
 //! empty `username` passes because it is falsy), so the split is ported rule
 //! for rule rather than delegated to a URL crate with WHATWG semantics.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The five pieces of a split URL, as Python's `SplitResult`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use super::text::decode_document;
 use super::value::{Json, JsonObject};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Deepest array/object nesting accepted. CPython 3.11 raises `RecursionError`
 /// at 996 levels when `json.loads` is called from a shallow stack; the exact

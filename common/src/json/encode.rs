@@ -2,7 +2,7 @@
 //! files with use. Every style keeps `ensure_ascii=True`, so output is ASCII.
 
 use super::value::Json;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fmt::Write as _;
 
 /// The `json.dumps` arguments that differ between the styles.

@@ -5,7 +5,7 @@
 //! `surrogatepass` handler lets lone surrogates through, and because Python
 //! reports JSON error positions in code points.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The codec `json.detect_encoding` picks. The byte-order-mark variants
 /// decode like the explicit ones after skipping the mark.

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{path_text, ExecutionLayout, GATEWAY_LABEL, WORKER_LABEL, WORKER_UNIT};
-use crate::{check_text, Error, Result};
+use crate::error::{Error, Result};
+use crate::fs::check_text;
 
 /// launchd `Umask` (0o077): the services create private files only.
 const SERVICE_UMASK: i64 = 0o077;

@@ -231,7 +231,7 @@ mod tests {
             "1:2:3:4:5:6:7",
         ] {
             let err = ip_address(bad).unwrap_err();
-            assert_eq!(err.class(), crate::ErrorClass::Value, "{bad}");
+            assert_eq!(err.class(), crate::error::ErrorClass::Value, "{bad}");
         }
         assert_eq!(
             ip_address("127.0.0.01").unwrap_err().message(),

@@ -14,7 +14,7 @@
 //! - [`hex`] — `bytes.hex()` and the seeds' lowercase-hex shape checks.
 //!
 //! Exception class names live with the crate's error type
-//! ([`crate::ErrorClass::python_name`]).
+//! ([`crate::error::ErrorClass::python_name`]).
 
 pub mod base64;
 pub mod hex;

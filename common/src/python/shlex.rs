@@ -2,7 +2,7 @@
 //! comments, as the seeds use it to read quoted `KEY=value` lines of the
 //! config `env` file without ever evaluating them.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Characters that separate words (shlex's `whitespace`).
 fn is_separator(c: char) -> bool {

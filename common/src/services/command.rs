@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::activation::CommandCapture;
 use crate::error::{Error, ErrorClass, Result};
 use crate::python::text::repr_list;
-use crate::CommandCapture;
 
 /// Runs one native command for [`NativeServices`](super::NativeServices).
 ///
