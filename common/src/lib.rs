@@ -76,28 +76,24 @@ pub mod python;
 pub use error::{Error, ErrorClass, Result};
 pub use python::{
     int as python_int, shlex_split, str_or_empty as python_str_or_empty, strip as python_strip,
-    truthy as python_truthy, uuid4, uuid5_url, uuid_text,
+    truthy as python_truthy, uuid4,
 };
 
 // json (Python-compatible JSON)
 mod json;
-pub use json::{
-    encode_compact, encode_compact_sorted, encode_indented, encode_line, parse_json,
-    parse_json_unique, Json, JsonObject,
-};
+pub use json::{encode_indented, encode_line, parse_json, parse_json_unique, Json, JsonObject};
 // fs (safe filesystem primitives and secrets)
 pub mod fs;
 pub use fs::{
-    atomic_write, check_text, current_uid, desired, ensure_directory, ensure_execution_secret,
-    fsync_directory, fsync_directory_nofollow, normalize_path, owned_directory, read_file,
-    read_secret, snapshot, token_hex, MAX_CONFIG_BYTES,
+    atomic_write, check_text, current_uid, desired, ensure_directory, fsync_directory,
+    fsync_directory_nofollow, normalize_path, owned_directory, read_file, snapshot, token_hex,
+    MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 pub mod layout;
 pub use layout::{
     active_worker_release, layout_manifest, maintenance_operation_id, prepare_runtime,
-    render_service, service_arguments, ExecutionLayout, FORMAT, GATEWAY_LABEL, GATEWAY_UNIT,
-    LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME, WORKER_LABEL, WORKER_UNIT,
+    render_service, ExecutionLayout, FORMAT, LAYOUT_NAME, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
 // install_lock (InstallationLock)
 mod install_lock;
@@ -109,42 +105,59 @@ pub use services::{
     SystemCommandRunner,
 };
 mod http;
-pub use http::{request_json, LsofRunner, PinnedRequest, SystemLsof};
+
 mod worker_control;
 pub use worker_control::{SealedHold, ServiceSnapshot, WorkerControl};
 // cli (argparse-compatible command lines, exit statuses)
 mod cli;
 pub use cli::{
-    exit_status, not_implemented, parse_command_line, try_parse_command_line, CommandLineExit,
-    CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
+    exit_status, parse_command_line, try_parse_command_line, CommandLineExit, CommandSpec,
+    OptionSpec, ParsedArgs, PositionalSpec, ValueKind,
 };
 // update_status (server-update.json flock + CAS protocol)
 mod update_status;
 pub use update_status::{
-    atomic_json, is_ownership_lost, read_status_unlocked, runner_owns, update_status,
-    update_status_unlocked, utc_now, StatusLock, OWNERSHIP_LOST_MESSAGE,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    is_ownership_lost, read_status_unlocked, runner_owns, update_status, update_status_unlocked,
+    utc_now, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
 };
 // activation (install.sh's .activation-transaction journal and replace_config)
 pub mod activation;
 pub use activation::{
-    absolute_path, activation_intent, canonical_manifest_bytes, check_binding_on,
-    config_path_matches_desired, config_staging_paths, directory_binding_on, evidence_digest,
-    execution_context, link_state, locate_release, pure_path_text, read_owned_config,
-    read_private_file, read_update_handoff, recovery_directory, recovery_evidence, recovery_label,
-    recovery_service_path, release_identity, release_matches, render_recovery_service,
-    validate_invocation, volume_uuid, write_new_private, ActivationInvocation, ActivationManifest,
-    CommandCapture, RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT,
-    ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY,
-    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
+    absolute_path, activation_intent, config_path_matches_desired, config_staging_paths,
+    evidence_digest, execution_context, locate_release, pure_path_text, read_owned_config,
+    read_private_file, read_update_handoff, recovery_directory, recovery_evidence,
+    recovery_service_path, release_matches, render_recovery_service, validate_invocation,
+    volume_uuid, write_new_private, ActivationInvocation, ActivationManifest, CommandCapture,
+    RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
+    RECOVERY_PAYLOAD,
 };
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;
 pub use uninstall_marker::{
     check_binding, directory_binding, entry_present, installed_layout, no_activation,
-    pending_uninstall_operation, read_uninstall_intent, store_uninstall_intent,
-    write_uninstall_intent, UNINSTALL_INTENT_NAME, UNINSTALL_PHASES,
+    read_uninstall_intent, store_uninstall_intent, write_uninstall_intent, UNINSTALL_INTENT_NAME,
 };
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;
-pub use handoff::{release_existing_handoff, retry_failed_handoff, HandoffRelease};
+pub use handoff::{release_existing_handoff, retry_failed_handoff};
+
+/// What the tests of this crate and of the helpers reach beyond the
+/// helpers' surface (the pinned HTTP client, encoders, journal internals).
+/// Not part of the helpers' API.
+#[doc(hidden)]
+pub mod test_support {
+    pub use crate::activation::{
+        canonical_manifest_bytes, check_binding_on, directory_binding_on, link_state,
+        release_identity, VOLUME_UUID_REPLY_SIZE,
+    };
+    pub use crate::cli::not_implemented;
+    pub use crate::fs::{ensure_execution_secret, read_secret};
+    pub use crate::handoff::HandoffRelease;
+    pub use crate::http::{request_json, LsofRunner, PinnedRequest};
+    pub use crate::json::{encode_compact, encode_compact_sorted};
+    pub use crate::layout::{service_arguments, GATEWAY_UNIT, WORKER_UNIT};
+    pub use crate::python::uuid5_url;
+    pub use crate::uninstall_marker::pending_uninstall_operation;
+    pub use crate::update_status::{atomic_json, OWNERSHIP_LOST_MESSAGE};
+}

@@ -5,9 +5,9 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
+use agents_common::test_support::canonical_manifest_bytes;
 use agents_common::{
-    canonical_manifest_bytes, execution_context, json_object, parse_json, ActivationManifest,
-    ErrorClass, Json, JsonObject,
+    execution_context, json_object, parse_json, ActivationManifest, ErrorClass, Json, JsonObject,
 };
 use agents_tests::journal_writer::{Begin, Install};
 use agents_tests::{assert_error, set_mode, write_file};

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use agents_common::{ensure_execution_secret, read_secret, ErrorClass};
+use agents_common::test_support::{ensure_execution_secret, read_secret};
+use agents_common::ErrorClass;
 use agents_tests::{
     assert_error_is, assert_os_error, chown_other, entries, make_dir, mode_of, set_mode,
     write_file, TempDir,

@@ -9,9 +9,10 @@
 
 use std::path::PathBuf;
 
+use agents_common::test_support::HandoffRelease;
 use agents_common::{
     atomic_write, encode_indented, json_object, layout_manifest, release_existing_handoff,
-    retry_failed_handoff, ErrorClass, HandoffRelease, Json, JsonObject, WorkerControl,
+    retry_failed_handoff, ErrorClass, Json, JsonObject, WorkerControl,
 };
 use agents_tests::worker_double::{
     absent, lease, native, own_pid, running, stopped, FakeServices, Installed, WorkerDouble,

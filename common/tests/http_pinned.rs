@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use agents_common::{request_json, Error, ErrorClass, Json, JsonObject, LsofRunner, PinnedRequest};
+use agents_common::test_support::{request_json, LsofRunner, PinnedRequest};
+use agents_common::{Error, ErrorClass, Json, JsonObject};
 use agents_tests::loopback_peers::{counting, ok_json, ChildServer, Reply, ThreadServer};
 
 fn own_pid() -> i64 {

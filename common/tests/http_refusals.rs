@@ -6,7 +6,8 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use agents_common::{request_json, ErrorClass, Json, JsonObject, PinnedRequest};
+use agents_common::test_support::{request_json, PinnedRequest};
+use agents_common::{ErrorClass, Json, JsonObject};
 use agents_tests::loopback_peers::{Reply, ThreadServer};
 
 /// A listening port that must see no connection: arguments are refused

@@ -3,7 +3,8 @@
 //! and the layout/journal/evidence style (indent 2, sorted), compared byte for
 //! byte. Needs no Python.
 
-use agents_common::{encode_compact_sorted, encode_indented, parse_json, Json};
+use agents_common::test_support::encode_compact_sorted;
+use agents_common::{encode_indented, parse_json, Json};
 
 fn vectors() -> Vec<Json> {
     let data = agents_tests::golden_bytes("json.json");

@@ -11,9 +11,9 @@
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
+use agents_common::test_support::{encode_compact, encode_compact_sorted};
 use agents_common::{
-    encode_compact, encode_compact_sorted, encode_indented, encode_line, parse_json,
-    parse_json_unique, Json, JsonObject,
+    encode_indented, encode_line, parse_json, parse_json_unique, Json, JsonObject,
 };
 
 /// Runs `script` under `python3 -B -I` with `input` on stdin; returns stdout

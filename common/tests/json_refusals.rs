@@ -2,9 +2,9 @@
 //! text CPython 3.11's `json.loads` gives for the same bytes (the differential
 //! test in json_python.rs re-checks them against a live interpreter).
 
+use agents_common::test_support::{encode_compact, encode_compact_sorted};
 use agents_common::{
-    encode_compact, encode_compact_sorted, encode_indented, encode_line, parse_json,
-    parse_json_unique, ErrorClass, Json,
+    encode_indented, encode_line, parse_json, parse_json_unique, ErrorClass, Json,
 };
 use sha2::{Digest, Sha256};
 

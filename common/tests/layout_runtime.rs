@@ -4,10 +4,11 @@
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 
+use agents_common::test_support::{read_secret, uuid5_url};
 use agents_common::{
     active_worker_release, atomic_write, encode_indented, json_object, layout_manifest,
-    maintenance_operation_id, parse_json, prepare_runtime, read_secret, uuid5_url, ErrorClass,
-    ExecutionLayout, Json, JsonObject,
+    maintenance_operation_id, parse_json, prepare_runtime, ErrorClass, ExecutionLayout, Json,
+    JsonObject,
 };
 use agents_tests::{assert_error, link, make_dir, set_mode, with, write_file, InstallBase};
 

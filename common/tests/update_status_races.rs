@@ -220,7 +220,7 @@ for name in json.load(sys.stdin):
         out.append({"error": type(exc).__name__, "message": str(exc)})
 print(json.dumps(out))
 "#,
-        &agents_common::encode_compact(&Json::Array(inputs.clone())).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Array(inputs.clone())).unwrap(),
     );
     for ((label, _), (input, expected)) in cases
         .iter()
@@ -231,7 +231,7 @@ print(json.dumps(out))
             (Ok(ours), Some(seed_value)) => {
                 assert_eq!(&Json::Object(ours.clone()), seed_value, "{label}");
                 let written = dir.path().join(format!("{label}.out.json"));
-                agents_common::atomic_json(&written, &ours).unwrap();
+                agents_common::test_support::atomic_json(&written, &ours).unwrap();
                 assert_eq!(
                     std::fs::read(&written).unwrap(),
                     expected.get("bytes").unwrap().as_str().unwrap().as_bytes(),
@@ -295,7 +295,7 @@ for name in json.load(sys.stdin):
         out.append({"error": type(exc).__name__, "message": str(exc)})
 print(json.dumps(out))
 "#,
-        &agents_common::encode_compact(&Json::Array(inputs)).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Array(inputs)).unwrap(),
     );
     for (status, expected) in statuses.iter().zip(seed.as_array().unwrap()) {
         let error = update_status(status, None, json_object! {"message" => "x"}).unwrap_err();

@@ -632,7 +632,7 @@ fn a_changed_worker_or_receipt_stops_the_token_before_it_is_sent() {
     let mut replaced = record.clone();
     replaced.insert("instance_id", "ffffffffffffffffffffffffffffffff");
     let receipt_path = installed.runtime().join("worker.json");
-    let data = agents_common::encode_compact(&Json::Object(replaced)).unwrap();
+    let data = agents_common::test_support::encode_compact(&Json::Object(replaced)).unwrap();
     let services =
         FakeServices::new(vec![native(running(own_pid()), absent())]).on_call(2, move || {
             std::fs::write(&receipt_path, data).unwrap();

@@ -11,10 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use agents_common::test_support::{read_secret, service_arguments, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
     atomic_write, encode_indented, json_object, layout_manifest, parse_json, prepare_runtime,
-    read_secret, render_service, service_arguments, ExecutionLayout, Json, GATEWAY_UNIT,
-    WORKER_UNIT,
+    render_service, ExecutionLayout, Json,
 };
 
 use crate::binaries::test_worker_path;

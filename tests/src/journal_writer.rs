@@ -15,10 +15,12 @@ use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use agents_common::test_support::{
+    canonical_manifest_bytes, link_state, release_identity, uuid5_url,
+};
 use agents_common::{
-    active_worker_release, canonical_manifest_bytes, encode_indented, json_object, layout_manifest,
-    link_state, parse_json, release_identity, release_matches, render_service, uuid5_url,
-    write_new_private, ExecutionLayout, Json, JsonObject,
+    active_worker_release, encode_indented, json_object, layout_manifest, parse_json,
+    release_matches, render_service, write_new_private, ExecutionLayout, Json, JsonObject,
 };
 
 use crate::files::{make_dir, unique_base, write_file};

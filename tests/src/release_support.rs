@@ -123,7 +123,7 @@ print(json.dumps(out))
     let seed = python_oracle(
         originals,
         &script,
-        &agents_common::encode_compact(&Json::Array(input)).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Array(input)).unwrap(),
     );
     seed.as_array().unwrap().to_vec()
 }

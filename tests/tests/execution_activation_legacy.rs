@@ -9,7 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject, WORKER_UNIT};
+use agents_common::test_support::WORKER_UNIT;
+use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject};
 use agents_tests::journal_writer::Roots;
 use agents_tests::{binary_path, free_port, poll_until, Sandbox};
 use agents_tests::{make_dir, write_file};

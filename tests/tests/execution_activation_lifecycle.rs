@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
+use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
     config_staging_paths, json_object, ActivationInvocation, ActivationManifest, ExecutionLayout,
     Json, JsonObject, NativeServices, ServiceSnapshot, SystemCommandRunner, WorkerControl,
-    GATEWAY_UNIT, WORKER_UNIT,
 };
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::write_file;

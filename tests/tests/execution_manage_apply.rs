@@ -6,9 +6,8 @@
 
 mod execution_manage_support;
 
-use agents_common::{
-    atomic_write, parse_json, prepare_runtime, render_service, Json, GATEWAY_UNIT, WORKER_UNIT,
-};
+use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{atomic_write, parse_json, prepare_runtime, render_service, Json};
 use agents_tests::{Role, Switches};
 use execution_manage_support::{control_requests, instances, receipt_line, Site, NEW, OLD};
 

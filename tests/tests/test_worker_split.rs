@@ -7,10 +7,8 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use agents_common::{
-    json_object, maintenance_operation_id, request_json, ExecutionLayout, Json, JsonObject,
-    PinnedRequest, GATEWAY_UNIT, WORKER_UNIT,
-};
+use agents_common::test_support::{request_json, PinnedRequest, GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{json_object, maintenance_operation_id, ExecutionLayout, Json, JsonObject};
 use agents_tests::{
     free_port, poll_until, HttpRequest, Installation, ProcessIdentity, Role, Sandbox,
     SplitServices, AGENT_TOKEN,
@@ -366,7 +364,7 @@ fn control_refusals_follow_the_upstream_table() {
     let callback = split.services.callback();
     let token = split.installation.control_token();
     let maintenance = "/api/admin/execution/maintenance";
-    let body = |value: Json| agents_common::encode_compact(&value).unwrap();
+    let body = |value: Json| agents_common::test_support::encode_compact(&value).unwrap();
     let valid = body(maintenance_body(&split, "acquire", OPERATION, None));
     let cases: Vec<(HttpRequest, u16, &str)> = vec![
         (HttpRequest::get("/api/admin/execution/status"), 401, "Execution control authentication required"),
@@ -629,7 +627,7 @@ fn the_worker_holds_the_state_owner_lock_and_refuses_a_second_instance() {
         Err(rustix::io::Errno::WOULDBLOCK)
     );
     // The same command line again (as systemd would run it) exits 2.
-    let arguments = agents_common::service_arguments(&split.layout, "worker");
+    let arguments = agents_common::test_support::service_arguments(&split.layout, "worker");
     let output = split
         .sandbox
         .command(&arguments[0])

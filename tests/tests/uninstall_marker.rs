@@ -7,10 +7,10 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use agents_common::test_support::pending_uninstall_operation;
 use agents_common::{
-    encode_indented, parse_json, pending_uninstall_operation, read_uninstall_intent,
-    store_uninstall_intent, write_uninstall_intent, ExecutionLayout, Json, JsonObject,
-    UNINSTALL_INTENT_NAME,
+    encode_indented, parse_json, read_uninstall_intent, store_uninstall_intent,
+    write_uninstall_intent, ExecutionLayout, Json, JsonObject, UNINSTALL_INTENT_NAME,
 };
 use agents_tests::{free_port, Installation};
 

@@ -9,7 +9,8 @@ mod update_handoff_support;
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use agents_common::{encode_indented, Json, UNINSTALL_INTENT_NAME, WORKER_UNIT};
+use agents_common::test_support::WORKER_UNIT;
+use agents_common::{encode_indented, Json, UNINSTALL_INTENT_NAME};
 use agents_tests::{Death, DeathPoint, RequestMatch, Stall, Switches, SERVICE_TIMEOUT};
 use update_handoff_support::{replace_file, Case, Outcome, HEALTH, OPERATION};
 

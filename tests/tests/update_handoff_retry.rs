@@ -11,7 +11,8 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::PathBuf;
 
-use agents_common::{encode_indented, Json, JsonObject, UNINSTALL_INTENT_NAME, WORKER_UNIT};
+use agents_common::test_support::WORKER_UNIT;
+use agents_common::{encode_indented, Json, JsonObject, UNINSTALL_INTENT_NAME};
 use agents_tests::{RequestMatch, Role, Stall, Switches};
 use rustix::fs::{flock, FlockOperation};
 use update_handoff_support::{

@@ -23,9 +23,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use agents_common::{
-    encode_indented, json_object, parse_json, Json, JsonObject, GATEWAY_UNIT, WORKER_UNIT,
-};
+use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject};
 use agents_tests::{binary_path, Originals, RequestRecord, Switches};
 use update_handoff_support::{
     finish, Case, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,

@@ -16,7 +16,8 @@ mod update_runner_support;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::{encode_compact_sorted, json_object, Json, JsonObject};
+use agents_common::test_support::encode_compact_sorted;
+use agents_common::{json_object, Json, JsonObject};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use update_runner::release::INVALID_SIGNATURE_MESSAGE;

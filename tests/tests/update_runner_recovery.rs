@@ -14,9 +14,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use agents_common::{
-    activation_intent, atomic_json, json_object, read_status_unlocked, Json, JsonObject,
-};
+use agents_common::test_support::atomic_json;
+use agents_common::{activation_intent, json_object, read_status_unlocked, Json, JsonObject};
 use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
 use update_runner_support::{updated_health, Reply, TestServer, IDENTITY};
 
@@ -121,7 +120,9 @@ impl Recovery {
                 // The interrupted server is not answering as the new release.
                 updated_health("1.0.0", i128::from(API_CONTRACT))
             };
-            Reply::ok(&agents_common::encode_compact(&Json::Object(document)).unwrap())
+            Reply::ok(
+                &agents_common::test_support::encode_compact(&Json::Object(document)).unwrap(),
+            )
         });
         Recovery {
             install,

@@ -12,7 +12,8 @@ mod update_runner_support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use agents_common::{encode_compact_sorted, json_object, Json, JsonObject};
+use agents_common::test_support::encode_compact_sorted;
+use agents_common::{json_object, Json, JsonObject};
 use update_runner_support::{idle_health, updated_health, Fixture, Side, IDENTITY, UPDATE_ID};
 
 const HUB_ID: &str = "hub_0123456789";

@@ -14,10 +14,10 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use agents_common::test_support::{check_binding_on, directory_binding_on, VOLUME_UUID_REPLY_SIZE};
 use agents_common::{
-    check_binding_on, config_staging_paths, directory_binding_on, json_object, validate_invocation,
-    volume_uuid, ActivationInvocation, ActivationManifest, ErrorClass, Json, JsonObject,
-    SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
+    config_staging_paths, json_object, validate_invocation, volume_uuid, ActivationInvocation,
+    ActivationManifest, ErrorClass, Json, JsonObject, SystemVolumes, VolumeProbe,
 };
 use agents_tests::journal_writer::{Install, Roots};
 use agents_tests::{assert_error, make_dir, write_file};

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::{is_ownership_lost, json_object, utc_now, Json, OWNERSHIP_LOST_MESSAGE};
+use agents_common::test_support::OWNERSHIP_LOST_MESSAGE;
+use agents_common::{is_ownership_lost, json_object, utc_now, Json};
 use agents_tests::{Originals, TempDir};
 use installer_support::{
     eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,

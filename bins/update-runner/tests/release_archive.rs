@@ -396,7 +396,7 @@ fn extraction_matches_the_seed() {
     let seed = python_oracle(
         &originals,
         EXTRACT,
-        &agents_common::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
     );
     let seed = seed.as_array().unwrap();
     let roots: Vec<Json> = oracle_input
@@ -412,7 +412,7 @@ fn extraction_matches_the_seed() {
     let trees = python_oracle(
         &originals,
         LIST,
-        &agents_common::encode_compact(&Json::Array(roots)).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Array(roots)).unwrap(),
     );
     let trees = trees.as_array().unwrap();
     let mut accepted = 0;
@@ -481,7 +481,7 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
     let seed = python_oracle(
         &originals,
         EXTRACT,
-        &agents_common::encode_compact(&Json::Array(
+        &agents_common::test_support::encode_compact(&Json::Array(
             [&not_gzip, &cut, &empty_gzip]
                 .iter()
                 .map(|archive| {

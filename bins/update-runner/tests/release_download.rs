@@ -94,7 +94,7 @@ for url in json.load(sys.stdin):
         out.append({"error": type(exc).__name__, "message": str(exc)})
 print(json.dumps(out))
 "#,
-        &agents_common::encode_compact(&Json::Array(urls)).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Array(urls)).unwrap(),
     );
     let python_requests = server.seen().len();
     for (path, expected) in paths.iter().zip(seed.as_array().unwrap()) {
@@ -272,7 +272,7 @@ for manifest in json.load(sys.stdin):
         out.append({"error": type(exc).__name__, "message": str(exc)})
 print(json.dumps(out))
 "#,
-        &agents_common::encode_compact(&Json::Array(
+        &agents_common::test_support::encode_compact(&Json::Array(
             cases
                 .iter()
                 .map(|(_, release)| Json::Object(release.manifest.clone()))
@@ -344,7 +344,8 @@ try:
 except Exception as exc:
     print(json.dumps({"message": str(exc)}))
 "#,
-        &agents_common::encode_compact(&Json::Object(release.manifest.clone())).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Object(release.manifest.clone()))
+            .unwrap(),
     );
     let error = download_release_archive(&manifest, dir.path()).unwrap_err();
     assert_eq!(

@@ -48,7 +48,7 @@ order = [[(update_runner.version_key(a) > update_runner.version_key(b)) - (updat
 transitions = [[[update_runner.release_transition_allowed(a, b, t) for t in ("stable", "beta")] for b in versions] for a in versions]
 print(json.dumps({"order": order, "transitions": transitions}))
 "#;
-    let input = agents_common::encode_compact(&Json::Array(
+    let input = agents_common::test_support::encode_compact(&Json::Array(
         VERSIONS.iter().map(|v| Json::from(*v)).collect(),
     ))
     .unwrap();
@@ -122,7 +122,7 @@ print(json.dumps(out))
     let oracle = python_oracle(
         &originals,
         script,
-        &agents_common::encode_compact(&input).unwrap(),
+        &agents_common::test_support::encode_compact(&input).unwrap(),
     );
     for track in ["stable", "beta"] {
         let ours: Vec<Json> = release_candidates(&releases, track)

@@ -161,7 +161,7 @@ impl ReleaseHost {
             .collect();
         self.serve(
             "/api/releases?per_page=100",
-            Served::ok(agents_common::encode_compact(&Json::Array(listing)).unwrap()),
+            Served::ok(agents_common::test_support::encode_compact(&Json::Array(listing)).unwrap()),
         );
     }
 }
@@ -207,7 +207,7 @@ impl Lookup {
         python_oracle(
             originals,
             ORACLE,
-            &agents_common::encode_compact(&Json::Object(input)).unwrap(),
+            &agents_common::test_support::encode_compact(&Json::Object(input)).unwrap(),
         )
     }
 

@@ -107,7 +107,7 @@ fn edited(path: &str, value: Option<Json>) -> JsonObject {
 }
 
 fn body(document: &JsonObject) -> Vec<u8> {
-    agents_common::encode_compact(&Json::Object(document.clone())).unwrap()
+    agents_common::test_support::encode_compact(&Json::Object(document.clone())).unwrap()
 }
 
 /// Status code, content type and body of one canned health answer.
@@ -314,7 +314,7 @@ fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Ve
     let seed = python_oracle(
         originals,
         ORACLE,
-        &agents_common::encode_compact(&input).unwrap(),
+        &agents_common::test_support::encode_compact(&input).unwrap(),
     );
     for (index, ((label, _, _, check), expected)) in
         cases.iter().zip(seed.as_array().unwrap()).enumerate()
@@ -1008,7 +1008,10 @@ fn transport_failures_are_transient_like_the_seed() {
     let seed = python_oracle(
         &originals,
         ORACLE,
-        &agents_common::encode_compact(&Json::Object(json_object! {"cases" => input})).unwrap(),
+        &agents_common::test_support::encode_compact(&Json::Object(
+            json_object! {"cases" => input},
+        ))
+        .unwrap(),
     );
     for ((label, port), expected) in cases.iter().zip(seed.as_array().unwrap()) {
         let ours = Check::Idle {
@@ -1024,7 +1027,7 @@ fn transport_failures_are_transient_like_the_seed() {
 /// An admitted row owned by `update_id`.
 fn admitted(directory: &Path, update_id: &str) -> std::path::PathBuf {
     let status = directory.join("server-update.json");
-    agents_common::atomic_json(
+    agents_common::test_support::atomic_json(
         &status,
         &json_object! {"phase" => "starting", "update_id" => update_id, "keep" => "me"},
     )
@@ -1077,7 +1080,7 @@ fn compare_wait(
     let seed = python_oracle(
         originals,
         WAIT_ORACLE,
-        &agents_common::encode_compact(&Json::Object(json_object! {
+        &agents_common::test_support::encode_compact(&Json::Object(json_object! {
             "port" => u32::from(port),
             "status" => seed_status.to_string_lossy().into_owned(),
             "update_id" => update_id,
@@ -1227,8 +1230,10 @@ fn credential_files_are_consumed_like_the_seed() {
         let seed = python_oracle(
             &originals,
             TOKEN_ORACLE,
-            &agents_common::encode_compact(&Json::Object(json_object! {"path" => seed_argument}))
-                .unwrap(),
+            &agents_common::test_support::encode_compact(&Json::Object(
+                json_object! {"path" => seed_argument},
+            ))
+            .unwrap(),
         );
         let our_argument = if blank {
             std::path::PathBuf::from("  ")

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::{encode_compact_sorted, json_object, ErrorClass, Json, JsonObject};
+use agents_common::test_support::encode_compact_sorted;
+use agents_common::{json_object, ErrorClass, Json, JsonObject};
 use release_support::TempDir;
 use update_runner::team_hub_fence::TeamHubFence;
 

@@ -13,9 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
     encode_indented, json_object, layout_manifest, parse_json, render_service, ExecutionLayout,
-    Json, GATEWAY_UNIT, WORKER_UNIT,
+    Json,
 };
 pub use agents_tests::Outcome;
 use agents_tests::{
@@ -404,7 +405,7 @@ impl Site {
         });
         let response = HttpRequest::post_json(
             MAINTENANCE,
-            agents_common::encode_compact(&body).expect("encode"),
+            agents_common::test_support::encode_compact(&body).expect("encode"),
         )
         .bearer(&self.installation.control_token())
         .send(self.installation.worker_callback())

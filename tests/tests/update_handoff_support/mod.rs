@@ -15,9 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agents_common::{
-    encode_compact, encode_indented, json_object, parse_json, ExecutionLayout, Json, JsonObject,
-};
+use agents_common::test_support::encode_compact;
+use agents_common::{encode_indented, json_object, parse_json, ExecutionLayout, Json, JsonObject};
 use agents_tests::{
     binary_path, free_port, poll_until, try_poll_until, HttpRequest, Installation, RequestMatch,
     RequestRecord, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,

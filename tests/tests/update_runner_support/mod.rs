@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use agents_common::{atomic_json, json_object, read_status_unlocked, Json, JsonObject};
+use agents_common::test_support::atomic_json;
+use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
@@ -189,7 +190,10 @@ impl Fixture {
             } else {
                 &state.before
             };
-            Reply::ok(&agents_common::encode_compact(&Json::Object(document.clone())).unwrap())
+            Reply::ok(
+                &agents_common::test_support::encode_compact(&Json::Object(document.clone()))
+                    .unwrap(),
+            )
         });
         {
             let mut state = health_state.lock().unwrap();

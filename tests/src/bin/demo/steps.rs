@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use agents_common::test_support::{atomic_json, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
-    atomic_json, encode_indented, json_object, parse_json, read_status_unlocked, utc_now,
-    ExecutionLayout, Json, JsonObject, NativeServices, SystemCommandRunner, WorkerControl,
-    GATEWAY_UNIT, TRANSACTION_NAME, WORKER_UNIT,
+    encode_indented, json_object, parse_json, read_status_unlocked, utc_now, ExecutionLayout, Json,
+    JsonObject, NativeServices, SystemCommandRunner, WorkerControl, TRANSACTION_NAME,
 };
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use agents_common::{encode_compact, parse_json_unique, Json};
+use agents_common::test_support::encode_compact;
+use agents_common::{parse_json_unique, Json};
 
 use crate::http_server::{Body, Reply, Request};
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agents_common::{encode_compact, json_object, Json};
+use agents_common::test_support::encode_compact;
+use agents_common::{json_object, Json};
 
 /// Longest request head accepted.
 const MAXIMUM_HEAD: usize = 64 * 1024;

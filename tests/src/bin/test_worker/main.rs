@@ -29,7 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agents_common::{json_object, read_secret};
+use agents_common::json_object;
+use agents_common::test_support::read_secret;
 use agents_tests::{errors_log_path, test_worker_dir, Role, Switches};
 
 use crate::args::Invocation;

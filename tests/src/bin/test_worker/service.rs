@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agents_common::{encode_compact, parse_json, Json};
+use agents_common::test_support::encode_compact;
+use agents_common::{parse_json, Json};
 use agents_tests::{origin_address, Death, DeathPoint, HttpRequest, RequestRecord, Role, Switches};
 use rustix::process::{getpid, kill_process, Signal};
 

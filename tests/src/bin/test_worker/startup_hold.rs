@@ -7,10 +7,10 @@
 
 use std::path::Path;
 
+use agents_common::test_support::pending_uninstall_operation;
 use agents_common::{
     entry_present, execution_context, maintenance_operation_id, normalize_path, owned_directory,
-    pending_uninstall_operation, read_file, release_matches, Error, Json, Result, TRANSACTION_NAME,
-    UNINSTALL_INTENT_NAME,
+    read_file, release_matches, Error, Json, Result, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
 };
 use execution_manage::ExecutionTransaction;
 
