@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use agents_common::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
+use agents_common::{CommandSpec, Error, OptionSpec, ParsedArgs, Result, ValueKind};
 
 /// The program name in usage and error lines, whatever `argv[0]` is: the
 /// server may start the runner as `update_runner.py` for its liveness check.
@@ -192,7 +192,7 @@ pub struct Args {
     pub recovery_transaction: Option<PathBuf>,
     pub auth_token_file: Option<PathBuf>,
     pub expected_server_identity: String,
-    pub update_id: String,
+    pub update_id: UpdateId,
     pub expected_service_cgroup: Option<String>,
     pub expected_team_hub_id: Option<String>,
     pub expected_team_hub_transport: Option<String>,
@@ -201,6 +201,66 @@ pub struct Args {
     pub team_hub_snapshot: Option<String>,
     pub team_hub_data_dir: Option<String>,
     pub repair_failed_team_hub_host: bool,
+}
+
+/// `--update-id`, read once: the server's admitted update this run owns.
+///
+/// The seed reads it in two spellings: `update_recovery` compares the word
+/// as given, while `run_update`, `main`'s failure handler and the Team Hub
+/// fence use `str(args.update_id).strip()`, and only `run_update` checks its
+/// shape, after its earlier checks. So both spellings and the shape's
+/// verdict are kept, and the refusal is raised where the seed raises it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateId {
+    given: String,
+    stripped: String,
+    well_formed: bool,
+}
+
+impl UpdateId {
+    /// Reads the argument as given.
+    pub fn new(given: String) -> UpdateId {
+        let stripped = agents_common::python_strip(&given).to_string();
+        let well_formed = is_update_id(&stripped);
+        UpdateId {
+            given,
+            stripped,
+            well_formed,
+        }
+    }
+
+    /// The word as given (what `update_recovery` compares with the row).
+    pub fn given(&self) -> &str {
+        &self.given
+    }
+
+    /// `str(args.update_id or "").strip()`: the id the status row, the
+    /// handoff and the Team Hub fence are keyed by.
+    pub fn stripped(&self) -> &str {
+        &self.stripped
+    }
+
+    /// The stripped id, or `run_update`'s refusal when it does not match
+    /// `[A-Za-z0-9][A-Za-z0-9._:-]{0,127}`.
+    pub fn checked(&self) -> Result<&str> {
+        if self.well_formed {
+            Ok(&self.stripped)
+        } else {
+            Err(Error::runtime(
+                "managed update is missing a valid update ID",
+            ))
+        }
+    }
+}
+
+/// `re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", id)`.
+fn is_update_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    (1..=128).contains(&bytes.len())
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b':' | b'-'))
 }
 
 fn required<T>(value: Option<T>, long: &str) -> T {
@@ -231,7 +291,7 @@ impl Args {
                 text("expected-server-identity"),
                 "expected-server-identity",
             ),
-            update_id: required(text("update-id"), "update-id"),
+            update_id: UpdateId::new(required(text("update-id"), "update-id")),
             expected_service_cgroup: text("expected-service-cgroup"),
             expected_team_hub_id: text("expected-team-hub-id"),
             expected_team_hub_transport: text("expected-team-hub-transport"),
@@ -251,9 +311,33 @@ mod tests {
     use agents_common::{try_parse_command_line, CommandLineExit};
     use std::ffi::OsString;
 
-    fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
+    fn parse(words: &[&str]) -> std::result::Result<Args, CommandLineExit> {
         let words: Vec<OsString> = words.iter().map(OsString::from).collect();
         try_parse_command_line(&SPEC, &words).map(|parsed| Args::from_parsed(&parsed))
+    }
+
+    #[test]
+    fn update_ids_are_stripped_once_and_their_shape_checked_where_the_seed_checks_it() {
+        for good in [
+            "0123456789abcdef0123456789abcdef",
+            "a",
+            &"a".repeat(128),
+            " a:b.c_d-e ",
+        ] {
+            let id = UpdateId::new(good.to_string());
+            assert_eq!(id.given(), good);
+            assert_eq!(id.checked().unwrap(), good.trim());
+        }
+        for bad in ["", "-a", ".a", "a b", "a/b", &"a".repeat(129), "\x1c"] {
+            let id = UpdateId::new(bad.to_string());
+            assert_eq!(
+                id.checked().unwrap_err().python_line(),
+                "RuntimeError: managed update is missing a valid update ID",
+                "{bad:?}"
+            );
+        }
+        // str.strip() also drops the separators U+001C..U+001F.
+        assert_eq!(UpdateId::new("\x1fu1\x1c".into()).stripped(), "u1");
     }
 
     const REQUIRED: &[&str] = &[
@@ -308,7 +392,7 @@ mod tests {
                 recovery_transaction: None,
                 auth_token_file: None,
                 expected_server_identity: "i".into(),
-                update_id: "u".into(),
+                update_id: UpdateId::new("u".into()),
                 expected_service_cgroup: None,
                 expected_team_hub_id: None,
                 expected_team_hub_transport: None,
@@ -439,7 +523,7 @@ mod tests {
         assert_eq!(args.prepared_receipt_sha256.as_deref(), Some("cd"));
         assert_eq!(args.port, 8);
         assert_eq!(args.bind, "-1");
-        assert_eq!(args.update_id, "last");
+        assert_eq!(args.update_id.given(), "last");
         assert!(args.recover_only);
     }
 

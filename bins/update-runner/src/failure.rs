@@ -10,9 +10,9 @@ use std::path::Path;
 
 use crate::server_health::resolve_user_path;
 use agents_common::{
-    is_ownership_lost, json_object, python_str_or_empty, python_strip, python_truthy,
-    read_status_unlocked, release_existing_handoff, runner_owns, update_status,
-    update_status_unlocked, utc_now, Error, Json, JsonObject, Result, StatusLock,
+    is_ownership_lost, json_object, python_str_or_empty, python_truthy, read_status_unlocked,
+    release_existing_handoff, runner_owns, update_status, update_status_unlocked, utc_now, Error,
+    Json, JsonObject, Result, StatusLock,
 };
 
 use crate::cli::Args;
@@ -36,7 +36,7 @@ pub fn settle_failed_update(args: &Args, error: &Error) {
     let Ok(status_path) = resolve_user_path(&args.status_file) else {
         return;
     };
-    let update_id = python_strip(&args.update_id).to_string();
+    let update_id = args.update_id.stripped().to_string();
     let _ = publish_failure(args, &status_path, &update_id, error);
 }
 
@@ -148,7 +148,7 @@ pub fn settle_failed_recovery(args: &Args) {
     let Ok(status_path) = resolve_user_path(&args.status_file) else {
         return;
     };
-    let update_id = python_strip(&args.update_id).to_string();
+    let update_id = args.update_id.stripped().to_string();
     let written = update_status(
         &status_path,
         Some(&update_id),

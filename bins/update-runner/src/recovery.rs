@@ -44,7 +44,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         let _lock = StatusLock::acquire(&status_path)?;
         read_status_unlocked(&status_path)?
     };
-    let owned = status.get("update_id") == Some(&Json::from(args.update_id.as_str()))
+    let owned = status.get("update_id") == Some(&Json::from(args.update_id.given()))
         && status
             .get("phase")
             .and_then(Json::as_str)
@@ -73,7 +73,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
     let token = consume_auth_token_file(args.auth_token_file.as_deref())?;
     update_status(
         &status_path,
-        Some(&args.update_id),
+        Some(args.update_id.given()),
         json_object! {
             "phase" => "installing",
             "runner_pid" => std::process::id(),
@@ -96,7 +96,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         "--expected-server-identity".into(),
         args.expected_server_identity.clone().into(),
         "--managed-update-id".into(),
-        args.update_id.clone().into(),
+        args.update_id.given().into(),
         "--port".into(),
         args.port.to_string().into(),
         "--bind".into(),
@@ -109,8 +109,8 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         &status_path,
         &version,
     );
-    run.expected_update_id = Some(args.update_id.clone());
-    run.managed_update_id = Some(args.update_id.clone());
+    run.expected_update_id = Some(args.update_id.given().to_string());
+    run.managed_update_id = Some(args.update_id.given().to_string());
     run.expected_service_cgroup = args.expected_service_cgroup.clone();
     run.rollback_accepted = true;
     if run_installer(&run)? == InstallerOutcome::RolledBack {
@@ -121,7 +121,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         }
         update_status(
             &status_path,
-            Some(&args.update_id),
+            Some(args.update_id.given()),
             json_object! {
                 "phase" => "failed",
                 "runner_pid" => Json::Null,
@@ -170,7 +170,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
     }
     update_status(
         &status_path,
-        Some(&args.update_id),
+        Some(args.update_id.given()),
         json_object! {
             "phase" => "complete",
             "installed_version" => version.as_str(),

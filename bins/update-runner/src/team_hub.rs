@@ -325,7 +325,7 @@ fn maintenance_fence_arguments(args: &Args) -> Result<Option<[String; 5]>> {
     let snapshot = text(&args.team_hub_snapshot);
     let data_dir = text(&args.team_hub_data_dir);
     let host_identity = python_strip(&args.expected_server_identity).to_string();
-    let operation_id = python_strip(&args.update_id).to_string();
+    let operation_id = args.update_id.stripped().to_string();
     if hub_id.is_empty() && snapshot.is_empty() && data_dir.is_empty() {
         return Ok(None);
     }
