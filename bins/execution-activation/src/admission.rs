@@ -21,7 +21,7 @@ use agents_common::{
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 
 use crate::cli::Args;
-use crate::context::{command_layout, parent_of_process};
+use crate::context::parent_of_process;
 use crate::native::{Native, Snapshots};
 use crate::retired_intent::require_retired_legacy_intent;
 
@@ -57,14 +57,18 @@ fn private_json(path: &Path, maximum: u64) -> Result<Json> {
 
 /// `verify_stop(args, value, services, control)`: nothing to prove unless the
 /// worker role runs.
-pub fn verify_stop(args: &Args, value: &StopContext, services: &dyn Native) -> Result<()> {
+pub fn verify_stop(
+    args: &Args,
+    layout: &ExecutionLayout,
+    value: &StopContext,
+    services: &dyn Native,
+) -> Result<()> {
     let before = services.role_snapshot("worker")?;
     if before.get("state") != Some(&Json::from("running")) {
         return Ok(());
     }
-    let layout = command_layout(args, None)?;
-    legacy_process(args, &layout, services, &mut |legacy| {
-        prove_stop(args, value, services, &layout, &before, legacy)
+    legacy_process(args, layout, services, &mut |legacy| {
+        prove_stop(args, value, services, layout, &before, legacy)
     })
 }
 
@@ -504,14 +508,17 @@ fn stat_following(path: &Path) -> Result<Stat> {
 
 /// `seed_legacy_recovery(args, services)`: after a legacy preflight, record
 /// the admitted recovery intent for the managed update.
-pub fn seed_legacy_recovery(args: &Args, services: &dyn Native) -> Result<()> {
-    let layout = command_layout(args, None)?;
+pub fn seed_legacy_recovery(
+    args: &Args,
+    layout: &ExecutionLayout,
+    services: &dyn Native,
+) -> Result<()> {
     if services.role_snapshot("worker")?.get("state") != Some(&Json::from("running")) {
         return Ok(());
     }
-    legacy_process(args, &layout, services, &mut |legacy| {
+    legacy_process(args, layout, services, &mut |legacy| {
         if legacy {
-            publish_recovery_intent(args, &layout)
+            publish_recovery_intent(args, layout)
         } else {
             Ok(())
         }

@@ -14,6 +14,17 @@ use agents_common::{
 
 use super::*;
 use crate::cli::SPEC;
+use crate::context::command_layout;
+
+/// `verify_stop` with the layout built from `args`, as `run` builds it.
+fn stop_with_layout(args: &Args, value: &StopContext, services: &dyn Native) -> Result<()> {
+    verify_stop(args, &command_layout(args)?, value, services)
+}
+
+/// `seed_legacy_recovery` with the layout built from `args`, as `run` builds it.
+fn seed_with_layout(args: &Args, services: &dyn Native) -> Result<()> {
+    seed_legacy_recovery(args, &command_layout(args)?, services)
+}
 
 const UPDATE: &str = "0123456789abcdef0123456789abcdef";
 const OTHER_UPDATE: &str = "fedcba9876543210fedcba9876543210";
@@ -215,13 +226,13 @@ fn refused(result: Result<()>, message: &str) {
 #[test]
 fn an_idle_monolith_in_the_admitted_update_may_be_stopped() {
     let legacy = Legacy::new();
-    verify_stop(&legacy.args(&[]), &context(), &Scripted::running(&[PID])).unwrap();
+    stop_with_layout(&legacy.args(&[]), &context(), &Scripted::running(&[PID])).unwrap();
     // A health that counts its blocking queue directly is accepted too.
     let mut counted = health();
     counted.remove("queued");
     counted.insert("update_blocking_queued_count", 0);
     legacy.write_health(&Json::Object(counted));
-    verify_stop(&legacy.args(&[]), &context(), &Scripted::running(&[PID])).unwrap();
+    stop_with_layout(&legacy.args(&[]), &context(), &Scripted::running(&[PID])).unwrap();
 }
 
 #[test]
@@ -230,7 +241,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
     let not_idle = "running monolith is not in the exact admitted idle update";
     let services = Scripted::running(&[PID]);
     refused(
-        verify_stop(
+        stop_with_layout(
             &legacy.args(&[("--health-file", String::new())]),
             &context(),
             &services,
@@ -238,7 +249,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
         "running monolith requires authenticated managed idle handoff",
     );
     refused(
-        verify_stop(
+        stop_with_layout(
             &legacy.args(&[("--update-file", String::new())]),
             &context(),
             &services,
@@ -246,7 +257,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
         "legacy admission requires native authenticated update status",
     );
     refused(
-        verify_stop(
+        stop_with_layout(
             &legacy.args(&[("--expected-native-pid", "99".into())]),
             &context(),
             &services,
@@ -254,7 +265,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
         not_idle,
     );
     refused(
-        verify_stop(
+        stop_with_layout(
             &legacy.args(&[("--managed-update-id", OTHER_UPDATE.into())]),
             &context(),
             &services,
@@ -274,7 +285,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
         changed.insert(key, value);
         legacy.write_health(&Json::Object(changed));
         refused(
-            verify_stop(&legacy.args(&[]), &context(), &services),
+            stop_with_layout(&legacy.args(&[]), &context(), &services),
             not_idle,
         );
     }
@@ -285,7 +296,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
     );
     legacy.write_health(&Json::Object(unsafe_cgroup));
     refused(
-        verify_stop(&legacy.args(&[]), &context(), &services),
+        stop_with_layout(&legacy.args(&[]), &context(), &services),
         "monolith process ownership is not safe for handoff",
     );
     legacy.write_health(&Json::Object(health()));
@@ -293,7 +304,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
     finished.insert("phase", "complete");
     write_private(&legacy.status_path(), &Json::Object(finished));
     refused(
-        verify_stop(&legacy.args(&[]), &context(), &services),
+        stop_with_layout(&legacy.args(&[]), &context(), &services),
         not_idle,
     );
 }
@@ -302,7 +313,7 @@ fn a_busy_or_foreign_monolith_is_refused() {
 fn the_process_must_not_change_before_the_stop() {
     let legacy = Legacy::new();
     refused(
-        verify_stop(
+        stop_with_layout(
             &legacy.args(&[]),
             &context(),
             &Scripted::running(&[PID, PID, 5150]),
@@ -350,7 +361,7 @@ fn a_runner_admits_only_its_descendants() {
 fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     let legacy = Legacy::new();
     let args = legacy.args(&[]);
-    seed_legacy_recovery(&args, &Scripted::running(&[PID])).unwrap();
+    seed_with_layout(&args, &Scripted::running(&[PID])).unwrap();
     let row = parse_json(&fs::read(legacy.status_path()).unwrap()).unwrap();
     let intent = row.get("_activation_recovery").expect("intent recorded");
     assert_eq!(intent.get("update_id"), Some(&Json::from(UPDATE)));
@@ -363,7 +374,7 @@ fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     );
     assert!(row.get("updated_at").and_then(Json::as_str).is_some());
     // Recording the same intent again is idempotent.
-    seed_legacy_recovery(&args, &Scripted::running(&[PID])).unwrap();
+    seed_with_layout(&args, &Scripted::running(&[PID])).unwrap();
 
     // An old updater's different intent is replaced only when no owner was
     // ever armed and no journal holds it.
@@ -372,7 +383,7 @@ fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     previous.insert("update_id", OTHER_UPDATE);
     row.insert("_activation_recovery", previous.clone());
     write_private(&legacy.status_path(), &Json::Object(row.clone()));
-    seed_legacy_recovery(&args, &Scripted::running(&[PID])).unwrap();
+    seed_with_layout(&args, &Scripted::running(&[PID])).unwrap();
     let replaced = parse_json(&fs::read(legacy.status_path()).unwrap()).unwrap();
     assert_eq!(
         replaced
@@ -384,7 +395,7 @@ fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     write_private(&legacy.status_path(), &Json::Object(row));
     directory(&legacy.path("install/.activation-transaction"), 0o700);
     refused(
-        seed_legacy_recovery(&args, &Scripted::running(&[PID])),
+        seed_with_layout(&args, &Scripted::running(&[PID])),
         "a lifecycle journal still owns the previous recovery intent",
     );
 }
@@ -397,7 +408,7 @@ fn a_changed_admission_records_nothing() {
     write_private(&legacy.update_path(), &Json::Object(other));
     let before = fs::read(legacy.status_path()).unwrap();
     refused(
-        seed_legacy_recovery(&legacy.args(&[]), &Scripted::running(&[PID])),
+        seed_with_layout(&legacy.args(&[]), &Scripted::running(&[PID])),
         "legacy admission changed before recovery intent publication",
     );
     assert_eq!(fs::read(legacy.status_path()).unwrap(), before);

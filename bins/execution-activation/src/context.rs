@@ -12,6 +12,7 @@ use agents_common::{
 };
 
 use crate::cli::Args;
+use crate::environment::runtime_environment;
 
 /// `Path(value)`: the pathlib spelling of a command-line path. A missing
 /// option is Python's `TypeError` from `Path(None)`.
@@ -24,10 +25,10 @@ fn path_arg(value: Option<&PathBuf>) -> Result<PathBuf> {
     }
 }
 
-/// `command_layout(args, environment=...)`: the layout install.sh describes,
-/// with both services on `--release-dir`; `environment` is the parsed
-/// runtime env file when the operation renders units.
-pub fn command_layout(args: &Args, environment: Option<JsonObject>) -> Result<ExecutionLayout> {
+/// `command_layout(args)`: the layout install.sh describes, with both
+/// services on `--release-dir` and no environment. Built once per command:
+/// it depends on the arguments alone.
+pub fn command_layout(args: &Args) -> Result<ExecutionLayout> {
     let release = path_arg(args.release_dir.as_ref())?;
     Ok(ExecutionLayout {
         install_root: path_arg(Some(&args.root))?,
@@ -39,21 +40,30 @@ pub fn command_layout(args: &Args, environment: Option<JsonObject>) -> Result<Ex
         gateway_release: release,
         bind: args.bind.clone().unwrap_or_default(),
         port: args.port.map_or(Json::Null, Json::from),
-        environment: Json::Object(environment.unwrap_or_default()),
+        environment: Json::Object(JsonObject::new()),
+    })
+}
+
+/// `command_layout(args, environment=True)`: the same layout with the parsed
+/// runtime `config/env`, for the operations that render units.
+pub fn with_runtime_environment(layout: &ExecutionLayout) -> Result<ExecutionLayout> {
+    let environment = runtime_environment(&layout.config_root.join("env"))?;
+    Ok(ExecutionLayout {
+        environment: Json::Object(environment),
+        ..layout.clone()
     })
 }
 
 /// `transaction(args)`: the outer journal, which must be a split-service
 /// journal for exactly this layout, while this process descends from the
 /// installer that holds the install lock.
-pub fn transaction(args: &Args) -> Result<ActivationManifest> {
+pub fn transaction(args: &Args, layout: &ExecutionLayout) -> Result<ActivationManifest> {
     let root = path_arg(Some(&args.root))?;
     let Some(value) = execution_context(&root)? else {
         return Err(Error::runtime(
             "outer transaction does not authorize split service changes",
         ));
     };
-    let layout = command_layout(args, None)?;
     let text = |path: &Path| pure_path_text(path);
     if value.text("service_path") != text(&layout.service_path("worker")?)
         || value.text("gateway_path") != text(&layout.service_path("gateway")?)

@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<()> {
         Operation::Detect => return print_line(detect::detect(&args.root)?),
         _ => {}
     }
-    let layout = command_layout(&args, None)?;
+    let layout = command_layout(&args)?;
     let services = native::connect(&layout)?;
     let services = services.as_ref();
     match args.operation {
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<()> {
         Operation::Preflight => return operations::preflight(&args, &layout, services),
         _ => {}
     }
-    let value = transaction(&args)?;
+    let value = transaction(&args, &layout)?;
     match args.operation {
         Operation::RecoveryState => print_line(recovery_state::recovery_state(
             &args,
@@ -61,19 +61,19 @@ pub fn run(args: Args) -> Result<()> {
         )?),
         Operation::Durability => {
             flush_activation(&layout.install_root, &value)?;
-            if transaction(&args)? != value {
+            if transaction(&args, &layout)? != value {
                 return Err(Error::runtime(
                     "activation journal changed during runtime durability barrier",
                 ));
             }
             Ok(())
         }
-        Operation::Publish => publish::publish(&args),
+        Operation::Publish => publish::publish(&layout),
         Operation::Verify | Operation::VerifyRestored => {
-            verify::verify_components(&args, &value, services)
+            verify::verify_components(&args, &layout, &value, services)
         }
         Operation::PreviousWorker => previous_worker(&value),
-        Operation::Stop => operations::stop(&args, &value, services),
+        Operation::Stop => operations::stop(&args, &layout, &value, services),
         Operation::Suppress => operations::suppress(services),
         Operation::Start => operations::start(services),
         Operation::Restore => operations::restore(&value, services),

@@ -53,13 +53,18 @@ pub fn preflight(args: &Args, layout: &ExecutionLayout, services: &dyn Native) -
         operation_id,
         handoff,
     };
-    verify_stop(args, &value, services)?;
-    seed_legacy_recovery(args, services)
+    verify_stop(args, layout, &value, services)?;
+    seed_legacy_recovery(args, layout, services)
 }
 
 /// `stop`: prove the admission again, then stop the gateway and the worker.
-pub fn stop(args: &Args, value: &ActivationManifest, services: &dyn Native) -> Result<()> {
-    verify_stop(args, &StopContext::of(value), services)?;
+pub fn stop(
+    args: &Args,
+    layout: &ExecutionLayout,
+    value: &ActivationManifest,
+    services: &dyn Native,
+) -> Result<()> {
+    verify_stop(args, layout, &StopContext::of(value), services)?;
     services.stop("gateway")?;
     services.stop("worker")
 }

@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::environment::runtime_environment;
 use crate::replace_config::{journaled_staging_matches, replace_config};
 use agents_common::{
     config_path_matches_desired, config_staging_paths, encode_indented, ensure_directory,
@@ -25,16 +24,15 @@ use agents_common::{
     ACTIVATION_CONFIG_LIMIT,
 };
 
-use crate::cli::Args;
-use crate::context::command_layout;
+use crate::context::with_runtime_environment;
+use agents_common::ExecutionLayout;
 
 /// The three configurations publish renders, in the seed's order.
 const KINDS: [&str; 3] = ["service", "gateway", "execution_layout"];
 
 /// `publish(args, value)`.
-pub fn publish(args: &Args) -> Result<()> {
-    let config_root = command_layout(args, None)?.config_root;
-    let layout = command_layout(args, Some(runtime_environment(&config_root.join("env"))?))?;
+pub fn publish(layout: &ExecutionLayout) -> Result<()> {
+    let layout = with_runtime_environment(layout)?;
     layout.validate()?;
     prepare_runtime(&layout)?;
     let bodies = [

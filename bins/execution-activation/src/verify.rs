@@ -10,8 +10,8 @@ use agents_common::{
 };
 
 use crate::cli::{Args, Operation};
-use crate::context::command_layout;
 use crate::native::{Native, Snapshots};
+use agents_common::ExecutionLayout;
 
 /// Limit of the stored health body.
 const HEALTH_LIMIT: u64 = 1024 * 1024;
@@ -19,13 +19,13 @@ const HEALTH_LIMIT: u64 = 1024 * 1024;
 /// `verify_components(args, value, services, control)`.
 pub fn verify_components(
     args: &Args,
+    layout: &ExecutionLayout,
     value: &ActivationManifest,
     services: &dyn Native,
 ) -> Result<()> {
     // The outer installer obtained this response over its native-PID-pinned
     // connection, before transmitting the preserved administrator credential.
     let health = parse_json(&read_private_file(&args.health_file, HEALTH_LIMIT)?)?;
-    let layout = command_layout(args, None)?;
     let mut worker_version = Json::from(value.text("release_version"));
     let mut gateway_version = worker_version.clone();
     let mut worker_root = Json::from(value.text("release_dir"));
@@ -64,7 +64,7 @@ pub fn verify_components(
     }
     let snapshots = Snapshots(services);
     let control = WorkerControl::new().services(&snapshots);
-    let record = control.worker_record(&layout)?;
+    let record = control.worker_record(layout)?;
     let native = services.snapshot()?;
     let null = Json::Null;
     let gateway = health.get("gateway").and_then(Json::as_object);
@@ -97,7 +97,7 @@ pub fn verify_components(
             "candidate gateway and worker do not match the paired release",
         ));
     }
-    let (_record, status) = control.status(&layout)?;
+    let (_record, status) = control.status(layout)?;
     let held = status
         .get("lease")
         .and_then(Json::as_object)
