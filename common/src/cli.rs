@@ -205,8 +205,9 @@ fn pathlib_path(value: &OsStr) -> PathBuf {
     if normalized.is_empty() {
         normalized.push(b'.');
     }
-    // SAFETY: built from sub-slices of an OsStr split at ASCII `/`, plus ASCII.
-    PathBuf::from(unsafe { OsString::from_encoded_bytes_unchecked(normalized) })
+    PathBuf::from(<OsString as std::os::unix::ffi::OsStringExt>::from_vec(
+        normalized,
+    ))
 }
 
 /// Converts one value as argparse's `type=`/`choices=` would, with argparse's

@@ -8,8 +8,7 @@ use crate::signals;
 
 /// `[[ -t 0 ]]` / `sys.stdin.isatty()`.
 pub fn stdin_is_terminal() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(0) == 1 }
+    std::io::IsTerminal::is_terminal(&std::io::stdin())
 }
 
 /// One raw line from stdin.
@@ -27,19 +26,17 @@ pub enum RawLine {
 pub fn read_raw_line() -> RawLine {
     let mut line = Vec::new();
     loop {
-        let mut byte = 0u8;
-        // SAFETY: reads at most one byte into a valid buffer.
-        let count = unsafe { libc::read(0, (&mut byte as *mut u8).cast(), 1) };
-        match count {
-            1 if byte == b'\n' => return RawLine::Complete(line),
-            1 => line.push(byte),
-            0 => return RawLine::Ended(line),
-            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {
+        let mut byte = [0u8; 1];
+        match rustix::io::read(std::io::stdin(), &mut byte) {
+            Ok(1) if byte[0] == b'\n' => return RawLine::Complete(line),
+            Ok(1) => line.push(byte[0]),
+            Ok(_) => return RawLine::Ended(line),
+            Err(rustix::io::Errno::INTR) => {
                 if signals::pending() {
                     return RawLine::Interrupted;
                 }
             }
-            _ => return RawLine::Ended(line),
+            Err(_) => return RawLine::Ended(line),
         }
     }
 }

@@ -177,9 +177,7 @@ fn classify<'a>(spec: &'static CommandSpec, word: &'a OsStr) -> Result<Word<'a>,
 
 fn joined(long: &str, value: &[u8]) -> OsString {
     let mut word = OsString::from(format!("--{long}="));
-    // SAFETY: `value` is a sub-slice of an `OsStr`'s encoded bytes split at
-    // ASCII `=` or taken whole, so it is itself a valid encoded OsStr.
-    word.push(unsafe { OsStr::from_encoded_bytes_unchecked(value) });
+    word.push(std::os::unix::ffi::OsStrExt::from_bytes(value) as &OsStr);
     word
 }
 

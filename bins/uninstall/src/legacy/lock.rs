@@ -131,11 +131,13 @@ fn owner_is_running(owner: &[u8]) -> bool {
     else {
         return false;
     };
-    let Ok(pid) = libc::pid_t::try_from(value) else {
+    let Ok(pid) = i32::try_from(value) else {
         return false;
     };
-    // SAFETY: signal 0 only checks for existence and permission.
-    unsafe { libc::kill(pid, 0) == 0 }
+    match rustix::process::Pid::from_raw(pid) {
+        Some(pid) => rustix::process::test_kill_process(pid).is_ok(),
+        None => rustix::process::test_kill_current_process_group().is_ok(),
+    }
 }
 
 /// `mv "$INSTALL_LOCK_DIR" "$stale_lock"`: into the target when it is an

@@ -124,8 +124,7 @@ fn confirm(args: &SplitArgs) -> Result<(), NoAnswer> {
 
 /// `input(prompt)`: the line without its newline.
 fn python_input(prompt: &[u8]) -> Result<Vec<u8>, NoAnswer> {
-    // SAFETY: isatty only inspects the descriptor.
-    let stdout_terminal = unsafe { libc::isatty(1) == 1 };
+    let stdout_terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     if stdin_is_terminal() && stdout_terminal {
         prompt_stderr(prompt);
     } else {
