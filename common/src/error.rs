@@ -23,10 +23,21 @@ pub enum ErrorClass {
     FileExists,
     /// `TimeoutError`: an `OSError` raised when a socket deadline passes.
     Timeout,
-    /// `ValueError` (including `json.JSONDecodeError` and `UnicodeDecodeError`).
+    /// `ValueError`.
     Value,
+    /// `json.JSONDecodeError` (a `ValueError`): a document that does not parse.
+    JsonDecode,
+    /// `UnicodeDecodeError` (a `ValueError`): bytes that are not text.
+    UnicodeDecode,
     /// `RuntimeError`.
     Runtime,
+    /// `RecursionError` (a `RuntimeError`): nesting past Python's limit.
+    Recursion,
+    /// `update_runner.UpdateOwnershipLostError` (a `RuntimeError`): the status
+    /// row no longer belongs to this runner, which must stop writing.
+    OwnershipLost,
+    /// `tarfile.ReadError`: an archive that ends inside a member.
+    TarRead,
 }
 
 impl ErrorClass {
@@ -39,8 +50,29 @@ impl ErrorClass {
             ErrorClass::FileExists => "FileExistsError",
             ErrorClass::Timeout => "TimeoutError",
             ErrorClass::Value => "ValueError",
+            ErrorClass::JsonDecode => "json.decoder.JSONDecodeError",
+            ErrorClass::UnicodeDecode => "UnicodeDecodeError",
             ErrorClass::Runtime => "RuntimeError",
+            ErrorClass::Recursion => "RecursionError",
+            ErrorClass::OwnershipLost => "update_runner.UpdateOwnershipLostError",
+            ErrorClass::TarRead => "tarfile.ReadError",
         }
+    }
+
+    /// Python's `issubclass(self, base)` among these classes: a seed's
+    /// `except ValueError` also catches a `JSONDecodeError`, and callers branch
+    /// the way it does.
+    pub fn is_a(self, base: ErrorClass) -> bool {
+        let parent = match self {
+            ErrorClass::Permission
+            | ErrorClass::NotFound
+            | ErrorClass::FileExists
+            | ErrorClass::Timeout => Some(ErrorClass::Os),
+            ErrorClass::JsonDecode | ErrorClass::UnicodeDecode => Some(ErrorClass::Value),
+            ErrorClass::Recursion | ErrorClass::OwnershipLost => Some(ErrorClass::Runtime),
+            ErrorClass::Os | ErrorClass::Value | ErrorClass::Runtime | ErrorClass::TarRead => None,
+        };
+        self == base || parent.is_some_and(|parent| parent.is_a(base))
     }
 }
 
@@ -120,14 +152,13 @@ impl Error {
 
     /// True for every class that is an `OSError` in Python.
     pub fn is_os_error(&self) -> bool {
-        matches!(
-            self.class,
-            ErrorClass::Os
-                | ErrorClass::Permission
-                | ErrorClass::NotFound
-                | ErrorClass::FileExists
-                | ErrorClass::Timeout
-        )
+        self.class.is_a(ErrorClass::Os)
+    }
+
+    /// `isinstance(error, base)`: the error's class is `base` or one of its
+    /// subclasses.
+    pub fn is_a(&self, base: ErrorClass) -> bool {
+        self.class.is_a(base)
     }
 
     /// The one line a helper prints on stderr before exiting 1: the same text as
@@ -282,6 +313,26 @@ mod tests {
         assert_eq!(err.errno(), Some(40));
         assert!(err.is_os_error());
         assert!(!Error::value("x").is_os_error());
+    }
+
+    #[test]
+    fn subclasses_are_caught_by_their_bases_as_in_python() {
+        let decode = Error::new(
+            ErrorClass::JsonDecode,
+            "Expecting value: line 1 column 1 (char 0)",
+        );
+        assert!(decode.is_a(ErrorClass::Value));
+        assert!(!decode.is_a(ErrorClass::Runtime));
+        assert_eq!(
+            decode.python_line(),
+            "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)"
+        );
+        assert!(ErrorClass::UnicodeDecode.is_a(ErrorClass::Value));
+        assert!(ErrorClass::Recursion.is_a(ErrorClass::Runtime));
+        assert!(ErrorClass::OwnershipLost.is_a(ErrorClass::Runtime));
+        assert!(ErrorClass::NotFound.is_a(ErrorClass::Os));
+        assert!(!ErrorClass::Os.is_a(ErrorClass::NotFound));
+        assert!(!ErrorClass::TarRead.is_a(ErrorClass::Value));
     }
 
     #[test]

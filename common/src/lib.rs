@@ -1,73 +1,64 @@
-//! Shared library of the AgentsServer lifecycle helpers.
+//! What two or more of the AgentsServer lifecycle helpers share.
 //!
-//! Each module ports one concept of the upstream Python modules that the five
-//! helpers (`uninstall`, `update-runner`, `update-handoff`,
-//! `execution-activation`, `execution-manage`) import. Every check, refusal
-//! message and ordering of fsync, rename, lock and re-check follows the seeds,
-//! because Python code that stays (install.sh's journal writer, the server, the
-//! worker) reads and writes the same files.
+//! Each of the five helpers (`uninstall`, `update-runner`, `update-handoff`,
+//! `execution-activation`, `execution-manage`) is a crate of its own under
+//! `bins/`, holding everything only it uses. This crate holds the rest: the
+//! files, locks, journals and protocols several helpers read and write, and
+//! the Python rules they must all follow byte for byte, because Python code
+//! that stays (install.sh's journal writer, the server, the worker) reads
+//! and writes the same files.
 //!
-//! # Map by concern
+//! # Map by concern, with the helpers that use each module
 //!
-//! Foundations every helper uses:
-//! - errors that keep the Python exception class (callers branch on it):
-//!   [`Error`], [`ErrorClass`];
-//! - Python-compatible JSON (`json.loads`, the `json.dumps` styles the shared
-//!   files use, byte for byte): [`Json`], [`JsonObject`], [`parse_json`],
-//!   [`encode_indented`], [`json_object!`];
-//! - guarded configuration I/O and the control secret (`execution_install`,
-//!   `execution_transport`): [`normalize_path`], [`read_file`], [`atomic_write`],
-//!   [`ensure_execution_secret`];
-//! - argparse-compatible command lines and exit statuses of the five helpers:
+//! (UN `uninstall`, UR `update-runner`, UH `update-handoff`, EA
+//! `execution-activation`, EM `execution-manage`.)
+//!
+//! Foundations:
+//! - `error` (all): one error type that keeps the Python exception class,
+//!   because the seeds branch on it and print it: [`Error`], [`ErrorClass`].
+//! - [`python`] (all): Python compatibility in one place (`strip`, truthiness,
+//!   `int()`, `pathlib`, `ipaddress`, `shlex`, `uuid`, hex, text decoding).
+//! - `json` (all): `json.loads` and the `json.dumps` styles of the shared
+//!   files, byte for byte: [`Json`], [`JsonObject`], [`parse_json`],
+//!   [`encode_indented`], [`json_object!`].
+//! - [`fs`] (all): guarded configuration I/O (no symlinks, exact owners and
+//!   modes, bounded reads) and atomic writes: [`normalize_path`],
+//!   [`read_file`], [`atomic_write`], [`owned_directory`].
+//! - `cli` (all): argparse-compatible command lines and exit statuses:
 //!   [`CommandSpec`], [`parse_command_line`], [`ParsedArgs`], [`exit_status`].
 //!
-//! The installation on disk and the journals that make changes restartable:
-//! - the two-service execution layout (`execution_install.ExecutionLayout`),
-//!   its systemd units / launchd plists and installed manifest:
-//!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
-//!   [`prepare_runtime`], [`active_worker_release`], [`maintenance_operation_id`];
-//! - the installer's `.install-lock` PID directory shared with install.sh,
-//!   released on Ctrl-C as Python's `with` block releases it:
-//!   [`InstallationLock`];
-//! - the `.execution-transaction` journal of a split activation:
-//!   [`ExecutionTransaction`];
-//! - install.sh's `.activation-transaction` journal (`activation_transaction`)
-//!   and its write-ahead configuration publication: [`ActivationManifest`],
-//!   [`execution_context`], [`validate_invocation`], [`replace_config`]; the
-//!   macOS proof of an old runner-less updater: [`verify_legacy_runner`];
-//!   macOS volume bindings that survive remounts: [`VolumeProbe`]; the
-//!   native registration of a recovery owner: [`render_recovery_service`];
-//! - the split uninstall's `.execution-uninstall.json` intent (read by the
-//!   worker at startup) and the installed-layout provenance it relies on:
-//!   [`read_uninstall_intent`], [`pending_uninstall_operation`],
-//!   [`installed_layout`], [`no_activation`], [`directory_binding`].
+//! The installation on disk:
+//! - [`layout`] (UN, EA, EM; UR and UH through `handoff`): the two-service
+//!   execution layout, its units/plists and installed manifest:
+//!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`].
+//! - `install_lock` (UN, EM; UR and UH through `handoff`): install.sh's
+//!   `.install-lock`, released on Ctrl-C as Python's `with` releases it:
+//!   [`InstallationLock`].
+//! - [`activation`] (EA, UR, UN): install.sh's `.activation-transaction`
+//!   journal as the helpers read and validate it, its guarded I/O, release
+//!   identities, volume bindings and recovery owners: [`ActivationManifest`],
+//!   [`execution_context`], [`activation_intent`], [`render_recovery_service`].
+//! - `uninstall_marker` (UN, EA, UR; UH through `handoff`): the split
+//!   uninstall's `.execution-uninstall.json` intent and installed-layout
+//!   provenance: [`read_uninstall_intent`], [`installed_layout`],
+//!   [`check_binding`].
+//! - `update_status` (UR, EA): the server's `server-update.json` row (flock,
+//!   CAS on the owning update): [`update_status`], [`StatusLock`].
 //!
-//! The running services and the worker's private control protocol:
-//! - the worker and gateway jobs on systemd or launchd, with the seed's parsing
-//!   and refusals behind an injectable command runner: [`NativeServices`],
-//!   [`ServiceState`];
-//! - PID-pinned loopback HTTP (`execution_http.request_json`: no byte of a
-//!   credential leaves before the peer's owner is proven): [`request_json`],
-//!   [`PinnedRequest`], [`LsofRunner`];
-//! - the helpers' authenticated client of the running worker and of public
-//!   health (`execution_manage.WorkerControl`): [`WorkerControl`],
-//!   [`ServiceSnapshot`], [`shlex_split`];
-//! - releasing a failed update's sealed split-worker handoff before the
-//!   installer runs (`update_handoff`): [`release_existing_handoff`],
-//!   [`retry_failed_handoff`], [`HandoffRelease`].
+//! The running services:
+//! - `services` (UN, EA, EM; UR and UH through `handoff`): the worker and
+//!   gateway jobs on systemd or launchd behind an injectable command runner:
+//!   [`NativeServices`], [`ServiceState`], [`CommandRunner`].
+//! - `http` (through `worker_control`): PID-pinned loopback HTTP, no
+//!   credential byte before the peer's owner is proven.
+//! - `worker_control` (UN, EA, EM; UR and UH through `handoff`): the
+//!   authenticated client of the running worker: [`WorkerControl`],
+//!   [`ServiceSnapshot`].
+//! - `handoff` (UH, UR): releasing a failed update's sealed worker handoff:
+//!   [`release_existing_handoff`], [`retry_failed_handoff`].
 //!
-//! Updates:
-//! - release trust of the update runner (versions, tracks, signed manifests,
-//!   the npm envelope, bounded downloads, verified extraction): [`ReleaseTrust`],
-//!   [`ReleaseManifest`], [`version_key`], [`safe_extract`];
-//! - the `server-update.json` row shared with the server (flock, CAS on the
-//!   owning update, atomic JSON): [`update_status`], [`StatusLock`];
-//! - supervising install.sh for the update runner (`run_installer`: new
-//!   session, scrubbed environment, status heartbeat, SIGTERM-only budget,
-//!   redacted log tail): [`run_installer`], [`InstallerRun`], [`InstallerOutcome`];
-//! - the update runner's release lookup, its checks of the running server's
-//!   health and its Team Hub maintenance fence: [`check_release`],
-//!   [`ServerHealth`], [`consume_auth_token_file`], [`TeamHubFence`].
+//! Modules import each other by path; the root re-exports only what the
+//! helpers use. Tests reach a few internals through `test_support`.
 
 #![deny(missing_docs)]
 

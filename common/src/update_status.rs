@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 use crate::json::{encode_indented, parse_json, Json, JsonObject};
 
 /// Phases in which the runner owns the row; any other phase (or another
@@ -33,7 +33,7 @@ pub const OWNERSHIP_LOST_MESSAGE: &str = "detached updater no longer owns the se
 
 /// True when `error` is `UpdateOwnershipLostError` (the CAS refused a write).
 pub fn is_ownership_lost(error: &Error) -> bool {
-    error.message() == OWNERSHIP_LOST_MESSAGE
+    error.class() == ErrorClass::OwnershipLost
 }
 
 /// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ` in UTC, whole seconds, the timestamp
@@ -250,7 +250,10 @@ pub fn update_status(
     let current = read_status_unlocked(path)?;
     if let Some(update_id) = expected_update_id {
         if !runner_owns(&current, update_id) {
-            return Err(Error::runtime(OWNERSHIP_LOST_MESSAGE));
+            return Err(Error::new(
+                ErrorClass::OwnershipLost,
+                OWNERSHIP_LOST_MESSAGE,
+            ));
         }
     }
     update_status_unlocked(path, &current, changes)

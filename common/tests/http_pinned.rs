@@ -352,7 +352,7 @@ fn darwin_non_ascii_lsof_output_is_a_value_error_and_sends_nothing() {
         PinnedRequest::new(4242, "Darwin", &mut verify).lsof_runner(&lsof),
     )
     .unwrap_err();
-    assert_eq!(err.class(), ErrorClass::Value);
+    assert_eq!(err.class(), ErrorClass::UnicodeDecode);
     assert!(
         err.message()
             .starts_with("'ascii' codec can't decode byte 0xc3 in position "),

@@ -528,7 +528,7 @@ fn bodies_that_are_not_json_objects() {
     .unwrap_err();
     assert_eq!(
         err.python_line(),
-        "ValueError: Expecting value: line 1 column 1 (char 0)"
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)"
     );
 }
 

@@ -437,7 +437,9 @@ for line in sys.stdin:
     try:
         value = json.loads(data, object_pairs_hook=unique) if mode == "U" else json.loads(data)
     except (ValueError, RecursionError) as exc:
-        print("error", str(exc).encode().hex())
+        kind = type(exc)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else kind.__module__ + "." + kind.__qualname__
+        print("error", name.encode().hex(), str(exc).encode().hex())
         continue
     if unrepresentable(value):
         print("unrepresentable")
@@ -472,10 +474,12 @@ fn compare_outcomes(documents: &[(bool, Vec<u8>)]) -> [usize; 3] {
                     "{context}"
                 );
             }
-            (Some("error"), Some(expected)) => {
+            (Some("error"), Some(class)) => {
                 counts[1] += 1;
                 let error = ours.expect_err(&context);
-                assert_eq!(error.class(), agents_common::ErrorClass::Value, "{context}");
+                // The class exactly as Python's traceback names it.
+                assert_eq!(error.class().python_name(), unhex_text(class), "{context}");
+                let expected = words.next().expect("the error line carries the message");
                 assert_eq!(error.message(), unhex_text(expected), "{context}");
             }
             (Some("unrepresentable"), None) => {

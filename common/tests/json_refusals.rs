@@ -8,9 +8,15 @@ use agents_common::{
 };
 use sha2::{Digest, Sha256};
 
+/// The message of a `json.JSONDecodeError` for `data`.
 fn refusal(data: &[u8]) -> String {
+    refusal_as(ErrorClass::JsonDecode, data)
+}
+
+/// The message of the refusal of `data`, which must be of `class`.
+fn refusal_as(class: ErrorClass, data: &[u8]) -> String {
     let error = parse_json(data).expect_err("document must be refused");
-    assert_eq!(error.class(), ErrorClass::Value, "{error}");
+    assert_eq!(error.class(), class, "{error}");
     error.message().to_owned()
 }
 
@@ -92,28 +98,31 @@ fn control_characters_inside_strings_are_refused() {
 #[test]
 fn undecodable_bytes_get_unicode_decode_error_text() {
     assert_eq!(
-        refusal(b"\xff"),
+        refusal_as(ErrorClass::UnicodeDecode, b"\xff"),
         "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
     );
     assert_eq!(
-        refusal(b"\"\xe2\x82A\""),
+        refusal_as(ErrorClass::UnicodeDecode, b"\"\xe2\x82A\""),
         "'utf-8' codec can't decode bytes in position 1-2: invalid continuation byte"
     );
     assert_eq!(
-        refusal(b"1\xe2\x82"),
+        refusal_as(ErrorClass::UnicodeDecode, b"1\xe2\x82"),
         "'utf-8' codec can't decode bytes in position 1-2: unexpected end of data"
     );
     // utf-8-sig counts positions after the mark; UTF-16/32 count from byte 0.
     assert_eq!(
-        refusal(b"\xef\xbb\xbf\"\xff\""),
+        refusal_as(ErrorClass::UnicodeDecode, b"\xef\xbb\xbf\"\xff\""),
         "'utf-8' codec can't decode byte 0xff in position 1: invalid start byte"
     );
     assert_eq!(
-        refusal(b"\xff\xfe1\x00 "),
+        refusal_as(ErrorClass::UnicodeDecode, b"\xff\xfe1\x00 "),
         "'utf-16-le' codec can't decode byte 0x20 in position 4: truncated data"
     );
     assert_eq!(
-        refusal(b"\xff\xfe\x00\x00\x00\x00\x11\x00"),
+        refusal_as(
+            ErrorClass::UnicodeDecode,
+            b"\xff\xfe\x00\x00\x00\x00\x11\x00"
+        ),
         "'utf-32-le' codec can't decode bytes in position 4-7: code point not in range(0x110000)"
     );
 }
@@ -197,7 +206,7 @@ fn integers_are_held_exactly_up_to_128_bits() {
     // Python's own limit on integer literals applies first.
     let long = "7".repeat(4301);
     assert_eq!(
-        refusal(long.as_bytes()),
+        refusal_as(ErrorClass::Value, long.as_bytes()),
         "Exceeds the limit (4300 digits) for integer string conversion: value has 4301 digits; \
          use sys.set_int_max_str_digits() to increase the limit"
     );
@@ -249,16 +258,17 @@ fn nesting_stops_at_pythons_recursion_limit_without_overflowing() {
     }
     assert_eq!(depth, 995);
     assert_eq!(
-        refusal(&nested(996)),
+        refusal_as(ErrorClass::Recursion, &nested(996)),
         "maximum recursion depth exceeded while decoding a JSON array from a unicode string"
     );
     let objects = format!("{}1{}", "{\"a\":".repeat(996), "}".repeat(996));
     assert_eq!(
-        refusal(objects.as_bytes()),
+        refusal_as(ErrorClass::Recursion, objects.as_bytes()),
         "maximum recursion depth exceeded while decoding a JSON object from a unicode string"
     );
     // Far deeper input is refused just the same, not a stack overflow.
-    assert!(refusal(&nested(1_000_000)).starts_with("maximum recursion depth exceeded"));
+    assert!(refusal_as(ErrorClass::Recursion, &nested(1_000_000))
+        .starts_with("maximum recursion depth exceeded"));
 }
 
 #[test]

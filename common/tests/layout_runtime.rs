@@ -111,7 +111,7 @@ fn manifest_must_be_an_object_of_format_1() {
     write_file(&layout.manifest_path(), b"{\"format\": 1,", 0o600);
     assert_eq!(
         active_worker_release(&root).unwrap_err().class(),
-        ErrorClass::Value
+        ErrorClass::JsonDecode
     );
     // Python equality: `true == 1 == 1.0`, so the seed accepts these, both in
     // the format check and in the whole-document comparison.

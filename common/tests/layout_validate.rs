@@ -389,12 +389,12 @@ fn version_file_is_stripped_bounded_text() {
     );
     assert_error(
         version_of(&base, &layout, b"1.0\xff\n"),
-        ErrorClass::Value,
+        ErrorClass::UnicodeDecode,
         "'utf-8' codec can't decode byte 0xff in position 3: invalid start byte",
     );
     assert_error(
         version_of(&base, &layout, b"1.0\xe2\x82"),
-        ErrorClass::Value,
+        ErrorClass::UnicodeDecode,
         "'utf-8' codec can't decode bytes in position 3-4: unexpected end of data",
     );
     // VERSION is read with the guarded reader: mode, links and symlinks count.

@@ -320,7 +320,7 @@ fn output_that_is_not_utf8_is_a_decode_error() {
     let err = failure(services(&host.layout, &recorded).observe("worker"));
     assert_error_is(
         &err,
-        ErrorClass::Value,
+        ErrorClass::UnicodeDecode,
         "'utf-8' codec can't decode byte 0xff in position 25: invalid start byte",
     );
 }

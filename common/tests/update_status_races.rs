@@ -160,7 +160,7 @@ fn the_cas_refuses_once_the_row_is_no_longer_ours() {
         let error =
             update_status(&path, Some(update_id), json_object! {"message" => "late"}).unwrap_err();
         assert!(is_ownership_lost(&error), "{label}: {error:?}");
-        assert_eq!(error.class(), ErrorClass::Runtime);
+        assert_eq!(error.class(), ErrorClass::OwnershipLost);
         assert_eq!(
             std::fs::read(&path).unwrap(),
             before,

@@ -276,7 +276,7 @@ fn worker_record_refuses_every_invalid_receipt() {
     );
     installed.write_receipt_bytes(b"{");
     let err = control.worker_record(&installed.layout).unwrap_err();
-    assert_eq!(err.class(), ErrorClass::Value);
+    assert_eq!(err.class(), ErrorClass::JsonDecode);
     // The receipt must be private, in a private runtime directory.
     installed.write_record(&record);
     agents_tests::set_mode(&installed.runtime().join("worker.json"), 0o644);

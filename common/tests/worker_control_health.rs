@@ -127,7 +127,7 @@ fn agent_token_refusals() {
     );
     assert_error(
         token_sent("token-utf8", &[], Some(b"AGENT_TOKEN=\xff\n")),
-        ErrorClass::Value,
+        ErrorClass::UnicodeDecode,
         "'utf-8' codec can't decode byte 0xff in position 12: invalid start byte",
     );
     // The env file must be private.

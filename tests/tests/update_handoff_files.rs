@@ -125,7 +125,7 @@ fn unsafe_or_malformed_handoff_files_are_refused() {
     assert_refused_before_any_request(
         &case,
         "an empty file",
-        "ValueError: Expecting value: line 1 column 1 (char 0)",
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
     );
 
     // A symlink at the handoff's name is refused, even to a valid copy.

@@ -245,7 +245,7 @@ fn only_the_exact_saved_failed_status_is_retried() {
     case.retry_with_stdin(b"[]")
         .assert_refused("ValueError: failed handoff status is invalid");
     case.retry_with_stdin(b"not json")
-        .assert_refused("ValueError: Expecting value: line 1 column 1 (char 0)");
+        .assert_refused("json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)");
 
     // Nothing was touched: the same retry goes through.
     case.retry(&case.failed_status())

@@ -50,7 +50,8 @@ impl StopContext {
     }
 }
 
-/// `json.loads(_read_private(path, maximum=...))`.
+/// A private (0600, ours, single-link) JSON control file, bounded by
+/// `maximum`: `json.loads(_read_private(path, maximum=...))`.
 fn private_json(path: &Path, maximum: u64) -> Result<Json> {
     parse_json(&read_private_file(path, maximum)?)
 }
@@ -72,6 +73,8 @@ pub fn verify_stop(
     })
 }
 
+/// Proves that stopping the worker is safe: the sealed handoff or admission
+/// still names this operation and no legacy updater is mid-run. Ports
 /// `_verify_stop`.
 fn prove_stop(
     args: &Args,
@@ -525,6 +528,8 @@ pub fn seed_legacy_recovery(
     })
 }
 
+/// Records the admitted recovery intent of a legacy (monolith) preflight in
+/// the status row, so an interrupted managed update can be recovered. Ports
 /// `_seed_legacy_recovery(args, layout)`.
 fn publish_recovery_intent(args: &Args, layout: &ExecutionLayout) -> Result<()> {
     let status_path = layout.state_root.join("admin/server-update.json");

@@ -22,7 +22,10 @@ use agents_common::{read_owned_config, Error, Result, ACTIVATION_CONFIG_LIMIT};
 const NAME: &str = "API_CONTRACT_VERSION";
 const REFUSAL: &str = "candidate API contract is not one positive literal integer";
 
-/// `candidate_api_contract(candidate)`.
+/// `candidate-api-contract`: the one literal `API_CONTRACT_VERSION` a
+/// candidate's `agent_server.py` declares, read without running it, so
+/// install.sh can refuse a candidate the running server cannot talk to.
+/// Ports `candidate_api_contract(candidate)`.
 pub fn candidate_api_contract(candidate: &Path) -> Result<u128> {
     let source = read_owned_config(&candidate.join("agent_server.py"), ACTIVATION_CONFIG_LIMIT)?;
     let values = declared_contracts(&source)?;

@@ -124,7 +124,9 @@ fn lock_pid(data: &[u8]) -> Option<i128> {
         .or(Some(i128::MAX))
 }
 
-/// `int(subprocess.check_output(["/bin/ps", "-p", pid, "-o", "ppid="]).strip())`.
+/// The parent of `pid`, to prove this helper descends from the installer
+/// that holds the install lock: `int(subprocess.check_output(["/bin/ps",
+/// "-p", pid, "-o", "ppid="]).strip())`.
 pub fn parent_of_process(pid: i128) -> Result<i128> {
     let arguments = [
         "-p".to_string(),

@@ -351,7 +351,9 @@ fn full_barrier(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `os.stat(name, dir_fd=..., follow_symlinks=False)`.
+/// A tree member's `lstat` relative to its open directory, so a renamed
+/// ancestor cannot redirect the walk: `os.stat(name, dir_fd=...,
+/// follow_symlinks=False)`.
 fn member_stat(directory: &OwnedFd, name: &OsStr, child: &Path) -> Result<Stat> {
     rustix::fs::statat(directory, name, AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|errno| Error::from_errno(errno, child))

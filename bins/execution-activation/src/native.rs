@@ -23,7 +23,7 @@ pub trait Native {
     fn stop(&self, role: &str) -> Result<()>;
     /// `start(role)`: enable and start the role's installed unit.
     fn start(&self, role: &str) -> Result<()>;
-    /// `set_enabled(role, enabled)`.
+    /// `set_enabled(role, enabled)`: whether the role starts at login.
     fn set_enabled(&self, role: &str, enabled: bool) -> Result<()>;
     /// `reload()`: make the manager re-read unit files.
     fn reload(&self) -> Result<()>;

@@ -14,7 +14,7 @@
 //! rendered bytes and lets `replace_config` resume it; any other source is
 //! still refused as a changed staging file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::replace_config::{journaled_staging_matches, replace_config};
 use agents_common::{
@@ -30,7 +30,9 @@ use agents_common::ExecutionLayout;
 /// The three configurations publish renders, in the seed's order.
 const KINDS: [&str; 3] = ["service", "gateway", "execution_layout"];
 
-/// `publish(args, value)`.
+/// `publish`: writes the two units and `execution-layout.json` of the
+/// candidate through the journal's write-ahead `replace_config`, so a crash
+/// leaves either the old or the new file. Ports `publish(args, value)`.
 pub fn publish(layout: &ExecutionLayout) -> Result<()> {
     let layout = with_runtime_environment(layout)?;
     layout.validate()?;
@@ -43,7 +45,7 @@ pub fn publish(layout: &ExecutionLayout) -> Result<()> {
     for (kind, payload) in KINDS.into_iter().zip(bodies) {
         let (_directory, current) = ActivationManifest::read(&layout.install_root, true)?;
         let destination = PathBuf::from(current.text(&format!("{kind}_path")));
-        ensure_directory(&parent(&destination), false)?;
+        ensure_directory(&agents_common::python::path::parent(&destination), false)?;
         let (source, _publication) =
             config_staging_paths(&destination, current.transaction_id(), kind);
         let mode = if layout.platform == "Linux" && kind != "execution_layout" {
@@ -80,10 +82,4 @@ pub fn publish(layout: &ExecutionLayout) -> Result<()> {
         replace_config(&call, kind, &source, mode)?;
     }
     Ok(())
-}
-
-/// `Path.parent`.
-fn parent(path: &Path) -> PathBuf {
-    path.parent()
-        .map_or_else(|| path.to_path_buf(), Path::to_path_buf)
 }

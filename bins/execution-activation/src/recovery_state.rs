@@ -13,7 +13,9 @@ use agents_common::{
 
 use crate::cli::Args;
 
-/// `recovery_state(args, value, native=...)`.
+/// `recovery-state`: tells install.sh whether a recovery owner armed for
+/// this journal is still registered or running, so it neither starts a second
+/// one nor discards a live one. Ports `recovery_state(args, value, native=...)`.
 pub fn recovery_state(
     args: &Args,
     value: &ActivationManifest,

@@ -16,7 +16,10 @@ use agents_common::ExecutionLayout;
 /// Limit of the stored health body.
 const HEALTH_LIMIT: u64 = 1024 * 1024;
 
-/// `verify_components(args, value, services, control)`.
+/// `verify` and `verify-restored`: proves, from the health document the
+/// installer fetched over its pinned connection, that the running worker and
+/// gateway are exactly the releases the journal expects before install.sh
+/// commits (or after it restored the old ones). Ports `verify_components`.
 pub fn verify_components(
     args: &Args,
     layout: &ExecutionLayout,

@@ -1139,7 +1139,7 @@ fn the_session_has_exactly_one_live_well_formed_pane() {
     scenario.probe.replies.borrow_mut()[0].stdout = b"\xff\n".to_vec();
     assert_eq!(
         scenario.verify().unwrap_err().python_line(),
-        "ValueError: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
+        "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
     );
 }
 

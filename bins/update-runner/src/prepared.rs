@@ -17,11 +17,14 @@ use agents_common::{
     check_binding, directory_binding, normalize_path, parse_json_unique, python_str_or_empty,
     Error, ErrorClass, Json, JsonObject, Result,
 };
-use base64::Engine as _;
 
 use crate::install_root;
+use agents_common::activation::recovery::preparation_path;
 use agents_common::python::is_lower_hex;
-use inventory::{inventory_tree, read_checked, source_inventory, FileRules};
+use inventory::{
+    check_file, inventory_tree, read_checked, source_inventory, CheckFailure, FileRefusal,
+    FileRules,
+};
 
 /// `execution_preparation.MAX_RECEIPT_BYTES`.
 pub const MAX_RECEIPT_BYTES: u64 = 32 * 1024 * 1024;
@@ -85,7 +88,9 @@ fn key_error(name: &str) -> Error {
     Error::new(ErrorClass::Value, format!("'{name}'"))
 }
 
-/// `verify_prepared_status(status, root=AGENTS_SERVER_INSTALL_DIR, public_key)`.
+/// Checks a prepared (pre-downloaded) candidate the status row names against
+/// its signed receipt and its files before the runner installs it instead of
+/// downloading. Ports `verify_prepared_status(status, root=..., public_key)`.
 pub fn verify_prepared_update(
     status: &JsonObject,
     trust: &ReleaseTrust,
@@ -180,11 +185,11 @@ fn prepared_envelope(envelope: Option<&Json>) -> Result<(&str, &str)> {
     }
 }
 
-/// `base64.b64decode(text, validate=True)`.
+/// A receipt field in base64, decoded as `base64.b64decode(text,
+/// validate=True)` decodes it (Python's leniencies included).
 fn b64decode(text: &str) -> Result<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|_| Error::value("Invalid base64-encoded string"))
+    agents_common::python::base64::b64decode_validate(text)
+        .ok_or_else(|| Error::value("Invalid base64-encoded string"))
 }
 
 /// `update_preparation.preparation_directory(root, id)`: the id must be 32
@@ -203,7 +208,8 @@ fn preparation_directory(root: &Path, preparation_id: &Json) -> Result<String> {
     Ok(id.to_string())
 }
 
-/// `update_preparation._owned_directory`.
+/// A preparation directory the runner may trust: absolute, link-free, ours,
+/// not writable by others. Ports `update_preparation._owned_directory`.
 fn preparation_owned_directory(path: &Path) -> Result<()> {
     if !path.is_absolute() || normalize_path(path).ok().as_deref() != Some(path) {
         return Err(Error::value(
@@ -223,19 +229,18 @@ fn preparation_owned_directory(path: &Path) -> Result<()> {
 /// `receipt_digest`: SHA-256 of a private (0600, single-link, ours) receipt
 /// of at most 32 MiB that did not change while read.
 fn receipt_digest(path: &Path) -> Result<String> {
-    let data =
-        read_checked(path, &FileRules::receipt()).map_err(|error| match error.message() {
-            "preparation file is unsafe or too large" => {
-                Error::value("Prepared candidate receipt is unsafe")
-            }
-            "preparation file exceeds size limit" => {
-                Error::value("Prepared candidate receipt exceeds its limit")
-            }
-            "preparation file changed while reading" => {
-                Error::value("Prepared candidate receipt changed while reading")
-            }
-            _ => error,
-        })?;
+    let data = check_file(path, &FileRules::receipt()).map_err(|failure| match failure {
+        CheckFailure::Refused(FileRefusal::Unsafe) => {
+            Error::value("Prepared candidate receipt is unsafe")
+        }
+        CheckFailure::Refused(FileRefusal::TooLarge) => {
+            Error::value("Prepared candidate receipt exceeds its limit")
+        }
+        CheckFailure::Refused(FileRefusal::Changed) => {
+            Error::value("Prepared candidate receipt changed while reading")
+        }
+        CheckFailure::Failed(error) => error,
+    })?;
     Ok(data.sha256)
 }
 
@@ -315,17 +320,6 @@ fn validate_prepared(
         check_binding(path, identities.get(name).unwrap_or(&Json::Null))?;
     }
     Ok(candidate)
-}
-
-/// `execution_preparation._path`: absolute, no `..`, no control characters,
-/// no symlink in the existing prefix.
-pub fn preparation_path(path: &Path) -> Result<PathBuf> {
-    normalize_path(path).map_err(|error| match error.class() {
-        ErrorClass::Value => {
-            Error::value("preparation path must be absolute without symlink ancestors")
-        }
-        _ => error,
-    })
 }
 
 /// `_pins`: a publisher version (`X.Y.Z` or `X.Y.Z-beta.N`), a positive API

@@ -21,7 +21,8 @@ use agents_common::{
 };
 
 use crate::cli::Args;
-use crate::prepared::{missing_install_dir, preparation_path};
+use crate::prepared::missing_install_dir;
+use agents_common::activation::recovery::preparation_path;
 use agents_common::python::is_lower_hex;
 
 /// `journal_present(root)`: an activation or execution journal entry exists
@@ -35,7 +36,9 @@ pub fn journal_present(root: &Path) -> Result<bool> {
     Ok(false)
 }
 
-/// `run_recovery(args)`.
+/// `--recover-only`: finishes or rolls back an interrupted activation the
+/// server admitted, by running the running release's install.sh in recovery
+/// mode under the status row. Ports `update_recovery.run_recovery(args)`.
 pub fn run_recovery(args: &Args) -> Result<()> {
     let status_path = resolve_user_path(&args.status_file)?;
     let root = std::env::var_os("AGENTS_SERVER_INSTALL_DIR").ok_or_else(missing_install_dir)?;

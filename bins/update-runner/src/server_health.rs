@@ -26,7 +26,7 @@ use agents_common::json_object;
 use agents_common::python::{
     str_or_empty as python_str_or_empty, strip as python_strip, truthy as python_truthy,
 };
-use agents_common::{parse_json, Json, JsonObject};
+use agents_common::{parse_json, ErrorClass, Json, JsonObject};
 use agents_common::{update_status, utc_now};
 use agents_common::{Error, Result};
 
@@ -194,7 +194,7 @@ impl ServerHealth {
         }
         let health = parse_json(&content).map_err(|error| {
             // UnicodeDecodeError is not a JSONDecodeError: Python lets it through.
-            if error.message().contains("codec can't decode") {
+            if error.class() == ErrorClass::UnicodeDecode {
                 HealthProbeError::from(error)
             } else {
                 HealthProbeError::refused("server health response is invalid JSON")

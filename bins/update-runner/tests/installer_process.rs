@@ -468,7 +468,7 @@ fn first_heartbeat_is_refused_for_a_row_the_update_does_not_own() {
         assert!(is_ownership_lost(&error));
         assert_eq!(
             error.python_line(),
-            format!("RuntimeError: {OWNERSHIP_LOST_MESSAGE}")
+            format!("update_runner.UpdateOwnershipLostError: {OWNERSHIP_LOST_MESSAGE}")
         );
         // Nothing started, nothing written.
         assert!(fixture.recorded("argv").is_none());

@@ -212,7 +212,9 @@ fn compare_with_seed(originals: &Originals, cases: &[Case]) -> (usize, usize) {
                 };
                 assert_eq!(error.message(), message, "{label}: refusal messages differ");
                 let expected_class = match class {
-                    "ValueError" | "JSONDecodeError" => ErrorClass::Value,
+                    "ValueError" => ErrorClass::Value,
+                    "JSONDecodeError" => ErrorClass::JsonDecode,
+                    "UnicodeDecodeError" => ErrorClass::UnicodeDecode,
                     "FileNotFoundError" => ErrorClass::NotFound,
                     // InvalidSignature and TypeError have no class of their own.
                     "RuntimeError" | "InvalidSignature" | "TypeError" => ErrorClass::Runtime,

@@ -84,7 +84,9 @@ pub fn execution_context(root: &Path) -> Result<Option<ActivationManifest>> {
     Ok(Some(manifest))
 }
 
-/// `_validate_invocation(args, value, allow_missing_candidate=..., transaction_directory=...)`.
+/// Checks that install.sh's arguments describe exactly the installation the
+/// journal was begun for (roots, release, candidate, platform, port), so a
+/// helper never acts on another activation. Ports `_validate_invocation`.
 pub fn validate_invocation(
     args: &ActivationInvocation,
     value: &ActivationManifest,

@@ -253,13 +253,15 @@ pub fn activation_intent(
 }
 
 /// `execution_preparation._path`: absolute, no `..`, no control characters,
-/// no symlink ancestors; Python's other refusals keep their own class.
-fn preparation_path(path: &Path) -> Result<PathBuf> {
-    normalize_path(path).map_err(|error| match error.class() {
-        ErrorClass::Value => {
+/// no symlink ancestors, as every path of a prepared candidate and of the
+/// recovery intent is checked; Python's other refusals keep their own class.
+pub fn preparation_path(path: &Path) -> Result<PathBuf> {
+    normalize_path(path).map_err(|error| {
+        if error.is_a(ErrorClass::Value) {
             Error::value("preparation path must be absolute without symlink ancestors")
+        } else {
+            error
         }
-        _ => error,
     })
 }
 
@@ -409,6 +411,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
+/// Whether `launchctl print` shows a running process (a `pid = N` line):
 /// `re.search(rb"(?m)^\s*pid\s*=\s*[1-9][0-9]*\s*$", stdout)`.
 fn has_pid_line(stdout: &[u8]) -> bool {
     stdout.split(|&b| b == b'\n').any(|line| {

@@ -21,7 +21,8 @@ use crate::json::{Json, JsonObject};
 use crate::json_object;
 use crate::python::hex::hex;
 
-/// `_owned_regular_sha256(release / "VERSION")`.
+/// The digest that identifies a release by its `VERSION` file (private,
+/// regular, ours): `_owned_regular_sha256(release / "VERSION")`.
 fn version_sha256(release: &Path) -> Result<String> {
     let read = read_guarded(&release.join("VERSION"), 4096, RELEASE_VERSION_FILE)?;
     Ok(hex(&Sha256::digest(&read.data)))

@@ -451,7 +451,7 @@ mod tests {
             &lsof(Some(output)),
         )
         .unwrap_err();
-        assert_eq!(err.class(), crate::error::ErrorClass::Value);
+        assert_eq!(err.class(), crate::error::ErrorClass::UnicodeDecode);
         assert_eq!(
             err.message(),
             "'ascii' codec can't decode byte 0xc3 in position 43: ordinal not in range(128)"

@@ -4,7 +4,7 @@
 
 use super::text::decode_document;
 use super::value::{Json, JsonObject};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 
 /// Deepest array/object nesting accepted. CPython 3.11 raises `RecursionError`
 /// at 996 levels when `json.loads` is called from a shallow stack; the exact
@@ -84,9 +84,12 @@ fn check_depth(open: &[Container], kind: &str) -> Result<()> {
     if open.len() < MAX_DEPTH {
         return Ok(());
     }
-    Err(Error::value(format!(
-        "maximum recursion depth exceeded while decoding a JSON {kind} from a unicode string"
-    )))
+    Err(Error::new(
+        ErrorClass::Recursion,
+        format!(
+            "maximum recursion depth exceeded while decoding a JSON {kind} from a unicode string"
+        ),
+    ))
 }
 
 struct Scanner<'a> {
@@ -106,9 +109,10 @@ impl Scanner<'_> {
             Some(newline) => position - newline,
             None => position + 1,
         };
-        Error::value(format!(
-            "{message}: line {line} column {column} (char {position})"
-        ))
+        Error::new(
+            ErrorClass::JsonDecode,
+            format!("{message}: line {line} column {column} (char {position})"),
+        )
     }
 
     fn note_unrepresentable(&mut self, message: &str, position: usize) {

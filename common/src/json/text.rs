@@ -5,7 +5,7 @@
 //! `surrogatepass` handler lets lone surrogates through, and because Python
 //! reports JSON error positions in code points.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 
 /// The codec `json.detect_encoding` picks. The byte-order-mark variants
 /// decode like the explicit ones after skipping the mark.
@@ -88,7 +88,7 @@ fn decode_error(codec: &str, data: &[u8], start: usize, end: usize, reason: &str
             end - 1
         )
     };
-    Error::value(message)
+    Error::new(ErrorClass::UnicodeDecode, message)
 }
 
 fn is_continuation(byte: u8) -> bool {

@@ -6,7 +6,7 @@
 //! reproduced exactly instead of approximated with Rust's own rules (which,
 //! for example, do not count `\x1c`..`\x1f` as white space).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 
 /// Python's `str.isspace`: Unicode white space plus the ASCII separators
 /// `\x1c`–`\x1f`, which Rust does not count.
@@ -64,19 +64,22 @@ pub fn splitlines(text: &str) -> Vec<&str> {
 }
 
 /// `bytes.decode("ascii", "strict")`, failing with Python's
-/// `UnicodeDecodeError` text (a `ValueError`).
+/// `UnicodeDecodeError`.
 pub fn decode_ascii(data: &[u8]) -> Result<&str> {
     match data.iter().position(|b| !b.is_ascii()) {
         None => Ok(std::str::from_utf8(data).expect("ASCII is UTF-8")),
-        Some(position) => Err(Error::value(format!(
-            "'ascii' codec can't decode byte 0x{:02x} in position {position}: ordinal not in range(128)",
-            data[position]
-        ))),
+        Some(position) => Err(Error::new(
+            ErrorClass::UnicodeDecode,
+            format!(
+                "'ascii' codec can't decode byte 0x{:02x} in position {position}: ordinal not in range(128)",
+                data[position]
+            ),
+        )),
     }
 }
 
 /// `bytes.decode()` (strict UTF-8), failing with Python's
-/// `UnicodeDecodeError` text (a `ValueError`).
+/// `UnicodeDecodeError`.
 pub fn decode_utf8(data: &[u8]) -> Result<&str> {
     std::str::from_utf8(data).map_err(|error| {
         let start = error.valid_up_to();
@@ -93,7 +96,10 @@ pub fn decode_utf8(data: &[u8]) -> Result<&str> {
         } else {
             format!("bytes in position {start}-{}", start + length - 1)
         };
-        Error::value(format!("'utf-8' codec can't decode {position}: {reason}"))
+        Error::new(
+            ErrorClass::UnicodeDecode,
+            format!("'utf-8' codec can't decode {position}: {reason}"),
+        )
     })
 }
 
@@ -184,7 +190,7 @@ mod tests {
         let err = text_mode(b"ok\xff").unwrap_err();
         assert_eq!(
             err.python_line(),
-            "ValueError: 'utf-8' codec can't decode byte 0xff in position 2: invalid start byte"
+            "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 2: invalid start byte"
         );
     }
 

@@ -309,7 +309,7 @@ mod tests {
         raw.extend_from_slice(b"/p\0\0\0\0\0\xff\0");
         assert_eq!(
             parse_arguments(&raw).unwrap_err().python_line(),
-            "ValueError: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
+            "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
         );
     }
 

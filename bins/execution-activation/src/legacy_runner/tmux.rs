@@ -56,7 +56,9 @@ pub fn tmux(probe: &dyn LegacyRunnerProbe, session: &str) -> Result<Pane> {
     tmux_at(probe, session, &socket, &resolve_strict(&program)?)
 }
 
-/// `_tmux_at(session, socket, executable)`.
+/// The pane of `session` on the tmux server at `socket`, proven to be that
+/// server (pinned executable, owner, socket inode) before its answer is
+/// believed. Ports `_tmux_at(session, socket, executable)`.
 fn tmux_at(
     probe: &dyn LegacyRunnerProbe,
     session: &str,

@@ -110,9 +110,65 @@ fn lstat(path: &Path) -> Result<Metadata> {
     std::fs::symlink_metadata(path).map_err(|err| Error::from_io_path(&err, path))
 }
 
+/// Why `_file` refused a preparation file. The receipt's reader words each
+/// refusal for the receipt; every other caller raises `_file`'s own error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileRefusal {
+    /// Not a regular file we own with safe, expected modes and links, or
+    /// larger than its limit before reading.
+    Unsafe,
+    /// Grew past its limit while read.
+    TooLarge,
+    /// Changed (identity, size, times, links) while read.
+    Changed,
+}
+
+impl FileRefusal {
+    /// `_file`'s own exception for this refusal.
+    pub fn error(self) -> Error {
+        match self {
+            FileRefusal::Unsafe => Error::permission("preparation file is unsafe or too large"),
+            FileRefusal::TooLarge => Error::value("preparation file exceeds size limit"),
+            FileRefusal::Changed => Error::runtime("preparation file changed while reading"),
+        }
+    }
+}
+
+/// How [`check_file`] failed: a refusal of the file, or an OS error.
+#[derive(Debug)]
+pub enum CheckFailure {
+    /// The file broke one of `_file`'s rules.
+    Refused(FileRefusal),
+    /// Opening, reading or `stat`ing it failed.
+    Failed(Error),
+}
+
+impl From<Error> for CheckFailure {
+    fn from(error: Error) -> Self {
+        CheckFailure::Failed(error)
+    }
+}
+
+impl From<std::io::Error> for CheckFailure {
+    fn from(error: std::io::Error) -> Self {
+        CheckFailure::Failed(Error::from(error))
+    }
+}
+
 /// `_file(path, ...)`: a regular file (never through a link) that passes
 /// `rules`, hashed while read and unchanged by the end.
 pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
+    check_file(path, rules).map_err(|failure| match failure {
+        CheckFailure::Refused(refusal) => refusal.error(),
+        CheckFailure::Failed(error) => error,
+    })
+}
+
+/// [`read_checked`], telling a refusal of the file apart from an OS error.
+pub fn check_file(
+    path: &Path,
+    rules: &FileRules,
+) -> std::result::Result<CheckedFile, CheckFailure> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(
@@ -138,7 +194,7 @@ pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
         || (!rules.dependency && before.nlink() != 1)
         || before.size() > maximum;
     if unsafe_file {
-        return Err(Error::permission("preparation file is unsafe or too large"));
+        return Err(CheckFailure::Refused(FileRefusal::Unsafe));
     }
     let mut digest = Sha256::new();
     let mut contents = Vec::new();
@@ -149,11 +205,11 @@ pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
             Ok(0) => break,
             Ok(count) => count,
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(Error::from(err)),
+            Err(err) => return Err(err.into()),
         };
         size += count as u64;
         if size > maximum {
-            return Err(Error::value("preparation file exceeds size limit"));
+            return Err(CheckFailure::Refused(FileRefusal::TooLarge));
         }
         digest.update(&chunk[..count]);
         if rules.contents {
@@ -165,7 +221,7 @@ pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
         || stable(&before) != stable(&lstat(path)?)
         || size != before.size()
     {
-        return Err(Error::runtime("preparation file changed while reading"));
+        return Err(CheckFailure::Refused(FileRefusal::Changed));
     }
     Ok(CheckedFile {
         mode,

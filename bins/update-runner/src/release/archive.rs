@@ -28,7 +28,7 @@ use super::manifest::ReleaseManifest;
 use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
 use agents_common::python::hex::hex;
 use agents_common::python::text::repr;
-use agents_common::{parse_json, Json};
+use agents_common::{parse_json, ErrorClass, Json};
 use agents_common::{Error, Result};
 
 /// Most members an npm archive may hold.
@@ -192,7 +192,7 @@ pub fn safe_extract(
             // tarfile checks that the previous member's data (with padding)
             // is all there before reading the next header...
             Err(_) if state.produced.get() < pass.next_header => {
-                return Err(Error::runtime(UNEXPECTED_END))
+                return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END))
             }
             // ...and ends the archive silently at an unreadable header.
             Err(_) => break,
@@ -202,7 +202,7 @@ pub fn safe_extract(
         }
         pass.visit(&mut entry)?;
         if pass.truncated {
-            return Err(Error::runtime(UNEXPECTED_END));
+            return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END));
         }
         if state.failed() {
             return Err(state.stream_error());
@@ -290,7 +290,7 @@ impl<'a> ExtractionPass<'a> {
         if let Err(err) = self.extract(entry, &name, kind) {
             // A short member or a decompression failure is reported by the
             // caller; anything else is this member's extraction failure.
-            if err.message() == UNEXPECTED_END {
+            if err.class() == ErrorClass::TarRead {
                 self.truncated = true;
             }
             self.extraction_error = Some(err);
@@ -411,11 +411,11 @@ fn copy_exact(source: &mut dyn Read, target: &mut File, size: u64) -> Result<()>
             .unwrap_or(usize::MAX)
             .min(buffer.len());
         let read = match source.read(&mut buffer[..wanted]) {
-            Ok(0) => return Err(Error::runtime(UNEXPECTED_END)),
+            Ok(0) => return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END)),
             Ok(read) => read,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(err) if err.kind() == io::ErrorKind::UnexpectedEof => {
-                return Err(Error::runtime(UNEXPECTED_END))
+                return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END))
             }
             Err(err) => return Err(Error::from(err)),
         };

@@ -206,7 +206,7 @@ fn fetch_signed_manifest(
 /// `json.loads` raises `UnicodeDecodeError` (not `JSONDecodeError`) for bytes
 /// that are not text; the seed lets that one through unchanged.
 fn is_unicode_error(error: &Error) -> bool {
-    error.message().contains("codec can't decode")
+    error.class() == ErrorClass::UnicodeDecode
 }
 
 fn unix_now() -> f64 {
