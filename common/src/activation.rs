@@ -39,11 +39,11 @@ pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOUR
 pub use paths::{absolute_path, pure_path_text};
 pub use recovery::{
     activation_intent, evidence_digest, recovery_directory, recovery_evidence, recovery_label,
-    recovery_service_path, render_recovery_service, CommandCapture, RecoveryService, INTENT_KEYS,
+    recovery_service_path, render_recovery_service, RecoveryService, INTENT_KEYS,
     RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 pub use release::{link_state, locate_release, release_identity, release_matches};
 pub use volume::{
-    check_binding_on, directory_binding_on, volume_uuid, SystemVolumes, VolumeProbe,
-    VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
+    check_binding, check_binding_on, directory_binding, directory_binding_on, volume_uuid,
+    SystemVolumes, VolumeProbe, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
 };

@@ -177,7 +177,7 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     ensure_directory(&parent, false)?;
     let mut name = b".".to_vec();
     name.extend_from_slice(python_path::name(&path));
-    name.extend_from_slice(format!(".{}.tmp", token_hex(12)?).as_bytes());
+    name.extend_from_slice(format!(".{}.tmp", crate::python::random::token_hex(12)?).as_bytes());
     let temporary = python_path::child(&parent, &name);
     let fd = open(
         &temporary,
@@ -216,28 +216,6 @@ fn publish_temporary(
 /// The real uid, which every ownership check compares with (Python `os.getuid()`).
 pub fn current_uid() -> u32 {
     rustix::process::getuid().as_raw()
-}
-
-/// `secrets.token_hex(nbytes)`: `2 * nbytes` lowercase hex digits from the
-/// kernel CSPRNG, for temporary names, identifiers and secrets.
-pub fn token_hex(nbytes: usize) -> Result<String> {
-    let mut bytes = vec![0u8; nbytes];
-    random_bytes(&mut bytes)?;
-    Ok(hex(&bytes))
-}
-
-/// Fills `bytes` from the kernel CSPRNG (`os.urandom`), the one random source
-/// for temporary names, transaction ids and UUIDs.
-pub(crate) fn random_bytes(bytes: &mut [u8]) -> Result<()> {
-    let mut filled = 0;
-    while filled < bytes.len() {
-        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
-            Ok(count) => filled += count,
-            Err(Errno::INTR) => {}
-            Err(errno) => return Err(errno.into()),
-        }
-    }
-    Ok(())
 }
 
 /// `Path.exists()`: follows symlinks; "missing" covers the errors Python ignores.

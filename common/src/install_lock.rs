@@ -31,8 +31,8 @@ mod interrupt;
 use crate::error::{Error, Result};
 use crate::fs::{
     atomic_write, current_uid, fsync_directory, normalize_path, owned_directory, read_file,
-    token_hex,
 };
+use crate::python::random::token_hex;
 
 /// Name of the lock directory inside the install root (shared with install.sh).
 const LOCK_NAME: &str = ".install-lock";

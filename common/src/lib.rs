@@ -67,7 +67,7 @@ pub mod python;
 pub use error::{Error, ErrorClass, Result};
 pub use python::{
     int as python_int, shlex_split, str_or_empty as python_str_or_empty, strip as python_strip,
-    truthy as python_truthy, uuid4,
+    token_hex, truthy as python_truthy, uuid4,
 };
 
 // json (Python-compatible JSON)
@@ -77,7 +77,7 @@ pub use json::{encode_indented, encode_line, parse_json, parse_json_unique, Json
 pub mod fs;
 pub use fs::{
     atomic_write, check_text, current_uid, desired, ensure_directory, fsync_directory,
-    fsync_directory_nofollow, normalize_path, owned_directory, read_file, snapshot, token_hex,
+    fsync_directory_nofollow, normalize_path, owned_directory, read_file, snapshot,
     MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
@@ -92,7 +92,7 @@ pub use install_lock::InstallationLock;
 // services (NativeServices)
 mod services;
 pub use services::{
-    CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,
+    CommandCapture, CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,
     SystemCommandRunner,
 };
 mod http;
@@ -114,11 +114,11 @@ pub use update_status::{
 // activation (install.sh's .activation-transaction journal and replace_config)
 pub mod activation;
 pub use activation::{
-    absolute_path, activation_intent, config_path_matches_desired, config_staging_paths,
-    evidence_digest, execution_context, locate_release, pure_path_text, read_owned_config,
-    read_private_file, read_update_handoff, recovery_directory, recovery_evidence,
-    recovery_service_path, release_matches, render_recovery_service, validate_invocation,
-    volume_uuid, write_new_private, ActivationInvocation, ActivationManifest, CommandCapture,
+    absolute_path, activation_intent, check_binding, config_path_matches_desired,
+    config_staging_paths, directory_binding, evidence_digest, execution_context, locate_release,
+    pure_path_text, read_owned_config, read_private_file, read_update_handoff, recovery_directory,
+    recovery_evidence, recovery_service_path, release_matches, render_recovery_service,
+    validate_invocation, volume_uuid, write_new_private, ActivationInvocation, ActivationManifest,
     RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
     ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
     RECOVERY_PAYLOAD,
@@ -126,8 +126,8 @@ pub use activation::{
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;
 pub use uninstall_marker::{
-    check_binding, directory_binding, entry_present, installed_layout, no_activation,
-    read_uninstall_intent, store_uninstall_intent, write_uninstall_intent, UNINSTALL_INTENT_NAME,
+    entry_present, installed_layout, no_activation, read_uninstall_intent, store_uninstall_intent,
+    write_uninstall_intent, UNINSTALL_INTENT_NAME,
 };
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;

@@ -16,6 +16,7 @@
 //!   class) whose text prints whole seconds without `.0` (`180`, not `180.0`).
 
 mod command;
+pub use command::CommandCapture;
 mod launchd;
 mod systemd;
 
@@ -24,7 +25,6 @@ use std::time::{Duration, Instant};
 
 pub use command::{CommandRunner, SystemCommandRunner};
 
-use crate::activation::CommandCapture;
 use crate::error::{Error, Result};
 use crate::fs::{check_text, current_uid, read_file, snapshot};
 use crate::json::{Json, JsonObject};

@@ -21,6 +21,8 @@ use sha2::{Digest, Sha256};
 
 use crate::python::path::pathlib_ignores;
 
+use crate::activation::volume::{check_binding, directory_binding};
+use crate::python::hex::hex;
 use crate::python::uuid::python_uuid;
 
 use crate::error::{Error, Result};
@@ -98,28 +100,10 @@ pub fn installed_layout(root: &Path) -> Result<ExecutionLayout> {
     Ok(layout)
 }
 
-/// `execution_preparation._binding`: the identity (`device`, `inode`,
-/// `volume_uuid`) of an owned directory without group/other write that its
-/// owner can read and enter; it proves later that the same directory, not a
-/// replacement at the same path, is meant.
-pub fn directory_binding(path: &Path) -> Result<Json> {
-    crate::activation::directory_binding_on(&crate::activation::SystemVolumes, path)
-}
-
-/// `execution_preparation._check_binding`: `path` must still be the directory
-/// `saved` identified (same inode, and the same device on Linux or the same
-/// volume UUID on macOS).
-pub fn check_binding(path: &Path, saved: &Json) -> Result<()> {
-    crate::activation::check_binding_on(&crate::activation::SystemVolumes, path, saved)
-}
-
 /// The SHA-256 hex digest of the installed manifest's bytes.
 fn manifest_digest(root: &Path) -> Result<String> {
     let (manifest, _mode) = read_file(&root.join(LAYOUT_NAME), true)?;
-    Ok(Sha256::digest(&manifest)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect())
+    Ok(hex(&Sha256::digest(&manifest)))
 }
 
 /// `str(path)` of a normalised layout path.

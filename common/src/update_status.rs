@@ -111,7 +111,10 @@ fn parent_of(path: &Path) -> PathBuf {
 /// exclusive, private (0600) file that follows no symlink.
 fn create_temporary(parent: &Path, name: &str) -> Result<(OwnedFd, PathBuf)> {
     loop {
-        let temporary = parent.join(format!(".{name}.{}.tmp", crate::fs::token_hex(4)?));
+        let temporary = parent.join(format!(
+            ".{name}.{}.tmp",
+            crate::python::random::token_hex(4)?
+        ));
         match rustix::fs::open(
             &temporary,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,

@@ -596,10 +596,7 @@ fn decode_base64(data: Option<&str>) -> Result<Vec<u8>> {
 }
 
 fn hex_digest(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    agents_common::python::hex(&Sha256::digest(data))
 }
 
 /// The layout stored in a manifest snapshot's data (the previous install).

@@ -14,10 +14,11 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::fs::{current_uid, reject_nul, token_hex};
+use crate::fs::{current_uid, reject_nul};
 pub(crate) use crate::fs::{
     fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits, write_all,
 };
+use crate::python::random::token_hex;
 
 /// `MAX_CONTROL_BYTES`: the default limit of the private reader (256 KiB).
 pub const ACTIVATION_CONTROL_LIMIT: u64 = 256 * 1024;

@@ -13,13 +13,14 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
+use crate::activation::volume::directory_binding;
 use crate::error::{Error, ErrorClass, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::json::{parse_json, Json, JsonObject};
 use crate::json_object;
 use crate::python::hex::{hex, is_lower_hex, is_prefixed_hex};
+use crate::services::CommandCapture;
 use crate::services::CommandRunner;
-use crate::uninstall_marker::directory_binding;
 
 /// `DIRECTORY`: the recovery owners' parent under the install root.
 pub const RECOVERY_DIRECTORY: &str = ".activation-recovery";
@@ -263,17 +264,6 @@ pub fn preparation_path(path: &Path) -> Result<PathBuf> {
             error
         }
     })
-}
-
-/// What one native command printed (`subprocess.run(capture_output=True)`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandCapture {
-    /// The exit status (`returncode`), negative for a signal.
-    pub status: i32,
-    /// Captured stdout bytes.
-    pub stdout: Vec<u8>,
-    /// Captured stderr bytes.
-    pub stderr: Vec<u8>,
 }
 
 /// `RecoveryService`'s command timeout (the seed's `timeout=20`).

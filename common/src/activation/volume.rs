@@ -361,6 +361,21 @@ pub fn check_binding_on(volumes: &dyn VolumeProbe, path: &Path, saved: &Json) ->
     Ok(())
 }
 
+/// `execution_preparation._binding`: the identity (`device`, `inode`,
+/// `volume_uuid`) of an owned directory without group/other write that its
+/// owner can read and enter; it proves later that the same directory, not a
+/// replacement at the same path, is meant.
+pub fn directory_binding(path: &Path) -> Result<Json> {
+    directory_binding_on(&SystemVolumes, path)
+}
+
+/// `execution_preparation._check_binding`: `path` must still be the directory
+/// `saved` identified (same inode, and the same device on Linux or the same
+/// volume UUID on macOS).
+pub fn check_binding(path: &Path, saved: &Json) -> Result<()> {
+    check_binding_on(&SystemVolumes, path, saved)
+}
+
 #[cfg(target_os = "macos")]
 mod darwin {
     //! `fgetattrlist` from libSystem, as the seed calls it with ctypes.

@@ -15,10 +15,9 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use super::write_all;
-use super::{
-    current_uid, is_type, lstat, open, open_leaf, permission_bits, python_path, token_hex,
-};
+use super::{current_uid, is_type, lstat, open, open_leaf, permission_bits, python_path};
 use crate::error::{Error, Result};
+use crate::python::random::token_hex;
 
 /// `_read_secret`: the 64 lowercase hex characters of a token that is an owned,
 /// exactly 0600, singly linked regular file in an owned 0700 directory reached

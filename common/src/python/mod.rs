@@ -11,7 +11,8 @@
 //! - [`base64`] — `base64.b64decode(validate=True)`;
 //! - [`shlex`] — `shlex.split`;
 //! - [`uuid`] — `uuid4`, `uuid5(NAMESPACE_URL)`, `uuid.UUID(text)`;
-//! - [`hex`] — `bytes.hex()` and the seeds' lowercase-hex shape checks.
+//! - [`hex`] — `bytes.hex()` and the seeds' lowercase-hex shape checks;
+//! - [`random`] — `os.urandom` and `secrets.token_hex`.
 //!
 //! Exception class names live with the crate's error type
 //! ([`crate::error::ErrorClass::python_name`]).
@@ -22,6 +23,7 @@ pub mod int;
 pub mod ip;
 pub mod number;
 pub mod path;
+pub mod random;
 pub mod shlex;
 pub mod text;
 pub mod uuid;
@@ -29,6 +31,7 @@ pub mod values;
 
 pub use hex::{hex, is_lower_hex};
 pub use int::python_int as int;
+pub use random::token_hex;
 pub use shlex::shlex_split;
 pub use text::{decode_utf8, repr, strip};
 pub use uuid::{uuid4, uuid5_url, uuid_text};

@@ -35,7 +35,7 @@ pub fn uuid5_url(name: &str) -> String {
 /// uninstall operation ids and the worker creates lease ids.
 pub fn uuid4() -> Result<String> {
     let mut bytes = [0u8; 16];
-    crate::fs::random_bytes(&mut bytes)?;
+    crate::python::random::random_bytes(&mut bytes)?;
     bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
     Ok(uuid_text(&bytes))

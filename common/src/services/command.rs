@@ -11,9 +11,19 @@ use std::process::{Command, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::activation::CommandCapture;
 use crate::error::{Error, ErrorClass, Result};
 use crate::python::text::repr_list;
+
+/// What one native command printed (`subprocess.run(capture_output=True)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandCapture {
+    /// The exit status (`returncode`), negative for a signal.
+    pub status: i32,
+    /// Captured stdout bytes.
+    pub stdout: Vec<u8>,
+    /// Captured stderr bytes.
+    pub stderr: Vec<u8>,
+}
 
 /// Runs one native command for [`NativeServices`](super::NativeServices).
 ///

@@ -433,11 +433,7 @@ fn interpreter_digest(path: &Path) -> Result<String> {
             "recovery interpreter changed while inspected",
         ));
     }
-    Ok(digest
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect())
+    Ok(agents_common::python::hex(&digest.finalize()))
 }
 
 /// A validated owner's text field (`platform`, `home`).

@@ -1,0 +1,29 @@
+//! Python's randomness where the seeds need it: `os.urandom` and
+//! `secrets.token_hex`, both from the kernel CSPRNG.
+
+use rustix::io::Errno;
+
+use crate::error::Result;
+use crate::python::hex::hex;
+
+/// `secrets.token_hex(nbytes)`: `2 * nbytes` lowercase hex digits from the
+/// kernel CSPRNG, for temporary names, identifiers and secrets.
+pub fn token_hex(nbytes: usize) -> Result<String> {
+    let mut bytes = vec![0u8; nbytes];
+    random_bytes(&mut bytes)?;
+    Ok(hex(&bytes))
+}
+
+/// Fills `bytes` from the kernel CSPRNG (`os.urandom`), the one random source
+/// for temporary names, transaction ids and UUIDs.
+pub fn random_bytes(bytes: &mut [u8]) -> Result<()> {
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(count) => filled += count,
+            Err(Errno::INTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Ok(())
+}
