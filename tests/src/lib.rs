@@ -92,7 +92,9 @@ pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{descendants, process_alive, GroupChild, ProcessIdentity};
 pub use python_errors::{assert_error, assert_error_is, assert_os_error};
-pub use release_host::{legacy_release_manifest, ReleaseFile, ReleaseHost};
+pub use release_host::{
+    legacy_release_manifest, schema1_manifest, schema2_manifest, ReleaseFile, ReleaseHost,
+};
 pub use sandbox::{Sandbox, SandboxError, UnitState};
 #[doc(hidden)]
 pub use skip::function_name;

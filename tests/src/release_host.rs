@@ -20,10 +20,18 @@ use crate::release_support::{write_tar_gz, Member, Reply, TestKey, TestServer};
 /// `version` whose archive is `archive`, downloaded from `release_base`
 /// (as `AGENTS_SERVER_RELEASE_BASE` names it).
 pub fn legacy_release_manifest(release_base: &str, version: &str, archive: &[u8]) -> JsonObject {
-    let digest: String = Sha256::digest(archive)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let digest = agents_common::python::hex(&Sha256::digest(archive));
+    schema1_manifest(release_base, version, &digest, archive.len())
+}
+
+/// A schema-1 (GitHub release) manifest of `version` whose archive, under
+/// `release_base`'s layout, has this digest and size (API contract 28).
+pub fn schema1_manifest(
+    release_base: &str,
+    version: &str,
+    sha256: &str,
+    size: usize,
+) -> JsonObject {
     json_object! {
         "schema" => 1,
         "version" => version,
@@ -36,8 +44,40 @@ pub fn legacy_release_manifest(release_base: &str, version: &str, archive: &[u8]
             "url" => format!(
                 "{release_base}/download/v{version}/agents-server-{version}.tar.gz"
             ),
-            "sha256" => digest,
-            "size" => archive.len(),
+            "sha256" => sha256,
+            "size" => size,
+        },
+    }
+}
+
+/// A schema-2 (npm) manifest of `version` whose tarball, under `npm_base`,
+/// has this npm `integrity`, digest and size (API contract 29).
+pub fn schema2_manifest(
+    npm_base: &str,
+    version: &str,
+    integrity: &str,
+    sha256: &str,
+    size: usize,
+) -> JsonObject {
+    json_object! {
+        "schema" => 2,
+        "version" => version,
+        "track" => if version.contains('-') { "beta" } else { "stable" },
+        "prerelease" => version.contains('-'),
+        "api_contract_version" => 29,
+        "commit" => "1111111111111111111111111111111111111111",
+        "minimum_server_api_contract" => 1,
+        "distribution" => "npm",
+        "npm" => json_object! {
+            "name" => "@agentsdock/server",
+            "version" => version,
+            "integrity" => integrity,
+        },
+        "archive" => json_object! {
+            "name" => format!("server-{version}.tgz"),
+            "url" => format!("{npm_base}server-{version}.tgz"),
+            "sha256" => sha256,
+            "size" => size,
         },
     }
 }

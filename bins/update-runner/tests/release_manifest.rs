@@ -25,20 +25,7 @@ fn endpoints() -> ReleaseEndpoints {
 }
 
 fn legacy_manifest(version: &str) -> JsonObject {
-    json_object! {
-        "schema" => 1,
-        "version" => version,
-        "track" => if version.contains('-') { "beta" } else { "stable" },
-        "prerelease" => version.contains('-'),
-        "api_contract_version" => 28,
-        "commit" => "0000000000000000000000000000000000000000",
-        "archive" => json_object! {
-            "name" => format!("agents-server-{version}.tar.gz"),
-            "url" => format!("{TEST_RELEASE_BASE}/download/v{version}/agents-server-{version}.tar.gz"),
-            "sha256" => SHA,
-            "size" => 1234,
-        },
-    }
+    agents_tests::schema1_manifest(TEST_RELEASE_BASE, version, SHA, 1234)
 }
 
 fn integrity_of(byte: u8) -> String {
@@ -46,27 +33,7 @@ fn integrity_of(byte: u8) -> String {
 }
 
 fn npm_manifest(version: &str) -> JsonObject {
-    json_object! {
-        "schema" => 2,
-        "version" => version,
-        "track" => if version.contains('-') { "beta" } else { "stable" },
-        "prerelease" => version.contains('-'),
-        "api_contract_version" => 29,
-        "commit" => "1111111111111111111111111111111111111111",
-        "minimum_server_api_contract" => 1,
-        "distribution" => "npm",
-        "npm" => json_object! {
-            "name" => "@agentsdock/server",
-            "version" => version,
-            "integrity" => integrity_of(7),
-        },
-        "archive" => json_object! {
-            "name" => format!("server-{version}.tgz"),
-            "url" => format!("{TEST_NPM_BASE}server-{version}.tgz"),
-            "sha256" => SHA,
-            "size" => 4096,
-        },
-    }
+    agents_tests::schema2_manifest(TEST_NPM_BASE, version, &integrity_of(7), SHA, 4096)
 }
 
 /// One verification to run on both sides.

@@ -112,21 +112,7 @@ impl ReleaseHost {
     }
 
     fn manifest(&self, version: &str) -> JsonObject {
-        let base = self.release_base();
-        json_object! {
-            "schema" => 1,
-            "version" => version,
-            "track" => if version.contains('-') { "beta" } else { "stable" },
-            "prerelease" => version.contains('-'),
-            "api_contract_version" => 28,
-            "commit" => "0000000000000000000000000000000000000000",
-            "archive" => json_object! {
-                "name" => format!("agents-server-{version}.tar.gz"),
-                "url" => format!("{base}/download/v{version}/agents-server-{version}.tar.gz"),
-                "sha256" => SHA,
-                "size" => 1234,
-            },
-        }
+        agents_tests::schema1_manifest(&self.release_base(), version, SHA, 1234)
     }
 
     /// Publish tag `v<version>` with `manifest`, signed by our key.

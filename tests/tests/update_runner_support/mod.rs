@@ -308,31 +308,18 @@ impl Fixture {
 
     /// The schema-2 (npm) manifest of `version` for `archive`.
     pub fn npm_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
-        let base = self.npm_base();
-        json_object! {
-            "schema" => 2,
-            "version" => version,
-            "track" => if version.contains('-') { "beta" } else { "stable" },
-            "prerelease" => version.contains('-'),
-            "api_contract_version" => 29,
-            "commit" => "1111111111111111111111111111111111111111",
-            "minimum_server_api_contract" => 1,
-            "distribution" => "npm",
-            "npm" => json_object! {
-                "name" => "@agentsdock/server",
-                "version" => version,
-                "integrity" => format!(
-                    "sha512-{}",
-                    base64::engine::general_purpose::STANDARD.encode(Sha512::digest(archive))
-                ),
-            },
-            "archive" => json_object! {
-                "name" => format!("server-{version}.tgz"),
-                "url" => format!("{base}server-{version}.tgz"),
-                "sha256" => hex(&Sha256::digest(archive)),
-                "size" => archive.len(),
-            },
-        }
+        let integrity = format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(Sha512::digest(archive))
+        );
+        let sha256 = hex(&Sha256::digest(archive));
+        agents_tests::schema2_manifest(
+            &self.npm_base(),
+            version,
+            &integrity,
+            &sha256,
+            archive.len(),
+        )
     }
 
     /// Sign `manifest` and serve it with its signature under tag `v<tag>`.
