@@ -32,6 +32,14 @@ pub fn write_file(path: &Path, data: &[u8], mode: u32) {
     set_mode(path, mode);
 }
 
+/// Like [`write_file`], creating missing parent directories first.
+pub fn write_file_making_parents(path: &Path, data: &[u8], mode: u32) {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir -p {}: {e}", parent.display()));
+    }
+    write_file(path, data, mode);
+}
+
 /// Sets exactly `mode` (following a symlink, as `chmod` does).
 pub fn set_mode(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode))

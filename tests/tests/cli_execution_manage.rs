@@ -105,11 +105,6 @@ struct Install {
     base: TempDir,
 }
 
-fn make_dir(path: &Path) {
-    fs::create_dir_all(path).unwrap();
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 fn write(path: &Path, data: &[u8], mode: u32) {
     fs::write(path, data).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
@@ -119,11 +114,11 @@ impl Install {
     fn new() -> Install {
         let base = TempDir::new("cli-manage");
         for root in ["install", "config", "state", "home"] {
-            make_dir(&base.path().join(root));
+            agents_tests::make_dirs(&base.path().join(root), 0o755);
         }
         let release = base.path().join("install/releases/1.0.0");
-        make_dir(&release.join(".venv/bin"));
-        make_dir(&base.path().join("install/releases"));
+        agents_tests::make_dirs(&release.join(".venv/bin"), 0o755);
+        agents_tests::make_dirs(&base.path().join("install/releases"), 0o755);
         write(&release.join("VERSION"), b"1.0.0\n", 0o644);
         write(&release.join("execution_service.py"), b"# service\n", 0o644);
         write(

@@ -371,8 +371,12 @@ fn a_live_lock_owner_is_refused() {
     let owner = std::process::id();
     let plant = move |case: &LegacyCase| {
         let lock = case.roots.install.join(".install-lock");
-        make_dir(&lock, 0o700);
-        write_file(&lock.join("pid"), format!("{owner}\n").as_bytes(), 0o644);
+        agents_tests::make_dirs(&lock, 0o700);
+        agents_tests::write_file_making_parents(
+            &lock.join("pid"),
+            format!("{owner}\n").as_bytes(),
+            0o644,
+        );
     };
     let setup = Setup {
         prepare: Some(&plant),
@@ -403,9 +407,17 @@ fn a_dead_lock_owner_is_taken_over() {
     gone.wait().unwrap();
     let plant = move |case: &LegacyCase| {
         let lock = case.roots.install.join(".install-lock");
-        make_dir(&lock, 0o700);
-        write_file(&lock.join("pid"), format!("{dead}\n").as_bytes(), 0o644);
-        write_file(&lock.join("leftover"), b"from the dead installer", 0o644);
+        agents_tests::make_dirs(&lock, 0o700);
+        agents_tests::write_file_making_parents(
+            &lock.join("pid"),
+            format!("{dead}\n").as_bytes(),
+            0o644,
+        );
+        agents_tests::write_file_making_parents(
+            &lock.join("leftover"),
+            b"from the dead installer",
+            0o644,
+        );
     };
     let setup = Setup {
         prepare: Some(&plant),

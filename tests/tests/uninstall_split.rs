@@ -29,7 +29,7 @@ impl SplitFiles {
         for root in [&installation.install_root, &installation.config_root] {
             fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
         }
-        write_file(
+        agents_tests::write_file_making_parents(
             &installation.state_root.join("sessions.json"),
             b"{\"sessions\": []}\n",
             0o600,

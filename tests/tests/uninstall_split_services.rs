@@ -59,7 +59,11 @@ fn the_script_form_hands_the_split_layout_over() {
 fn purging_removes_state_and_only_the_alias_that_names_it() {
     let test = "purging_removes_state_and_only_the_alias_that_names_it";
     let unrelated = agents_tests::TempDir::new("uninstall-unrelated");
-    write_file(&unrelated.path().join("keep.txt"), b"not ours\n", 0o644);
+    agents_tests::write_file_making_parents(
+        &unrelated.path().join("keep.txt"),
+        b"not ours\n",
+        0o644,
+    );
     let Some(case) = SplitCase::start_with(test, |installation| {
         std::os::unix::fs::symlink(
             &installation.state_root,
@@ -117,7 +121,7 @@ fn group_writable_directories_inside_a_release_are_removable() {
     let test = "group_writable_directories_inside_a_release_are_removable";
     let Some(case) = SplitCase::start_with(test, |installation| {
         for dir in ["__pycache__", ".venv/lib"] {
-            make_dir(&installation.release_dir("1.0.0").join(dir), 0o775);
+            agents_tests::make_dirs(&installation.release_dir("1.0.0").join(dir), 0o775);
         }
     }) else {
         return;
@@ -254,7 +258,7 @@ fn a_pending_update_is_refused() {
         .state_root
         .join("admin/server-update.json");
     for phase in ["pending", "starting", "verifying", "installing", "unknown"] {
-        write_file(
+        agents_tests::write_file_making_parents(
             &status,
             format!("{{\"phase\": \"{phase}\"}}\n").as_bytes(),
             0o600,
@@ -264,7 +268,7 @@ fn a_pending_update_is_refused() {
             "an update or prepared candidate is pending; cancel or finish it before uninstalling",
         );
     }
-    write_file(&status, b"{\"phase\": \"idle\"}\n", 0o644);
+    agents_tests::write_file_making_parents(&status, b"{\"phase\": \"idle\"}\n", 0o644);
     assert_kept(
         &case,
         &format!("execution configuration is unsafe: {}", status.display()),
@@ -309,10 +313,10 @@ fn a_busy_preparation_runner_is_refused() {
         .install_root
         .join(".update-preparations")
         .join("a".repeat(32));
-    make_dir(preparation.parent().unwrap(), 0o700);
-    make_dir(&preparation, 0o700);
+    agents_tests::make_dirs(preparation.parent().unwrap(), 0o700);
+    agents_tests::make_dirs(&preparation, 0o700);
     let lock = preparation.join("runner.lock");
-    write_file(&lock, b"", 0o600);
+    agents_tests::write_file_making_parents(&lock, b"", 0o600);
     // `-o`: flock itself holds the lock, so killing it releases the lock.
     let mut holder = agents_tests::GroupChild::spawn(
         std::process::Command::new("flock")
@@ -337,7 +341,7 @@ fn a_busy_preparation_runner_is_refused() {
         .installation
         .install_root
         .join(".update-preparations/not-a-candidate");
-    make_dir(&name, 0o700);
+    agents_tests::make_dirs(&name, 0o700);
     assert_kept(
         &case,
         "unknown candidate preparation directory; no files were removed",
@@ -430,7 +434,7 @@ fn a_failing_worker_stop_gives_everything_back() {
             .home
             .join(".config/systemd/user")
             .join(format!("{WORKER_UNIT}.d"));
-        write_file(
+        agents_tests::write_file_making_parents(
             &dropin.join("refuse.conf"),
             b"[Unit]\nRefuseManualStop=yes\n",
             0o644,
@@ -527,7 +531,11 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
         .installation
         .state_root
         .join("admin/provider-children.json");
-    write_file(&children, b"{\"children\": [{\"pid\": 4242}]}\n", 0o600);
+    agents_tests::write_file_making_parents(
+        &children,
+        b"{\"children\": [{\"pid\": 4242}]}\n",
+        0o600,
+    );
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(
         outcome.stderr,
@@ -545,7 +553,7 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
         )),
         "{outcome:?}"
     );
-    write_file(&children, b"{\"children\": []}\n", 0o600);
+    agents_tests::write_file_making_parents(&children, b"{\"children\": []}\n", 0o600);
     assert_eq!(case.phase().as_deref(), Some("sealed"));
     // As if the last run had been killed right after recording `stopped`.
     let root = &case.installation.install_root;
@@ -630,7 +638,7 @@ fn a_pending_update_after_the_seal_releases_the_hold() {
     );
     let running = case.start_run();
     wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
-    write_file(
+    agents_tests::write_file_making_parents(
         &case
             .installation
             .state_root
@@ -919,7 +927,7 @@ fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
 fn a_mount_inside_a_removal_tree_is_refused() {
     let test = "a_mount_inside_a_removal_tree_is_refused";
     let Some(case) = SplitCase::start_with(test, |installation| {
-        make_dir(
+        agents_tests::make_dirs(
             &installation.release_dir("1.0.0").join("__pycache__"),
             0o700,
         );
@@ -975,14 +983,14 @@ fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
     let i = &case.installation;
     let parent = i.install_root.join(".activation-recovery");
     if !parent.exists() {
-        make_dir(&parent, 0o700);
+        agents_tests::make_dirs(&parent, 0o700);
     }
     let directory = parent.join(name);
-    make_dir(&directory, 0o700);
+    agents_tests::make_dirs(&directory, 0o700);
     let mut payload = agents_common::JsonObject::new();
     for file in RECOVERY_PAYLOAD {
         let content = format!("# retained {file}\n");
-        write_file(&directory.join(file), content.as_bytes(), 0o600);
+        agents_tests::write_file_making_parents(&directory.join(file), content.as_bytes(), 0o600);
         payload.insert(file.to_string(), Json::from(sha256_hex(content.as_bytes())));
     }
     let interpreter = std::fs::canonicalize("/bin/sh").unwrap();
@@ -1000,7 +1008,7 @@ fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
         "payload" => payload, "fresh" => false, "status_binding" => Json::Null,
         "expected_service_cgroup" => "",
     };
-    write_file(
+    agents_tests::write_file_making_parents(
         &directory.join("owner.json"),
         &encode_indented(&Json::Object(owner)),
         0o600,
@@ -1009,7 +1017,7 @@ fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
         "format" => 1, "transaction_id" => name, "phase" => "committed",
         "snapshot" => agents_common::JsonObject::new(),
     }));
-    write_file(&directory.join("terminal.json"), &terminal, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("terminal.json"), &terminal, 0o600);
     directory
 }
 
@@ -1025,8 +1033,8 @@ fn finalization_proof(directory: &std::path::Path, name: &str) -> Vec<u8> {
 /// Finalizes and retires the owner in `directory`.
 fn retire_owner(directory: &std::path::Path, name: &str) {
     let proof = finalization_proof(directory, name);
-    write_file(&directory.join("finalized.json"), &proof, 0o600);
-    write_file(&directory.join("retired.json"), &proof, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("finalized.json"), &proof, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("retired.json"), &proof, 0o600);
 }
 
 /// Registers the owner's native unit as `arm` leaves it before retirement:
@@ -1043,7 +1051,7 @@ fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
     assert!(
         String::from_utf8_lossy(&rendered).contains(&format!("\"--transaction-id\" \"{name}\"\n"))
     );
-    write_file(&unit, &rendered, 0o600);
+    agents_tests::write_file_making_parents(&unit, &rendered, 0o600);
     unit
 }
 
@@ -1082,17 +1090,17 @@ fn an_unretired_recovery_owner_keeps_everything() {
     let edited = String::from_utf8(registered.clone())
         .unwrap()
         .replace("RestartSec=30s", "RestartSec=1s");
-    write_file(&unit, edited.as_bytes(), 0o600);
+    agents_tests::write_file_making_parents(&unit, edited.as_bytes(), 0o600);
     assert_kept(&case, "recovery native registration changed");
     assert_eq!(std::fs::read(&unit).unwrap(), edited.as_bytes());
-    write_file(&unit, &registered, 0o600);
+    agents_tests::write_file_making_parents(&unit, &registered, 0o600);
     assert_kept(&case, "a durable activation recovery owner has not retired");
     // Finalized but not yet retired.
     let proof = finalization_proof(&directory, OWNER);
-    write_file(&directory.join("finalized.json"), &proof, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("finalized.json"), &proof, 0o600);
     assert_kept(&case, "a durable activation recovery owner has not retired");
     // Retired evidence written, but the registration was not removed yet.
-    write_file(&directory.join("retired.json"), &proof, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("retired.json"), &proof, 0o600);
     assert_kept(
         &case,
         "a durable activation recovery job is still registered or running",
@@ -1115,35 +1123,35 @@ fn malformed_recovery_evidence_is_refused() {
     // Retirement without finalization.
     std::fs::remove_file(directory.join("finalized.json")).unwrap();
     assert_kept(&case, "native recovery retirement lacks finalization proof");
-    write_file(&directory.join("finalized.json"), &proof, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("finalized.json"), &proof, 0o600);
 
     // A terminal proof changed after finalization.
     let terminal = std::fs::read(directory.join("terminal.json")).unwrap();
-    write_file(
+    agents_tests::write_file_making_parents(
         &directory.join("terminal.json"),
         b"{\"format\": 2}\n",
         0o600,
     );
     assert_kept(&case, "native recovery retirement evidence changed");
-    write_file(&directory.join("terminal.json"), &terminal, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("terminal.json"), &terminal, 0o600);
 
     // A bootstrap source that no longer matches its digest.
     let bootstrap = directory.join("execution_install.py");
     let original = std::fs::read(&bootstrap).unwrap();
-    write_file(&bootstrap, b"# replaced\n", 0o600);
+    agents_tests::write_file_making_parents(&bootstrap, b"# replaced\n", 0o600);
     assert_kept(&case, "recovery bootstrap source changed");
-    write_file(&bootstrap, &original, 0o600);
+    agents_tests::write_file_making_parents(&bootstrap, &original, 0o600);
 
     // An owner record of another transaction, and one that is no object.
     let owner = std::fs::read(directory.join("owner.json")).unwrap();
     let other = String::from_utf8(owner.clone())
         .unwrap()
         .replace(OWNER, "activation-fedcba9876543210fedcba98");
-    write_file(&directory.join("owner.json"), other.as_bytes(), 0o600);
+    agents_tests::write_file_making_parents(&directory.join("owner.json"), other.as_bytes(), 0o600);
     assert_kept(&case, "recovery owner does not match its transaction");
-    write_file(&directory.join("owner.json"), b"[]\n", 0o600);
+    agents_tests::write_file_making_parents(&directory.join("owner.json"), b"[]\n", 0o600);
     assert_kept(&case, "recovery evidence is not an object");
-    write_file(&directory.join("owner.json"), &owner, 0o600);
+    agents_tests::write_file_making_parents(&directory.join("owner.json"), &owner, 0o600);
 
     // Evidence that is not private.
     std::fs::set_permissions(
@@ -1167,7 +1175,7 @@ fn malformed_recovery_evidence_is_refused() {
 
     // An entry that is no recovery transaction.
     let stray = directory.with_file_name("notes");
-    make_dir(&stray, 0o700);
+    agents_tests::make_dirs(&stray, 0o700);
     assert_kept(&case, "invalid recovery transaction");
     std::fs::remove_dir(&stray).unwrap();
 

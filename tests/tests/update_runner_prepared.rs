@@ -39,11 +39,6 @@ fn write(path: &Path, content: &[u8], mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn make_dir(path: &Path, mode: u32) {
-    std::fs::create_dir_all(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
 fn binding(path: &Path) -> Json {
     let info = std::fs::symlink_metadata(path).unwrap();
     Json::Object(json_object! {
@@ -96,16 +91,16 @@ impl Prepared {
     fn new(name: &str) -> Prepared {
         let mut fixture = Fixture::new(name);
         let root = fixture.root.path().join("install");
-        make_dir(&root, 0o755);
-        make_dir(&root.join("releases"), 0o755);
-        make_dir(&root.join(".update-preparations").join(PREPARATION), 0o700);
-        make_dir(&root.join(".prepared-receipts"), 0o700);
+        agents_tests::make_dirs(&root, 0o755);
+        agents_tests::make_dirs(&root.join("releases"), 0o755);
+        agents_tests::make_dirs(&root.join(".update-preparations").join(PREPARATION), 0o700);
+        agents_tests::make_dirs(&root.join(".prepared-receipts"), 0o700);
         let candidate = root.join("releases").join(format!("{VERSION}-prepared"));
-        make_dir(&candidate, 0o755);
+        agents_tests::make_dirs(&candidate, 0o755);
         for (name, content, mode) in SOURCES {
             write(&candidate.join(name), content.as_bytes(), mode);
         }
-        make_dir(&candidate.join(".venv/bin"), 0o755);
+        agents_tests::make_dirs(&candidate.join(".venv/bin"), 0o755);
         std::fs::set_permissions(
             candidate.join(".venv"),
             std::fs::Permissions::from_mode(0o755),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -335,19 +335,6 @@ fn walk(root: &Path, relative: &Path, entries: &mut BTreeMap<PathBuf, Entry>) {
     entries.insert(relative.to_path_buf(), entry);
 }
 
-/// Writes a file with a mode, creating parents.
-pub fn write_file(path: &Path, content: &[u8], mode: u32) {
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, content).unwrap();
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// Creates a directory (and parents) with a mode.
-pub fn make_dir(path: &Path, mode: u32) {
-    fs::create_dir_all(path).unwrap();
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
-}
-
 /// The legacy unit name.
 pub const LEGACY_UNIT: &str = "agents-server.service";
 
@@ -400,37 +387,41 @@ pub struct LegacyOptions {
 pub fn legacy_install(home: &Path, options: LegacyOptions) -> LegacyRoots {
     let roots = LegacyRoots::under(home);
     let release = roots.install.join("releases/1.0.6");
-    write_file(&release.join("VERSION"), b"1.0.6\n", 0o644);
-    write_file(
+    agents_tests::write_file_making_parents(&release.join("VERSION"), b"1.0.6\n", 0o644);
+    agents_tests::write_file_making_parents(
         &release.join("agent_server.py"),
         b"print('server')\n",
         0o644,
     );
-    make_dir(&release.join(".venv/lib"), 0o775);
-    write_file(
+    agents_tests::make_dirs(&release.join(".venv/lib"), 0o775);
+    agents_tests::write_file_making_parents(
         &release.join(".venv/pyvenv.cfg"),
         b"home = /usr/bin\n",
         0o644,
     );
     symlink("releases/1.0.6", roots.install.join("current")).unwrap();
-    write_file(&roots.install.join(".release-channel"), b"beta\n", 0o600);
-    write_file(
+    agents_tests::write_file_making_parents(
+        &roots.install.join(".release-channel"),
+        b"beta\n",
+        0o600,
+    );
+    agents_tests::write_file_making_parents(
         &roots.config.join("env"),
         b"AGENTSDOCK_AGENT_TOKEN=legacy-token-0123456789\n",
         0o600,
     );
-    write_file(
+    agents_tests::write_file_making_parents(
         &roots.state.join("sessions.json"),
         b"{\"sessions\": []}\n",
         0o600,
     );
-    write_file(
+    agents_tests::write_file_making_parents(
         &roots.state.join("secure-peers/client/identity.key"),
         b"private-key\n",
         0o600,
     );
     if options.team_hub {
-        write_file(
+        agents_tests::write_file_making_parents(
             &roots.state.join("team-hub/team-hub.sqlite3"),
             b"SQLite",
             0o600,

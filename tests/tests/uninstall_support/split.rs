@@ -17,8 +17,7 @@ use agents_tests::{
 };
 
 use super::{
-    clean_env, differences, run, snapshot, start, write_file, Entry, Implementation, Input,
-    Outcome, Running,
+    clean_env, differences, run, snapshot, start, Entry, Implementation, Input, Outcome, Running,
 };
 
 /// Non-volatile state files every case has (compared byte for byte).
@@ -66,7 +65,7 @@ impl SplitCase {
         }
         fs::create_dir(installation.install_root.join(".execution-completed-0a1b")).unwrap();
         for name in STATE_FILES {
-            write_file(
+            agents_tests::write_file_making_parents(
                 &installation.state_root.join(name),
                 format!("{name} content\n").as_bytes(),
                 0o600,

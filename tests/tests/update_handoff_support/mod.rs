@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -120,12 +120,6 @@ pub fn replace_file(path: &Path, data: &[u8], mode: u32) {
     fs::rename(&temporary, path).unwrap();
 }
 
-/// Creates `path` (not its parents) with exactly `mode`.
-pub fn make_dir(path: &Path, mode: u32) {
-    fs::DirBuilder::new().mode(mode).create(path).unwrap();
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
-}
-
 /// A handoff document with the five keys, as the update runner writes it.
 pub fn handoff_document(
     operation_id: &str,
@@ -188,11 +182,11 @@ impl Case {
             .expect("health names the server")
             .to_string();
         case.lease_id = case.seal(OPERATION);
-        make_dir(
+        agents_tests::make_dir(
             &case.installation.install_root.join(".update-preparations"),
             0o700,
         );
-        make_dir(case.handoff_path().parent().unwrap(), 0o700);
+        agents_tests::make_dir(case.handoff_path().parent().unwrap(), 0o700);
         case.write_handoff(&case.handoff());
         Some(case)
     }
