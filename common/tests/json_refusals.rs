@@ -171,17 +171,32 @@ fn every_detected_encoding_parses() {
 }
 
 #[test]
-fn lone_surrogates_are_refused_after_the_whole_document_parses() {
-    // Python returns a str holding U+D83D; a Rust String cannot.
-    assert_eq!(
-        refusal(b"[1, \"\\ud83d\"]"),
-        "Lone surrogate in string starting at: line 1 column 5 (char 4)"
-    );
+fn lone_surrogates_are_held_and_written_back_as_python_writes_them() {
+    // Python returns a str holding U+D83D; it is kept as code points.
+    let value = parse_json(b"[1, \"\\ud83d\"]").unwrap();
+    let item = &value.as_array().unwrap()[1];
+    assert!(item.as_str().is_none(), "not valid Unicode text");
+    match item {
+        Json::WideStr(text) => assert_eq!(text.code_points(), [0xd83d]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(encode_line(&value, false), "[1, \"\\ud83d\"]");
     // An encoded surrogate (utf-8 surrogatepass), and a pair split over two
-    // encoded surrogates, which Python does not join either.
-    assert!(refusal(b"\"\xed\xa0\x80\"").starts_with("Lone surrogate in string"));
-    assert!(refusal(b"\"\xed\xa0\xbd\xed\xb8\x80\"").starts_with("Lone surrogate in string"));
-    // A syntax error later in the document wins, as in Python.
+    // encoded surrogates, which Python does not join: two code points that
+    // json.dumps writes as the escapes of the joined character.
+    let encoded = parse_json(b"\"\xed\xa0\x80\"").unwrap();
+    assert_eq!(encoded, parse_json(b"\"\\ud800\"").unwrap());
+    let split = parse_json(b"\"\xed\xa0\xbd\xed\xb8\x80\"").unwrap();
+    assert_ne!(split, Json::from("\u{1f600}"), "two code points, not one");
+    assert_eq!(encode_line(&split, false), "\"\\ud83d\\ude00\"");
+    // Keys too: kept exactly, sorted by code point, never found by name.
+    let object = parse_json(b"{\"b\": 1, \"\\udc00\": 2, \"a\": 3}").unwrap();
+    assert_eq!(object.as_object().unwrap().len(), 3);
+    assert_eq!(
+        String::from_utf8(encode_indented(&object)).unwrap(),
+        "{\n  \"a\": 3,\n  \"b\": 1,\n  \"\\udc00\": 2\n}\n"
+    );
+    // A syntax error later in the document is still reported.
     assert_eq!(
         refusal(b"[\"\\ud83d\", x]"),
         "Expecting value: line 1 column 12 (char 11)"
@@ -194,16 +209,30 @@ fn lone_surrogates_are_refused_after_the_whole_document_parses() {
 }
 
 #[test]
-fn integers_are_held_exactly_up_to_128_bits() {
+fn integers_beyond_128_bits_are_held_exactly() {
     let max = parse_json(b"170141183460469231731687303715884105727").unwrap();
     assert_eq!(max.as_int(), Some(i128::MAX));
     let min = parse_json(b"-170141183460469231731687303715884105728").unwrap();
     assert_eq!(min.as_int(), Some(i128::MIN));
+    let big = parse_json(b"[170141183460469231731687303715884105728, -1e2]").unwrap();
+    let item = &big.as_array().unwrap()[0];
+    assert_eq!(item.as_int(), None, "outside the helpers' i128 arithmetic");
     assert_eq!(
-        refusal(b"[170141183460469231731687303715884105728]"),
-        "Integer does not fit in 128 bits: line 1 column 2 (char 1)"
+        encode_line(&big, false),
+        "[170141183460469231731687303715884105728, -100.0]"
     );
-    // Python's own limit on integer literals applies first.
+    // Python compares ints and floats exactly: 2**127 == 2.0**127, and
+    // 10**40 != 1e40 (whose exact value is 10000000000000000303786028427003666890752).
+    let power = parse_json(b"170141183460469231731687303715884105728").unwrap();
+    assert_eq!(power, Json::Float(2f64.powi(127)));
+    let ten = parse_json(b"10000000000000000000000000000000000000000").unwrap();
+    assert_ne!(ten, Json::Float(1e40));
+    assert_eq!(
+        parse_json(b"10000000000000000303786028427003666890752").unwrap(),
+        Json::Float(1e40)
+    );
+    assert_ne!(power, Json::Int(i128::MAX));
+    // Python's own limit on integer literals still applies.
     let long = "7".repeat(4301);
     assert_eq!(
         refusal_as(ErrorClass::Value, long.as_bytes()),

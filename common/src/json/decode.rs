@@ -3,7 +3,7 @@
 //! message and position.
 
 use super::text::decode_document;
-use super::value::{Json, JsonObject};
+use super::value::{BigInt, Json, JsonObject, WideStr};
 use crate::error::{Error, ErrorClass, Result};
 
 /// Deepest array/object nesting accepted. CPython 3.11 raises `RecursionError`
@@ -20,11 +20,11 @@ const MAX_INT_DIGITS: usize = 4300;
 /// without a byte-order mark), UTF-16 or UTF-32 input, `NaN`/`Infinity`
 /// accepted, and the last of duplicate keys wins in the first key's position.
 ///
-/// Errors are `ValueError`s with Python's `JSONDecodeError` or
-/// `UnicodeDecodeError` text. Where Python returns something Rust cannot hold
-/// (a string with a lone surrogate, an integer outside `i128`) the whole parse
-/// is refused with a `ValueError`; nesting deeper than Python's recursion limit
-/// is a `ValueError` here where Python raises `RecursionError`.
+/// Errors are Python's: `json.JSONDecodeError`, `UnicodeDecodeError`,
+/// `RecursionError` for nesting past Python's limit, and `ValueError` for an
+/// integer literal longer than Python's digit limit. Everything Python
+/// returns is held: strings with lone surrogates ([`Json::WideStr`]) and
+/// integers outside `i128` ([`Json::BigInt`]).
 pub fn parse_json(data: &[u8]) -> Result<Json> {
     parse(data, None)
 }
@@ -42,7 +42,6 @@ fn parse(data: &[u8], duplicate_message: Option<&str>) -> Result<Json> {
     let mut scanner = Scanner {
         text: &text,
         duplicate_message,
-        unrepresentable: None,
     };
     // JSONDecoder.decode: skip whitespace, one value, skip whitespace, end.
     let start = scanner.skip_whitespace(0);
@@ -51,12 +50,7 @@ fn parse(data: &[u8], duplicate_message: Option<&str>) -> Result<Json> {
     if end != text.len() {
         return Err(scanner.error("Extra data", end));
     }
-    // Python would have returned a value here; refuse only now so that any
-    // syntax error Python reports takes precedence.
-    match scanner.unrepresentable {
-        Some(error) => Err(error),
-        None => Ok(value),
-    }
+    Ok(value)
 }
 
 fn is_high_surrogate(point: u32) -> bool {
@@ -68,12 +62,15 @@ fn is_low_surrogate(point: u32) -> bool {
 }
 
 /// A container whose closing bracket has not been read yet.
+// At most one per nesting level is alive, so the object variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Container {
     Array(Vec<Json>),
     Object {
         members: JsonObject,
-        /// The name of the member whose value is being read.
-        key: String,
+        /// The name of the member whose value is being read (a `Str`, or a
+        /// `WideStr` with a lone surrogate).
+        key: Json,
         duplicate: bool,
     },
 }
@@ -95,8 +92,6 @@ fn check_depth(open: &[Container], kind: &str) -> Result<()> {
 struct Scanner<'a> {
     text: &'a [u32],
     duplicate_message: Option<&'a str>,
-    /// The first value Python accepts but `Json` cannot hold.
-    unrepresentable: Option<Error>,
 }
 
 impl Scanner<'_> {
@@ -113,12 +108,6 @@ impl Scanner<'_> {
             ErrorClass::JsonDecode,
             format!("{message}: line {line} column {column} (char {position})"),
         )
-    }
-
-    fn note_unrepresentable(&mut self, message: &str, position: usize) {
-        if self.unrepresentable.is_none() {
-            self.unrepresentable = Some(self.error(message, position));
-        }
     }
 
     /// The character at `index`, `None` at the end. A lone surrogate reads
@@ -156,10 +145,7 @@ impl Scanner<'_> {
             // One value at `index`, or the first member of a new container.
             let (mut value, mut end) = match self.at(index) {
                 None => return Err(self.error("Expecting value", index)),
-                Some('"') => {
-                    let (text, end) = self.scan_string(index + 1)?;
-                    (Json::Str(text), end)
-                }
+                Some('"') => self.scan_string(index + 1)?,
                 Some('{') => {
                     check_depth(&open, "object")?;
                     let first = self.skip_whitespace(index + 1);
@@ -206,7 +192,12 @@ impl Scanner<'_> {
                         key,
                         duplicate,
                     } => {
-                        *duplicate |= members.insert(std::mem::take(key), value).is_some();
+                        let replaced = match std::mem::replace(key, Json::Null) {
+                            Json::WideStr(wide) => members.insert_wide(wide, value),
+                            Json::Str(text) => members.insert(text, value),
+                            _ => unreachable!("a member name is a string"),
+                        };
+                        *duplicate |= replaced.is_some();
                         '}'
                     }
                 };
@@ -232,7 +223,7 @@ impl Scanner<'_> {
 
     /// A member name and the `:` after it; returns the name and where its
     /// value starts.
-    fn scan_key(&mut self, index: usize) -> Result<(String, usize)> {
+    fn scan_key(&mut self, index: usize) -> Result<(Json, usize)> {
         if self.at(index) != Some('"') {
             return Err(self.error("Expecting property name enclosed in double quotes", index));
         }
@@ -334,17 +325,16 @@ impl Scanner<'_> {
                  value has {digits} digits; use sys.set_int_max_str_digits() to increase the limit"
             )));
         }
-        self.note_unrepresentable("Integer does not fit in 128 bits", start);
-        Ok((Json::Int(0), index))
+        let number = BigInt::from_literal(&literal).expect("a JSON integer outside i128");
+        Ok((Json::BigInt(number), index))
     }
 
     /// `scanstring_unicode` with `strict=True`; `start` is just after the
     /// opening quote. Returns the text and the index after the closing quote.
-    fn scan_string(&mut self, start: usize) -> Result<(String, usize)> {
+    fn scan_string(&mut self, start: usize) -> Result<(Json, usize)> {
         let begin = start - 1;
         let length = self.text.len();
-        let mut text = String::new();
-        let mut lone_surrogate = false;
+        let mut text: Vec<u32> = Vec::new();
         let mut end = start;
         loop {
             // The run up to the next quote or backslash.
@@ -358,9 +348,7 @@ impl Scanner<'_> {
             if next == length {
                 return Err(self.error("Unterminated string starting at", begin));
             }
-            for &point in &self.text[end..next] {
-                lone_surrogate |= push_code_point(&mut text, point);
-            }
+            text.extend_from_slice(&self.text[end..next]);
             let terminator = self.at(next);
             next += 1;
             if terminator == Some('"') {
@@ -381,7 +369,7 @@ impl Scanner<'_> {
                     't' => '\t',
                     _ => return Err(self.error("Invalid \\escape", end - 2)),
                 };
-                text.push(decoded);
+                text.push(u32::from(decoded));
                 continue;
             }
             next += 1;
@@ -402,12 +390,22 @@ impl Scanner<'_> {
                     end += 6;
                 }
             }
-            lone_surrogate |= push_code_point(&mut text, point);
+            text.push(point);
         }
-        if lone_surrogate {
-            self.note_unrepresentable("Lone surrogate in string starting at", begin);
-        }
-        Ok((text, end))
+        // A lone surrogate is the only code point a Rust string cannot hold.
+        let value = if text
+            .iter()
+            .any(|&point| is_high_surrogate(point) || is_low_surrogate(point))
+        {
+            Json::WideStr(WideStr::from_code_points(text).expect("a lone surrogate"))
+        } else {
+            Json::Str(
+                text.iter()
+                    .filter_map(|&point| char::from_u32(point))
+                    .collect(),
+            )
+        };
+        Ok((value, end))
     }
 
     /// Four hex digits at `index`; a bad digit is reported at `error_position`
@@ -422,20 +420,5 @@ impl Scanner<'_> {
             value = (value << 4) | digit;
         }
         Ok(value)
-    }
-}
-
-/// Appends a decoded code point; a surrogate (which a Rust string cannot hold)
-/// becomes U+FFFD and is reported by returning true.
-fn push_code_point(text: &mut String, point: u32) -> bool {
-    match char::from_u32(point) {
-        Some(c) => {
-            text.push(c);
-            false
-        }
-        None => {
-            text.push(char::REPLACEMENT_CHARACTER);
-            true
-        }
     }
 }

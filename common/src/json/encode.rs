@@ -81,7 +81,12 @@ fn has_non_finite_float(value: &Json) -> bool {
         Json::Float(number) => !number.is_finite(),
         Json::Array(items) => items.iter().any(has_non_finite_float),
         Json::Object(object) => object.values().any(has_non_finite_float),
-        Json::Null | Json::Bool(_) | Json::Int(_) | Json::Str(_) => false,
+        Json::Null
+        | Json::Bool(_)
+        | Json::Int(_)
+        | Json::BigInt(_)
+        | Json::Str(_)
+        | Json::WideStr(_) => false,
     }
 }
 
@@ -102,8 +107,10 @@ fn write_value(out: &mut String, value: &Json, style: &Style, level: usize) {
         Json::Int(number) => {
             let _ = write!(out, "{number}");
         }
+        Json::BigInt(number) => out.push_str(number.as_str()),
         Json::Float(number) => out.push_str(&float_repr(*number)),
-        Json::Str(text) => write_string(out, text),
+        Json::Str(text) => write_string(out, text.chars().map(u32::from)),
+        Json::WideStr(text) => write_string(out, text.code_points().iter().copied()),
         Json::Array(items) if items.is_empty() => out.push_str("[]"),
         Json::Array(items) => {
             out.push('[');
@@ -115,15 +122,18 @@ fn write_value(out: &mut String, value: &Json, style: &Style, level: usize) {
         }
         Json::Object(object) if object.is_empty() => out.push_str("{}"),
         Json::Object(object) => {
-            let mut members: Vec<_> = object.iter().collect();
+            let mut members: Vec<(Vec<u32>, &Json)> = object
+                .exact_members()
+                .map(|(key, member)| (key.code_points(), member))
+                .collect();
             if style.sort_keys {
-                // Python sorts str keys by code point, which is UTF-8 byte order.
-                members.sort_unstable_by_key(|&(key, _)| key);
+                // Python sorts str keys by code point.
+                members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             }
             out.push('{');
             for (position, (key, member)) in members.into_iter().enumerate() {
                 write_item_start(out, style, level + 1, position == 0);
-                write_string(out, key);
+                write_string(out, key.into_iter());
                 out.push_str(style.key_separator);
                 write_value(out, member, style, level + 1);
             }
@@ -161,24 +171,32 @@ fn write_close(out: &mut String, style: &Style, level: usize, bracket: char) {
 
 /// `encode_basestring_ascii`: printable ASCII stays, `"` and `\` and the five
 /// common controls get short escapes, everything else (DEL included) becomes
-/// lowercase `\uXXXX`, astral characters as a surrogate pair.
-fn write_string(out: &mut String, text: &str) {
+/// lowercase `\uXXXX`, astral characters as a surrogate pair. Works on code
+/// points, because a Python string may hold lone surrogates (written as
+/// their own `\udXXX` escape).
+fn write_string(out: &mut String, code_points: impl Iterator<Item = u32>) {
     out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
+    for point in code_points {
+        match point {
+            0x22 => out.push_str("\\\""),
+            0x5c => out.push_str("\\\\"),
+            0x0a => out.push_str("\\n"),
+            0x0d => out.push_str("\\r"),
+            0x09 => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            0x20..=0x7e => out.push(char::from(point as u8)),
+            0x10000.. => {
+                let offset = point - 0x10000;
+                let _ = write!(
+                    out,
+                    "\\u{:04x}\\u{:04x}",
+                    0xd800 + (offset >> 10),
+                    0xdc00 + (offset & 0x3ff)
+                );
+            }
             _ => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
+                let _ = write!(out, "\\u{point:04x}");
             }
         }
     }

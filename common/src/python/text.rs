@@ -111,47 +111,52 @@ pub fn decode_latin1(data: &[u8]) -> String {
 /// Python's `repr(str)`, as `ipaddress`, `urllib`, `subprocess` and the
 /// seeds' own `%r` messages quote values.
 pub fn repr(text: &str) -> String {
-    repr_surrogateescape(text.as_bytes())
+    let points: Vec<u32> = text.chars().map(u32::from).collect();
+    repr_code_points(&points)
 }
 
 /// Python's `repr()` of bytes decoded with `surrogateescape`, as Python holds
 /// argv words and paths: an undecodable byte reads as the lone surrogate
 /// `U+DC80..U+DCFF`, which `repr` prints as `\udcXX`.
 pub fn repr_surrogateescape(bytes: &[u8]) -> String {
-    let valid_contains = |wanted: char| {
-        bytes
-            .utf8_chunks()
-            .any(|chunk| chunk.valid().contains(wanted))
-    };
-    let quote = if valid_contains('\'') && !valid_contains('"') {
+    let mut points = Vec::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        points.extend(chunk.valid().chars().map(u32::from));
+        points.extend(chunk.invalid().iter().map(|&byte| 0xdc00 + u32::from(byte)));
+    }
+    repr_code_points(&points)
+}
+
+/// Python's `repr()` of a string given as code points, lone surrogates
+/// included (printed as `\udXXX`, as Python prints them).
+pub fn repr_code_points(points: &[u32]) -> String {
+    let contains = |wanted: char| points.contains(&u32::from(wanted));
+    let quote = if contains('\'') && !contains('"') {
         '"'
     } else {
         '\''
     };
-    let mut out = String::with_capacity(bytes.len() + 2);
+    let mut out = String::with_capacity(points.len() + 2);
     out.push(quote);
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                '\t' => out.push_str("\\t"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                c if c == quote => {
-                    out.push('\\');
-                    out.push(c);
-                }
-                c if (c as u32) < 0x20 || c == '\x7f' => {
-                    out.push_str(&format!("\\x{:02x}", c as u32))
-                }
-                c if c.is_ascii() || is_printable(c) => out.push(c),
-                c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
-                c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
-                c => out.push_str(&format!("\\U{:08x}", c as u32)),
+    for &point in points {
+        let Some(c) = char::from_u32(point) else {
+            out.push_str(&format!("\\u{point:04x}"));
+            continue;
+        };
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
             }
-        }
-        for byte in chunk.invalid() {
-            out.push_str(&format!("\\udc{byte:02x}"));
+            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_ascii() || is_printable(c) => out.push(c),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
         }
     }
     out.push(quote);

@@ -3,7 +3,7 @@
 //! documents and journals.
 
 use crate::json::Json;
-use crate::python::text::repr;
+use crate::python::text::{repr, repr_code_points};
 
 /// Python's `str(value or "")` for JSON values: falsy values become "",
 /// strings stay as they are, other values use Python's `str()`.
@@ -20,8 +20,11 @@ pub fn truthy(value: &Json) -> bool {
         Json::Null => false,
         Json::Bool(flag) => *flag,
         Json::Int(number) => *number != 0,
+        // Outside i128, so never zero.
+        Json::BigInt(_) => true,
         Json::Float(number) => *number != 0.0,
         Json::Str(text) => !text.is_empty(),
+        Json::WideStr(_) => true,
         Json::Array(items) => !items.is_empty(),
         Json::Object(object) => object.iter().next().is_some(),
     }
@@ -31,6 +34,8 @@ pub fn truthy(value: &Json) -> bool {
 pub fn to_str(value: &Json) -> String {
     match value {
         Json::Str(text) => text.clone(),
+        // A Rust string cannot hold the lone surrogates; messages show U+FFFD.
+        Json::WideStr(text) => text.to_string_lossy(),
         other => repr_json(other),
     }
 }
@@ -41,12 +46,14 @@ fn repr_json(value: &Json) -> String {
         Json::Bool(true) => "True".to_string(),
         Json::Bool(false) => "False".to_string(),
         Json::Int(number) => number.to_string(),
+        Json::BigInt(number) => number.as_str().to_string(),
         Json::Float(number) if number.is_nan() => "nan".to_string(),
         Json::Float(number) if number.is_infinite() => {
             if *number > 0.0 { "inf" } else { "-inf" }.to_string()
         }
         Json::Float(_) => crate::json::encode_line(value, false),
         Json::Str(text) => repr(text),
+        Json::WideStr(text) => repr_code_points(text.code_points()),
         Json::Array(items) => format!(
             "[{}]",
             items.iter().map(repr_json).collect::<Vec<_>>().join(", ")
