@@ -2,8 +2,10 @@
 //! and that it stopped, without ever matching processes by name.
 
 use std::fs;
+use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process_group, Pid, Signal};
 
@@ -117,5 +119,67 @@ impl GroupChild {
 impl Drop for GroupChild {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// How a measured child ended, with what it cost.
+#[derive(Debug)]
+pub struct Measured {
+    /// Exit status and everything it printed.
+    pub output: Output,
+    /// The child's own peak resident set (`ru_maxrss` of `wait4`), in KiB.
+    pub peak_rss_kib: u64,
+    /// Wall-clock time from spawn to exit.
+    pub elapsed: Duration,
+}
+
+/// Runs `command` to completion like [`Command::output`] (stdin from
+/// `/dev/null` unless set), and reports the child's own peak memory and
+/// run time, so tests can prove hostile input is handled in bounded memory
+/// and time.
+pub fn run_measured(command: &mut Command) -> Measured {
+    let started = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the measured program starts");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        bytes
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr.read_to_end(&mut bytes);
+        bytes
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid, and wait4 writes into both.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = loop {
+        // SAFETY: waits for our own child; the Child is not waited elsewhere.
+        let result = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if result == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {
+            continue;
+        }
+        break result;
+    };
+    assert_eq!(waited, pid, "wait4 reaps the measured child");
+    let elapsed = started.elapsed();
+    // The Child was reaped by wait4; dropping it does not wait again.
+    drop(child);
+    Measured {
+        output: Output {
+            status: std::os::unix::process::ExitStatusExt::from_raw(status),
+            stdout: out.join().expect("stdout reader"),
+            stderr: err.join().expect("stderr reader"),
+        },
+        peak_rss_kib: usage.ru_maxrss as u64,
+        elapsed,
     }
 }

@@ -315,11 +315,26 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// `Content-Length` to declare; `None` sends none and closes after the body.
     pub content_length: Option<u64>,
+    /// Writes the whole response itself instead (hostile peers: malformed
+    /// heads, endless or trickled bodies); it should stop once a write fails.
+    pub raw: Option<RawResponder>,
 }
 
+/// A response written byte by byte by the test.
+pub type RawResponder = std::sync::Arc<dyn Fn(&mut std::net::TcpStream) + Send + Sync>;
+
 impl Reply {
+    /// A response the test writes itself on the connection.
+    pub fn raw(responder: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static) -> Reply {
+        Reply {
+            raw: Some(std::sync::Arc::new(responder)),
+            ..Reply::ok(b"")
+        }
+    }
+
     pub fn ok(body: &[u8]) -> Reply {
         Reply {
+            raw: None,
             status: 200,
             reason: "OK",
             headers: Vec::new(),
@@ -375,6 +390,10 @@ impl TestServer {
                 };
                 seen.lock().unwrap().push(request.clone());
                 let reply = handler(&request);
+                if let Some(raw) = &reply.raw {
+                    raw(&mut stream);
+                    continue;
+                }
                 let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reply.reason);
                 for (key, value) in &reply.headers {
                     head.push_str(&format!("{key}: {value}\r\n"));

@@ -5,8 +5,12 @@
 
 mod update_runner_support;
 
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
 use agents_common::{encode_indented, parse_json, Json, JsonObject};
-use update_runner_support::{idle_health, updated_health, Fixture, UPDATE_ID};
+use update_runner_support::{idle_health, updated_health, Fixture, Side, UPDATE_ID};
 
 /// A value json.loads returns but no Rust string or i128 can hold: a lone
 /// surrogate in a value and in a key, an escaped pair split over two encoded
@@ -55,4 +59,242 @@ fn rows_and_health_documents_python_accepts_are_held_and_kept_byte_for_byte() {
     ] {
         assert!(written.contains(text), "{text} in {written}");
     }
+}
+
+/// The pinned release's manifest on the release host.
+const MANIFEST_PATH: &str = "/releases/download/v1.2.3/agents-server-manifest.json";
+/// Memory any sane run stays far below; an unbounded read blows through it.
+const MEMORY_BOUND_KIB: u64 = 96 * 1024;
+
+/// A pinned 1.2.3 update whose manifest the test answers itself; returns
+/// the fixture and the manifest's real bytes.
+fn pinned(name: &str) -> (Fixture, Vec<u8>) {
+    let mut fixture = Fixture::new(name);
+    let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
+    let manifest = fixture.publish_legacy("1.2.3", &archive);
+    fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
+    let bytes = update_runner_support::manifest_bytes(&Json::Object(manifest));
+    (fixture, bytes)
+}
+
+/// Writes `head` and `body` and closes.
+fn respond(head: Vec<u8>, body: Vec<u8>) -> impl Fn(&mut TcpStream) + Send + Sync + 'static {
+    move |stream: &mut TcpStream| {
+        let _ = stream.write_all(&head);
+        let _ = stream.write_all(&body);
+    }
+}
+
+fn expect_bounded(outcome: &update_runner_support::Outcome, seconds: u64) {
+    assert!(
+        outcome.peak_rss_kib < MEMORY_BOUND_KIB,
+        "peak RSS {} KiB",
+        outcome.peak_rss_kib
+    );
+    assert!(
+        outcome.elapsed < Duration::from_secs(seconds),
+        "took {:?}",
+        outcome.elapsed
+    );
+}
+
+fn message(row: &JsonObject) -> &str {
+    row.get("message").and_then(Json::as_str).unwrap_or("")
+}
+
+/// The head and body a case answers, given the manifest's real bytes.
+type ResponseOf = Box<dyn Fn(&[u8]) -> (Vec<u8>, Vec<u8>)>;
+
+#[test]
+fn release_host_http_edge_cases_end_as_the_seed_ends() {
+    let originals = agents_tests::require_originals!();
+    let header = |extra: &str| format!("HTTP/1.1 200 OK\r\n{extra}Connection: close\r\n\r\n");
+    let cases: Vec<(&str, ResponseOf, Option<&str>)> = vec![
+        // http.client ignores a negative length and reads to the end.
+        (
+            "negative content length",
+            Box::new(move |body| (header("Content-Length: -1\r\n").into_bytes(), body.to_vec())),
+            Some("complete"),
+        ),
+        // The reason phrase is latin-1 to http.client: any bytes pass.
+        (
+            "non-utf8 reason",
+            Box::new(|body| {
+                (
+                    b"HTTP/1.1 200 \xff\xfe\r\nConnection: close\r\n\r\n".to_vec(),
+                    body.to_vec(),
+                )
+            }),
+            Some("complete"),
+        ),
+        // 100 header lines plus the blank one exceed http.client's 100.
+        (
+            "101 header lines",
+            Box::new(move |body| {
+                let many: String = (0..100).map(|n| format!("X-{n}: y\r\n")).collect();
+                (header(&many).into_bytes(), body.to_vec())
+            }),
+            None,
+        ),
+        // An invalid length is ignored by http.client; the seed's own int()
+        // of it then refuses.
+        (
+            "invalid content length",
+            Box::new(move |body| {
+                (
+                    header("Content-Length: abc\r\n").into_bytes(),
+                    body.to_vec(),
+                )
+            }),
+            None,
+        ),
+        (
+            "bad chunk size",
+            Box::new(move |_| {
+                (
+                    header("Transfer-Encoding: chunked\r\n").into_bytes(),
+                    b"zz\r\nxx\r\n0\r\n\r\n".to_vec(),
+                )
+            }),
+            None,
+        ),
+        (
+            "a status line over 65536 bytes",
+            Box::new(|_| {
+                (
+                    format!("HTTP/1.1 200 {}\r\n\r\n", "x".repeat(70_000)).into_bytes(),
+                    Vec::new(),
+                )
+            }),
+            None,
+        ),
+        (
+            "a bad status line",
+            Box::new(|_| (b"HTTQ/1.1 200 OK\r\n\r\n".to_vec(), Vec::new())),
+            None,
+        ),
+    ];
+    for (label, response, phase) in cases {
+        let (fixture, manifest) = pinned(&format!("http-{}", label.replace(' ', "-")));
+        let (head, body) = response(&manifest);
+        fixture.serve(
+            MANIFEST_PATH,
+            update_runner_support::Served::raw(respond(head, body)),
+        );
+        let (seed, port) = fixture.compare(&originals, None);
+        let expected = phase.unwrap_or("failed");
+        assert_eq!(
+            seed.row.get("phase").and_then(Json::as_str),
+            Some(expected),
+            "{label}: the seed's row {:?}",
+            seed.row
+        );
+        expect_bounded(&port, 30);
+        eprintln!("{label}: {}", message(&port.row));
+    }
+}
+
+#[test]
+fn header_lines_that_would_switch_minreqs_budget_off_stay_bounded() {
+    // Each line is 65535 bytes ending in a bare \n: minreq's header budget
+    // subtracted len + 2 and wrapped around on exactly this line.
+    let originals = agents_tests::require_originals!();
+    let (fixture, _) = pinned("http-wrapping-headers");
+    fixture.serve(
+        MANIFEST_PATH,
+        update_runner_support::Served::raw(|stream: &mut TcpStream| {
+            if stream.write_all(b"HTTP/1.1 200 OK\r\n").is_err() {
+                return;
+            }
+            let line = format!("X: {}\n", "y".repeat(65_535 - 4));
+            for _ in 0..10_000 {
+                if stream.write_all(line.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }),
+    );
+    let (_, port) = fixture.compare(&originals, None);
+    assert_eq!(message(&port.row), "got more than 100 headers");
+    expect_bounded(&port, 30);
+}
+
+#[test]
+fn an_endless_chunk_of_health_is_refused_at_its_limit() {
+    let originals = agents_tests::require_originals!();
+    let (fixture, _) = pinned("health-endless-chunk");
+    fixture.set_raw_health(|stream: &mut TcpStream| {
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffff\r\n";
+        if stream.write_all(head).is_err() {
+            return;
+        }
+        let data = vec![b'{'; 64 * 1024];
+        // 64 MiB at most, far past the 1 MB limit.
+        for _ in 0..1024 {
+            if stream.write_all(&data).is_err() {
+                return;
+            }
+        }
+    });
+    let (_, port) = fixture.compare(&originals, None);
+    assert_eq!(
+        message(&port.row),
+        "could not verify that AgentsServer is idle before restart: \
+         server health response exceeds its safety limit"
+    );
+    expect_bounded(&port, 30);
+}
+
+#[test]
+fn a_trickling_health_endpoint_cannot_hold_the_runner() {
+    // The seed waits for ever here (urllib's timeout bounds each read, and
+    // a byte arrives every 3 s); the port bounds each whole probe, so the
+    // readiness wait retries and gives up at its own 45 s limit.
+    let (fixture, _) = pinned("health-trickle");
+    fixture.set_raw_health(|stream: &mut TcpStream| {
+        for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{"
+            .iter()
+            .cycle()
+            .take(200)
+        {
+            if stream.write_all(&[*byte]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let port = fixture.run(Side::Port);
+    assert_eq!(port.exit, Some(1), "{}", port.stderr);
+    assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
+    assert_eq!(
+        message(&port.row),
+        "AgentsServer startup readiness timed out after 45 seconds"
+    );
+    expect_bounded(&port, 60);
+}
+
+#[test]
+fn a_health_credential_with_control_characters_is_refused_without_echoing_it() {
+    let originals = agents_tests::require_originals!();
+    let (mut fixture, _) = pinned("health-crlf-token");
+    let token = "secret-token\r\nX-Injected: 1";
+    fixture.token = Some(token.to_string());
+    let refusal = "could not verify that AgentsServer is idle before restart: \
+                   Invalid header value for Authorization: it contains control characters";
+    let (seed, port) = fixture.compare(&originals, Some(refusal));
+    // http.client refuses too, but repeats the credential in the row.
+    assert!(
+        message(&seed.row).contains("secret-token"),
+        "{:?}",
+        seed.row
+    );
+    assert!(!message(&port.row).contains("secret-token"));
+    assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
+    assert!(
+        !fixture
+            .health_requests()
+            .iter()
+            .any(|request| request.contains("X-Injected")),
+        "nothing with the injected header reached the server"
+    );
 }

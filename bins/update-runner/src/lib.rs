@@ -16,6 +16,7 @@ pub mod server_health;
 mod team_hub;
 pub mod team_hub_fence;
 mod update;
+mod urllib;
 
 use std::path::{Path, PathBuf};
 

@@ -28,6 +28,30 @@ pub fn split_whitespace(text: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `str.split(None, maxsplit)`: at most `maxsplit` splits on runs of white
+/// space; the last part keeps its trailing white space, as Python's does.
+pub fn split_max(text: &str, maxsplit: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = text.trim_start_matches(is_space);
+    while !rest.is_empty() {
+        if parts.len() == maxsplit {
+            parts.push(rest);
+            break;
+        }
+        match rest.find(is_space) {
+            Some(end) => {
+                parts.push(&rest[..end]);
+                rest = rest[end..].trim_start_matches(is_space);
+            }
+            None => {
+                parts.push(rest);
+                break;
+            }
+        }
+    }
+    parts
+}
+
 /// `str.splitlines()`: every Python line boundary, `\r\n` as one, no empty
 /// last line for a trailing boundary.
 pub fn splitlines(text: &str) -> Vec<&str> {
@@ -243,6 +267,19 @@ mod tests {
         for (value, expected) in cases {
             assert_eq!(repr_surrogateescape(value), *expected, "{value:?}");
         }
+    }
+
+    #[test]
+    fn split_with_a_limit_keeps_the_rest_as_python_does() {
+        assert_eq!(
+            split_max("HTTP/1.1 200 OK\r\n", 2),
+            ["HTTP/1.1", "200", "OK\r\n"]
+        );
+        assert_eq!(split_max("  a  b  c d ", 1), ["a", "b  c d "]);
+        assert_eq!(split_max("HTTP/1.1 200\r\n", 2), ["HTTP/1.1", "200"]);
+        assert_eq!(split_max("a b  c ", 2), ["a", "b", "c "]);
+        assert_eq!(split_max("   ", 2), Vec::<&str>::new());
+        assert_eq!(split_max("a\x1cb", 5), ["a", "b"]);
     }
 
     #[test]

@@ -24,7 +24,9 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
 use agents_tests::Originals;
-pub use release_support::{manifest_bytes, Member, Reply, TempDir, TestKey, TestServer};
+pub use release_support::{
+    manifest_bytes, Member, RawResponder, Reply, TempDir, TestKey, TestServer,
+};
 
 /// The admitted update (a server's `uuid4().hex`).
 pub const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
@@ -58,6 +60,8 @@ pub struct Served {
     pub body: Vec<u8>,
     /// Declared length when it must differ from the body's.
     pub content_length: Option<Option<u64>>,
+    /// The whole response written by the test (hostile release hosts).
+    pub raw: Option<RawResponder>,
 }
 
 impl Served {
@@ -68,6 +72,15 @@ impl Served {
             headers: Vec::new(),
             body,
             content_length: None,
+            raw: None,
+        }
+    }
+
+    /// A response the test writes itself, byte by byte.
+    pub fn raw(responder: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static) -> Self {
+        Served {
+            raw: Some(Arc::new(responder)),
+            ..Served::ok(Vec::new())
         }
     }
 
@@ -78,6 +91,7 @@ impl Served {
             headers: vec![("Location".to_string(), location.to_string())],
             body: Vec::new(),
             content_length: None,
+            raw: None,
         }
     }
 }
@@ -93,6 +107,8 @@ struct HealthState {
     runs: HashMap<String, PathBuf>,
     /// Requests still answered 503, per run (a server still starting).
     unready: HashMap<String, usize>,
+    /// When set, every health request gets this response instead.
+    raw: Option<RawResponder>,
 }
 
 /// Which implementation runs the update.
@@ -114,7 +130,7 @@ impl Side<'_> {
 }
 
 /// What one run left behind, normalised for comparison.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Outcome {
     pub exit: Option<i32>,
     pub row: JsonObject,
@@ -127,6 +143,10 @@ pub struct Outcome {
     /// Whether the one-time credential file is gone.
     pub token_consumed: bool,
     pub stderr: String,
+    /// The runner's own peak resident memory, in KiB.
+    pub peak_rss_kib: u64,
+    /// How long the run took.
+    pub elapsed: std::time::Duration,
 }
 
 /// One update scenario.
@@ -147,6 +167,8 @@ pub struct Fixture {
     pub environment: Vec<(String, String)>,
     /// Health requests each run gets 503 for before the server is ready.
     pub unready_requests: usize,
+    /// The one-time health credential, instead of `<side>-token`.
+    pub token: Option<String>,
 }
 
 impl Fixture {
@@ -160,6 +182,12 @@ impl Fixture {
             let Some(found) = files.get(&request.path) else {
                 return Reply::status(404, "Not Found");
             };
+            if let Some(raw) = &found.raw {
+                return Reply {
+                    raw: Some(raw.clone()),
+                    ..Reply::ok(b"")
+                };
+            }
             let mut reply = Reply::ok(&found.body);
             reply.status = found.status;
             reply.reason = found.reason;
@@ -173,6 +201,12 @@ impl Fixture {
         let state = health_state.clone();
         let health = TestServer::start(move |request| {
             let mut state = state.lock().unwrap();
+            if let Some(raw) = &state.raw {
+                return Reply {
+                    raw: Some(raw.clone()),
+                    ..Reply::ok(b"")
+                };
+            }
             let token = request
                 .header("Authorization")
                 .and_then(|value| value.strip_prefix("Bearer "))
@@ -225,6 +259,7 @@ impl Fixture {
             behaviour: None,
             environment: Vec::new(),
             unready_requests: 0,
+            token: None,
         }
     }
 
@@ -257,6 +292,14 @@ impl Fixture {
     }
 
     /// Replace the health documents before and after the installer ran.
+    /// Every health request from now on gets this response (hostile servers).
+    pub fn set_raw_health(
+        &self,
+        responder: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static,
+    ) {
+        self.health_state.lock().unwrap().raw = Some(Arc::new(responder));
+    }
+
     pub fn set_health(&self, before: JsonObject, after: JsonObject) {
         let mut state = self.health_state.lock().unwrap();
         state.before = before;
@@ -269,6 +312,23 @@ impl Fixture {
             .seen()
             .into_iter()
             .map(|request| request.path)
+            .collect()
+    }
+
+    /// The header lines of every request the health endpoint received, one
+    /// string per request.
+    pub fn health_requests(&self) -> Vec<String> {
+        self.health
+            .seen()
+            .into_iter()
+            .map(|request| {
+                request
+                    .headers
+                    .iter()
+                    .map(|(name, value)| format!("{name}: {value}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
             .collect()
     }
 
@@ -388,7 +448,10 @@ impl Fixture {
         }
         let status = admin.join("server-update.json");
         atomic_json(&status, &self.admitted).unwrap();
-        let token = format!("{}-token", side.label());
+        let token = self
+            .token
+            .clone()
+            .unwrap_or_else(|| format!("{}-token", side.label()));
         let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
         atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
         {
@@ -446,7 +509,8 @@ impl Fixture {
             .env("AGENTSDOCK_AGENT_TOKEN", "runner-secret")
             .env("VIRTUAL_ENV", "/nonexistent/venv")
             .envs(self.environment.iter().map(|(key, value)| (key, value)));
-        let output = command.output().expect("the runner starts");
+        let measured = agents_tests::run_measured(command.stdin(std::process::Stdio::null()));
+        let output = measured.output;
         let normalise = |text: &str| normalise_paths(text, &tmp, &run);
         let installer = std::fs::read_to_string(record.join("installer.record"))
             .ok()
@@ -467,6 +531,8 @@ impl Fixture {
             leftovers,
             token_consumed: !token_file.exists(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            peak_rss_kib: measured.peak_rss_kib,
+            elapsed: measured.elapsed,
         }
     }
 

@@ -6,17 +6,20 @@
 //! hold exactly: GitHub asset downloads follow up to ten redirects (301, 302,
 //! 303, 307 and 308, as urllib does), while the npm archive refuses any.
 //!
-//! HTTPS uses minreq's rustls backend with its bundled Mozilla roots, so the
-//! runner needs no system certificate store (urllib used OpenSSL's).
+//! Responses are read by [`crate::urllib`] with `http.client`'s limits and
+//! words; HTTPS is verified against the bundled Mozilla roots, so the runner
+//! needs no system certificate store (urllib used OpenSSL's).
 //!
-//! Deviation: urllib's timeout bounds each socket operation; minreq bounds the
-//! whole request. Metadata keeps the 30 s budget (its bodies are at most 1 MB);
-//! archives get [`ARCHIVE_DOWNLOAD_DEADLINE_SECONDS`], which a full 200 MiB
-//! archive meets at 256 KiB/s, instead of 120 s per read.
+//! Deviation: urllib's timeout bounds each socket operation; here one deadline
+//! bounds the whole request. Metadata keeps the 30 s budget (its bodies are at
+//! most 1 MB); archives get [`ARCHIVE_DOWNLOAD_DEADLINE_SECONDS`], which a full
+//! 200 MiB archive meets at 256 KiB/s, instead of 120 s per read.
 
-use std::io::{Read, Write};
+use std::io::Write;
+use std::time::{Duration, Instant};
 
 use super::UPDATER_USER_AGENT;
+use crate::urllib;
 use agents_common::{Error, ErrorClass, Result};
 
 /// Deadline of a metadata request (urllib's 30 s socket timeout).
@@ -28,10 +31,6 @@ pub const ARCHIVE_DOWNLOAD_DEADLINE_SECONDS: u64 = 120 + super::MAX_ARCHIVE_BYTE
 const MAX_REDIRECTIONS: usize = 10;
 /// urllib's `HTTPRedirectHandler.max_repeats` (visits of one URL).
 const MAX_REPEATS: usize = 4;
-/// Largest response head accepted; minreq's default is unbounded.
-const MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Copy buffer of the body stream.
-const COPY_BUFFER_BYTES: usize = 64 * 1024;
 
 /// A non-2xx HTTP response (Python's `HTTPError`): callers branch on the code
 /// (404 means "not published", 403/429 carry rate-limit headers).
@@ -119,36 +118,20 @@ pub(crate) enum Redirects {
 pub(crate) struct OpenResponse {
     /// The URL that answered (after any redirects).
     pub(crate) final_url: String,
-    response: minreq::ResponseLazy,
+    response: urllib::Response,
 }
 
 impl OpenResponse {
-    /// The header value, names compared case-insensitively.
+    /// The first value of a header, names compared case-insensitively.
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.response
-            .headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
+        self.response.header(name)
     }
 
-    /// Copy at most `max_bytes` of the body into `sink`; returns the count.
+    /// `response.read(max_bytes)` into `sink`; returns the count.
     pub(crate) fn copy_body(mut self, max_bytes: u64, sink: &mut dyn Write) -> Result<u64> {
-        let mut buffer = vec![0u8; COPY_BUFFER_BYTES];
-        let mut copied = 0u64;
-        while copied < max_bytes {
-            let wanted = usize::try_from(max_bytes - copied)
-                .unwrap_or(usize::MAX)
-                .min(buffer.len());
-            let read = match self.response.read(&mut buffer[..wanted]) {
-                Ok(0) => break,
-                Ok(read) => read,
-                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(err) => return Err(Error::from(err)),
-            };
-            sink.write_all(&buffer[..read])?;
-            copied += read as u64;
-        }
-        Ok(copied)
+        self.response
+            .read(max_bytes, sink)
+            .map_err(urllib::Failure::into_error)
     }
 }
 
@@ -161,16 +144,11 @@ pub(crate) fn open(
 ) -> std::result::Result<OpenResponse, FetchError> {
     let mut current = url.to_string();
     let mut visited: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(deadline_seconds);
     loop {
-        let response = minreq::get(current.as_str())
-            .with_header("User-Agent", UPDATER_USER_AGENT)
-            .with_header("Accept-Encoding", "identity")
-            .with_follow_redirects(false)
-            .with_max_headers_size(MAX_HEADER_BYTES)
-            .with_timeout(deadline_seconds)
-            .send_lazy()
-            .map_err(transport_error)?;
-        let code = response.status_code;
+        let response = urllib::get(&current, &[("User-Agent", UPDATER_USER_AGENT)], deadline)
+            .map_err(|failure| FetchError::Failed(failure.into_error()))?;
+        let code = i32::from(response.code);
         if (200..300).contains(&code) {
             return Ok(OpenResponse {
                 final_url: current,
@@ -178,17 +156,16 @@ pub(crate) fn open(
             });
         }
         let location = response
-            .headers
-            .get("location")
-            .or_else(|| response.headers.get("uri"))
-            .cloned();
+            .header("location")
+            .or_else(|| response.header("uri"))
+            .map(str::to_string);
         let status = HttpStatusError {
             code,
-            reason: response.reason_phrase.clone(),
+            reason: response.reason.clone(),
             headers: response
-                .headers
+                .headers()
                 .iter()
-                .map(|(key, value)| (key.clone(), value.clone()))
+                .map(|(key, value)| (key.to_ascii_lowercase(), value.clone()))
                 .collect(),
         };
         let Some(location) = location.filter(|_| matches!(code, 301 | 302 | 303 | 307 | 308))
@@ -298,19 +275,6 @@ fn join_url(base: &str, location: &str) -> String {
     let path = base[path_start..].split(['?', '#']).next().unwrap_or("");
     let directory = path.rfind('/').map_or("/", |index| &path[..=index]);
     format!("{origin}{directory}{location}")
-}
-
-/// A transport failure worded as urllib reports it: a failed lookup or
-/// connect is a `URLError` (`<urlopen error [Errno 111] Connection refused>`),
-/// a failure once connected is the raw socket error.
-fn transport_error(error: minreq::Error) -> FetchError {
-    FetchError::Failed(match error {
-        minreq::Error::IoError(err) if Error::is_connect_failure(&err) => {
-            Error::from_socket(err).into_url_error()
-        }
-        minreq::Error::IoError(err) => Error::from_socket(err),
-        other => Error::new(ErrorClass::Os, other.to_string()),
-    })
 }
 
 #[cfg(test)]
