@@ -478,11 +478,51 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
         encoder.finish().unwrap();
         path
     };
+    let gzip = |name: &str, content: &[u8]| {
+        let path = dir.path().join(name);
+        let mut encoder = flate2::write::GzEncoder::new(
+            std::fs::File::create(&path).unwrap(),
+            flate2::Compression::fast(),
+        );
+        std::io::Write::write_all(&mut encoder, content).unwrap();
+        encoder.finish().unwrap();
+        path
+    };
+    // A first header of text: its checksum field is not octal.
+    let text_header = gzip("text.tar.gz", &[b'x'; 1024]);
+    // A well-formed header whose stored checksum is wrong.
+    let mut block = [0u8; 1024];
+    {
+        let mut header = tar::Header::new_ustar();
+        header.set_path(format!("{ROOT}/VERSION")).unwrap();
+        header.set_size(0);
+        header.set_cksum();
+        block[..512].copy_from_slice(header.as_bytes());
+        block[148..155].copy_from_slice(b"0000001");
+    }
+    let bad_checksum = gzip("checksum.tar.gz", &block);
+    // The right checksum over a size field that is not a number.
+    {
+        let mut header = tar::Header::new_ustar();
+        header.set_path(format!("{ROOT}/VERSION")).unwrap();
+        header.as_mut_bytes()[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
+        header.set_cksum();
+        block[..512].copy_from_slice(header.as_bytes());
+    }
+    let bad_size = gzip("size.tar.gz", &block);
+    let damaged = [
+        &not_gzip,
+        &cut,
+        &empty_gzip,
+        &text_header,
+        &bad_checksum,
+        &bad_size,
+    ];
     let seed = python_oracle(
         &originals,
         EXTRACT,
         &agents_common::test_support::encode_compact(&Json::Array(
-            [&not_gzip, &cut, &empty_gzip]
+            damaged
                 .iter()
                 .map(|archive| {
                     Json::Object(json_object! {
@@ -496,7 +536,7 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
         .unwrap(),
     );
     let seed = seed.as_array().unwrap();
-    for (archive, expected) in [&not_gzip, &cut, &empty_gzip].iter().zip(seed) {
+    for (archive, expected) in damaged.iter().zip(seed) {
         let dest = dir.path().join(format!(
             "rs-{}",
             archive.file_name().unwrap().to_str().unwrap()

@@ -11,6 +11,13 @@
 //! Deviations from Python, on malformed or hostile archives only:
 //! - PAX global headers (`g`) are skipped instead of applied to later members.
 //! - Gzip and tar corruption messages name the failure in our words.
+//! - Stricter (README, "Security"): every archive has an extraction budget a
+//!   real release never reaches and a bomb always does: at most
+//!   [`MAX_MEMBERS`] members and [`MAX_EXTRACTED_BYTES`] of member data
+//!   (apparent sizes), extended headers (GNU long names, PAX records) of at
+//!   most [`MAX_EXTENDED_HEADER_BYTES`], no sparse members (tarfile would
+//!   expand their holes) and no PAX size override; a refusal's message is at
+//!   most [`MAX_MESSAGE_CHARS`] long. The caller removes the partial tree.
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -35,6 +42,18 @@ use agents_common::{Error, Result};
 const NPM_MAX_MEMBERS: usize = 4096;
 /// Most bytes an npm archive may expand to.
 const NPM_MAX_TOTAL_BYTES: u64 = 1024 * 1024 * 1024;
+/// Most members any archive may hold (a release has a few hundred).
+pub const MAX_MEMBERS: usize = 50_000;
+/// Most member data any archive may expand to, counting apparent sizes
+/// (a release is tens of megabytes; npm archives keep their 1 GiB bound).
+pub const MAX_EXTRACTED_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// Largest GNU long name or PAX extended header (real ones are a few
+/// hundred bytes).
+pub const MAX_EXTENDED_HEADER_BYTES: u64 = 64 * 1024;
+/// Longest refusal message, in characters (member names can be long).
+pub const MAX_MESSAGE_CHARS: usize = 2048;
+/// The refusal of an archive past its budget.
+const OVER_BUDGET: &str = "release archive exceeds its extraction budget";
 /// Copy buffer for entry data.
 const COPY_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -183,12 +202,16 @@ pub fn safe_extract(
     let mut pass = ExtractionPass::new(&destination, npm_version.is_some());
     let entries = archive
         .entries()
-        .map_err(|err| first_header_error(&err, &state))?;
+        .map_err(|_| bounded_message(first_header_error(&state)))?
+        .raw(true);
+    // What the extended headers before a member say about it.
+    let mut pending = Extensions::default();
+    let mut raw_members = 0usize;
     for entry in entries {
         let mut entry = match entry {
             Ok(entry) => entry,
             Err(_) if state.failed() => return Err(state.stream_error()),
-            Err(err) if pass.members == 0 => return Err(first_header_error(&err, &state)),
+            Err(_) if raw_members == 0 => return Err(bounded_message(first_header_error(&state))),
             // tarfile checks that the previous member's data (with padding)
             // is all there before reading the next header...
             Err(_) if state.produced.get() < pass.next_header => {
@@ -197,10 +220,39 @@ pub fn safe_extract(
             // ...and ends the archive silently at an unreadable header.
             Err(_) => break,
         };
-        if entry.header().entry_type().is_pax_global_extensions() {
+        raw_members += 1;
+        if raw_members > MAX_MEMBERS * 2 {
+            return Err(Error::runtime(OVER_BUDGET));
+        }
+        let entry_type = entry.header().entry_type();
+        if entry_type.is_pax_global_extensions()
+            || entry_type.is_gnu_longname()
+            || entry_type.is_gnu_longlink()
+            || entry_type.is_pax_local_extensions()
+        {
+            pass.next_header = entry
+                .raw_file_position()
+                .saturating_add(entry.size().div_ceil(512).saturating_mul(512));
+            if entry.size() > MAX_EXTENDED_HEADER_BYTES {
+                return Err(Error::runtime(OVER_BUDGET));
+            }
+            let mut data = Vec::new();
+            if entry.read_to_end(&mut data).is_err() || data.len() as u64 != entry.size() {
+                if state.failed() {
+                    return Err(state.stream_error());
+                }
+                return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END));
+            }
+            if entry_type.is_gnu_longname() {
+                pending.long_name = Some(until_nul(&data).to_vec());
+            } else if entry_type.is_pax_local_extensions() {
+                pending.pax = parse_pax_records(&data);
+            }
             continue;
         }
-        pass.visit(&mut entry)?;
+        let extensions = std::mem::take(&mut pending);
+        pass.visit(&mut entry, &extensions)
+            .map_err(bounded_message)?;
         if pass.truncated {
             return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END));
         }
@@ -212,10 +264,9 @@ pub fn safe_extract(
         return Err(state.stream_error());
     }
     if pass.members == 0 && state.produced.get() < 512 {
-        let no_header = io::Error::other("no header");
-        return Err(first_header_error(&no_header, &state));
+        return Err(first_header_error(&state));
     }
-    pass.finish()?;
+    pass.finish().map_err(bounded_message)?;
     match npm_version {
         Some(version) => npm_layout(&destination, version),
         None => legacy_layout(&destination),
@@ -263,9 +314,27 @@ impl<'a> ExtractionPass<'a> {
                 || self.duplicate_name)
     }
 
-    fn visit<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<()> {
+    fn visit<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        extensions: &Extensions,
+    ) -> Result<()> {
         let raw_type = entry.header().as_bytes()[156];
-        let mut name = entry.path_bytes().into_owned();
+        let mut name = match (extensions.pax_value(b"path"), &extensions.long_name) {
+            (Some(path), _) => path.to_vec(),
+            (None, Some(long_name)) => long_name.clone(),
+            (None, None) => entry.header().path_bytes().into_owned(),
+        };
+        // tarfile would expand a sparse member's holes (GNU `S`, or PAX
+        // `GNU.sparse.*` records), and a PAX size overrides the header's:
+        // neither occurs in a release, both are refused.
+        let sparse = raw_type == b'S' || extensions.has_pax_prefix(b"GNU.sparse.");
+        let resized = extensions
+            .pax_value(b"size")
+            .is_some_and(|size| size != entry.size().to_string().as_bytes());
+        if sparse || resized {
+            return Err(Error::runtime(OVER_BUDGET));
+        }
         let kind = member_kind(raw_type, &name);
         if kind == MemberKind::Directory {
             // tarfile drops the trailing slashes of directory names.
@@ -278,6 +347,9 @@ impl<'a> ExtractionPass<'a> {
             .saturating_add(entry.size().div_ceil(512).saturating_mul(512));
         self.members += 1;
         self.total_size = self.total_size.saturating_add(entry.size());
+        if self.members > MAX_MEMBERS || self.total_size > MAX_EXTRACTED_BYTES {
+            return Err(Error::runtime(OVER_BUDGET));
+        }
         if self.npm && !self.names.insert(name.clone()) {
             self.duplicate_name = true;
         }
@@ -287,7 +359,7 @@ impl<'a> ExtractionPass<'a> {
         if self.refusal.is_some() || self.extraction_error.is_some() || self.exceeds_npm_bounds() {
             return Ok(()); // tar skips the unread data
         }
-        if let Err(err) = self.extract(entry, &name, kind) {
+        if let Err(err) = self.extract(entry, &name, kind, extensions) {
             // A short member or a decompression failure is reported by the
             // caller; anything else is this member's extraction failure.
             if err.class() == ErrorClass::TarRead {
@@ -320,6 +392,7 @@ impl<'a> ExtractionPass<'a> {
         entry: &mut tar::Entry<'_, R>,
         name: &[u8],
         kind: MemberKind,
+        extensions: &Extensions,
     ) -> Result<()> {
         if kind != MemberKind::File && kind != MemberKind::Directory {
             return Err(Error::runtime(format!(
@@ -337,7 +410,7 @@ impl<'a> ExtractionPass<'a> {
             raw.pop();
         }
         let target = PathBuf::from(OsStr::from_bytes(&raw));
-        let mtime = member_mtime(entry);
+        let mtime = member_mtime(entry, extensions);
         let upper = agents_common::python::path::dirname(&raw);
         if !upper.is_empty() {
             let upper = Path::new(OsStr::from_bytes(upper));
@@ -428,6 +501,70 @@ fn copy_exact(source: &mut dyn Read, target: &mut File, size: u64) -> Result<()>
 /// tarfile's `ReadError` for member data cut short.
 const UNEXPECTED_END: &str = "unexpected end of data";
 
+/// What the extended headers before a member say about it.
+#[derive(Default)]
+struct Extensions {
+    /// A GNU long name (`L`), up to its first NUL.
+    long_name: Option<Vec<u8>>,
+    /// PAX records (`x`), in order; a later key overrides an earlier one.
+    pax: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Extensions {
+    fn pax_value(&self, key: &[u8]) -> Option<&[u8]> {
+        self.pax
+            .iter()
+            .rev()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.as_slice())
+    }
+
+    fn has_pax_prefix(&self, prefix: &[u8]) -> bool {
+        self.pax.iter().any(|(name, _)| name.starts_with(prefix))
+    }
+}
+
+/// PAX extended header records: `<length> <key>=<value>\n`, each length
+/// counting the whole record; parsing stops at the first malformed one.
+fn parse_pax_records(mut data: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut records = Vec::new();
+    while let Some(space) = data.iter().position(|byte| *byte == b' ') {
+        let Some(length) = std::str::from_utf8(&data[..space])
+            .ok()
+            .and_then(|text| text.parse::<usize>().ok())
+            .filter(|length| *length > space + 1 && *length <= data.len())
+        else {
+            break;
+        };
+        let record = &data[space + 1..length];
+        let record = record.strip_suffix(b"\n").unwrap_or(record);
+        if let Some(equals) = record.iter().position(|byte| *byte == b'=') {
+            records.push((record[..equals].to_vec(), record[equals + 1..].to_vec()));
+        }
+        data = &data[length..];
+    }
+    records
+}
+
+/// tarfile's `nts`: the bytes up to the first NUL.
+fn until_nul(data: &[u8]) -> &[u8] {
+    let end = data
+        .iter()
+        .position(|byte| *byte == 0)
+        .unwrap_or(data.len());
+    &data[..end]
+}
+
+/// `error` with its message cut to [`MAX_MESSAGE_CHARS`] characters, since
+/// messages may carry member names of any length.
+fn bounded_message(error: Error) -> Error {
+    if error.message().chars().count() <= MAX_MESSAGE_CHARS {
+        return error;
+    }
+    let cut: String = error.message().chars().take(MAX_MESSAGE_CHARS).collect();
+    Error::new(error.class(), format!("{cut}..."))
+}
+
 fn member_kind(raw_type: u8, name: &[u8]) -> MemberKind {
     match raw_type {
         b'0' | b'7' | b'S' => MemberKind::File,
@@ -441,20 +578,17 @@ fn member_kind(raw_type: u8, name: &[u8]) -> MemberKind {
 }
 
 /// The member's mtime (PAX `mtime` first, else the header), as tarfile sets it.
-fn member_mtime<R: Read>(entry: &mut tar::Entry<'_, R>) -> Option<rustix::fs::Timestamps> {
+fn member_mtime<R: Read>(
+    entry: &tar::Entry<'_, R>,
+    extensions: &Extensions,
+) -> Option<rustix::fs::Timestamps> {
     let mut seconds = entry.header().mtime().ok().map(|value| value as f64);
-    if let Ok(Some(extensions)) = entry.pax_extensions() {
-        for extension in extensions.flatten() {
-            if extension.key_bytes() == b"mtime" {
-                if let Some(value) = extension
-                    .value()
-                    .ok()
-                    .and_then(|text| text.trim().parse::<f64>().ok())
-                {
-                    seconds = Some(value);
-                }
-            }
-        }
+    if let Some(value) = extensions
+        .pax_value(b"mtime")
+        .and_then(|value| std::str::from_utf8(value).ok())
+        .and_then(|text| text.trim().parse::<f64>().ok())
+    {
+        seconds = Some(value);
     }
     let seconds = seconds.filter(|value| value.is_finite())?;
     let whole = seconds.floor();
@@ -573,18 +707,7 @@ fn read_version_file(path: &Path) -> Result<String> {
 /// `Path.read_text()`: strict UTF-8, failing with Python's decode message.
 fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|err| Error::from_io_path(&err, path))?;
-    String::from_utf8(bytes).map_err(|err| {
-        let position = err.utf8_error().valid_up_to();
-        let byte = err.as_bytes()[position];
-        let reason = match err.utf8_error().error_len() {
-            None => "unexpected end of data",
-            Some(_) if (0xc2..=0xf4).contains(&byte) => "invalid continuation byte",
-            Some(_) => "invalid start byte",
-        };
-        Error::value(format!(
-            "'utf-8' codec can't decode byte 0x{byte:02x} in position {position}: {reason}"
-        ))
-    })
+    Ok(agents_common::python::decode_utf8(&bytes)?.to_string())
 }
 
 /// Python's legacy layout: exactly one top-level directory holding `install.sh`.
@@ -620,6 +743,9 @@ fn list_directory(path: &Path) -> Result<Vec<std::ffi::OsString>> {
 struct DecoderState {
     produced: std::rc::Rc<std::cell::Cell<u64>>,
     failure: std::rc::Rc<std::cell::Cell<Option<io::ErrorKind>>>,
+    /// The archive's first 512 bytes, to judge its first header as tarfile
+    /// does when the tar reader refuses it.
+    first_block: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
 }
 
 impl DecoderState {
@@ -640,17 +766,54 @@ impl DecoderState {
 }
 
 /// tarfile's refusal of an archive whose first header is unusable.
-fn first_header_error(err: &io::Error, state: &DecoderState) -> Error {
+/// (Judged from the block itself, never from the tar reader's wording.)
+fn first_header_error(state: &DecoderState) -> Error {
     if state.failed() {
         return state.stream_error();
     }
     let message = match state.produced.get() {
         0 => "empty file",
         1..=511 => "truncated header",
-        _ if err.to_string().contains("checksum") => "bad checksum",
-        _ => "invalid header",
+        _ => match stored_checksum(&state.first_block.borrow()) {
+            Some(stored) if !header_checksums(&state.first_block.borrow()).contains(&stored) => {
+                "bad checksum"
+            }
+            _ => "invalid header",
+        },
     };
     Error::runtime(message)
+}
+
+/// tarfile's `nti` of the checksum field: octal digits up to the first NUL,
+/// surrounding whitespace ignored, or GNU base-256; `None` where tarfile
+/// calls the header invalid.
+fn stored_checksum(block: &[u8]) -> Option<i64> {
+    let field = block.get(148..156)?;
+    if field[0] == 0o200 || field[0] == 0o377 {
+        let mut value: i64 = 0;
+        for byte in &field[1..] {
+            value = (value << 8) | i64::from(*byte);
+        }
+        return Some(if field[0] == 0o377 {
+            value - (1 << 56)
+        } else {
+            value
+        });
+    }
+    let digits = std::str::from_utf8(until_nul(field)).ok()?.trim();
+    if digits.is_empty() {
+        return Some(0);
+    }
+    i64::from_str_radix(digits, 8).ok()
+}
+
+/// tarfile's `calc_chksums`: the header's bytes summed unsigned and signed,
+/// with the checksum field counted as eight spaces.
+fn header_checksums(block: &[u8]) -> [i64; 2] {
+    let others = block[..148].iter().chain(&block[156..512]);
+    let unsigned = 256 + others.clone().map(|byte| i64::from(*byte)).sum::<i64>();
+    let signed = 256 + others.map(|byte| i64::from(*byte as i8)).sum::<i64>();
+    [unsigned, signed]
 }
 
 struct TrackedDecoder<R> {
@@ -671,6 +834,12 @@ impl<R: Read> Read for TrackedDecoder<R> {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         match self.inner.read(buffer) {
             Ok(read) => {
+                let mut first_block = self.state.first_block.borrow_mut();
+                if first_block.len() < 512 {
+                    let wanted = (512 - first_block.len()).min(read);
+                    first_block.extend_from_slice(&buffer[..wanted]);
+                }
+                drop(first_block);
                 self.state
                     .produced
                     .set(self.state.produced.get() + read as u64);

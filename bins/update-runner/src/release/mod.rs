@@ -11,7 +11,10 @@ mod key;
 mod manifest;
 mod version;
 
-pub use archive::{download_release_archive, safe_extract};
+pub use archive::{
+    download_release_archive, safe_extract, MAX_EXTENDED_HEADER_BYTES, MAX_EXTRACTED_BYTES,
+    MAX_MEMBERS, MAX_MESSAGE_CHARS,
+};
 pub use check::{
     check_release, release_rate_limit_delay, ReleaseCheckError, RELEASE_RATE_LIMITED_MESSAGE,
 };
