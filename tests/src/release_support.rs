@@ -210,6 +210,87 @@ impl Member {
     }
 }
 
+/// A PAX extended header (`x`) carrying `records`, for the member after it.
+pub fn pax_header(records: &[(&str, &str)]) -> Member {
+    let mut data = Vec::new();
+    for (key, value) in records {
+        let body = format!(" {key}={value}\n");
+        // Each record's length counts its own digits.
+        let mut length = body.len() + 1;
+        while length.to_string().len() + body.len() != length {
+            length = length.to_string().len() + body.len();
+        }
+        data.extend_from_slice(format!("{length}{body}").as_bytes());
+    }
+    Member {
+        data,
+        ..Member::special("././@PaxHeader", b'x')
+    }
+}
+
+/// Bytes of a gzip tar holding one old-GNU sparse member (`S`) at `name`
+/// whose sparse map puts 512 bytes of data at the end of `real_size` bytes
+/// of hole: tarfile would create a file of that apparent size.
+pub fn gnu_sparse_tar_gz(name: &str, real_size: u64) -> Vec<u8> {
+    // GNU base-256 numeric fields hold sizes past the octal field's 8 GiB.
+    let base256 = |value: u64| {
+        let mut field = [0u8; 12];
+        field[0] = 0x80;
+        field[4..].copy_from_slice(&value.to_be_bytes());
+        field
+    };
+    let mut header = tar::Header::new_gnu();
+    header.set_path(name).unwrap();
+    header.set_entry_type(tar::EntryType::GNUSparse);
+    header.set_mode(0o755);
+    header.set_size(512);
+    {
+        let gnu = header.as_gnu_mut().unwrap();
+        gnu.realsize = base256(real_size);
+        gnu.sparse[0].offset = base256(real_size - 512);
+        gnu.sparse[0].numbytes = base256(512);
+    }
+    header.set_cksum();
+    let mut out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    out.write_all(header.as_bytes()).unwrap();
+    out.write_all(&[b'x'; 512]).unwrap();
+    out.write_all(&[0u8; 1024]).unwrap();
+    out.finish().unwrap()
+}
+
+/// Bytes of a gzip bomb: `directory`, then a member at `name` of `size`
+/// zero bytes, as concatenated gzip members (one compressed MiB of zeros
+/// repeated) so building it takes milliseconds however large `size` is.
+pub fn gzip_bomb_tar_gz(directory: &str, name: &str, size: u64) -> Vec<u8> {
+    let gzip = |data: &[u8]| {
+        let mut out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        out.write_all(data).unwrap();
+        out.finish().unwrap()
+    };
+    let mut head = Vec::new();
+    for (path, kind, length) in [
+        (directory, tar::EntryType::Directory, 0),
+        (name, tar::EntryType::Regular, size),
+    ] {
+        let mut header = tar::Header::new_ustar();
+        header.set_path(path).unwrap();
+        header.set_entry_type(kind);
+        header.set_mode(0o755);
+        header.set_size(length);
+        header.set_cksum();
+        head.extend_from_slice(header.as_bytes());
+    }
+    const MIB: u64 = 1 << 20;
+    assert_eq!(size % MIB, 0, "whole MiB only");
+    let mut bytes = gzip(&head);
+    let zeros = gzip(&vec![0u8; MIB as usize]);
+    for _ in 0..size / MIB {
+        bytes.extend_from_slice(&zeros);
+    }
+    bytes.extend_from_slice(&gzip(&[0u8; 1024]));
+    bytes
+}
+
 /// Write `members` as a gzip-compressed ustar archive (PAX records where
 /// asked), ending with the two zero blocks unless the last member is
 /// truncated (then the stream simply stops, as a cut download would).

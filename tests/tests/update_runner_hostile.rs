@@ -10,6 +10,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use agents_common::{encode_indented, parse_json, Json, JsonObject};
+use agents_tests::release_support::{gnu_sparse_tar_gz, gzip_bomb_tar_gz, Member};
 use update_runner_support::{idle_health, updated_health, Fixture, Side, UPDATE_ID};
 
 /// A value json.loads returns but no Rust string or i128 can hold: a lone
@@ -297,4 +298,65 @@ fn a_health_credential_with_control_characters_is_refused_without_echoing_it() {
             .any(|request| request.contains("X-Injected")),
         "nothing with the injected header reached the server"
     );
+}
+
+#[test]
+fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing() {
+    // The seed has no budget: it writes a terabyte-sized sparse file or
+    // three gigabytes of zeros, reads a gigabyte name into memory and copies
+    // it into the row. The port refuses each from its headers.
+    const ROOT: &str = "agents-server-1.2.3";
+    let long_name = Member {
+        declared_size: Some(1 << 30),
+        ..Member::special("././@LongLink", b'L')
+    };
+    let cases: Vec<(&str, Box<dyn Fn(&Fixture) -> Vec<u8>>)> = vec![
+        (
+            "sparse",
+            Box::new(|_| gnu_sparse_tar_gz(&format!("{ROOT}/install.sh"), 1 << 40)),
+        ),
+        (
+            "gzip bomb",
+            Box::new(|_| gzip_bomb_tar_gz(ROOT, &format!("{ROOT}/install.sh"), 3 << 30)),
+        ),
+        (
+            "long name",
+            Box::new(move |fixture| fixture.archive(&[Member::dir(ROOT), long_name.clone()])),
+        ),
+        (
+            "members",
+            Box::new(|fixture| {
+                let mut members = Fixture::legacy_members("1.2.3");
+                members.extend(
+                    std::iter::repeat_with(|| Member::dir(&format!("{ROOT}/again"))).take(50_001),
+                );
+                fixture.archive(&members)
+            }),
+        ),
+    ];
+    for (label, archive) in cases {
+        let mut fixture = Fixture::new(&format!("hostile-archive-{}", label.replace(' ', "-")));
+        let archive = archive(&fixture);
+        fixture.publish_legacy("1.2.3", &archive);
+        fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
+        let port = fixture.run(Side::Port);
+        assert_eq!(port.exit, Some(1), "{label}: {}", port.stderr);
+        assert_eq!(
+            port.row.get("phase"),
+            Some(&Json::from("failed")),
+            "{label}"
+        );
+        assert_eq!(
+            message(&port.row),
+            "release archive exceeds its extraction budget",
+            "{label}"
+        );
+        assert!(port.installer.is_none(), "{label}: the installer never ran");
+        assert!(
+            port.leftovers.is_empty(),
+            "{label}: the workspace is removed: {:?}",
+            port.leftovers
+        );
+        expect_bounded(&port, 30);
+    }
 }

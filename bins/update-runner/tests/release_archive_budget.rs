@@ -4,7 +4,9 @@
 //! the offending member, and refusal messages stay short whatever the
 //! member names are.
 
-use agents_tests::release_support::{write_tar_gz, Member, TempDir};
+use agents_tests::release_support::{
+    gnu_sparse_tar_gz, gzip_bomb_tar_gz, pax_header, write_tar_gz, Member, TempDir,
+};
 use update_runner::release::{
     safe_extract, MAX_EXTENDED_HEADER_BYTES, MAX_EXTRACTED_BYTES, MAX_MEMBERS, MAX_MESSAGE_CHARS,
 };
@@ -44,27 +46,6 @@ fn files_under(root: &std::path::Path) -> Vec<String> {
     found
 }
 
-/// PAX extended header data for `records`, each length counting itself.
-fn pax_records(records: &[(&str, &str)]) -> Vec<u8> {
-    let mut data = Vec::new();
-    for (key, value) in records {
-        let body = format!(" {key}={value}\n");
-        let mut length = body.len() + 1;
-        while length.to_string().len() + body.len() != length {
-            length = length.to_string().len() + body.len();
-        }
-        data.extend_from_slice(format!("{length}{body}").as_bytes());
-    }
-    data
-}
-
-fn pax_header(records: &[(&str, &str)]) -> Member {
-    Member {
-        data: pax_records(records),
-        ..Member::special("././@PaxHeader", b'x')
-    }
-}
-
 #[test]
 fn a_member_declaring_more_than_the_byte_budget_is_refused_from_its_header() {
     // Only the header exists: a gzip bomb's promise, refused before any of
@@ -80,46 +61,30 @@ fn a_member_declaring_more_than_the_byte_budget_is_refused_from_its_header() {
 
 #[test]
 fn a_sparse_member_is_refused_instead_of_growing_a_terabyte_file() {
-    // GNU sparse ('S') with a real size of 1 TiB: tarfile would create a
-    // file of that apparent size.
     let dir = TempDir::new("budget-sparse");
     let archive = dir.path().join("release.tar.gz");
-    {
-        use std::io::Write;
-        let file = std::fs::File::create(&archive).unwrap();
-        let mut out = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
-        let mut header = tar::Header::new_gnu();
-        header.set_path(format!("{ROOT}/install.sh")).unwrap();
-        header.set_entry_type(tar::EntryType::GNUSparse);
-        header.set_mode(0o755);
-        header.set_size(512);
-        {
-            let gnu = header.as_gnu_mut().unwrap();
-            // One sparse region at the very end of a 1 TiB file.
-            let real_size: u64 = 1 << 40;
-            gnu.realsize = base256(real_size);
-            gnu.sparse[0].offset = base256(real_size - 512);
-            gnu.sparse[0].numbytes = base256(512);
-        }
-        header.set_cksum();
-        out.write_all(header.as_bytes()).unwrap();
-        out.write_all(&[b'x'; 512]).unwrap();
-        out.write_all(&[0u8; 1024]).unwrap();
-        out.finish().unwrap();
-    }
+    std::fs::write(
+        &archive,
+        gnu_sparse_tar_gz(&format!("{ROOT}/install.sh"), 1 << 40),
+    )
+    .unwrap();
     let destination = dir.path().join("extracted");
     let error = safe_extract(&archive, &destination, None).unwrap_err();
     assert_eq!(error.message(), OVER_BUDGET);
     assert!(files_under(&destination).is_empty());
 }
 
-/// A 12-byte numeric header field in GNU's base-256 form, which holds
-/// sizes past the octal field's 8 GiB.
-fn base256(value: u64) -> [u8; 12] {
-    let mut field = [0u8; 12];
-    field[0] = 0x80;
-    field[4..].copy_from_slice(&value.to_be_bytes());
-    field
+#[test]
+fn a_gzip_bomb_is_refused_before_it_is_inflated() {
+    let dir = TempDir::new("budget-bomb");
+    let archive = dir.path().join("release.tar.gz");
+    let bomb = gzip_bomb_tar_gz(ROOT, &format!("{ROOT}/install.sh"), 3 << 30);
+    assert!(bomb.len() < 8 << 20, "{} bytes", bomb.len());
+    std::fs::write(&archive, bomb).unwrap();
+    let destination = dir.path().join("extracted");
+    let error = safe_extract(&archive, &destination, None).unwrap_err();
+    assert_eq!(error.message(), OVER_BUDGET);
+    assert!(files_under(&destination).is_empty());
 }
 
 #[test]
