@@ -274,20 +274,85 @@ pub fn permission_bits(info: &Stat) -> u32 {
     info.st_mode & 0o7777
 }
 
-/// Reads until `limit` bytes or end of file, as Python's buffered `read(n)`.
-fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
-    let mut data = vec![0u8; limit];
-    let mut filled = 0;
-    while filled < limit {
-        match rustix::io::read(&fd, &mut data[filled..]) {
+/// Reads until `limit` bytes or end of file, as Python's buffered `read(n)`;
+/// memory grows with what the file holds, never with `limit`.
+pub fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
+    let mut data = Vec::new();
+    let mut chunk = vec![0u8; limit.clamp(1, 1024 * 1024)];
+    while data.len() < limit {
+        let want = chunk.len().min(limit - data.len());
+        match rustix::io::read(&fd, &mut chunk[..want]) {
             Ok(0) => break,
-            Ok(count) => filled += count,
+            Ok(count) => data.extend_from_slice(&chunk[..count]),
             Err(Errno::INTR) => {}
             Err(errno) => return Err(errno.into()),
         }
     }
-    data.truncate(filled);
     Ok(data)
+}
+
+/// Whether [`read_regular_file`] accepts a symlink as the path's last
+/// component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leaf {
+    /// Read what the symlink points at (a caller-chosen file).
+    Follow,
+    /// Refuse it: the caller removes the file afterwards, and must never
+    /// remove what a planted link points at.
+    Refuse,
+}
+
+/// What [`read_regular_file`] found at the path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BoundedRead {
+    /// The whole file, at most the maximum asked for.
+    Contents(Vec<u8>),
+    /// A FIFO, socket, device or (with [`Leaf::Refuse`]) a symlink: nothing
+    /// was read. A directory is the `Err` Python's `IsADirectoryError` is.
+    NotRegular,
+    /// A regular file holding more than the maximum; nothing is returned.
+    TooLarge,
+}
+
+/// Reads a small file a helper is handed (a credential, a key, a status
+/// row) without the hangs and unbounded reads of Python's `read_bytes()`:
+/// opened with `O_NONBLOCK` so a FIFO cannot block, judged by `fstat` of
+/// what was opened, and read only up to `maximum + 1` bytes. A missing or
+/// unreadable file is the `Err` Python's `OSError` would be.
+pub fn read_regular_file(path: &Path, maximum: u64, leaf: Leaf) -> Result<BoundedRead> {
+    let mut flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    if leaf == Leaf::Refuse {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let fd = match open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        // ELOOP also means a loop further up the path; only a symlink at
+        // the leaf is "not a regular file".
+        Err(err) if leaf == Leaf::Refuse && err.errno() == Some(Errno::LOOP.raw_os_error()) => {
+            return match lstat(path) {
+                Ok(info) if is_type(&info, FileType::Symlink) => Ok(BoundedRead::NotRegular),
+                _ => Err(err),
+            };
+        }
+        Err(err) => return Err(err),
+    };
+    let info = rustix::fs::fstat(&fd)?;
+    if is_type(&info, FileType::Directory) {
+        // What Python's read raises, so messages match where it is safe.
+        return Err(Error::from_errno(Errno::ISDIR, path));
+    }
+    if !is_type(&info, FileType::RegularFile) {
+        return Ok(BoundedRead::NotRegular);
+    }
+    let limit = usize::try_from(maximum.saturating_add(1)).unwrap_or(usize::MAX);
+    if info.st_size as u64 > maximum {
+        return Ok(BoundedRead::TooLarge);
+    }
+    let data = read_up_to(&fd, limit)?;
+    if data.len() as u64 > maximum {
+        return Ok(BoundedRead::TooLarge);
+    }
+    Ok(BoundedRead::Contents(data))
 }
 
 /// Writes every byte, retrying interrupted and short writes (`os.write` in a

@@ -15,7 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 
 use crate::error::{Error, ErrorClass, Result};
+use crate::fs::{read_regular_file, BoundedRead, Leaf};
 use crate::json::{encode_indented, parse_json, Json, JsonObject};
+use crate::python::decode_utf8;
 
 /// Phases in which the runner owns the row; any other phase (or another
 /// update id) means the server finalised, cancelled or superseded the update.
@@ -189,21 +191,28 @@ impl Drop for StatusLock {
     }
 }
 
+/// Largest status row [`read_status_unlocked`] reads: far above any real
+/// row (a few KiB), far below what would strain memory.
+pub const MAX_STATUS_BYTES: u64 = 16 * 1024 * 1024;
+
 /// `_read_status_unlocked`: the row as an untyped map; a missing, unreadable
 /// or unparsable file, or one that is not a JSON object, reads as `{}`.
-/// Text that is not UTF-8 raises `ValueError`, as `Path.read_text()` does.
+/// Text that is not UTF-8 raises `UnicodeDecodeError`, as `Path.read_text()`
+/// does. Stricter than the seed (README, "Security"): a FIFO or other
+/// non-regular file reads as `{}` instead of blocking, and a file over
+/// [`MAX_STATUS_BYTES`] is refused instead of read whole.
 pub fn read_status_unlocked(path: &Path) -> Result<JsonObject> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(_) => return Ok(JsonObject::new()),
+    let bytes = match read_regular_file(path, MAX_STATUS_BYTES, Leaf::Follow) {
+        Ok(BoundedRead::Contents(bytes)) => bytes,
+        Ok(BoundedRead::NotRegular) | Err(_) => return Ok(JsonObject::new()),
+        Ok(BoundedRead::TooLarge) => {
+            return Err(Error::runtime(format!(
+                "server update status file exceeds {} MiB",
+                MAX_STATUS_BYTES >> 20
+            )))
+        }
     };
-    let text = String::from_utf8(bytes).map_err(|err| {
-        let position = err.utf8_error().valid_up_to();
-        Error::value(format!(
-            "'utf-8' codec can't decode byte 0x{:02x} in position {position}: invalid start byte",
-            err.as_bytes()[position]
-        ))
-    })?;
+    let text = decode_utf8(&bytes)?;
     // json.loads(str) refuses a byte-order mark (parse_json accepts it in bytes).
     if text.starts_with('\u{feff}') {
         return Ok(JsonObject::new());

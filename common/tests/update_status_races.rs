@@ -200,6 +200,8 @@ fn rows_are_written_and_read_exactly_as_the_seed_does() {
             "{\"name\": \"caf\u{e9} \u{1f600}\"}".as_bytes(),
         ),
         ("not utf-8", b"{\"a\": \"\xff\"}"),
+        ("bad continuation", b"{\"a\": \"\xc3(\"}"),
+        ("cut sequence", b"{\"a\": \"\xe2\x82"),
     ];
     let mut inputs = Vec::new();
     for (label, content) in &cases {
@@ -241,9 +243,14 @@ print(json.dumps(out))
             (Err(error), None) => {
                 assert_eq!(
                     expected.get("error"),
-                    Some(&Json::from("UnicodeDecodeError"))
+                    Some(&Json::from(error.class().python_name())),
+                    "{label}"
                 );
-                assert_eq!(error.class(), ErrorClass::Value, "{label}");
+                assert_eq!(
+                    expected.get("message"),
+                    Some(&Json::from(error.message())),
+                    "{label}"
+                );
             }
             (ours, _) => panic!("{label}: ours {ours:?}, seed {expected:?}"),
         }

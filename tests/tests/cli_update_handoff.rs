@@ -186,3 +186,60 @@ fn help_exits_zero_and_documents_both_forms() {
         assert!(page.contains(needle), "{needle:?} missing from:\n{page}");
     }
 }
+
+#[test]
+fn an_expected_status_that_is_not_a_small_regular_file_is_refused_without_waiting() {
+    let dir = TempDir::new("handoff-expected-status");
+    let pipe = dir.path().join("expected.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &pipe,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let huge = dir.path().join("expected.json");
+    fs::File::create(&huge).unwrap().set_len(1_048_577).unwrap();
+    let directory = dir.path().join("expected.d");
+    fs::create_dir(&directory).unwrap();
+    for (expected, refusal) in [
+        (
+            pipe.to_str().unwrap().to_string(),
+            "ValueError: expected failed status is not a regular file".to_string(),
+        ),
+        (
+            "/dev/zero".to_string(),
+            "ValueError: expected failed status is not a regular file".to_string(),
+        ),
+        (
+            huge.to_str().unwrap().to_string(),
+            "ValueError: expected failed status exceeds 1 MiB".to_string(),
+        ),
+        (
+            directory.to_str().unwrap().to_string(),
+            format!(
+                "OSError: [Errno 21] Is a directory: '{}'",
+                directory.display()
+            ),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let output = run(
+            PROGRAM,
+            &[
+                "retry-failed",
+                "--root",
+                "/nonexistent/install",
+                "--status-file",
+                "/nonexistent/status.json",
+                "--expected-status",
+                &expected,
+            ],
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(output.status.code(), Some(1), "{expected}");
+        assert_eq!(text(&output.stderr).trim_end(), refusal, "{expected}");
+        assert!(output.stdout.is_empty());
+    }
+}

@@ -7,6 +7,7 @@ mod update_runner_support;
 
 use std::io::Write;
 use std::net::TcpStream;
+use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
 use agents_common::{encode_indented, parse_json, Json, JsonObject};
@@ -359,4 +360,146 @@ fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing
         );
         expect_bounded(&port, 30);
     }
+}
+
+/// A FIFO at `path`, which a plain open for reading would wait on for ever.
+fn fifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
+
+/// A sparse file of `size` bytes: large to `stat`, free to create.
+fn sparse_file(path: &std::path::Path, size: u64) {
+    std::fs::File::create(path).unwrap().set_len(size).unwrap();
+}
+
+#[test]
+fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_removed() {
+    // The seed resolves a symlinked credential and deletes the file it
+    // points at, waits for ever on a FIFO and reads any size whole.
+    let (mut fixture, _) = pinned("hostile-credential");
+    let planted = fixture.root.path().join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    let victim = planted.join("victim.json");
+    std::fs::write(&victim, br#"{"token": "port-token"}"#).unwrap();
+    let link = planted.join("link.auth.json");
+    let pipe = planted.join("fifo.auth.json");
+    let huge = planted.join("huge.auth.json");
+    let cases = [
+        (
+            &link,
+            "server update health credential is not a regular file",
+        ),
+        (
+            &pipe,
+            "server update health credential is not a regular file",
+        ),
+        (&huge, "server update health credential exceeds 64 KiB"),
+    ];
+    for (path, refusal) in cases {
+        let _ = std::fs::remove_file(path);
+        if path == &link {
+            std::os::unix::fs::symlink(&victim, &link).unwrap();
+        } else if path == &pipe {
+            fifo(&pipe);
+        } else {
+            sparse_file(&huge, 300 << 20);
+        }
+        // argparse keeps the last --auth-token-file, as does the port.
+        fixture.options = vec![
+            "--expected-version".into(),
+            "1.2.3".into(),
+            "--auth-token-file".into(),
+            path.to_string_lossy().into_owned(),
+        ];
+        let port = fixture.run(Side::Port);
+        assert_eq!(port.exit, Some(1), "{refusal}: {}", port.stderr);
+        assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
+        assert_eq!(message(&port.row), refusal);
+        assert!(
+            std::fs::symlink_metadata(path).is_err(),
+            "{path:?}: the entry at the credential path is removed"
+        );
+        assert!(port.installer.is_none());
+        expect_bounded(&port, 30);
+    }
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        br#"{"token": "port-token"}"#,
+        "the symlink's target survives"
+    );
+}
+
+#[test]
+fn a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waiting() {
+    let (mut fixture, _) = pinned("hostile-public-key");
+    let planted = fixture.root.path().join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    let pipe = planted.join("key.pem");
+    fifo(&pipe);
+    let huge = planted.join("huge.pem");
+    sparse_file(&huge, 300 << 20);
+    for (key, refusal) in [
+        (pipe.as_path(), "release public key is not a regular file"),
+        (
+            std::path::Path::new("/dev/zero"),
+            "release public key is not a regular file",
+        ),
+        (huge.as_path(), "release public key exceeds 64 KiB"),
+    ] {
+        fixture.options = vec![
+            "--expected-version".into(),
+            "1.2.3".into(),
+            "--public-key".into(),
+            key.to_string_lossy().into_owned(),
+        ];
+        let port = fixture.run(Side::Port);
+        assert_eq!(port.exit, Some(1), "{key:?}: {}", port.stderr);
+        assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
+        assert_eq!(message(&port.row), refusal, "{key:?}");
+        expect_bounded(&port, 30);
+    }
+}
+
+#[test]
+fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting() {
+    let (mut fixture, _) = pinned("hostile-status");
+    let planted = fixture.root.path().join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    let pipe = planted.join("fifo-status.json");
+    fifo(&pipe);
+    let huge = planted.join("huge-status.json");
+    sparse_file(&huge, 200 << 20);
+    // A FIFO reads as no row at all, as the seed reads an unreadable file;
+    // an oversized row is refused unread. Either way the runner cannot
+    // prove it owns the update and stops as the seed stops then: exit 1,
+    // nothing written, nothing on stderr.
+    for status in [&pipe, &huge] {
+        fixture.options = vec![
+            "--expected-version".into(),
+            "1.2.3".into(),
+            "--status-file".into(),
+            status.to_string_lossy().into_owned(),
+        ];
+        let port = fixture.run(Side::Port);
+        assert_eq!(port.exit, Some(1), "{status:?}: {}", port.stderr);
+        assert_eq!(port.stderr, "", "{status:?}");
+        assert!(port.installer.is_none());
+        expect_bounded(&port, 30);
+    }
+    assert_eq!(
+        std::fs::metadata(&huge).unwrap().len(),
+        200 << 20,
+        "the oversized row is left as it was"
+    );
+    assert!(std::fs::symlink_metadata(&pipe)
+        .unwrap()
+        .file_type()
+        .is_fifo());
 }

@@ -9,7 +9,6 @@
 
 mod cli;
 
-use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
@@ -20,6 +19,7 @@ use agents_common::{
 
 pub use cli::{Args, SPEC};
 
+use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use cli::StatusSource;
 
 /// Runs one command and prints its result line; the error is the one line
@@ -46,22 +46,32 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// The caller's snapshot of the failed status: JSON from a file or stdin,
-/// bounded like every status file the helpers read.
+/// bounded like every status file the helpers read. A FIFO or device path
+/// is refused rather than waited on.
 fn expected_status_json(source: &StatusSource) -> Result<Json> {
-    let (reader, path): (Box<dyn Read>, &Path) = match source {
-        StatusSource::Stdin => (Box::new(io::stdin().lock()), Path::new("-")),
-        StatusSource::File(path) => (
-            Box::new(File::open(path).map_err(|err| Error::from_io_path(&err, path))?),
-            path,
-        ),
+    let too_large = || Error::value("expected failed status exceeds 1 MiB");
+    let data = match source {
+        StatusSource::Stdin => {
+            let mut data = Vec::new();
+            io::stdin()
+                .lock()
+                .take(MAX_CONFIG_BYTES + 1)
+                .read_to_end(&mut data)
+                .map_err(|err| Error::from_io_path(&err, Path::new("-")))?;
+            if data.len() as u64 > MAX_CONFIG_BYTES {
+                return Err(too_large());
+            }
+            data
+        }
+        StatusSource::File(path) => {
+            match read_regular_file(path, MAX_CONFIG_BYTES, Leaf::Follow)? {
+                BoundedRead::Contents(data) => data,
+                BoundedRead::NotRegular => {
+                    return Err(Error::value("expected failed status is not a regular file"))
+                }
+                BoundedRead::TooLarge => return Err(too_large()),
+            }
+        }
     };
-    let mut data = Vec::new();
-    reader
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut data)
-        .map_err(|err| Error::from_io_path(&err, path))?;
-    if data.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(Error::value("expected failed status exceeds 1 MiB"));
-    }
     parse_json(&data)
 }

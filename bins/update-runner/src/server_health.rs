@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::release::MAX_METADATA_BYTES;
+use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use agents_common::json_object;
 use agents_common::python::{
     str_or_empty as python_str_or_empty, strip as python_strip, truthy as python_truthy,
@@ -651,6 +652,11 @@ fn plural(count: i128) -> &'static str {
 /// `Path(text).expanduser().resolve()`: `~` from `HOME`, a relative path
 /// from the working directory, symlinks resolved as far as the path exists.
 pub fn resolve_user_path(path: &Path) -> Result<PathBuf> {
+    agents_common::python::path::resolve(Path::new(OsStr::from_bytes(&expand_user_absolute(path)?)))
+}
+
+/// `Path(text).expanduser()` made absolute against the working directory.
+fn expand_user_absolute(path: &Path) -> Result<Vec<u8>> {
     let raw = path.as_os_str().as_bytes();
     let expanded: Vec<u8> = match (raw.strip_prefix(b"~"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with(b"/") => {
@@ -666,16 +672,29 @@ pub fn resolve_user_path(path: &Path) -> Result<PathBuf> {
         }
         _ => raw.to_vec(),
     };
-    let absolute = if expanded.starts_with(b"/") {
-        expanded
-    } else {
-        let mut cwd = std::env::current_dir()?.into_os_string().into_vec();
-        cwd.push(b'/');
-        cwd.extend_from_slice(&expanded);
-        cwd
-    };
-    agents_common::python::path::resolve(Path::new(OsStr::from_bytes(&absolute)))
+    if expanded.starts_with(b"/") {
+        return Ok(expanded);
+    }
+    let mut cwd = std::env::current_dir()?.into_os_string().into_vec();
+    cwd.push(b'/');
+    cwd.extend_from_slice(&expanded);
+    Ok(cwd)
 }
+
+/// [`resolve_user_path`] for a file the caller will remove: the directories
+/// are resolved, the last component is kept as it is, so a symlink there is
+/// judged (and removed) itself rather than what it points at.
+fn resolve_user_parent(path: &Path) -> Result<PathBuf> {
+    let absolute = PathBuf::from(OsStr::from_bytes(&expand_user_absolute(path)?));
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => Ok(agents_common::python::path::resolve(parent)?.join(name)),
+        // `/`, or a path ending in `..`: nothing to keep unresolved.
+        _ => agents_common::python::path::resolve(&absolute),
+    }
+}
+
+/// Largest health credential file read: a token is a few dozen bytes.
+pub const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
 
 /// `consume_auth_token_file`: read the server's one-time health credential
 /// (`{"token": ...}`) and remove the file whatever happens, so the token
@@ -688,10 +707,21 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
     if clean.is_empty() {
         return Ok(String::new());
     }
-    let token_path = resolve_user_path(Path::new(clean))?;
-    let read = std::fs::read(&token_path)
-        .map_err(|err| Error::from_io_path(&err, &token_path))
-        .and_then(|data| parse_json(&data));
+    let token_path = resolve_user_parent(Path::new(clean))?;
+    // Stricter than the seed, which follows a symlink here and then deletes
+    // its target, and blocks on a FIFO: only a small regular file is read,
+    // and only the entry at the given path is removed.
+    let read = match read_regular_file(&token_path, MAX_CREDENTIAL_BYTES, Leaf::Refuse) {
+        Ok(BoundedRead::Contents(data)) => parse_json(&data),
+        Ok(BoundedRead::NotRegular) => Err(Error::runtime(
+            "server update health credential is not a regular file",
+        )),
+        Ok(BoundedRead::TooLarge) => Err(Error::runtime(format!(
+            "server update health credential exceeds {} KiB",
+            MAX_CREDENTIAL_BYTES >> 10
+        ))),
+        Err(err) => Err(err),
+    };
     // `finally: unlink()`, ignoring only a file that is already gone; an
     // unlink failure replaces the read's outcome, as in Python.
     if let Err(err) = std::fs::remove_file(&token_path) {

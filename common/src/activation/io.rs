@@ -6,7 +6,7 @@
 //! while reading. The policies differ only in their limits and messages, so
 //! one reader takes a [`ReadPolicy`].
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +14,7 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::fs::{current_uid, reject_nul};
+use crate::fs::{current_uid, read_up_to, reject_nul};
 pub(crate) use crate::fs::{
     fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits, write_all,
 };
@@ -287,20 +287,4 @@ pub fn parent_of(path: &Path) -> PathBuf {
 /// `Path.name`.
 pub(crate) fn file_name(path: &Path) -> &[u8] {
     path.file_name().map_or(b"", |name| name.as_bytes())
-}
-
-/// Reads until `limit` bytes or end of file.
-pub fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
-    let mut data = Vec::new();
-    let mut chunk = vec![0u8; 1024 * 1024];
-    while data.len() < limit {
-        let want = chunk.len().min(limit - data.len());
-        match rustix::io::read(&fd, &mut chunk[..want]) {
-            Ok(0) => break,
-            Ok(count) => data.extend_from_slice(&chunk[..count]),
-            Err(Errno::INTR) => {}
-            Err(errno) => return Err(errno.into()),
-        }
-    }
-    Ok(data)
 }

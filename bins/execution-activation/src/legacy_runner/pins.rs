@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use agents_common::activation::io::{ctime_ns, mtime_ns, read_up_to};
+use agents_common::activation::io::{ctime_ns, mtime_ns};
 use agents_common::current_uid;
+use agents_common::fs::read_up_to;
 use agents_common::fs::{is_type, lstat, open_leaf, permission_bits};
 use agents_common::python::hex::hex;
 use agents_common::python::path::{parent, pure_path, resolve};

@@ -7,6 +7,7 @@ use ed25519_dalek::pkcs8::spki::der::Decode as _;
 use ed25519_dalek::pkcs8::spki::SubjectPublicKeyInfoRef;
 use ed25519_dalek::VerifyingKey;
 
+use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use agents_common::{Error, Result};
 
 /// cryptography's text for a file without a well-formed PEM block.
@@ -23,8 +24,24 @@ const DER_ERROR: &str = "Could not deserialize key data. The data may be in an i
 /// followed by the seed's `isinstance(key, Ed25519PublicKey)` check does:
 /// the first PEM block counts, text around it is ignored, and any other key
 /// type is refused with the seed's message.
+/// Largest public key file read.
+pub const MAX_PUBLIC_KEY_BYTES: u64 = 64 * 1024;
+
 pub(crate) fn load_release_public_key(path: &Path) -> Result<VerifyingKey> {
-    let data = std::fs::read(path).map_err(|err| Error::from_io_path(&err, path))?;
+    // Stricter than the seed's read_bytes(), which blocks on a FIFO and
+    // reads /dev/zero for ever: a PEM key is a few hundred bytes.
+    let data = match read_regular_file(path, MAX_PUBLIC_KEY_BYTES, Leaf::Follow)? {
+        BoundedRead::Contents(data) => data,
+        BoundedRead::NotRegular => {
+            return Err(Error::runtime("release public key is not a regular file"))
+        }
+        BoundedRead::TooLarge => {
+            return Err(Error::runtime(format!(
+                "release public key exceeds {} KiB",
+                MAX_PUBLIC_KEY_BYTES >> 10
+            )))
+        }
+    };
     let (label, der) = first_pem_block(&data)?;
     if label == "RSA PUBLIC KEY" {
         return Err(Error::runtime("release public key is not an Ed25519 key"));
