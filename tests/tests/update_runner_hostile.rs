@@ -301,6 +301,9 @@ fn a_health_credential_with_control_characters_is_refused_without_echoing_it() {
     );
 }
 
+/// Builds a case's archive bytes for a fixture.
+type ArchiveOf = Box<dyn Fn(&Fixture) -> Vec<u8>>;
+
 #[test]
 fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing() {
     // The seed has no budget: it writes a terabyte-sized sparse file or
@@ -311,7 +314,7 @@ fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing
         declared_size: Some(1 << 30),
         ..Member::special("././@LongLink", b'L')
     };
-    let cases: Vec<(&str, Box<dyn Fn(&Fixture) -> Vec<u8>>)> = vec![
+    let cases: Vec<(&str, ArchiveOf)> = vec![
         (
             "sparse",
             Box::new(|_| gnu_sparse_tar_gz(&format!("{ROOT}/install.sh"), 1 << 40)),
