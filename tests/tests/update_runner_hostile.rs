@@ -506,3 +506,30 @@ fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting()
         .file_type()
         .is_fifo());
 }
+
+#[test]
+fn an_installer_printing_a_credential_cannot_put_it_in_the_row() {
+    // The seed's patterns miss a token after `xBearer` or `Bearer\xff`; the
+    // port also redacts the credential values it knows (the health token
+    // and its own credential variables) wherever they appear.
+    let originals = agents_tests::require_originals!();
+    let (mut fixture, _) = pinned("hostile-installer-tail");
+    let token = "health-3f9c2e71";
+    fixture.token = Some(token.to_string());
+    fixture.behaviour = Some(format!(
+        "printf 'xBearer {token}\\n'\nprintf 'Bearer\\377{token}\\n'\n\
+         printf 'agent=%s\\n' runner-secret\nexit 3\n"
+    ));
+    let seed = fixture.run(Side::Seed(&originals));
+    let port = fixture.run(Side::Port);
+    assert_eq!(seed.exit, Some(1));
+    assert!(message(&seed.row).contains(token), "{:?}", seed.row);
+    assert!(message(&seed.row).contains("runner-secret"));
+    assert_eq!(port.exit, Some(1), "{}", port.stderr);
+    assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
+    assert_eq!(
+        message(&port.row),
+        "installer failed (3): xBearer [REDACTED]\n\
+         Bearer\u{fffd}[REDACTED]\nagent=[REDACTED]"
+    );
+}

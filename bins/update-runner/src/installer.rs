@@ -113,6 +113,9 @@ pub struct InstallerRun {
     /// Whether exit status 75 means a completed rollback (recovery) rather
     /// than a failure (`accepted_returncodes=(0, 75)` in the seed).
     pub rollback_accepted: bool,
+    /// Credential values replaced by `[REDACTED]` wherever they appear in a
+    /// failure's log tail ([`runner_secrets`]); none by default.
+    pub secrets: Vec<String>,
 }
 
 impl InstallerRun {
@@ -141,8 +144,34 @@ impl InstallerRun {
             heartbeat: Duration::from_secs(INSTALLER_HEARTBEAT_SECONDS),
             termination_poll: Duration::from_secs(INSTALLER_TERMINATION_POLL_SECONDS),
             rollback_accepted: false,
+            secrets: Vec::new(),
         }
     }
+}
+
+/// The runner's own credential variables: scrubbed from the installer's
+/// environment, and their values redacted from its log tail.
+const CREDENTIAL_VARIABLES: [&str; 4] = [
+    "AGENTSDOCK_AGENT_TOKEN",
+    "AGENTSDOCK_PUBLISH_TOKEN",
+    "ZENITHBOT_AGENT_TOKEN",
+    "ZENITHDOCK_AGENT_TOKEN",
+];
+
+/// Every secret value this runner knows: the server's one-time health
+/// credential and its credential variables. Stricter than the seed, whose
+/// patterns alone miss a token after `xBearer` or `Bearer\xff`: the values
+/// themselves are redacted from failure messages wherever they appear.
+pub fn runner_secrets(health_credential: &str) -> Vec<String> {
+    let mut secrets: Vec<String> = CREDENTIAL_VARIABLES
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .chain(std::iter::once(health_credential.to_string()))
+        .filter(|value| !value.is_empty())
+        .collect();
+    secrets.sort();
+    secrets.dedup();
+    secrets
 }
 
 /// How a supervised installer finished when it did not fail.
@@ -220,7 +249,7 @@ pub fn run_installer(run: &InstallerRun) -> Result<InstallerOutcome> {
     drop(log);
     let returncode = python_returncode(status);
     let tail = if returncode != 0 {
-        installer_log_tail(&run.log_path, attempt_start)
+        installer_log_tail(&run.log_path, attempt_start, &run.secrets)
     } else {
         String::new()
     };
@@ -262,7 +291,7 @@ fn expire_budget(
     {
         return error;
     }
-    let tail = installer_log_tail(&run.log_path, attempt_start);
+    let tail = installer_log_tail(&run.log_path, attempt_start, &run.secrets);
     if let Err(error) = trim_installer_log(&run.log_path, INSTALLER_LOG_MAX_BYTES) {
         return error;
     }

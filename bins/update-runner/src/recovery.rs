@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::installer::{run_installer, InstallerOutcome, InstallerRun};
+use crate::installer::{run_installer, runner_secrets, InstallerOutcome, InstallerRun};
 use crate::server_health::{
     consume_auth_token_file, resolve_user_path, PostUpdateIdentity, RepairedHubIdentity,
     ServerHealth,
@@ -116,6 +116,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
     run.managed_update_id = Some(args.update_id.given().to_string());
     run.expected_service_cgroup = args.expected_service_cgroup.clone();
     run.rollback_accepted = true;
+    run.secrets = runner_secrets(&token);
     if run_installer(&run)? == InstallerOutcome::RolledBack {
         if journal_present(&root)? {
             return Err(Error::runtime(

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::installer::{run_installer, InstallerRun};
+use crate::installer::{run_installer, runner_secrets, InstallerRun};
 use crate::release::{
     check_release, download_release_archive, normalized_release_track, release_track,
     release_transition_allowed, safe_extract, version_is_prerelease, ReleaseEndpoints,
@@ -189,6 +189,7 @@ pub fn run_update(args: &Args) -> Result<()> {
     run.expected_update_id = Some(update_id.clone());
     run.managed_update_id = managed_update_id;
     run.expected_service_cgroup = service_cgroup.clone();
+    run.secrets = runner_secrets(&auth_token);
     run_installer(&run)?;
 
     let repair = team_hub.repair;

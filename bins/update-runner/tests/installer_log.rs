@@ -139,7 +139,7 @@ fn tail_matches_seed_on_generated_logs() {
     let expected = seed(&originals, calls);
     let mut nonempty = 0;
     for ((path, start_offset), expected) in cases.iter().zip(expected) {
-        let ours = installer_log_tail(path, *start_offset);
+        let ours = installer_log_tail(path, *start_offset, &[]);
         let theirs = expected.get("tail").and_then(Json::as_str).unwrap();
         assert_eq!(ours, theirs, "{} from {start_offset}", path.display());
         nonempty += usize::from(!ours.is_empty());
@@ -173,7 +173,7 @@ fn tail_redacts_what_the_seed_redacts() {
         "AGENTSDOCK_PROVIDER_AUTHORITY_FILE : [REDACTED]\n",
         "useful diagnostic",
     );
-    assert_eq!(installer_log_tail(&path, 0), expected);
+    assert_eq!(installer_log_tail(&path, 0, &[]), expected);
     let mut call = JsonObject::new();
     call.insert("tail", string(&path));
     call.insert("start_offset", 0);
@@ -194,25 +194,28 @@ fn tail_drops_the_partial_line_at_the_cut_and_keeps_twelve_lines() {
         log.extend_from_slice(format!("line {line}\n").as_bytes());
     }
     std::fs::write(&path, &log).unwrap();
-    let tail = installer_log_tail(&path, 0);
+    let tail = installer_log_tail(&path, 0, &[]);
     let expected: Vec<String> = (9..=20).map(|line| format!("line {line}")).collect();
     assert_eq!(tail, expected.join("\n"));
     // Only twenty short lines: with the window inside this attempt there
     // is no cut, and the count limit alone applies.
     let attempt_start = (log.len() - 20 * 8 + 2) as u64;
-    assert!(installer_log_tail(&path, attempt_start).ends_with("line 20"));
+    assert!(installer_log_tail(&path, attempt_start, &[]).ends_with("line 20"));
 }
 
 #[test]
 fn tail_of_an_unreadable_log_is_empty() {
     let directory = TempDir::with_mode("installer-tail-missing", 0o755);
-    assert_eq!(installer_log_tail(&directory.path().join("absent"), 0), "");
+    assert_eq!(
+        installer_log_tail(&directory.path().join("absent"), 0, &[]),
+        ""
+    );
     // A directory cannot be read as a log (IsADirectoryError in Python).
-    assert_eq!(installer_log_tail(directory.path(), 0), "");
+    assert_eq!(installer_log_tail(directory.path(), 0, &[]), "");
     let path = directory.path().join("server-update.log");
     std::fs::write(&path, "earlier attempt\n").unwrap();
-    assert_eq!(installer_log_tail(&path, 16), "");
-    assert_eq!(installer_log_tail(&path, 1_000), "");
+    assert_eq!(installer_log_tail(&path, 16, &[]), "");
+    assert_eq!(installer_log_tail(&path, 1_000, &[]), "");
 }
 
 #[test]
@@ -224,7 +227,10 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
     let directory = TempDir::with_mode("installer-tail-boundary", 0o755);
     let path = directory.path().join("server-update.log");
     std::fs::write(&path, "caf\u{e9}Bearer tok\n").unwrap();
-    assert_eq!(installer_log_tail(&path, 0), "caf\u{e9}Bearer [REDACTED]");
+    assert_eq!(
+        installer_log_tail(&path, 0, &[]),
+        "caf\u{e9}Bearer [REDACTED]"
+    );
     let mut call = JsonObject::new();
     call.insert("tail", string(&path));
     call.insert("start_offset", 0);
@@ -317,5 +323,68 @@ fn trim_of_a_directory_fails_like_python() {
             "[Errno 21] Is a directory: '{}'",
             directory.path().display()
         )
+    );
+}
+
+/// A log whose every line carries `TOKEN` after something the seed's
+/// patterns do not recognise (`\x0b` even splits its line in two).
+const TOKEN: &str = "tok-3f9c2e71";
+
+fn leaky_log(directory: &TempDir) -> std::path::PathBuf {
+    let path = directory.path().join("server-update.log");
+    let mut log = Vec::new();
+    for prefix in [
+        &b"xBearer "[..],
+        b"_Bearer ",
+        b"1Bearer ",
+        b"Bearer Bearer ",
+        b"Bearer\xff",
+        b"bearer\x0b",
+        b"url=https://host/?t=",
+        b"",
+    ] {
+        log.extend_from_slice(prefix);
+        log.extend_from_slice(TOKEN.as_bytes());
+        log.extend_from_slice(b" end\n");
+    }
+    std::fs::write(&path, &log).unwrap();
+    path
+}
+
+#[test]
+fn a_known_credential_is_redacted_wherever_it_appears() {
+    let directory = TempDir::with_mode("installer-tail-values", 0o755);
+    let path = leaky_log(&directory);
+    // "tok" is a second secret inside the first: the longer goes first.
+    let secrets = vec!["tok".to_string(), TOKEN.to_string()];
+    let tail = installer_log_tail(&path, 0, &secrets);
+    assert_eq!(
+        tail,
+        "xBearer [REDACTED] end\n\
+         _Bearer [REDACTED] end\n\
+         1Bearer [REDACTED] end\n\
+         Bearer [REDACTED] [REDACTED] end\n\
+         Bearer\u{fffd}[REDACTED] end\n\
+         bearer\n\
+         [REDACTED] end\n\
+         url=https://host/?t=[REDACTED] end\n\
+         [REDACTED] end"
+    );
+}
+
+#[test]
+fn without_known_values_the_tail_leaks_exactly_as_the_seeds_does() {
+    let originals = agents_tests::require_originals!();
+    let directory = TempDir::with_mode("installer-tail-patterns", 0o755);
+    let path = leaky_log(&directory);
+    let unredacted = installer_log_tail(&path, 0, &[]);
+    assert_eq!(unredacted.matches(TOKEN).count(), 8, "{unredacted}");
+    let mut call = JsonObject::new();
+    call.insert("tail", string(&path));
+    call.insert("start_offset", 0);
+    let seed_tail = seed(&originals, vec![Json::Object(call)]).remove(0);
+    assert_eq!(
+        seed_tail.get("tail").and_then(Json::as_str),
+        Some(unredacted.as_str())
     );
 }

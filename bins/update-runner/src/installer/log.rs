@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use super::redact::redact_line;
+use super::redact::{redact_line, redact_values};
 use agents_common::python::text::{splitlines, strip};
 use agents_common::{Error, Result};
 
@@ -53,12 +53,14 @@ pub fn trim_installer_log(log_path: &Path, limit: u64) -> Result<()> {
 /// `start_offset` (this attempt's), read from at most 64 KiB, with the
 /// setup-result line dropped and bearer tokens and known credential
 /// assignments replaced by `[REDACTED]`: at most 12 lines and 4,000
-/// characters, stripped. An unreadable log gives an empty tail.
-pub fn installer_log_tail(log_path: &Path, start_offset: u64) -> String {
+/// characters, stripped. An unreadable log gives an empty tail. Every
+/// occurrence of a value in `secrets` is redacted first, whatever precedes
+/// it (stricter than the seed).
+pub fn installer_log_tail(log_path: &Path, start_offset: u64, secrets: &[String]) -> String {
     let Ok((content, truncated)) = read_attempt_tail(log_path, start_offset) else {
         return String::new();
     };
-    let text = String::from_utf8_lossy(&content);
+    let text = redact_values(&String::from_utf8_lossy(&content), secrets);
     let mut lines = splitlines(&text);
     if truncated && !lines.is_empty() {
         // The read may begin inside a secret whose identifying key was

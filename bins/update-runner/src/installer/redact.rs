@@ -26,6 +26,17 @@ const CREDENTIAL_NAMES: [&str; 6] = [
 ];
 const REDACTED: &str = "[REDACTED]";
 
+/// `text` with every occurrence of each non-empty secret replaced by
+/// `[REDACTED]`, longest first so a secret containing another is not left
+/// half visible.
+pub(super) fn redact_values(text: &str, secrets: &[String]) -> String {
+    let mut ordered: Vec<&String> = secrets.iter().filter(|value| !value.is_empty()).collect();
+    ordered.sort_by_key(|value| std::cmp::Reverse(value.len()));
+    ordered.into_iter().fold(text.to_string(), |text, value| {
+        text.replace(value.as_str(), REDACTED)
+    })
+}
+
 /// One log line with bearer tokens and credential assignments redacted.
 pub(super) fn redact_line(line: &str) -> String {
     let chars: Vec<char> = line.chars().collect();
