@@ -8,57 +8,15 @@
 //! Values reach Python as Python expressions built here, never through the
 //! encoder under test. `python3` must be installed (it is in CI).
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+mod json_support;
 
 use agents_common::test_support::{encode_compact, encode_compact_sorted};
 use agents_common::{
     encode_indented, encode_line, parse_json, parse_json_unique, Json, JsonObject,
 };
-
-/// Runs `script` under `python3 -B -I` with `input` on stdin; returns stdout
-/// lines.
-fn run_python(script: &str, input: &str) -> Vec<String> {
-    let mut child = Command::new("python3")
-        .args(["-B", "-I", "-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python3 is required for the differential JSON tests");
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let writer = {
-        let input = input.to_owned();
-        std::thread::spawn(move || stdin.write_all(input.as_bytes()))
-    };
-    let output = child.wait_with_output().expect("python3 runs");
-    writer.join().unwrap().expect("python3 reads its input");
-    assert!(
-        output.status.success(),
-        "python3 failed: {:?}",
-        output.status
-    );
-    String::from_utf8(output.stdout)
-        .expect("python prints ASCII")
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(&text[at..at + 2], 16).expect("hex from python"))
-        .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-fn unhex_text(text: &str) -> String {
-    String::from_utf8(unhex(text)).expect("utf-8 from python")
-}
+use json_support::{
+    check_outcome, hex, outcome_request, run_python, unhex, unhex_text, OUTCOME_SCRIPT,
+};
 
 /// splitmix64: deterministic, so a failure reproduces.
 struct Rng(u64);
@@ -415,89 +373,17 @@ fn python_documents_parse_back_to_the_value() {
     }
 }
 
-const OUTCOME_SCRIPT: &str = r#"
-import json, sys
-def unique(pairs):
-    value = {}
-    for key, item in pairs:
-        if key in value:
-            raise ValueError("duplicate field")
-        value[key] = item
-    return value
-def exotic(value):
-    if isinstance(value, str):
-        return any(0xD800 <= ord(c) < 0xE000 for c in value)
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return not -2**127 <= value < 2**127
-    if isinstance(value, list):
-        return any(exotic(item) for item in value)
-    if isinstance(value, dict):
-        return any(exotic(k) or exotic(v) for k, v in value.items())
-    return False
-for line in sys.stdin:
-    mode, _, data = line.rstrip("\n").partition(" ")
-    data = bytes.fromhex(data)
-    try:
-        value = json.loads(data, object_pairs_hook=unique) if mode == "U" else json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        kind = type(exc)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else kind.__module__ + "." + kind.__qualname__
-        print("error", name.encode().hex(), str(exc).encode().hex())
-        continue
-    print("ok", json.dumps(value).encode().hex(),
-          (json.dumps(value, indent=2, sort_keys=True) + "\n").encode().hex(),
-          "exotic" if exotic(value) else "plain")
-"#;
-
 /// Python's outcome for each (unique?, document), compared with ours.
 fn compare_outcomes(documents: &[(bool, Vec<u8>)]) -> [usize; 3] {
     let input: String = documents
         .iter()
-        .map(|(unique, data)| format!("{} {}\n", if *unique { "U" } else { "P" }, hex(data)))
+        .map(|(unique, data)| outcome_request(*unique, data))
         .collect();
     let lines = run_python(OUTCOME_SCRIPT, &input);
     assert_eq!(lines.len(), documents.len());
     let mut counts = [0; 3];
     for ((unique, data), line) in documents.iter().zip(&lines) {
-        let ours = if *unique {
-            parse_json_unique(data, "duplicate field")
-        } else {
-            parse_json(data)
-        };
-        let context = format!("document {} (unique {unique})", hex(data));
-        let mut words = line.split(' ');
-        match (words.next(), words.next()) {
-            (Some("ok"), Some(expected)) => {
-                let value = ours.unwrap_or_else(|error| panic!("{context}: {error}"));
-                assert_eq!(
-                    encode_line(&value, false),
-                    unhex_text(expected),
-                    "{context}"
-                );
-                let indented = words.next().expect("the ok line carries the indented text");
-                assert_eq!(
-                    String::from_utf8(encode_indented(&value)).unwrap(),
-                    unhex_text(indented),
-                    "{context}"
-                );
-                // Lone surrogates and ints beyond i128 are held, not refused.
-                match words.next() {
-                    Some("exotic") => counts[2] += 1,
-                    _ => counts[0] += 1,
-                }
-            }
-            (Some("error"), Some(class)) => {
-                counts[1] += 1;
-                let error = ours.expect_err(&context);
-                // The class exactly as Python's traceback names it.
-                assert_eq!(error.class().python_name(), unhex_text(class), "{context}");
-                let expected = words.next().expect("the error line carries the message");
-                assert_eq!(error.message(), unhex_text(expected), "{context}");
-            }
-            _ => panic!("unexpected python line {line}"),
-        }
+        counts[check_outcome(*unique, data, line) as usize] += 1;
     }
     counts
 }

@@ -151,7 +151,7 @@ pub fn b64(bytes: &[u8]) -> String {
 
 /// One member of a hand-built tar archive; every field is written raw so
 /// hostile names, types and modes reach the extractor unchanged.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Member {
     pub name: Vec<u8>,
     pub typeflag: u8,

@@ -320,11 +320,7 @@ impl<'a> ExtractionPass<'a> {
         extensions: &Extensions,
     ) -> Result<()> {
         let raw_type = entry.header().as_bytes()[156];
-        let mut name = match (extensions.pax_value(b"path"), &extensions.long_name) {
-            (Some(path), _) => path.to_vec(),
-            (None, Some(long_name)) => long_name.clone(),
-            (None, None) => entry.header().path_bytes().into_owned(),
-        };
+        let (name, kind) = member_name(entry.header(), extensions);
         // tarfile would expand a sparse member's holes (GNU `S`, or PAX
         // `GNU.sparse.*` records), and a PAX size overrides the header's:
         // neither occurs in a release, both are refused.
@@ -334,13 +330,6 @@ impl<'a> ExtractionPass<'a> {
             .is_some_and(|size| size != entry.size().to_string().as_bytes());
         if sparse || resized {
             return Err(Error::runtime(OVER_BUDGET));
-        }
-        let kind = member_kind(raw_type, &name);
-        if kind == MemberKind::Directory {
-            // tarfile drops the trailing slashes of directory names.
-            while name.len() > 1 && name.ends_with(b"/") {
-                name.pop();
-            }
         }
         self.next_header = entry
             .raw_file_position()
@@ -574,6 +563,45 @@ fn member_kind(raw_type: u8, name: &[u8]) -> MemberKind {
         b'5' => MemberKind::Directory,
         b'1' | b'2' => MemberKind::Link,
         _ => MemberKind::Special,
+    }
+}
+
+/// A member's name and kind exactly as tarfile derives them: the kind from
+/// the header's own name (`frombuf`), a directory's trailing slashes all
+/// dropped before a ustar prefix is joined, one dropped from a GNU long
+/// name (`_proc_gnulong`), and all dropped from a PAX path whatever the
+/// type (`_apply_pax_info`).
+fn member_name(header: &tar::Header, extensions: &Extensions) -> (Vec<u8>, MemberKind) {
+    let block = header.as_bytes();
+    let raw_type = block[156];
+    let short = until_nul(&block[..100]);
+    let kind = member_kind(raw_type, short);
+    let mut name = short.to_vec();
+    if kind == MemberKind::Directory {
+        trim_slashes(&mut name);
+    }
+    let prefix = until_nul(&block[345..500]);
+    let gnu_type = matches!(raw_type, b'L' | b'K' | b'S');
+    if &block[257..265] == b"ustar\x0000" && !prefix.is_empty() && !gnu_type {
+        name = [prefix, b"/", &name].concat();
+    }
+    if let Some(long_name) = &extensions.long_name {
+        name = long_name.clone();
+        if kind == MemberKind::Directory && name.ends_with(b"/") {
+            name.pop();
+        }
+    }
+    if let Some(path) = extensions.pax_value(b"path") {
+        name = path.to_vec();
+        trim_slashes(&mut name);
+    }
+    (name, kind)
+}
+
+/// `str.rstrip("/")`.
+fn trim_slashes(name: &mut Vec<u8>) {
+    while name.ends_with(b"/") {
+        name.pop();
     }
 }
 
