@@ -432,7 +432,7 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
         }));
     }
     let seed = python_oracle(
-        &originals,
+        originals,
         EXTRACT,
         &agents_common::test_support::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
     );
@@ -448,7 +448,7 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
         })
         .collect();
     let trees = python_oracle(
-        &originals,
+        originals,
         LIST,
         &agents_common::test_support::encode_compact(&Json::Array(roots)).unwrap(),
     );
