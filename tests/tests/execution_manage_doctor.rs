@@ -528,6 +528,10 @@ fn a_stale_lock_of_a_dead_pid_is_removed_by_the_suggested_command() {
     let child = site.spawn_apply(&site.layout(NEW, OLD), "worker");
     let dead = child.id();
     stalled(&site, Role::Gateway, mark, &on);
+    // Still waiting: its lock is in progress, nothing else is pending.
+    let during = doctor(&site);
+    during.assert_attention(&[("install_lock", "in progress")]);
+    assert_eq!(during.found("install_lock", "owner_pid"), Json::from(dead));
     kill(child);
     site.switch(Role::Gateway, Switches::default());
     assert!(site.pending_journal().is_none());
@@ -764,4 +768,125 @@ fn missing_legacy_and_half_removed_installations_are_named() {
             state.is_running()
         });
     doctor(&site).assert_healthy();
+}
+
+/// install.sh's `.activation-transaction` (written by the stand-in of its
+/// journal writer): owned by a live install.sh it is in progress; left by a
+/// dead one it is stuck, and only install.sh may resume it; a journal its
+/// reader refuses is invalid with that reader's own refusal.
+#[test]
+fn an_activation_journal_is_install_shs_to_resume() {
+    use agents_tests::journal_writer::{Begin, Roots};
+    let Some(sandbox) = agents_tests::Sandbox::start_or_skip("doctor_activation") else {
+        return;
+    };
+    let base = sandbox.base().join("installed");
+    agents_tests::make_dir(&base, 0o755);
+    let roots = Roots::create(&base, sandbox.home());
+    roots.release("1.0.0");
+    roots.write_env("AGENTSDOCK_AGENT_TOKEN=test-token\n");
+    roots.install_split("1.0.0");
+    let candidate = roots.staging("1.1.0");
+    let old = roots.release_dir("1.0.0");
+    let transaction = roots.begin(&Begin {
+        old: Some((old.clone(), old)),
+        service_state: "running".into(),
+        service_enabled: true,
+        gateway_state: "running".into(),
+        gateway_enabled: true,
+        ..Begin::split(&candidate, "1.1.0")
+    });
+    let root = roots.root();
+    let run = || {
+        let outcome = Outcome::from(
+            sandbox
+                .command(binary_path("execution-manage"))
+                .arg("doctor")
+                .arg("--root")
+                .arg(&root)
+                .arg("--json")
+                .output()
+                .unwrap(),
+        );
+        let report = parse_json(outcome.stdout.as_bytes()).expect("JSON");
+        Doctor { outcome, report }
+    };
+
+    // install.sh (by its command line) holds the lock while it activates.
+    let mut installer = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "exec -a {}/install.sh sleep 60",
+            sandbox.base().display()
+        ))
+        .spawn()
+        .unwrap();
+    roots.hold_lock(installer.id());
+    poll_until(SERVICE_TIMEOUT, "install.sh's command line", || {
+        fs::read(format!("/proc/{}/cmdline", installer.id()))
+            .ok()
+            .filter(|line| {
+                line.starts_with(format!("{}/install.sh", sandbox.base().display()).as_bytes())
+            })
+    });
+    let during = run();
+    assert_eq!(during.status("install_lock"), "in progress");
+    assert_eq!(during.status("activation_journal"), "in progress");
+    assert_eq!(
+        during.found("activation_journal", "transaction_id"),
+        Json::from(transaction.as_str())
+    );
+    assert_eq!(
+        during.found("activation_journal", "owner_pid"),
+        Json::from(installer.id())
+    );
+    assert_eq!(
+        during.status("services"),
+        "in progress",
+        "stopped for the activation"
+    );
+
+    installer.kill().unwrap();
+    installer.wait().unwrap();
+    let report = run();
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("activation_journal", "stuck"),
+        ("services", "stuck"),
+    ]);
+    assert_eq!(report.action_kind("activation_journal"), "instruction");
+    let instruction = text(report.action("activation_journal").get("text"));
+    assert!(
+        instruction.starts_with(
+            "rerun install.sh with the same arguments as the interrupted run (release 1.1.0)"
+        ),
+        "{instruction}"
+    );
+    assert!(instruction.contains(&transaction));
+    assert_eq!(
+        report.found("activation_journal", "phase"),
+        Json::from("prepared")
+    );
+
+    // A journal install.sh's reader refuses: doctor prints that refusal.
+    let manifest = root.join(".activation-transaction/manifest.json");
+    let data = fs::read_to_string(&manifest).unwrap();
+    fs::write(
+        &manifest,
+        data.replace("\"phase\":\"prepared\"", "\"phase\":\"unknown\""),
+    )
+    .unwrap();
+    let refused = agents_common::execution_context(&root)
+        .unwrap_err()
+        .python_line();
+    let report = run();
+    assert_eq!(report.status("activation_journal"), "invalid");
+    assert_eq!(
+        report.concern("activation_journal").get("error"),
+        Some(&Json::from(refused.as_str()))
+    );
+    assert_eq!(
+        report.action_kind("activation_journal"),
+        "contact-engineering"
+    );
 }

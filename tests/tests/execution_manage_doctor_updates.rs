@@ -22,8 +22,8 @@ use agents_common::{
     NativeServices, SystemCommandRunner, WorkerControl,
 };
 use agents_tests::{
-    binary_path, descendants, poll_until, profile_dir, ReleaseFile, ReleaseHost, Role, Switches,
-    AGENT_TOKEN,
+    binary_path, descendants, poll_until, profile_dir, ReleaseFile, ReleaseHost, RequestMatch,
+    Role, Stall, Switches, AGENT_TOKEN,
 };
 use execution_manage_support::{finish, Outcome, Site, HELPER_TIMEOUT, OLD};
 
@@ -314,19 +314,40 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
     let (handoff_file, handoff) = seal_handoff(&site);
     let token = admit(&site, Some(&handoff));
     // The release is not published: the update fails before the installer,
-    // and the worker refuses the runner's release of its hold.
+    // and the worker refuses the runner's release of its hold, after
+    // holding back that reply for a moment (well inside the runner's 5 s
+    // request timeout), while the runner holds the install lock.
+    let release = RequestMatch::maintenance("release");
+    let mark = site.request_mark(Role::Worker);
     site.switch(
         Role::Worker,
         Switches {
             refuse: vec!["release".to_string()],
+            stall: Some(Stall {
+                on: release.clone(),
+                seconds: 4.0,
+            }),
             ..Switches::default()
         },
     );
-    let outcome = finish(
-        runner(&site, &releases, &token, Some(&handoff_file), &tmp)
-            .spawn()
-            .unwrap(),
+    let child = runner(&site, &releases, &token, Some(&handoff_file), &tmp)
+        .spawn()
+        .unwrap();
+    let runner_pid = child.id();
+    site.wait_for_request(Role::Worker, mark, "the runner's release", |record| {
+        release.matches(&record.path, record.action.as_deref()) && record.outcome == "stalled"
+    });
+    let during = doctor(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("update_preparations", "in progress"),
+        ("update_status", "in progress"),
+    ]);
+    assert_eq!(
+        during.found("install_lock", "owner_pid"),
+        Json::from(runner_pid)
     );
+    let outcome = finish(child);
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     site.switch(Role::Worker, Switches::default());
     let failed = row(&site);

@@ -509,10 +509,11 @@ pub fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
         if phase == "failed" && text("error_code") == RELEASE_FAILED {
             match handoff {
                 Some(handoff) if !handoff.status.is_fine() => {
-                    concern.status = handoff.status.max(Status::Stuck);
-                    concern
-                        .summary
-                        .push_str(", its execution hold is not released");
+                    concern.status = handoff.status;
+                    concern.summary.push_str(match handoff.status {
+                        Status::InProgress => ", its execution hold is being released",
+                        _ => ", its execution hold is not released",
+                    });
                     concern.action = handoff.action.clone();
                 }
                 _ => concern.summary.push_str(
