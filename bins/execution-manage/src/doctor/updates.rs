@@ -466,8 +466,10 @@ pub fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
     };
     let text = |key: &str| ctx.row_text(key);
     let (phase, update_id) = (text("phase"), text("update_id"));
-    let updated_at = text("updated_at");
-    let age = ctx.seconds_since_stamp(&updated_at);
+    // A row the server wrote without `updated_at` ages from the file's mtime.
+    let age = ctx
+        .seconds_since_stamp(&text("updated_at"))
+        .or_else(|| ctx.age_of(&path));
     let (process, state) = runner(ctx);
     let found = &mut concern.found;
     for key in [
