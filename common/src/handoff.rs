@@ -202,58 +202,186 @@ fn release_handoff(
     let root = normalize_path(root)?;
     owned_directory(&root, false)?;
     InstallationLock::hold(&root, || {
-        no_handoff_recovery_overlap(&root)?;
-        let handoff = Handoff::read(&root, handoff_file)?;
-        let layout = installed_layout(&root)?;
-        let verify = |layout: &ExecutionLayout| match verify_status {
-            Some(verify) => verify(layout, &handoff),
-            None => Ok(()),
-        };
-        verify(&layout)?;
-        let native;
-        let services: &dyn ServiceSnapshot = match services {
-            Some(services) => services,
-            None => {
-                native = NativeServices::new(&layout)?;
-                &native
-            }
-        };
-        let default_control;
-        let control = match control {
-            Some(control) => control,
-            None => {
-                default_control = WorkerControl::new();
-                &default_control
-            }
-        };
-        let allow_released = verify_status.is_some();
+        let provenance = Provenance::read(&root, handoff_file, verify_status)?;
+        with_clients(
+            &provenance.layout,
+            control,
+            services,
+            |control, services| {
+                let admitted = provenance.admit(control, services)?;
+                provenance.release(&admitted, control, services)
+            },
+        )
+    })
+}
 
-        let (record, status) = control.status(&layout)?;
+/// What [`check_handoff_release`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoffCheck {
+    /// True while the worker holds a lease of the handoff's operation and
+    /// every check `update-handoff release` makes before its request passes
+    /// (it would release it); false when the worker's lease, if any, belongs
+    /// to another operation (nothing of this handoff is left to release).
+    pub held: bool,
+    /// The handoff's maintenance operation.
+    pub operation_id: String,
+    /// The worker instance the handoff names.
+    pub worker_instance_id: String,
+}
+
+/// Judges the handoff in `handoff_file` exactly as `update-handoff release`
+/// would before it sends its one request, without taking the installation
+/// lock and without changing anything: recovery ownership, the handoff
+/// file, the installed layout, the native worker and its receipt, the
+/// worker's status and its authenticated callback health (both reads). A
+/// worker holding no lease of this operation reads as released (`held:
+/// false`); anything the release would refuse is that refusal. `control`
+/// and `services` replace the real clients (tests).
+pub fn check_handoff_release(
+    root: &Path,
+    handoff_file: &Path,
+    control: Option<&WorkerControl>,
+    services: Option<&dyn ServiceSnapshot>,
+) -> Result<HandoffCheck> {
+    let root = normalize_path(root)?;
+    owned_directory(&root, false)?;
+    let provenance = Provenance::read(&root, handoff_file, None)?;
+    with_clients(
+        &provenance.layout,
+        control,
+        services,
+        |control, services| {
+            let (record, status) = control.status(&provenance.layout)?;
+            // A worker whose lease (if any) belongs to another operation no
+            // longer holds this handoff: there is nothing left to release.
+            let lease_operation = field(&status, "lease")
+                .get("operation_id")
+                .unwrap_or(&Json::Null);
+            if lease_operation != &Json::from(provenance.handoff.operation_id.as_str()) {
+                return Ok(HandoffCheck {
+                    held: false,
+                    operation_id: provenance.handoff.operation_id.clone(),
+                    worker_instance_id: field(&record, "instance_id")
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                });
+            }
+            provenance.admit(control, services)?;
+            Ok(HandoffCheck {
+                held: true,
+                operation_id: provenance.handoff.operation_id.clone(),
+                worker_instance_id: provenance.handoff.worker_instance_id.clone(),
+            })
+        },
+    )
+}
+
+/// Runs `body` with the given clients, or the real worker client and native
+/// service manager of `layout`.
+fn with_clients<T>(
+    layout: &ExecutionLayout,
+    control: Option<&WorkerControl>,
+    services: Option<&dyn ServiceSnapshot>,
+    body: impl FnOnce(&WorkerControl, &dyn ServiceSnapshot) -> Result<T>,
+) -> Result<T> {
+    let native;
+    let services: &dyn ServiceSnapshot = match services {
+        Some(services) => services,
+        None => {
+            native = NativeServices::new(layout)?;
+            &native
+        }
+    };
+    let default_control;
+    let control = match control {
+        Some(control) => control,
+        None => {
+            default_control = WorkerControl::new();
+            &default_control
+        }
+    };
+    body(control, services)
+}
+
+/// The local provenance a release starts from: no other owner of recovery,
+/// the validated handoff, the installed layout and (for a retry) the saved
+/// failed status.
+struct Provenance<'a> {
+    root: &'a Path,
+    handoff_file: &'a Path,
+    handoff: Handoff,
+    layout: ExecutionLayout,
+    verify_status: Option<VerifyStatus<'a>>,
+}
+
+/// What the first pass over the live worker established.
+struct Admitted {
+    record: JsonObject,
+    instance_id: Json,
+    replacement: bool,
+    state_owner: Option<(u64, u64)>,
+}
+
+impl<'a> Provenance<'a> {
+    fn read(
+        root: &'a Path,
+        handoff_file: &'a Path,
+        verify_status: Option<VerifyStatus<'a>>,
+    ) -> Result<Provenance<'a>> {
+        no_handoff_recovery_overlap(root)?;
+        let handoff = Handoff::read(root, handoff_file)?;
+        let layout = installed_layout(root)?;
+        let provenance = Provenance {
+            root,
+            handoff_file,
+            handoff,
+            layout,
+            verify_status,
+        };
+        provenance.verify(&provenance.layout)?;
+        Ok(provenance)
+    }
+
+    fn verify(&self, layout: &ExecutionLayout) -> Result<()> {
+        match self.verify_status {
+            Some(verify) => verify(layout, &self.handoff),
+            None => Ok(()),
+        }
+    }
+
+    /// The first pass: the native worker, its receipt and its status match
+    /// the handoff, and its authenticated callback health names the
+    /// handoff's server. Only reads.
+    fn admit(&self, control: &WorkerControl, services: &dyn ServiceSnapshot) -> Result<Admitted> {
+        let (handoff, layout) = (&self.handoff, &self.layout);
+        let allow_released = self.verify_status.is_some();
+        let (record, status) = control.status(layout)?;
         let native_state = services.snapshot_json()?;
         matching_status(
-            &handoff,
-            &layout,
+            handoff,
+            layout,
             &record,
             &status,
             &native_state,
             allow_released,
         )?;
-        let instance_id = field(&record, "instance_id");
+        let instance_id = field(&record, "instance_id").clone();
         let replacement =
-            allow_released && instance_id != &Json::from(handoff.worker_instance_id.as_str());
+            allow_released && instance_id != Json::from(handoff.worker_instance_id.as_str());
         let state_owner = match replacement {
-            true => Some(held_state_ownership(&layout)?),
+            true => Some(held_state_ownership(layout)?),
             false => None,
         };
         // Authenticate the stable worker callback itself; a public gateway can
         // be unavailable without changing ownership of this execution epoch.
-        let health = control.callback_health(&layout, &record)?;
+        let health = control.callback_health(layout, &record)?;
         let execution = field(&health, "execution_service").as_object();
         let authenticated = matches!(field(&health, "ok"), Json::Bool(true))
             && field(&health, "server_identity")
                 == &Json::from(handoff.expected_server_identity.as_str())
             && execution.is_some_and(|execution| {
-                field(execution, "instance_id") == instance_id
+                field(execution, "instance_id") == &instance_id
                     && field(execution, "pid") == field(&record, "pid")
             });
         if !authenticated {
@@ -261,44 +389,65 @@ fn release_handoff(
                 "authenticated worker identity does not match handoff",
             ));
         }
+        Ok(Admitted {
+            record,
+            instance_id,
+            replacement,
+            state_owner,
+        })
+    }
 
+    /// The second pass and the one release request.
+    fn release(
+        &self,
+        admitted: &Admitted,
+        control: &WorkerControl,
+        services: &dyn ServiceSnapshot,
+    ) -> Result<HandoffRelease> {
+        let (root, handoff, layout) = (self.root, &self.handoff, &self.layout);
+        let allow_released = self.verify_status.is_some();
         // Re-read local provenance and live admission after the health
         // request: a takeover or a failed provider close must not slip into
         // that gap.
-        no_handoff_recovery_overlap(&root)?;
-        if Handoff::read(&root, handoff_file)? != handoff || installed_layout(&root)? != layout {
+        no_handoff_recovery_overlap(root)?;
+        if Handoff::read(root, self.handoff_file)? != *handoff || installed_layout(root)? != *layout
+        {
             return Err(Error::runtime("handoff provenance changed before release"));
         }
-        let (latest_record, latest_status) = control.status(&layout)?;
+        let (latest_record, latest_status) = control.status(layout)?;
         let native_state = services.snapshot_json()?;
         let held = matching_status(
-            &handoff,
-            &layout,
+            handoff,
+            layout,
             &latest_record,
             &latest_status,
             &native_state,
             allow_released,
         )?;
-        if latest_record != record {
+        if latest_record != admitted.record {
             return Err(Error::runtime(
                 "worker process receipt changed before release",
             ));
         }
-        if replacement && Some(held_state_ownership(&layout)?) != state_owner {
+        if admitted.replacement && Some(held_state_ownership(layout)?) != admitted.state_owner {
             return Err(Error::runtime(
                 "worker state ownership changed before acknowledgment",
             ));
         }
-        verify(&layout)?;
+        self.verify(layout)?;
         if !held {
             return Ok(HandoffRelease {
                 already_released: true,
                 operation_id: handoff.operation_id.clone(),
-                worker_instance_id: instance_id.as_str().unwrap_or_default().to_string(),
+                worker_instance_id: admitted
+                    .instance_id
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             });
         }
         let result = control.maintenance(
-            &layout,
+            layout,
             &latest_record,
             "release",
             &handoff.operation_id,
@@ -316,7 +465,7 @@ fn release_handoff(
             operation_id: handoff.operation_id.clone(),
             worker_instance_id: handoff.worker_instance_id.clone(),
         })
-    })
+    }
 }
 
 /// `_no_handoff_recovery_overlap`: an activation, an execution transaction

@@ -7,6 +7,8 @@
 //! atomically replaces an empty one, so at most one owner can ever be visible.
 //! A lock whose owner process is gone is reaped through a descriptor pinned to
 //! the dead owner's directory, so a reaper can never delete a newer owner's file.
+//! [`inspect_lock`] makes the reaper's checks without acting on them, for
+//! reports that must never take or change the lock.
 //!
 //! Deviations from the seed, all on paths where it would misbehave:
 //! - the draft directory is also removed when writing its `pid` file fails
@@ -244,6 +246,78 @@ impl InstallationLock {
         std::fs::remove_dir(&self.path).map_err(|err| Error::from_io_path(&err, &self.path))?;
         fsync_directory(&self.root)
     }
+}
+
+/// What [`inspect_lock`] found in an existing `.install-lock`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInspection {
+    /// The owner PID the `pid` file names; `None` for an empty lock
+    /// directory, which the next acquirer's rename replaces.
+    pub owner: Option<u32>,
+    /// Whether that PID exists, by the reaper's own test (`kill(pid, 0)`
+    /// succeeds or fails with EPERM): a live owner makes every acquirer
+    /// refuse, a dead one is reaped by the next acquirer.
+    pub alive: bool,
+    /// When the owner published the lock (the `pid` file's mtime; the
+    /// directory's when it is empty).
+    pub since: std::time::SystemTime,
+}
+
+/// The installation lock of `root` as the next acquirer would judge it,
+/// without taking, reaping or changing it: `None` when there is no lock,
+/// otherwise its owner and whether that owner still runs. A lock every
+/// acquirer would refuse (unsafe directory or owner file, an invalid owner,
+/// unknown files) is returned as that refusal, with the acquirer's class
+/// and message.
+pub fn inspect_lock(root: &Path) -> Result<Option<LockInspection>> {
+    let root = normalize_path(root)?;
+    owned_directory(&root, false)?;
+    let path = root.join(LOCK_NAME);
+    match rustix::fs::lstat(&path) {
+        Ok(_) => {}
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(Error::from_errno(errno, &path)),
+    }
+    owned_directory(&path, true)?;
+    let directory = open_directory(&path)?;
+    let owner = match rustix::fs::openat(
+        &directory,
+        OWNER_NAME,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(owner) => owner,
+        Err(Errno::NOENT) => {
+            if !entries(&directory)?.is_empty() {
+                return Err(Error::runtime("installation lock contains unknown files"));
+            }
+            let info = rustix::fs::fstat(&directory)?;
+            return Ok(Some(LockInspection {
+                owner: None,
+                alive: false,
+                since: modified(&info),
+            }));
+        }
+        Err(errno) => return Err(Error::from_errno(errno, Path::new(OWNER_NAME))),
+    };
+    let (info, raw) = read_owner(owner)?;
+    let pid = parse_owner(&raw)?;
+    let alive = match test_kill_process(pid) {
+        Err(Errno::SRCH) => false,
+        Ok(()) | Err(Errno::PERM) => true,
+        Err(errno) => return Err(errno.into()),
+    };
+    Ok(Some(LockInspection {
+        owner: Some(pid.as_raw_nonzero().get() as u32),
+        alive,
+        since: modified(&info),
+    }))
+}
+
+fn modified(info: &Stat) -> std::time::SystemTime {
+    let seconds = u64::try_from(info.st_mtime).unwrap_or(0);
+    let nanos = u32::try_from(info.st_mtime_nsec).unwrap_or(0);
+    std::time::UNIX_EPOCH + std::time::Duration::new(seconds, nanos)
 }
 
 impl Drop for InstallationLock {

@@ -33,7 +33,8 @@
 //!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`].
 //! - `install_lock` (UN, EM; UR and UH through `handoff`): install.sh's
 //!   `.install-lock`, released on Ctrl-C as Python's `with` releases it:
-//!   [`InstallationLock`].
+//!   [`InstallationLock`]; [`inspect_lock`] judges it as the next acquirer
+//!   would, read-only (EM's doctor).
 //! - [`activation`] (EA, UR, UN): install.sh's `.activation-transaction`
 //!   journal as the helpers read and validate it, its guarded I/O, release
 //!   identities, volume bindings and recovery owners: [`ActivationManifest`],
@@ -41,7 +42,7 @@
 //! - `uninstall_marker` (UN, EA, UR; UH through `handoff`): the split
 //!   uninstall's `.execution-uninstall.json` intent and installed-layout
 //!   provenance: [`read_uninstall_intent`], [`installed_layout`],
-//!   [`check_binding`].
+//!   [`installed_service_files`] (UN, EM), [`check_binding`].
 //! - `update_status` (UR, EA): the server's `server-update.json` row (flock,
 //!   CAS on the owning update): [`update_status`], [`StatusLock`].
 //!
@@ -54,8 +55,9 @@
 //! - `worker_control` (UN, EA, EM; UR and UH through `handoff`): the
 //!   authenticated client of the running worker: [`WorkerControl`],
 //!   [`ServiceSnapshot`].
-//! - `handoff` (UH, UR): releasing a failed update's sealed worker handoff:
-//!   [`release_existing_handoff`], [`retry_failed_handoff`].
+//! - `handoff` (UH, UR; EM's doctor checks without releasing): releasing a
+//!   failed update's sealed worker handoff: [`release_existing_handoff`],
+//!   [`retry_failed_handoff`], [`check_handoff_release`].
 //!
 //! Modules import each other by path; the root re-exports only what the
 //! helpers use. Tests reach a few internals through `test_support`.
@@ -88,7 +90,7 @@ pub use layout::{
 };
 // install_lock (InstallationLock)
 mod install_lock;
-pub use install_lock::InstallationLock;
+pub use install_lock::{inspect_lock, InstallationLock, LockInspection};
 // services (NativeServices)
 mod services;
 pub use services::{
@@ -126,12 +128,14 @@ pub use activation::{
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;
 pub use uninstall_marker::{
-    entry_present, installed_layout, no_activation, read_uninstall_intent, store_uninstall_intent,
-    write_uninstall_intent, UNINSTALL_INTENT_NAME,
+    entry_present, installed_layout, installed_service_files, no_activation, read_uninstall_intent,
+    store_uninstall_intent, write_uninstall_intent, ServiceFiles, UNINSTALL_INTENT_NAME,
 };
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;
-pub use handoff::{release_existing_handoff, retry_failed_handoff};
+pub use handoff::{
+    check_handoff_release, release_existing_handoff, retry_failed_handoff, HandoffCheck,
+};
 
 /// What the tests of this crate and of the helpers reach beyond the
 /// helpers' surface (the pinned HTTP client, encoders, journal internals).

@@ -26,9 +26,11 @@ use crate::python::hex::hex;
 use crate::python::uuid::python_uuid;
 
 use crate::error::{Error, Result};
-use crate::fs::{atomic_write, normalize_path, read_file};
+use crate::fs::{atomic_write, normalize_path, owned_directory, read_file};
 use crate::json::{encode_indented, parse_json, Json, JsonObject};
-use crate::layout::{layout_manifest, ExecutionLayout, LAYOUT_NAME, TRANSACTION_NAME};
+use crate::layout::{
+    layout_manifest, render_service, ExecutionLayout, LAYOUT_NAME, TRANSACTION_NAME,
+};
 
 /// File name of the uninstall intent inside the install root.
 pub const UNINSTALL_INTENT_NAME: &str = ".execution-uninstall.json";
@@ -98,6 +100,41 @@ pub fn installed_layout(root: &Path) -> Result<ExecutionLayout> {
         return Err(Error::value("installed execution layout changed"));
     }
     Ok(layout)
+}
+
+/// The unit files (bytes and mode) of both roles, worker first.
+pub type ServiceFiles = Vec<(Vec<u8>, u32)>;
+
+/// `execution_uninstall._service_files`: both unit files exactly as the
+/// installed layout renders them (mode 0600 or 0644, in owned directories),
+/// and `current` still linking the installed gateway release. The uninstall
+/// admits and re-checks with it; execution-manage's doctor reports its
+/// refusal.
+pub fn installed_service_files(layout: &ExecutionLayout) -> Result<ServiceFiles> {
+    let mut files = Vec::new();
+    for role in ["worker", "gateway"] {
+        let path = normalize_path(&layout.service_path(role)?)?;
+        owned_directory(path.parent().unwrap_or(Path::new("/")), false)?;
+        let (data, mode) = read_file(&path, false)?;
+        if data != render_service(layout, role)? || !(mode == 0o600 || mode == 0o644) {
+            return Err(Error::runtime(
+                "native service configuration is not this installed execution layout",
+            ));
+        }
+        files.push((data, mode));
+    }
+    let current = layout.current();
+    let is_link =
+        std::fs::symlink_metadata(&current).is_ok_and(|meta| meta.file_type().is_symlink());
+    let target_matches = is_link
+        && std::fs::canonicalize(&current).map_err(|err| Error::from_io_path(&err, &current))?
+            == layout.gateway_release;
+    if !target_matches {
+        return Err(Error::runtime(
+            "gateway current link no longer matches its installed generation",
+        ));
+    }
+    Ok(files)
 }
 
 /// The SHA-256 hex digest of the installed manifest's bytes.

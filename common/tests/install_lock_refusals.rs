@@ -512,3 +512,47 @@ fn hold_releases_after_the_body_and_reports_release_failures_first() {
     .unwrap_err();
     assert_eq!(err.message(), "installation lock owner changed");
 }
+
+/// `inspect_lock` judges an existing lock exactly as the next acquirer's
+/// reaper would, and changes nothing.
+#[test]
+fn inspect_reports_the_owner_as_the_reaper_judges_it_without_touching_it() {
+    use agents_common::inspect_lock;
+    let temp = TempRoot::new("inspect");
+    let root = temp.root();
+    assert_eq!(inspect_lock(&root).unwrap(), None);
+
+    let live = LiveProcess::start();
+    plant_lock(&root, format!("{}\n", live.pid()).as_bytes(), 0o600);
+    let before = (listing(&lock_path(&root)), owner_fingerprint(&root));
+    let found = inspect_lock(&root).unwrap().unwrap();
+    assert_eq!((found.owner, found.alive), (Some(live.pid()), true));
+    assert_eq!(
+        refused(&root).python_line(),
+        "RuntimeError: another installer owns the installation lock"
+    );
+
+    let dead = dead_pid();
+    fs::write(lock_path(&root).join("pid"), format!("{dead}\n")).unwrap();
+    let found = inspect_lock(&root).unwrap().unwrap();
+    assert_eq!((found.owner, found.alive), (Some(dead), false));
+    assert_eq!(listing(&lock_path(&root)), before.0, "nothing reaped");
+
+    fs::set_permissions(
+        lock_path(&root).join("pid"),
+        fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let error = inspect_lock(&root).unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Permission);
+    assert_eq!(error.python_line(), refused(&root).python_line());
+
+    fs::remove_file(lock_path(&root).join("pid")).unwrap();
+    let empty = inspect_lock(&root).unwrap().unwrap();
+    assert_eq!((empty.owner, empty.alive), (None, false));
+    fs::write(lock_path(&root).join("stray"), b"").unwrap();
+    assert_eq!(
+        inspect_lock(&root).unwrap_err().python_line(),
+        "RuntimeError: installation lock contains unknown files"
+    );
+}

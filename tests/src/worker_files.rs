@@ -164,6 +164,10 @@ pub struct Switches {
     pub health_status: Option<u16>,
     /// Extra top-level health fields (e.g. `capabilities`), merged in.
     pub health_extra: JsonObject,
+    /// The server's grace (seconds after the row's last update) before its
+    /// update status read finalizes an update whose runner is gone; `None`
+    /// is the server's 45 s.
+    pub update_grace_seconds: Option<f64>,
 }
 
 fn request_match_json(on: &RequestMatch) -> JsonObject {
@@ -233,6 +237,7 @@ impl Switches {
         object.insert("server_identity", self.server_identity.clone());
         object.insert("health_status", self.health_status.map(u32::from));
         object.insert("health_extra", self.health_extra.clone());
+        object.insert("update_grace_seconds", self.update_grace_seconds);
         Json::Object(object)
     }
 
@@ -317,6 +322,16 @@ impl Switches {
         }
         if let Some(extra) = object.get("health_extra").and_then(Json::as_object) {
             switches.health_extra = extra.clone();
+        }
+        if let Some(grace) = object
+            .get("update_grace_seconds")
+            .filter(|value| !value.is_null())
+        {
+            switches.update_grace_seconds = Some(match grace {
+                Json::Int(value) => *value as f64,
+                Json::Float(value) => *value,
+                _ => return Err("update_grace_seconds must be a number".to_string()),
+            });
         }
         Ok(switches)
     }
@@ -491,6 +506,7 @@ mod tests {
             server_identity: Some("id".to_string()),
             health_status: Some(503),
             health_extra: json_object! {"capabilities" => Json::Object(JsonObject::new())},
+            update_grace_seconds: Some(0.0),
         };
         switches.store(state.path(), Role::Worker).unwrap();
         assert_eq!(

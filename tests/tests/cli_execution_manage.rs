@@ -100,6 +100,80 @@ fn help_of_each_parser_exits_zero() {
     }
 }
 
+/// `doctor` is recognised only as the first word, before the seed's parser
+/// runs: every other command line, including the seed's usage errors and
+/// help that mention or resemble it, stays byte for byte the seed's.
+#[test]
+fn doctor_leaves_the_seed_parser_untouched() {
+    let originals = agents_tests::require_originals!();
+    for args in [
+        &[][..],
+        &["-h"],
+        &["--help", "doctor"],
+        &["doctors"],
+        &["Doctor", "--root", "/i"],
+        &["doc", "--root", "/i"],
+        &["--", "doctor", "--root", "/i"],
+        &["inspect", "doctor"],
+        &["inspect", "--root", "/i", "doctor"],
+        &["--root", "/i", "doctor"],
+        &["apply", "--layout", "/l", "--scope", "doctor"],
+    ] {
+        check(&originals, "apply", args);
+    }
+    // The seed's own words for one of them, spelled out: the choices still
+    // list only the seed's three subcommands.
+    let output = run(PROGRAM, &["doctors"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        text(&output.stderr),
+        "usage: execution-manage [-h] {apply,recover,inspect} ...\n\
+         execution-manage: error: argument command: invalid choice: 'doctors' (choose from \
+         'apply', 'recover', 'inspect')\n"
+    );
+}
+
+/// doctor's own parser: its usage errors exit 2 with its own usage line,
+/// its help exits 0, and neither runs anything.
+#[test]
+fn doctor_has_its_own_usage_and_help() {
+    let usage = "usage: execution-manage doctor [-h] --root ROOT [--state-dir STATE_DIR]\n\
+                 \x20                              [--json]\n";
+    for (args, message) in [
+        (
+            &["doctor"][..],
+            "the following arguments are required: --root",
+        ),
+        (
+            &["doctor", "--root", "/i", "--bogus"],
+            "unrecognized arguments: --bogus",
+        ),
+        (
+            &["doctor", "--root"],
+            "argument --root: expected one argument",
+        ),
+        (
+            &["doctor", "--root", "/i", "--json=yes"],
+            "argument --json: ignored explicit argument 'yes'",
+        ),
+    ] {
+        let output = run(PROGRAM, args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            text(&output.stderr),
+            format!("{usage}execution-manage doctor: error: {message}\n"),
+            "{args:?}"
+        );
+        assert!(output.stdout.is_empty());
+    }
+    for args in [&["doctor", "-h"][..], &["doctor", "--root", "/i", "--he"]] {
+        let output = run(PROGRAM, args);
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+        assert!(text(&output.stdout).starts_with(usage), "{args:?}");
+        assert!(output.stderr.is_empty());
+    }
+}
+
 /// An install tree with one complete release, ready for a migration.
 struct Install {
     base: TempDir,

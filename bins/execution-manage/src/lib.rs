@@ -2,7 +2,10 @@
 //! support staff (the port of `execution_manage.py`).
 //!
 //! `apply` and `recover` change services and files under install.sh's
-//! installation lock; `inspect` only reads. Every command prints its result as
+//! installation lock; `inspect` only reads. [`doctor`] (recognised as the
+//! first word before the seed's parser runs, which stays byte for byte the
+//! seed's) reports, strictly read-only, what is stuck in an installation and
+//! the exact command that resolves it. Every command prints its result as
 //! `json.dumps(result, sort_keys=True)` on one line; a failure prints the
 //! Python exception line on stderr and exits 1 (usage errors exit 2).
 //!
@@ -13,6 +16,7 @@
 
 mod cli;
 mod controller;
+pub mod doctor;
 mod transaction;
 
 use std::io::Write;

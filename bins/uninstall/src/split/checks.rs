@@ -12,48 +12,18 @@ use std::path::{Path, PathBuf};
 use agents_common::{
     check_binding, current_uid, entry_present, evidence_digest, json_object, normalize_path,
     owned_directory, parse_json, pure_path_text, read_file, recovery_directory, recovery_evidence,
-    recovery_service_path, render_recovery_service, render_service, Error, ExecutionLayout, Json,
-    JsonObject, RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY,
-    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+    recovery_service_path, render_recovery_service, Error, ExecutionLayout, Json, JsonObject,
+    RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
+    RECOVERY_PAYLOAD,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
-/// The unit files (bytes and mode) of both roles, in role order.
-pub type ServiceFiles = Vec<(Vec<u8>, u32)>;
-
 /// The roles in the order the seed handles them.
 pub const ROLES: [&str; 2] = ["worker", "gateway"];
 
-/// `_service_files`: both unit files exactly as this layout renders them
-/// (mode 0600 or 0644, in owned directories), and `current` still linking
-/// the installed gateway release.
-pub fn service_files(layout: &ExecutionLayout) -> Result<ServiceFiles> {
-    let mut files = Vec::new();
-    for role in ROLES {
-        let path = normalize_path(&layout.service_path(role)?)?;
-        owned_directory(path.parent().unwrap_or(Path::new("/")), false)?;
-        let (data, mode) = read_file(&path, false)?;
-        if data != render_service(layout, role)? || !(mode == 0o600 || mode == 0o644) {
-            return Err(Error::runtime(
-                "native service configuration is not this installed execution layout",
-            ));
-        }
-        files.push((data, mode));
-    }
-    let current = layout.current();
-    let is_link = fs::symlink_metadata(&current).is_ok_and(|meta| meta.file_type().is_symlink());
-    let target_matches = is_link
-        && fs::canonicalize(&current).map_err(|err| Error::from_io_path(&err, &current))?
-            == layout.gateway_release;
-    if !target_matches {
-        return Err(Error::runtime(
-            "gateway current link no longer matches its installed generation",
-        ));
-    }
-    Ok(files)
-}
+pub use agents_common::{installed_service_files as service_files, ServiceFiles};
 
 /// The update phases that leave nothing pending.
 const SETTLED_PHASES: [&str; 7] = [

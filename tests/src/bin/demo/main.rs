@@ -16,8 +16,10 @@
 //! phase by phase; C's installer fails after its candidate started and rolls
 //! back to B, and the runner records the failure; the same pin is then
 //! refused before staging (install.sh's units are not `apply`'s own, as
-//! upstream); `uninstall --yes` removes
-//! everything but the preserved state. Each step checks what it claims
+//! upstream); a pin killed while it holds the install lock leaves a stale
+//! lock, which `execution-manage doctor` reports with the exact command that
+//! removes it, and after which doctor reports everything healthy;
+//! `uninstall --yes` removes everything but the preserved state. Each step checks what it claims
 //! (services, PIDs, versions, files, rows) and the demo fails (exit 1) as
 //! soon as one does not hold. Nothing is left running: the manager stops with
 //! the demo, and the last step proves its cgroup is empty.

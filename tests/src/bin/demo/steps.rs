@@ -165,6 +165,7 @@ impl Demo {
         self.update_to(B)?;
         self.broken_candidate(C)?;
         self.pin_after_managed_updates(HOTFIX)?;
+        self.doctor_on_a_stale_lock(HOTFIX)?;
         self.uninstall()
     }
 
@@ -895,6 +896,133 @@ impl Demo {
         Ok(())
     }
 
+    /// `execution-manage doctor --json`, checked to change nothing under the
+    /// install root (modes and mtimes included); returns its exit code and
+    /// report.
+    fn doctor(&self) -> Result<(Option<i32>, Json)> {
+        let before = tree_stamp(self.root());
+        let output = self
+            .helper("execution-manage")
+            .arg("doctor")
+            .arg("--root")
+            .arg(self.root())
+            .arg("--json")
+            .output()
+            .map_err(|err| format!("execution-manage doctor: {err}"))?;
+        if tree_stamp(self.root()) != before {
+            return Err("doctor changed the installation".to_string());
+        }
+        let outcome = Outcome::of(output);
+        let report = parse_json(outcome.stdout.as_bytes())
+            .map_err(|err| format!("doctor printed no JSON ({err}): {}", outcome.stderr))?;
+        Ok((outcome.code, report))
+    }
+
+    /// Support staff's pin is killed while it waits for the gateway's
+    /// authenticated health, after it took the install lock: doctor names
+    /// the stale lock of the dead PID and the exact command that removes
+    /// it; run as printed, doctor reports everything healthy again.
+    fn doctor_on_a_stale_lock(&self, version: &str) -> Result<()> {
+        let mark = self.installation.requests(Role::Gateway).len();
+        let stalled_health = Switches {
+            stall: Some(Stall {
+                on: RequestMatch::path("/api/health"),
+                seconds: 30.0,
+            }),
+            ..Switches::default()
+        };
+        self.installation
+            .set_switches(Role::Gateway, &stalled_health);
+        let child = self
+            .apply_command(&self.layout(version, B), "worker")?
+            .spawn()
+            .map_err(|err| format!("execution-manage: {err}"))?;
+        let dead = child.id();
+        let mut child = KillOnDrop(Some(child));
+        let waiting = try_poll_until(STEP_TIMEOUT, "the pin to wait for health", || {
+            let stalled = self.installation.requests(Role::Gateway)[mark..]
+                .iter()
+                .any(|record| record.path == "/api/health" && record.outcome == "stalled");
+            stalled.then_some(())
+        });
+        let mut helper = child.take();
+        let killed = helper.kill().and_then(|()| helper.wait());
+        self.installation
+            .set_switches(Role::Gateway, &Switches::default());
+        waiting?;
+        killed.map_err(|err| format!("kill the pin: {err}"))?;
+        let (code, report) = self.doctor()?;
+        let concern = |key: &str| {
+            report
+                .get("concerns")
+                .and_then(|concerns| concerns.get(key))
+                .cloned()
+                .unwrap_or(Json::Null)
+        };
+        let field = |value: &Json, key: &str| {
+            value
+                .get(key)
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let lock = concern("install_lock");
+        let command = lock
+            .get("action")
+            .and_then(|action| action.get("command"))
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_string();
+        let others_fine = report
+            .get("concerns")
+            .and_then(Json::as_object)
+            .is_some_and(|concerns| {
+                concerns.iter().all(|(key, value)| {
+                    key == "install_lock"
+                        || ["healthy", "absent"].contains(&field(value, "status").as_str())
+                })
+            });
+        let owner = lock.get("found").and_then(|found| found.get("owner_pid"));
+        if code != Some(1)
+            || field(&lock, "status") != "stuck"
+            || owner != Some(&Json::from(dead))
+            || !others_fine
+            || command.is_empty()
+        {
+            return Err(format!("doctor did not name the stale lock: {report:?}"));
+        }
+        self.say(
+            "doctor",
+            &format!(
+                "pin to {version} SIGKILLed holding the lock: doctor exit 1, install lock \
+                 stuck ({}); resolve: {command}",
+                field(&lock, "summary")
+            ),
+        );
+        let output = self
+            .sandbox
+            .command("sh")
+            .args(["-c", &command])
+            .output()
+            .map_err(|err| format!("sh: {err}"))?;
+        Outcome::of(output).success(&command)?;
+        let (code, report) = self.doctor()?;
+        if code != Some(0) || report.get("healthy") != Some(&Json::Bool(true)) {
+            return Err(format!("doctor is not healthy after the fix: {report:?}"));
+        }
+        let concerns = report
+            .get("concerns")
+            .and_then(Json::as_object)
+            .map_or(0, |concerns| concerns.len());
+        self.say(
+            "doctor",
+            &format!(
+                "after the suggested command: exit 0, all {concerns} concerns healthy or absent"
+            ),
+        );
+        Ok(())
+    }
+
     /// `execution-manage inspect --root install/` during the pin, checked
     /// against the pending journal on disk and the worker's own lease;
     /// returns its stdout line.
@@ -1067,6 +1195,36 @@ impl Drop for KillOnDrop {
             let _ = child.wait();
         }
     }
+}
+
+/// Every entry under `root` with its mode, mtime and size, sorted.
+fn tree_stamp(root: &Path) -> Vec<(PathBuf, u32, i64, i64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = fs::read_dir(&path) {
+                pending.extend(
+                    entries
+                        .filter_map(|entry| entry.ok())
+                        .map(|entry| entry.path()),
+                );
+            }
+        }
+        found.push((
+            path,
+            meta.mode(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.size(),
+        ));
+    }
+    found.sort();
+    found
 }
 
 /// The names of the retired execution journals under `root`, sorted.

@@ -5,7 +5,8 @@
 //! It plays the split `worker` (private callback listener with the control
 //! protocol, `worker.json`, the lease, the state-owner lock, the startup
 //! hold), the split `gateway` (public health carrying both identities,
-//! `gateway.json`) or a legacy monolith (public health, no receipts), and
+//! `gateway.json`, the server's update status read) or a legacy monolith
+//! (public health, no receipts), and
 //! misbehaves on request through `state_root/test-worker/<role>.json`.
 
 mod args;
@@ -20,6 +21,7 @@ mod receipts;
 mod service;
 mod signals;
 mod startup_hold;
+mod update_status;
 
 use std::fs;
 use std::io::Write;

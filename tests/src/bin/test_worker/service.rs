@@ -62,6 +62,7 @@ pub struct Service {
 enum Route {
     Control(Result<Command, control::Refusal>),
     Health,
+    UpdateStatus,
     NotFound,
 }
 
@@ -207,6 +208,20 @@ impl Service {
         )
     }
 
+    /// The server's update status read (see [`crate::update_status`]).
+    fn update_status_reply(&self, request: &Request, switches: &Switches) -> Reply {
+        if !self.agent_authorized(request) {
+            return Reply::detail(401, "Unauthorized");
+        }
+        match crate::update_status::read(&self.state_root, switches.update_grace_seconds) {
+            Ok(row) => Reply::json(
+                200,
+                encode_compact(&Json::Object(row)).expect("the row encodes"),
+            ),
+            Err(err) => Reply::detail(500, &err),
+        }
+    }
+
     fn worker_origin(&self) -> Option<SocketAddr> {
         let receipt = std::fs::read(self.runtime_dir.as_ref()?.join("worker.json")).ok()?;
         origin_address(
@@ -295,6 +310,13 @@ impl Service {
                 Route::Control(control::check(&mut request, token, &self.instance_id))
             }
             _ if request.path == "/api/health" => Route::Health,
+            _ if request.path == "/api/admin/update"
+                && request.method == "GET"
+                && listener == Listener::Public
+                && self.role != Role::Worker =>
+            {
+                Route::UpdateStatus
+            }
             _ => Route::NotFound,
         };
         let action = match &route {
@@ -322,6 +344,7 @@ impl Service {
                 control::respond(status, &value, token)
             }
             Route::Health => self.health_reply(&request, &switches),
+            Route::UpdateStatus => self.update_status_reply(&request, &switches),
             Route::NotFound => Reply::detail(404, "Not Found"),
         };
         if let Some(death) = death.filter(|death| death.when == DeathPoint::BeforeReply) {
