@@ -23,6 +23,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::error::Result;
+use crate::python::int::PythonInt;
 use crate::python::text::repr_surrogateescape;
 
 /// A helper's command line (or one subcommand of it), in argparse's terms.
@@ -68,7 +69,7 @@ pub struct OptionSpec {
 }
 
 /// What an option takes, mirroring the seeds' `add_argument` arguments.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {
     /// `action="store_true"`: no value.
     Flag,
@@ -79,8 +80,12 @@ pub enum ValueKind {
     RawPath,
     /// `type=Path`: normalised like `pathlib.Path` (`""` becomes `.`).
     Path,
-    /// `type=int`: Python's `int()`.
+    /// `type=int`: Python's `int()`, within `i128` (larger values are
+    /// refused as malformed; every consumer range-checks far below).
     Int,
+    /// `type=int` kept at any size ([`PythonInt`]), for a value the helper
+    /// only passes on or compares, as Python would.
+    AnyInt,
     /// A `str` value restricted to `choices=` (listed in the seed's order).
     Choice(&'static [&'static str]),
 }
@@ -118,7 +123,7 @@ enum Value {
     Flag(bool),
     Text(String),
     Path(PathBuf),
-    Int(i128),
+    Int(PythonInt),
 }
 
 /// The parsed command line: the chosen subcommand or positional word and the
@@ -170,8 +175,17 @@ impl ParsedArgs {
 
     /// A [`ValueKind::Int`] option's value.
     pub fn int(&self, long: &str) -> Option<i128> {
+        self.any_int(long).map(|value| {
+            value
+                .as_i128()
+                .unwrap_or_else(|| panic!("option --{long} is not a ValueKind::Int"))
+        })
+    }
+
+    /// A [`ValueKind::AnyInt`] (or [`ValueKind::Int`]) option's value.
+    pub fn any_int(&self, long: &str) -> Option<&PythonInt> {
         match self.value(long) {
-            Some(Value::Int(value)) => Some(*value),
+            Some(Value::Int(value)) => Some(value),
             None => None,
             Some(other) => panic!("option --{long} is not an int: {other:?}"),
         }
@@ -272,7 +286,10 @@ impl TypedValueParser for ArgparseValue {
                     format!("value is not valid UTF-8: {}", repr_surrogateescape(bytes)),
                 )),
             },
-            ValueKind::Int => match utf8.and_then(crate::python::int::python_int) {
+            ValueKind::Int | ValueKind::AnyInt => match utf8
+                .and_then(PythonInt::parse)
+                .filter(|number| self.kind == ValueKind::AnyInt || number.as_i128().is_some())
+            {
                 Some(number) => Ok(Value::Int(number)),
                 None => Err(value_error(
                     command,

@@ -533,3 +533,86 @@ fn an_installer_printing_a_credential_cannot_put_it_in_the_row() {
          Bearer\u{fffd}[REDACTED]\nagent=[REDACTED]"
     );
 }
+
+#[test]
+fn arguments_argparse_takes_are_run_as_the_seed_runs_them() {
+    // argparse keeps any int and any bytes (as surrogate escapes); the seed
+    // then completes or records the failure, and so must the port: once
+    // the row is admitted, no argument may leave it unrecorded.
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let originals = agents_tests::require_originals!();
+    let (mut fixture, _) = pinned("hostile-arguments");
+    let health_port = fixture.health_port();
+    let raw = |bytes: &[u8]| OsString::from_vec(bytes.to_vec());
+    let cases: Vec<(&str, Vec<OsString>, &str)> = vec![
+        // The bind address only reaches install.sh, byte for byte.
+        (
+            "bind not utf-8",
+            vec!["--bind".into(), raw(b"127.0.0.\xe9")],
+            "complete",
+        ),
+        // Never equal to the identity a server reports.
+        (
+            "identity not utf-8",
+            vec!["--expected-server-identity".into(), raw(b"server-\xe9")],
+            "failed",
+        ),
+        // int() spellings; install.sh gets str(int).
+        (
+            "port spelled loosely",
+            vec![
+                "--port".into(),
+                format!(" +0{}_{} ", health_port / 10, health_port % 10).into(),
+            ],
+            "complete",
+        ),
+        // getaddrinfo keeps the low 16 bits: the seed reaches the server.
+        (
+            "port past 65535",
+            vec![
+                "--port".into(),
+                (u32::from(health_port) + 65_536).to_string().into(),
+            ],
+            "complete",
+        ),
+        (
+            "negative port",
+            vec!["--port".into(), "-1".into()],
+            "failed",
+        ),
+        (
+            "45-digit port",
+            vec!["--port".into(), "7".repeat(45).into()],
+            "failed",
+        ),
+    ];
+    for (label, arguments, phase) in cases {
+        fixture.raw_options = arguments.clone();
+        let (seed, port) = fixture.compare(&originals, None);
+        assert_eq!(
+            seed.row.get("phase"),
+            Some(&Json::from(phase)),
+            "{label}: seed {:?}",
+            seed.row
+        );
+        assert_eq!(port.exit, seed.exit, "{label}: {}", port.stderr);
+        // compare() checked the installer's arguments (lossily decoded);
+        // the undecodable bind must reach it byte for byte.
+        if label == "bind not utf-8" {
+            let record = std::fs::read(
+                fixture
+                    .run_dir(Side::Port)
+                    .join("installer/installer.record"),
+            )
+            .expect("the installer ran");
+            assert!(
+                record
+                    .windows(b"arg=127.0.0.\xe9\n".len())
+                    .any(|window| window == b"arg=127.0.0.\xe9\n"),
+                "{}",
+                OsString::from_vec(record.clone()).as_bytes().escape_ascii()
+            );
+        }
+    }
+}

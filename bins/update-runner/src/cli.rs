@@ -1,8 +1,10 @@
 //! The update runner's command line: every option of `update_runner.py`'s
 //! argparse parser, in its order, with its requirements and defaults.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
+use agents_common::python::int::PythonInt;
 use agents_common::{CommandSpec, Error, OptionSpec, ParsedArgs, Result, ValueKind};
 
 /// The program name in usage and error lines, whatever `argv[0]` is: the
@@ -46,8 +48,15 @@ pub static SPEC: CommandSpec = CommandSpec {
             true,
             "PEM Ed25519 key that signs release manifests",
         ),
-        option("port", ValueKind::Int, true, "the server's public port"),
-        option("bind", ValueKind::Text, true, "the server's bind address"),
+        // argparse keeps any int and any str (undecodable bytes as
+        // surrogate escapes), and the seed passes both on to install.sh.
+        option("port", ValueKind::AnyInt, true, "the server's public port"),
+        option(
+            "bind",
+            ValueKind::RawPath,
+            true,
+            "the server's bind address",
+        ),
         option(
             "expected-version",
             ValueKind::Text,
@@ -110,7 +119,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         ),
         option(
             "expected-server-identity",
-            ValueKind::Text,
+            ValueKind::RawPath,
             true,
             "stable identity of the server being updated",
         ),
@@ -179,8 +188,10 @@ pub static SPEC: CommandSpec = CommandSpec {
 pub struct Args {
     pub status_file: PathBuf,
     pub public_key: PathBuf,
-    pub port: i128,
-    pub bind: String,
+    /// Any int argparse reads; passed on as Python prints it.
+    pub port: PythonInt,
+    /// Passed to install.sh byte for byte.
+    pub bind: OsString,
     pub expected_version: Option<String>,
     pub current_version: Option<String>,
     pub track: String,
@@ -191,7 +202,12 @@ pub struct Args {
     pub recover_only: bool,
     pub recovery_transaction: Option<PathBuf>,
     pub auth_token_file: Option<PathBuf>,
+    /// The identity compared with the server's: its text, undecodable bytes
+    /// as U+FFFD (Python holds them as surrogate escapes, which no identity
+    /// a server reports contains either).
     pub expected_server_identity: String,
+    /// The identity as given, for install.sh's argument list.
+    pub expected_server_identity_argument: OsString,
     pub update_id: UpdateId,
     pub expected_service_cgroup: Option<String>,
     pub expected_team_hub_id: Option<String>,
@@ -272,11 +288,17 @@ impl Args {
     pub fn from_parsed(parsed: &ParsedArgs) -> Args {
         let text = |long| parsed.text(long).map(str::to_string);
         let path = |long| parsed.path(long).map(PathBuf::from);
+        let raw = |long| {
+            parsed
+                .path(long)
+                .map(|value| value.as_os_str().to_os_string())
+        };
+        let identity = required(raw("expected-server-identity"), "expected-server-identity");
         Args {
             status_file: required(path("status-file"), "status-file"),
             public_key: required(path("public-key"), "public-key"),
-            port: required(parsed.int("port"), "port"),
-            bind: required(text("bind"), "bind"),
+            port: required(parsed.any_int("port").cloned(), "port"),
+            bind: required(raw("bind"), "bind"),
             expected_version: text("expected-version"),
             current_version: text("current-version"),
             track: text("track").unwrap_or_else(|| "stable".to_string()),
@@ -287,10 +309,8 @@ impl Args {
             recover_only: parsed.flag("recover-only"),
             recovery_transaction: path("recovery-transaction"),
             auth_token_file: path("auth-token-file"),
-            expected_server_identity: required(
-                text("expected-server-identity"),
-                "expected-server-identity",
-            ),
+            expected_server_identity: identity.to_string_lossy().into_owned(),
+            expected_server_identity_argument: identity,
             update_id: UpdateId::new(required(text("update-id"), "update-id")),
             expected_service_cgroup: text("expected-service-cgroup"),
             expected_team_hub_id: text("expected-team-hub-id"),
@@ -379,7 +399,7 @@ mod tests {
             Args {
                 status_file: "/s".into(),
                 public_key: "/k".into(),
-                port: 7,
+                port: PythonInt::Small(7),
                 bind: "b".into(),
                 expected_version: None,
                 current_version: None,
@@ -392,6 +412,7 @@ mod tests {
                 recovery_transaction: None,
                 auth_token_file: None,
                 expected_server_identity: "i".into(),
+                expected_server_identity_argument: "i".into(),
                 update_id: UpdateId::new("u".into()),
                 expected_service_cgroup: None,
                 expected_team_hub_id: None,
@@ -521,7 +542,7 @@ mod tests {
         .unwrap();
         assert_eq!(args.prepared_receipt, Some(PathBuf::from("/exact")));
         assert_eq!(args.prepared_receipt_sha256.as_deref(), Some("cd"));
-        assert_eq!(args.port, 8);
+        assert_eq!(args.port, PythonInt::Small(8));
         assert_eq!(args.bind, "-1");
         assert_eq!(args.update_id.given(), "last");
         assert!(args.recover_only);

@@ -97,13 +97,13 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         "--expected-activation-id".into(),
         context.transaction_id().into(),
         "--expected-server-identity".into(),
-        args.expected_server_identity.clone().into(),
+        args.expected_server_identity_argument.clone(),
         "--managed-update-id".into(),
         args.update_id.given().into(),
         "--port".into(),
         args.port.to_string().into(),
         "--bind".into(),
-        args.bind.clone().into(),
+        args.bind.clone(),
     ];
     let mut run = InstallerRun::new(
         source.join("install.sh"),
@@ -145,7 +145,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         ));
     }
     let row = |name: &str| status.get(name).cloned().filter(|value| !value.is_null());
-    let health = ServerHealth::new(args.port, &token);
+    let health = ServerHealth::new(args.port.clone(), &token);
     let mut identity = PostUpdateIdentity {
         server_identity: args.expected_server_identity.clone(),
         server_version: Some(version.clone()),

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::release::MAX_METADATA_BYTES;
 use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use agents_common::json_object;
+use agents_common::python::int::PythonInt;
 use agents_common::python::{
     str_or_empty as python_str_or_empty, strip as python_strip, truthy as python_truthy,
 };
@@ -158,14 +159,14 @@ impl ReadinessWait {
 /// The running server's authenticated health endpoint on 127.0.0.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerHealth {
-    port: i128,
+    port: PythonInt,
     token: String,
 }
 
 impl ServerHealth {
     /// The endpoint on `port`, authenticated with `token` when it is not
     /// blank (the seed sends no `Authorization` for an empty token).
-    pub fn new(port: i128, token: &str) -> Self {
+    pub fn new(port: PythonInt, token: &str) -> Self {
         ServerHealth {
             port,
             token: python_strip(token).to_string(),
@@ -182,7 +183,7 @@ impl ServerHealth {
             vec![("Authorization", authorization.as_str())]
         };
         let limit = MAX_METADATA_BYTES as usize;
-        let content = http_get::get(self.port, "/api/health", &headers, timeout, limit).map_err(
+        let content = http_get::get(&self.port, "/api/health", &headers, timeout, limit).map_err(
             |failure| HealthProbeError {
                 error: failure.error,
                 transient: failure.transient,

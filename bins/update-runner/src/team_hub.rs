@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::team_hub_fence::TeamHubFence;
+use agents_common::python::int::PythonInt;
 use agents_common::{
     json_object, python_strip, read_status_unlocked, Error, Json, JsonObject, Result, StatusLock,
 };
@@ -110,7 +111,7 @@ impl TeamHub {
                         ));
                     };
                     let valid = if selected == "direct_ip" {
-                        is_direct_ip_url(remote, args.port)
+                        is_direct_ip_url(remote, &args.port)
                     } else {
                         is_tailscale_serve_url(remote)
                     };
@@ -129,7 +130,7 @@ impl TeamHub {
                     "managed Team Hub direct-IP route requires a Hub identity",
                 ));
             }
-            if !direct.is_empty() && !is_direct_ip_url(direct, args.port) {
+            if !direct.is_empty() && !is_direct_ip_url(direct, &args.port) {
                 return Err(Error::runtime(
                     "expected Team Hub direct-IP route is invalid",
                 ));
@@ -254,10 +255,10 @@ fn matches_all(row: &JsonObject, expected: &JsonObject) -> bool {
 /// `configured_team_hub_endpoint("host", url, "direct_ip", port)` accepts
 /// exactly `http://<ip>:<port>/api/team-hub` with a canonical, public-range
 /// IPv4 literal (first octet 1..223, not loopback).
-fn is_direct_ip_url(url: &str, port: i128) -> bool {
-    if !(0..=65_535).contains(&port) {
+fn is_direct_ip_url(url: &str, port: &PythonInt) -> bool {
+    let Some(port) = port.as_i128().filter(|port| (0..=65_535).contains(port)) else {
         return false;
-    }
+    };
     let Some(host) = url
         .strip_prefix("http://")
         .and_then(|rest| rest.strip_suffix(&format!(":{port}{MOUNT_PATH}")))
@@ -372,12 +373,21 @@ mod tests {
 
     #[test]
     fn direct_ip_urls() {
+        let port = |value| PythonInt::Small(value);
         assert!(is_direct_ip_url(
             "http://192.168.1.20:7850/api/team-hub",
-            7850
+            &port(7850)
         ));
-        assert!(is_direct_ip_url("http://10.0.0.1:80/api/team-hub", 80));
-        for (url, port) in [
+        assert!(is_direct_ip_url(
+            "http://10.0.0.1:80/api/team-hub",
+            &port(80)
+        ));
+        let huge = PythonInt::parse(&"7".repeat(45)).unwrap();
+        assert!(!is_direct_ip_url(
+            &format!("http://10.0.0.1:{huge}/api/team-hub"),
+            &huge
+        ));
+        for (url, port_value) in [
             ("http://192.168.1.20:7851/api/team-hub", 7850),
             ("http://127.0.0.1:7850/api/team-hub", 7850),
             ("http://224.0.0.1:7850/api/team-hub", 7850),
@@ -390,7 +400,7 @@ mod tests {
             ("http://10.0.0.1:70000/api/team-hub", 70000),
             ("http://[::1]:7850/api/team-hub", 7850),
         ] {
-            assert!(!is_direct_ip_url(url, port), "{url}");
+            assert!(!is_direct_ip_url(url, &port(port_value)), "{url}");
         }
     }
 

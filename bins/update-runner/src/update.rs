@@ -6,7 +6,8 @@
 //! whose update the server cancelled, finalised or superseded stops at its
 //! next write.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -148,11 +149,10 @@ pub fn run_update(args: &Args) -> Result<()> {
         &manifest,
         prepared.as_ref(),
         &version,
-        &server_identity,
         &update_id,
         &team_hub,
     );
-    let health = ServerHealth::new(args.port, &auth_token);
+    let health = ServerHealth::new(args.port.clone(), &auth_token);
     health.wait_for_idle(
         owner,
         &ReadinessWait::new(&server_identity, service_cgroup.is_some()),
@@ -340,24 +340,24 @@ fn installer_arguments(
     manifest: &ReleaseManifest,
     prepared: Option<&PreparedRelease>,
     version: &str,
-    server_identity: &str,
     update_id: &str,
     team_hub: &TeamHub,
 ) -> Vec<OsString> {
-    let mut arguments: Vec<OsString> = [
-        "--non-interactive",
-        "--release-version",
-        version,
-        "--port",
-        &args.port.to_string(),
-        "--bind",
-        &args.bind,
-        "--expected-server-identity",
-        server_identity,
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
+    // The identity stripped as `str.strip()` strips it, its bytes kept.
+    let server_identity = OsStr::from_bytes(agents_common::python::text::strip_bytes(
+        args.expected_server_identity_argument.as_bytes(),
+    ));
+    let mut arguments: Vec<OsString> = vec![
+        "--non-interactive".into(),
+        "--release-version".into(),
+        version.into(),
+        "--port".into(),
+        args.port.to_string().into(),
+        "--bind".into(),
+        args.bind.clone(),
+        "--expected-server-identity".into(),
+        server_identity.to_os_string(),
+    ];
     if let Some(prepared) = prepared {
         arguments.push("--activate-prepared".into());
         arguments.push(prepared.receipt.clone().into_os_string());

@@ -21,6 +21,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use agents_common::python::int::PythonInt;
 use agents_common::{Error, ErrorClass};
 
 /// `http.client._MAXLINE`: the longest status, header, chunk-size or
@@ -70,7 +71,8 @@ fn timed_out() -> io::Error {
 struct Target {
     tls: bool,
     host: String,
-    port: u16,
+    /// `int()` of the URL's port, any size, as http.client keeps it.
+    port: PythonInt,
     selector: String,
 }
 
@@ -107,8 +109,8 @@ impl Target {
         };
         let default = if tls { 443 } else { 80 };
         let port = match port {
-            None | Some("") => default,
-            Some(digits) => digits.parse::<u16>().map_err(|_| {
+            None | Some("") => PythonInt::Small(default),
+            Some(digits) => PythonInt::parse(digits).ok_or_else(|| {
                 Failure::Protocol(Error::value(format!("nonnumeric port: '{digits}'")))
             })?,
         };
@@ -134,11 +136,41 @@ impl Target {
             self.host.clone()
         };
         let default = if self.tls { 443 } else { 80 };
-        if self.port == default {
+        if self.port == PythonInt::Small(default) {
             host
         } else {
             format!("{host}:{}", self.port)
         }
+    }
+
+    /// The port getaddrinfo(3) resolves for Python's int: CPython passes it
+    /// as a C long's decimal text (`OverflowError` beyond), and glibc reads
+    /// that with `strtoul` into an `int`: a negative result is an unknown
+    /// service name, anything else keeps its low 16 bits (port 70000
+    /// connects to 4464, as Python's does).
+    fn service_port(&self) -> Result<u16, Failure> {
+        let value = self
+            .port
+            .as_i128()
+            .and_then(|value| i64::try_from(value).ok())
+            .ok_or_else(|| {
+                Failure::Protocol(Error::new(
+                    ErrorClass::Runtime,
+                    "Python int too large to convert to C long",
+                ))
+            })?;
+        // strtoul negates a leading minus in unsigned arithmetic.
+        let service = value as u64 as u32 as i32;
+        if service < 0 {
+            return Err(Failure::Protocol(
+                Error::new(
+                    ErrorClass::Os,
+                    "[Errno -8] Servname not supported for ai_socktype",
+                )
+                .into_url_error(),
+            ));
+        }
+        Ok(service as u16)
     }
 }
 
@@ -216,9 +248,9 @@ fn remaining(deadline: Instant) -> io::Result<Duration> {
 
 /// `socket.create_connection`: each resolved address in turn until one
 /// connects; the last error otherwise.
-fn connect(target: &Target, deadline: Instant) -> io::Result<TcpStream> {
+fn connect(target: &Target, port: u16, deadline: Instant) -> io::Result<TcpStream> {
     let mut last = None;
-    for address in (target.host.as_str(), target.port).to_socket_addrs()? {
+    for address in (target.host.as_str(), port).to_socket_addrs()? {
         match TcpStream::connect_timeout(&address, remaining(deadline)?) {
             Ok(socket) => return Ok(socket),
             Err(error) => last = Some(error),
@@ -470,7 +502,8 @@ pub(crate) fn get(
             ))));
         }
     }
-    let socket = connect(&target, deadline).map_err(Failure::Connect)?;
+    let port = target.service_port()?;
+    let socket = connect(&target, port, deadline).map_err(Failure::Connect)?;
     let mut stream = if target.tls {
         let name = rustls::ServerName::try_from(target.host.as_str()).map_err(|_| {
             Failure::Connect(io::Error::new(
@@ -635,16 +668,22 @@ mod tests {
             Target {
                 tls: true,
                 host: "github.com".into(),
-                port: 443,
+                port: PythonInt::Small(443),
                 selector: "/a/b?per_page=100".into()
             }
         );
         assert_eq!(target.host_header(), "github.com");
         let local = Target::parse("http://127.0.0.1:8080").unwrap();
-        assert_eq!((local.port, local.selector.as_str()), (8080, "/"));
+        assert_eq!(
+            (local.port.clone(), local.selector.as_str()),
+            (PythonInt::Small(8080), "/")
+        );
         assert_eq!(local.host_header(), "127.0.0.1:8080");
         let v6 = Target::parse("http://[::1]:9/x").unwrap();
-        assert_eq!((v6.host.as_str(), v6.port), ("::1", 9));
+        assert_eq!(
+            (v6.host.as_str(), v6.port.clone()),
+            ("::1", PythonInt::Small(9))
+        );
         assert_eq!(v6.host_header(), "[::1]:9");
         assert!(Target::parse("ftp://x/").is_err());
         assert!(Target::parse("http://x:port/").is_err());

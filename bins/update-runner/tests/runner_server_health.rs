@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agents_common::python::int::PythonInt;
 use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
 use release_support::{python_oracle, Reply, TempDir, TestServer};
 use update_runner::server_health::{
@@ -231,7 +232,7 @@ impl Check {
 
     /// Our outcome as the oracle prints it.
     fn run(&self, port: u16, token: &str) -> Json {
-        let health = ServerHealth::new(i128::from(port), token);
+        let health = ServerHealth::new(PythonInt::Small(i128::from(port)), token);
         let outcome: Result<Json, (agents_common::Error, Option<bool>)> = match self {
             Check::Work {
                 cgroup,
@@ -1093,7 +1094,7 @@ fn compare_wait(
     let mut wait = ReadinessWait::new(IDENTITY, true);
     wait.timeout = Duration::from_secs_f64(timeout);
     wait.poll = Duration::from_millis(50);
-    let ours = ServerHealth::new(i128::from(port), "t").wait_for_idle(
+    let ours = ServerHealth::new(PythonInt::Small(i128::from(port)), "t").wait_for_idle(
         StatusOwner {
             status_path: &our_status,
             update_id,

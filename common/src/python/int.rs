@@ -43,34 +43,78 @@ fn is_int_space(c: char) -> bool {
 /// `i128` (every integer option of the helpers is range-checked by its
 /// consumer long before that; larger values are refused like malformed ones).
 pub fn python_int(text: &str) -> Option<i128> {
-    let body = text.trim_matches(is_int_space);
-    let (negative, digits) = match body.chars().next()? {
-        '-' => (true, &body[1..]),
-        '+' => (false, &body[1..]),
-        _ => (false, body),
-    };
-    let mut value: i128 = 0;
-    let mut previous_was_digit = false;
-    for c in digits.chars() {
-        if c == '_' {
-            // One underscore, only between two digits.
-            if !previous_was_digit {
-                return None;
-            }
-            previous_was_digit = false;
-            continue;
-        }
-        let digit = decimal_digit(c)?;
-        // Accumulate towards the sign so that i128::MIN itself is representable.
-        value = value.checked_mul(10)?;
-        value = if negative {
-            value.checked_sub(i128::from(digit))?
-        } else {
-            value.checked_add(i128::from(digit))?
+    PythonInt::parse(text)?.as_i128()
+}
+
+/// A Python int of any size, as `int(text)` reads it (update-runner keeps a
+/// 45-digit `--port` and passes it on as Python prints it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PythonInt {
+    /// Within `i128`.
+    Small(i128),
+    /// Beyond `i128`: its decimal text as `str(int)` writes it.
+    Large(String),
+}
+
+impl PythonInt {
+    /// `int(text)`: surrounding whitespace, a sign, single underscores
+    /// between digits, leading zeros and decimal digits of any script.
+    pub fn parse(text: &str) -> Option<PythonInt> {
+        let body = text.trim_matches(is_int_space);
+        let (negative, digits) = match body.chars().next()? {
+            '-' => (true, &body[1..]),
+            '+' => (false, &body[1..]),
+            _ => (false, body),
         };
-        previous_was_digit = true;
+        let mut decimal = String::new();
+        let mut previous_was_digit = false;
+        for c in digits.chars() {
+            if c == '_' {
+                // One underscore, only between two digits.
+                if !previous_was_digit {
+                    return None;
+                }
+                previous_was_digit = false;
+                continue;
+            }
+            let digit = decimal_digit(c)?;
+            if !(decimal.is_empty() && digit == 0) {
+                decimal.push(char::from(b'0' + digit as u8));
+            }
+            previous_was_digit = true;
+        }
+        if !previous_was_digit {
+            return None;
+        }
+        if decimal.is_empty() {
+            return Some(PythonInt::Small(0));
+        }
+        if negative {
+            decimal.insert(0, '-');
+        }
+        Some(match decimal.parse::<i128>() {
+            Ok(value) => PythonInt::Small(value),
+            Err(_) => PythonInt::Large(decimal),
+        })
     }
-    previous_was_digit.then_some(value)
+
+    /// The value when it fits an `i128`.
+    pub fn as_i128(&self) -> Option<i128> {
+        match self {
+            PythonInt::Small(value) => Some(*value),
+            PythonInt::Large(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PythonInt {
+    /// `str(int)`.
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PythonInt::Small(value) => write!(formatter, "{value}"),
+            PythonInt::Large(decimal) => formatter.write_str(decimal),
+        }
+    }
 }
 
 /// `int(text, 16)`, or `None` where Python raises `ValueError` (the decimal
@@ -182,6 +226,34 @@ mod tests {
     fn refuses_values_beyond_i128() {
         assert_eq!(python_int("170141183460469231731687303715884105728"), None);
         assert_eq!(python_int("-170141183460469231731687303715884105729"), None);
+    }
+
+    #[test]
+    fn keeps_ints_of_any_size_as_python_prints_them() {
+        // str(int(text)) in Python 3.11.
+        for (text, printed) in [
+            (
+                " +000_170141183460469231731687303715884105728 ",
+                "170141183460469231731687303715884105728",
+            ),
+            (
+                "-170141183460469231731687303715884105729",
+                "-170141183460469231731687303715884105729",
+            ),
+            (
+                "\u{663}00000000000000000000000000000000000000000000",
+                "300000000000000000000000000000000000000000000",
+            ),
+            ("-0000", "0"),
+            ("0_0", "0"),
+            ("42", "42"),
+        ] {
+            let value = PythonInt::parse(text).unwrap();
+            assert_eq!(value.to_string(), printed, "{text:?}");
+            assert_eq!(value.as_i128(), printed.parse::<i128>().ok());
+        }
+        assert_eq!(PythonInt::parse("1_"), None);
+        assert_eq!(PythonInt::parse(""), None);
     }
 
     #[test]

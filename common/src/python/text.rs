@@ -21,6 +21,24 @@ pub fn strip(text: &str) -> &str {
     text.trim_matches(is_space)
 }
 
+/// `str.strip()` of an argument Python decoded with surrogate escapes,
+/// on its bytes: white space is stripped from each end up to the first
+/// byte that is not valid UTF-8 (an escape is never white space).
+pub fn strip_bytes(raw: &[u8]) -> &[u8] {
+    let chunks: Vec<_> = raw.utf8_chunks().collect();
+    let start = match chunks.first() {
+        Some(first) => first.valid().len() - first.valid().trim_start_matches(is_space).len(),
+        None => 0,
+    };
+    let end = match chunks.last() {
+        Some(last) if last.invalid().is_empty() => {
+            raw.len() - (last.valid().len() - last.valid().trim_end_matches(is_space).len())
+        }
+        _ => raw.len(),
+    };
+    &raw[start..end.max(start)]
+}
+
 /// `str.split()` without arguments: runs of white space separate, edges vanish.
 pub fn split_whitespace(text: &str) -> Vec<&str> {
     text.split(is_space)
@@ -207,6 +225,26 @@ pub fn repr_list(args: &[String]) -> String {
 /// Python's `UnicodeDecodeError` text otherwise) and universal newlines.
 pub fn text_mode(data: &[u8]) -> Result<String> {
     Ok(decode_utf8(data)?.replace("\r\n", "\n").replace('\r', "\n"))
+}
+
+#[cfg(test)]
+mod strip_bytes_tests {
+    use super::strip_bytes;
+
+    #[test]
+    fn strips_white_space_around_undecodable_bytes_only() {
+        // Python: os.fsencode(os.fsdecode(raw).strip()).
+        for (raw, stripped) in [
+            (&b" \xe9id\t"[..], &b"\xe9id"[..]),
+            (b"\xc2\xa0 id \xff", b"id \xff"),
+            (b"\xff", b"\xff"),
+            (b"  ", b""),
+            (b"", b""),
+            (b" a \xc2\xa0", b"a"),
+        ] {
+            assert_eq!(strip_bytes(raw), stripped, "{raw:?}");
+        }
+    }
 }
 
 #[cfg(test)]

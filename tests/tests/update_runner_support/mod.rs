@@ -161,6 +161,9 @@ pub struct Fixture {
     pub admitted: JsonObject,
     /// Extra runner options.
     pub options: Vec<String>,
+    /// Extra runner arguments after `options`, any bytes (argparse takes
+    /// words that are not UTF-8).
+    pub raw_options: Vec<std::ffi::OsString>,
     /// Shell code the stand-in installer sources before finishing.
     pub behaviour: Option<String>,
     /// Extra environment of both runners.
@@ -256,6 +259,7 @@ impl Fixture {
                 "unknown_server_key" => json_object! {"kept" => true},
             },
             options: Vec::new(),
+            raw_options: Vec::new(),
             behaviour: None,
             environment: Vec::new(),
             unready_requests: 0,
@@ -489,12 +493,13 @@ impl Fixture {
                     .arg("-c")
                     .arg(SEED_LAUNCHER)
                     .args(&arguments)
+                    .args(&self.raw_options)
                     .env("SEEDS_DIR", originals.dir());
                 command
             }
             Side::Port => {
                 let mut command = Command::new(agents_tests::binary_path("update-runner"));
-                command.args(&arguments);
+                command.args(&arguments).args(&self.raw_options);
                 command
             }
         };
@@ -512,8 +517,11 @@ impl Fixture {
         let measured = agents_tests::run_measured(command.stdin(std::process::Stdio::null()));
         let output = measured.output;
         let normalise = |text: &str| normalise_paths(text, &tmp, &run);
-        let installer = std::fs::read_to_string(record.join("installer.record"))
+        // Arguments may hold bytes that are not UTF-8; both sides are read
+        // the same lossy way.
+        let installer = std::fs::read(record.join("installer.record"))
             .ok()
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
             .map(|text| text.lines().map(normalise).collect());
         let log = std::fs::read_to_string(admin.join("server-update.log"))
             .ok()

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::release::UPDATER_USER_AGENT;
 use crate::urllib::{self, Failure};
+use agents_common::python::int::PythonInt;
 use agents_common::{Error, ErrorClass};
 
 /// A failed request: the exception text and class Python reports, and
@@ -62,21 +63,17 @@ impl From<Failure> for GetFailure {
 /// by `timeout`, and return at most `limit + 1` bytes of a 2xx body
 /// (`response.read(limit + 1)`), so the caller can tell an oversized one.
 pub(crate) fn get(
-    port: i128,
+    port: &PythonInt,
     path: &str,
     headers: &[(&str, &str)],
     timeout: Duration,
     limit: usize,
 ) -> Result<Vec<u8>, GetFailure> {
-    let Ok(port) = u16::try_from(port) else {
-        return Err(GetFailure {
-            error: Error::new(ErrorClass::Os, "getsockaddrarg: port must be 0-65535."),
-            transient: false,
-        });
-    };
     let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
     let mut all_headers = vec![("User-Agent", UPDATER_USER_AGENT)];
     all_headers.extend_from_slice(headers);
+    // Any int the command line held: urllib connects where getaddrinfo(3)
+    // takes it (see urllib::Target).
     let url = format!("http://127.0.0.1:{port}{path}");
     let mut response = urllib::get(&url, &all_headers, deadline)?;
     if !(200..300).contains(&response.code) {
