@@ -172,21 +172,9 @@ impl InstallationLock {
     fn reap_dead_owner(&self) -> Result<()> {
         owned_directory(&self.path, true)?;
         let directory = open_directory(&self.path)?;
-        let owner = match rustix::fs::openat(
-            &directory,
-            OWNER_NAME,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(owner) => owner,
-            Err(Errno::NOENT) => {
-                if !entries(&directory)?.is_empty() {
-                    return Err(Error::runtime("installation lock contains unknown files"));
-                }
-                // The atomic rename may replace this exact empty directory.
-                return Ok(());
-            }
-            Err(errno) => return Err(Error::from_errno(errno, Path::new(OWNER_NAME))),
+        let Some(owner) = open_owner(&directory)? else {
+            // The atomic rename may replace this exact empty directory.
+            return Ok(());
         };
         let (owner_info, raw) = read_owner(owner)?;
         let owner_pid = parse_owner(&raw)?;
@@ -280,25 +268,13 @@ pub fn inspect_lock(root: &Path) -> Result<Option<LockInspection>> {
     }
     owned_directory(&path, true)?;
     let directory = open_directory(&path)?;
-    let owner = match rustix::fs::openat(
-        &directory,
-        OWNER_NAME,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(owner) => owner,
-        Err(Errno::NOENT) => {
-            if !entries(&directory)?.is_empty() {
-                return Err(Error::runtime("installation lock contains unknown files"));
-            }
-            let info = rustix::fs::fstat(&directory)?;
-            return Ok(Some(LockInspection {
-                owner: None,
-                alive: false,
-                since: modified(&info),
-            }));
-        }
-        Err(errno) => return Err(Error::from_errno(errno, Path::new(OWNER_NAME))),
+    let Some(owner) = open_owner(&directory)? else {
+        let info = rustix::fs::fstat(&directory)?;
+        return Ok(Some(LockInspection {
+            owner: None,
+            alive: false,
+            since: modified(&info),
+        }));
     };
     let (info, raw) = read_owner(owner)?;
     let pid = parse_owner(&raw)?;
@@ -312,6 +288,24 @@ pub fn inspect_lock(root: &Path) -> Result<Option<LockInspection>> {
         alive,
         since: modified(&info),
     }))
+}
+
+/// The lock's owner file, opened without following a link or blocking on a
+/// FIFO; `None` when the directory holds nothing at all (an owner that died
+/// before writing it, or one that has just released), and an error when it
+/// holds anything else.
+fn open_owner(directory: &OwnedFd) -> Result<Option<OwnedFd>> {
+    match rustix::fs::openat(
+        directory,
+        OWNER_NAME,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(owner) => Ok(Some(owner)),
+        Err(Errno::NOENT) if entries(directory)?.is_empty() => Ok(None),
+        Err(Errno::NOENT) => Err(Error::runtime("installation lock contains unknown files")),
+        Err(errno) => Err(Error::from_errno(errno, Path::new(OWNER_NAME))),
+    }
 }
 
 fn modified(info: &Stat) -> std::time::SystemTime {

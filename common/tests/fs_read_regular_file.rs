@@ -11,17 +11,6 @@ use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use agents_common::ErrorClass;
 use agents_tests::TempDir;
 
-fn fifo(path: &std::path::Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
-}
-
 #[test]
 fn a_regular_file_within_the_cap_is_read_whole_through_a_followed_link_too() {
     let dir = TempDir::new("bounded-read");
@@ -65,7 +54,7 @@ fn a_regular_file_within_the_cap_is_read_whole_through_a_followed_link_too() {
 fn fifos_devices_and_huge_files_are_answered_at_once() {
     let dir = TempDir::new("bounded-read-hostile");
     let pipe = dir.path().join("fifo");
-    fifo(&pipe);
+    agents_tests::make_fifo(&pipe);
     let huge = dir.path().join("huge");
     fs::File::create(&huge).unwrap().set_len(1 << 40).unwrap();
     let started = Instant::now();

@@ -32,6 +32,19 @@ pub fn write_file(path: &Path, data: &[u8], mode: u32) {
     set_mode(path, mode);
 }
 
+/// Creates a FIFO at `path` (mode 0600): a file a plain open for reading
+/// would wait on for ever, for the tests of bounded reads.
+pub fn make_fifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+}
+
 /// Like [`write_file`], creating missing parent directories first.
 pub fn write_file_making_parents(path: &Path, data: &[u8], mode: u32) {
     if let Some(parent) = path.parent() {

@@ -78,8 +78,8 @@ mod worker_files;
 
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
 pub use files::{
-    chown_other, entries, make_dir, make_dirs, mode_of, set_mode, unique_base, write_file,
-    write_file_making_parents, OTHER_UID,
+    chown_other, entries, make_dir, make_dirs, make_fifo, mode_of, set_mode, unique_base,
+    write_file, write_file_making_parents, OTHER_UID,
 };
 pub use fixture::{
     free_port, DirectService, Installation, SplitServices, AGENT_TOKEN, SERVICE_TIMEOUT,

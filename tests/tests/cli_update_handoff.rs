@@ -191,14 +191,7 @@ fn help_exits_zero_and_documents_both_forms() {
 fn an_expected_status_that_is_not_a_small_regular_file_is_refused_without_waiting() {
     let dir = TempDir::new("handoff-expected-status");
     let pipe = dir.path().join("expected.fifo");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &pipe,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    agents_tests::make_fifo(&pipe);
     let huge = dir.path().join("expected.json");
     fs::File::create(&huge).unwrap().set_len(1_048_577).unwrap();
     let directory = dir.path().join("expected.d");

@@ -365,18 +365,6 @@ fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing
     }
 }
 
-/// A FIFO at `path`, which a plain open for reading would wait on for ever.
-fn fifo(path: &std::path::Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
-}
-
 /// A sparse file of `size` bytes: large to `stat`, free to create.
 fn sparse_file(path: &std::path::Path, size: u64) {
     std::fs::File::create(path).unwrap().set_len(size).unwrap();
@@ -410,7 +398,7 @@ fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_r
         if path == &link {
             std::os::unix::fs::symlink(&victim, &link).unwrap();
         } else if path == &pipe {
-            fifo(&pipe);
+            agents_tests::make_fifo(&pipe);
         } else {
             sparse_file(&huge, 300 << 20);
         }
@@ -445,7 +433,7 @@ fn a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waitin
     let planted = fixture.root.path().join("planted");
     std::fs::create_dir_all(&planted).unwrap();
     let pipe = planted.join("key.pem");
-    fifo(&pipe);
+    agents_tests::make_fifo(&pipe);
     let huge = planted.join("huge.pem");
     sparse_file(&huge, 300 << 20);
     for (key, refusal) in [
@@ -476,7 +464,7 @@ fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting()
     let planted = fixture.root.path().join("planted");
     std::fs::create_dir_all(&planted).unwrap();
     let pipe = planted.join("fifo-status.json");
-    fifo(&pipe);
+    agents_tests::make_fifo(&pipe);
     let huge = planted.join("huge-status.json");
     sparse_file(&huge, 200 << 20);
     // A FIFO reads as no row at all, as the seed reads an unreadable file;

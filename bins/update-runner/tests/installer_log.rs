@@ -108,6 +108,14 @@ fn string(path: &std::path::Path) -> Json {
     Json::from(path.to_str().unwrap())
 }
 
+/// The seed's `installer_log_tail` of the whole log at `path`.
+fn seed_tail_of(originals: &agents_tests::Originals, path: &std::path::Path) -> Json {
+    let mut call = JsonObject::new();
+    call.insert("tail", string(path));
+    call.insert("start_offset", 0);
+    seed(originals, vec![Json::Object(call)]).remove(0)
+}
+
 #[test]
 fn tail_matches_seed_on_generated_logs() {
     let originals = agents_tests::require_originals!();
@@ -174,10 +182,7 @@ fn tail_redacts_what_the_seed_redacts() {
         "useful diagnostic",
     );
     assert_eq!(installer_log_tail(&path, 0, &[]), expected);
-    let mut call = JsonObject::new();
-    call.insert("tail", string(&path));
-    call.insert("start_offset", 0);
-    let seed_tail = seed(&originals, vec![Json::Object(call)]).remove(0);
+    let seed_tail = seed_tail_of(&originals, &path);
     assert_eq!(seed_tail.get("tail").and_then(Json::as_str), Some(expected));
 }
 
@@ -231,10 +236,7 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
         installer_log_tail(&path, 0, &[]),
         "caf\u{e9}Bearer [REDACTED]"
     );
-    let mut call = JsonObject::new();
-    call.insert("tail", string(&path));
-    call.insert("start_offset", 0);
-    let seed_tail = seed(&originals, vec![Json::Object(call)]).remove(0);
+    let seed_tail = seed_tail_of(&originals, &path);
     assert_eq!(
         seed_tail.get("tail").and_then(Json::as_str),
         Some("caf\u{e9}Bearer tok")
@@ -379,10 +381,7 @@ fn without_known_values_the_tail_leaks_exactly_as_the_seeds_does() {
     let path = leaky_log(&directory);
     let unredacted = installer_log_tail(&path, 0, &[]);
     assert_eq!(unredacted.matches(TOKEN).count(), 8, "{unredacted}");
-    let mut call = JsonObject::new();
-    call.insert("tail", string(&path));
-    call.insert("start_offset", 0);
-    let seed_tail = seed(&originals, vec![Json::Object(call)]).remove(0);
+    let seed_tail = seed_tail_of(&originals, &path);
     assert_eq!(
         seed_tail.get("tail").and_then(Json::as_str),
         Some(unredacted.as_str())

@@ -105,17 +105,13 @@ fn file_state(path: &Path) -> Option<(Vec<u8>, u32)> {
     Some((fs::read(path).ok()?, meta.mode() & 0o7777))
 }
 
+/// The sorted names in `directory`; none when it does not exist.
 fn sorted_names(directory: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(directory)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+    if directory.is_dir() {
+        agents_tests::entries(directory)
+    } else {
+        Vec::new()
+    }
 }
 
 impl Site {

@@ -206,14 +206,7 @@ fn leftovers(ctx: &Context) -> (usize, usize) {
     if matches!(ctx.kind, Kind::Missing | Kind::Unusable(_)) {
         return (0, 0);
     }
-    let names: Vec<String> = std::fs::read_dir(&ctx.root)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let names = super::entry_names(&ctx.root);
     let count = |prefix: &str| names.iter().filter(|name| name.starts_with(prefix)).count();
     (count(".execution-draft-"), count(".execution-completed-"))
 }

@@ -162,6 +162,21 @@ fn installation(ctx: &Context) -> (agents_common::JsonObject, String) {
     (object, headline)
 }
 
+/// The names in `directory`, sorted; none when it cannot be listed (the
+/// concern that needs the directory reports that itself).
+fn entry_names(directory: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(directory)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 fn release_name(path: &std::path::Path) -> String {
     path.file_name()
         .map(|name| name.to_string_lossy().into_owned())

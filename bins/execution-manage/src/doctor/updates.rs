@@ -80,15 +80,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
         refuse(&mut concern, error);
         return (concern, Vec::new());
     }
-    let mut names: Vec<String> = std::fs::read_dir(&parent)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
+    let names = super::entry_names(&parent);
     let mut items = Vec::new();
     let mut handoffs = Vec::new();
     let mut status = Status::Healthy;
