@@ -15,4 +15,7 @@ mod value;
 
 pub use decode::{parse_json, parse_json_unique};
 pub use encode::{encode_compact, encode_compact_sorted, encode_indented, encode_line};
-pub use value::{Json, JsonObject};
+pub use value::{BigInt, Json, JsonObject, WideStr};
+// The macro is exported at the crate root (macro_export); modules take it
+// from here, beside the types it builds.
+pub use crate::json_object;

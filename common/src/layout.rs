@@ -26,8 +26,8 @@ use crate::fs::{
     check_text, ensure_directory, ensure_execution_secret, fsync_directory, normalize_path,
     owned_directory, read_file,
 };
+use crate::json::json_object;
 use crate::json::{encode_line, parse_json, Json};
-use crate::json_object;
 use crate::python::text::{decode_utf8, strip};
 
 /// `format` of the installed layout manifest and of execution journals.

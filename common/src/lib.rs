@@ -74,7 +74,9 @@ pub use python::{
 
 // json (Python-compatible JSON)
 mod json;
-pub use json::{encode_indented, encode_line, parse_json, parse_json_unique, Json, JsonObject};
+pub use json::{
+    encode_indented, encode_line, parse_json, parse_json_unique, BigInt, Json, JsonObject, WideStr,
+};
 // fs (safe filesystem primitives and secrets)
 pub mod fs;
 pub use fs::{
@@ -111,7 +113,7 @@ pub use cli::{
 mod update_status;
 pub use update_status::{
     is_ownership_lost, read_status_unlocked, runner_owns, update_status, update_status_unlocked,
-    utc_now, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
+    utc_now, StatusLock, MAX_STATUS_BYTES, RUNNER_OWNED_ACTIVE_PHASES,
 };
 // activation (install.sh's .activation-transaction journal and replace_config)
 pub mod activation;

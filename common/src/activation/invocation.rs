@@ -12,8 +12,8 @@ use super::manifest::{same_path, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 use super::paths::absolute_path;
 use super::release::{link_points_to, link_state, locate_release, release_matches};
 use crate::error::{Error, Result};
+use crate::json::json_object;
 use crate::json::{Json, JsonObject};
-use crate::json_object;
 use crate::python::values::member_truthy as truthy;
 
 /// The caller's side of a journal operation (activation_transaction's

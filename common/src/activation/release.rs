@@ -17,8 +17,8 @@ use super::paths::absolute_path;
 use super::text::safe_text;
 use crate::error::{Error, Result};
 use crate::fs::current_uid;
+use crate::json::json_object;
 use crate::json::{Json, JsonObject};
-use crate::json_object;
 use crate::python::hex::hex;
 
 /// The digest that identifies a release by its `VERSION` file (private,

@@ -18,7 +18,9 @@ use crate::json::Json;
 pub fn snapshot(path: &Path) -> Result<Json> {
     match read_file(path, false) {
         Ok((data, mode)) => Ok(file_record(&data, mode)),
-        Err(error) if error.is_not_found() => Ok(crate::json_object! { "exists" => false }.into()),
+        Err(error) if error.is_not_found() => {
+            Ok(crate::json::json_object! { "exists" => false }.into())
+        }
         Err(error) => Err(error),
     }
 }
@@ -30,7 +32,7 @@ pub fn desired(data: &[u8]) -> Json {
 }
 
 fn file_record(data: &[u8], mode: u32) -> Json {
-    crate::json_object! {
+    crate::json::json_object! {
         "exists" => true,
         "mode" => mode,
         "sha256" => hex(&Sha256::digest(data)),
