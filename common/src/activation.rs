@@ -4,7 +4,7 @@
 //! install.sh's own Python writer (`activation_transaction.py begin/record/
 //! activate-files/restore-files/finish`) creates and advances
 //! `<root>/.activation-transaction/`; the split-service helper reads it on
-//! every call and writes it only through [`replace_config`]. So every
+//! every call and writes it only through `replace_config` (execution-activation). So every
 //! validation step, message, byte of the canonical encoding and fsync/rename
 //! order follows the Python module: a journal either side writes is read the
 //! same way by the other.

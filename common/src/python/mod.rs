@@ -4,14 +4,14 @@
 //!
 //! - [`text`] — `str.isspace`/`strip`/`split`/`splitlines`, strict decoding
 //!   with `UnicodeDecodeError`'s wording, `repr`;
-//! - [`int`] — `int(text)` (argparse's `type=int`) and `int(text, 16)`;
+//! - [`int`](mod@int) — `int(text)` (argparse's `type=int`) and `int(text, 16)`;
 //! - [`values`] — `bool()`/`str()` of JSON values;
 //! - [`path`] — `pathlib`/`posixpath` normalisation and `resolve`;
 //! - [`ip`] — `ipaddress.ip_address`;
 //! - [`base64`] — `base64.b64decode(validate=True)`;
 //! - [`shlex`] — `shlex.split`;
 //! - [`uuid`] — `uuid4`, `uuid5(NAMESPACE_URL)`, `uuid.UUID(text)`;
-//! - [`hex`] — `bytes.hex()` and the seeds' lowercase-hex shape checks;
+//! - [`hex`](mod@hex) — `bytes.hex()` and the seeds' lowercase-hex shape checks;
 //! - [`random`] — `os.urandom` and `secrets.token_hex`.
 //!
 //! Exception class names live with the crate's error type
