@@ -126,8 +126,8 @@ pub use activation::{
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;
 pub use uninstall_marker::{
-    entry_present, installed_layout, no_activation, read_uninstall_intent, store_uninstall_intent,
-    write_uninstall_intent, UNINSTALL_INTENT_NAME,
+    entry_present, installed_layout, no_activation, read_interrupted_removal,
+    read_uninstall_intent, store_uninstall_intent, write_uninstall_intent, UNINSTALL_INTENT_NAME,
 };
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;
