@@ -378,8 +378,25 @@ impl Fixture {
 
     /// Run the admitted update with `side` in a fresh copy of the state.
     pub fn run(&self, side: Side<'_>) -> Outcome {
+        let mut command = self.command(side);
+        let output = command.output().expect("the runner starts");
+        self.outcome(side, &output)
+    }
+
+    /// The admitted update's runner command for `side`, in a fresh copy of
+    /// the state (the row admitted, the one-time credential written).
+    pub fn command(&self, side: Side<'_>) -> Command {
         let run = self.run_dir(side);
         let _ = std::fs::remove_dir_all(&run);
+        self.admit(side, &self.admitted);
+        self.runner(side)
+    }
+
+    /// The server's admission of `row` for `side`'s run (whose state is
+    /// kept): the row written as the server writes it, the one-time
+    /// credential file, and the health double told about the run.
+    pub fn admit(&self, side: Side<'_>, row: &JsonObject) {
+        let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
         let record = run.join("installer");
@@ -387,9 +404,13 @@ impl Fixture {
             std::fs::create_dir_all(directory).unwrap();
         }
         let status = admin.join("server-update.json");
-        atomic_json(&status, &self.admitted).unwrap();
+        atomic_json(&status, row).unwrap();
         let token = format!("{}-token", side.label());
-        let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
+        let update_id = row
+            .get("update_id")
+            .and_then(Json::as_str)
+            .unwrap_or(UPDATE_ID);
+        let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
         {
             let mut state = self.health_state.lock().unwrap();
@@ -399,6 +420,22 @@ impl Fixture {
         if let Some(behaviour) = &self.behaviour {
             std::fs::write(record.join("behaviour.sh"), behaviour).unwrap();
         }
+    }
+
+    /// The runner command of `side` for the row admitted last.
+    pub fn runner(&self, side: Side<'_>) -> Command {
+        let run = self.run_dir(side);
+        let admin = run.join("state/admin");
+        let tmp = run.join("tmp");
+        let record = run.join("installer");
+        let status = admin.join("server-update.json");
+        let row = read_status_unlocked(&status).unwrap();
+        let update_id = row
+            .get("update_id")
+            .and_then(Json::as_str)
+            .unwrap_or(UPDATE_ID)
+            .to_string();
+        let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         let mut arguments: Vec<String> = vec![
             "--status-file".into(),
             status.to_string_lossy().into_owned(),
@@ -411,7 +448,7 @@ impl Fixture {
             "--current-version".into(),
             CURRENT.into(),
             "--update-id".into(),
-            UPDATE_ID.into(),
+            update_id,
             "--expected-server-identity".into(),
             IDENTITY.into(),
             "--auth-token-file".into(),
@@ -446,7 +483,25 @@ impl Fixture {
             .env("AGENTSDOCK_AGENT_TOKEN", "runner-secret")
             .env("VIRTUAL_ENV", "/nonexistent/venv")
             .envs(self.environment.iter().map(|(key, value)| (key, value)));
-        let output = command.output().expect("the runner starts");
+        command
+    }
+
+    /// What the run of `side` that ended with `output` left behind.
+    pub fn outcome(&self, side: Side<'_>, output: &std::process::Output) -> Outcome {
+        let run = self.run_dir(side);
+        let admin = run.join("state/admin");
+        let tmp = run.join("tmp");
+        let record = run.join("installer");
+        let status = admin.join("server-update.json");
+        let update_id = read_status_unlocked(&status)
+            .ok()
+            .and_then(|row| {
+                row.get("update_id")
+                    .and_then(Json::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| UPDATE_ID.to_string());
+        let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         let normalise = |text: &str| normalise_paths(text, &tmp, &run);
         let installer = std::fs::read_to_string(record.join("installer.record"))
             .ok()
