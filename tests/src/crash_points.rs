@@ -61,6 +61,9 @@ pub struct Injection {
     pub exclude: Vec<String>,
     /// File names whose first write counts as a durable call.
     pub journal: Vec<String>,
+    /// Start from the test's own environment (as a command that never
+    /// called `env_clear` does) rather than only the variables it set.
+    pub inherit_environment: bool,
 }
 
 impl Injection {
@@ -71,6 +74,13 @@ impl Injection {
             ..Injection::default()
         }
     }
+}
+
+thread_local! {
+    /// The call the last traced run on this thread was killed on, so a
+    /// campaign can name it when the checks after it fail.
+    static LAST_KILLED: std::cell::RefCell<Option<DurableCall>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The journals, markers and status rows the helpers write (matched in a
@@ -100,9 +110,10 @@ pub struct Traced {
 }
 
 /// Runs `command` under the tracer, killing it on entry to its `kill_at`-th
-/// durable call (never, for `None`). The command's program, arguments and
-/// explicitly set environment and working directory are kept (sandbox
-/// commands clear the rest of the environment); stdin is `/dev/null`. Returns once the commands it started have finished.
+/// durable call (never, for `None`). The command's program, arguments,
+/// explicitly set environment and working directory are kept; the rest of
+/// the environment is cleared, as sandbox commands clear it, unless the
+/// injection inherits it. stdin is `/dev/null`. Returns once the commands it started have finished.
 pub fn run_traced(command: &Command, injection: &Injection, kill_at: Option<usize>) -> Traced {
     run_traced_with_stdin(command, injection, kill_at, Stdio::null())
 }
@@ -134,11 +145,14 @@ pub fn run_traced_with_stdin(
         .arg("--")
         .arg(command.get_program())
         .args(command.get_args());
-    traced.env_clear();
+    if !injection.inherit_environment {
+        traced.env_clear();
+    }
     for (key, value) in command.get_envs() {
-        if let Some(value) = value {
-            traced.env(key, value);
-        }
+        match value {
+            Some(value) => traced.env(key, value),
+            None => traced.env_remove(key),
+        };
     }
     if let Some(dir) = command.get_current_dir() {
         traced.current_dir(dir);
@@ -176,6 +190,7 @@ pub fn run_traced_with_stdin(
     if killed.is_some() {
         outcome.code = None;
     }
+    LAST_KILLED.with(|last| *last.borrow_mut() = killed.clone());
     Traced {
         outcome,
         calls,
@@ -216,6 +231,7 @@ pub struct Campaign {
     killed: usize,
     converged: usize,
     failures: Vec<String>,
+    observed: bool,
 }
 
 impl Campaign {
@@ -227,6 +243,17 @@ impl Campaign {
         }
     }
 
+    /// A campaign of a Python original: it is run under the same injection
+    /// and its tally reported (with each point that did not converge), but
+    /// it does not fail the test; the binary's own campaign must converge
+    /// wherever the original does.
+    pub fn observing(name: &str) -> Campaign {
+        Campaign {
+            observed: true,
+            ..Campaign::new(name)
+        }
+    }
+
     /// Runs the campaign: `point(n)` sets the scene up, kills the operation
     /// at its n-th durable call, recovers and checks (panicking when
     /// something does not converge). `total` is the durable-call count of a
@@ -234,6 +261,7 @@ impl Campaign {
     /// any point did not converge.
     pub fn run(mut self, total: usize, mut point: impl FnMut(usize) -> PointResult) {
         let mut attempt = |n: usize, campaign: &mut Campaign| -> bool {
+            LAST_KILLED.with(|last| *last.borrow_mut() = None);
             match catch_unwind(AssertUnwindSafe(|| point(n))) {
                 Ok(PointResult::Converged(call)) => {
                     campaign.killed += 1;
@@ -249,11 +277,14 @@ impl Campaign {
                         .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
                         .unwrap_or_default();
                     campaign.killed += 1;
-                    campaign.failures.push(format!("kill point {n}: {message}"));
+                    let at = LAST_KILLED
+                        .with(|last| last.borrow().clone())
+                        .map_or_else(|| format!("kill point {n}"), |call| call.to_string());
                     eprintln!(
-                        "{}: kill point {n}: NOT CONVERGED: {message}",
+                        "{}: killed at {at}: NOT CONVERGED: {message}",
                         campaign.name
                     );
+                    campaign.failures.push(format!("{at}: {message}"));
                     true
                 }
             }
@@ -280,6 +311,15 @@ impl Campaign {
                 .open(PathBuf::from(path))
                 .expect("open the crash-point report");
             writeln!(file, "{line}").expect("record the crash-point line");
+            if self.observed {
+                for failure in &self.failures {
+                    let first = failure.lines().next().unwrap_or_default();
+                    writeln!(file, "  does not converge at {first}").expect("record the point");
+                }
+            }
+        }
+        if self.observed {
+            return;
         }
         assert!(
             self.failures.is_empty(),
