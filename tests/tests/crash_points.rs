@@ -13,6 +13,7 @@
 
 mod crash_points_support;
 mod execution_manage_support;
+mod publish_support;
 mod uninstall_support;
 mod update_handoff_support;
 mod update_runner_support;
@@ -834,4 +835,58 @@ fn handoff_retry_failed_converges_after_a_kill_at_any_durable_call() {
         "update-handoff retry-failed",
         true,
     );
+}
+
+/// Nothing but the journal's own manifest is left in install.sh's journal
+/// directory, and no staging name of any published kind.
+fn assert_publication_clean(case: &publish_support::Case) {
+    for kind in ["service", "gateway", "execution_layout"] {
+        assert!(case.staging_left(kind).is_empty(), "{kind} staging left");
+    }
+    let journal = crash_points_support::sorted_names(&case.install.journal());
+    assert!(
+        journal
+            .iter()
+            .all(|name| !crash_points_support::is_temporary(name)),
+        "journal temporaries: {journal:?}"
+    );
+    for directory in [case.install.unit_dir(), case.install.root()] {
+        let left: Vec<String> = crash_points_support::sorted_names(&directory)
+            .into_iter()
+            .filter(|name| crash_points_support::is_temporary(name))
+            .collect();
+        assert!(left.is_empty(), "temporaries left: {left:?}");
+    }
+}
+
+/// install.sh's `publish` (units and layout manifest through the
+/// activation journal, `replace_config` for each) killed at each durable
+/// call, then install.sh's next step: `publish` again, which must write the
+/// exact golden renderings and leave the journal valid in `linked`.
+#[test]
+fn activation_publish_converges_after_a_kill_at_any_durable_call() {
+    let injection = Injection {
+        inherit_environment: true,
+        ..helper_injection()
+    };
+    let case = publish_support::case("linux-basic");
+    let complete = run_traced(&case.publish_command(), &injection, None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    case.assert_published();
+    drop(case);
+    Campaign::new("execution-activation publish (replace_config)").run(complete.calls.len(), |n| {
+        let case = publish_support::case("linux-basic");
+        let traced = run_traced(&case.publish_command(), &injection, Some(n));
+        let Some(call) = traced.killed else {
+            assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
+            case.assert_published();
+            assert_publication_clean(&case);
+            return PointResult::NotReached;
+        };
+        let again = case.publish();
+        assert_eq!(again.status.code(), Some(0), "publish again: {again:?}");
+        case.assert_published();
+        assert_publication_clean(&case);
+        PointResult::Converged(call)
+    });
 }
