@@ -295,3 +295,54 @@ fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
         assert_eq!(temporaries, 0, "{syscall} #{when}: journal temporaries");
     }
 }
+
+/// Regression (issue 16): publish killed at the `fchmod` that follows the
+/// creation of a kind's staged source (`<unit>.activation-<id>-<kind>.source`,
+/// created but not yet written, the journal not yet naming the kind) left a
+/// source that every later publish refused as `split candidate
+/// configuration staging changed`, as the seed's does. Publish now redoes
+/// its own unfinished staging write.
+#[test]
+fn publish_again_after_a_kill_at_the_fchmod_of_a_new_staged_source() {
+    let injection = agents_tests::crash_points::Injection {
+        inherit_environment: true,
+        ..agents_tests::crash_points::helper_injection()
+    };
+    for kind in ["service", "gateway", "execution_layout"] {
+        let probe = case("linux-basic");
+        let complete =
+            agents_tests::crash_points::run_traced(&probe.publish_command(), &injection, None);
+        assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+        let suffix = format!("-{kind}.source");
+        // The first fchmod of this kind's source is write_new_private's.
+        let kill_at = complete
+            .calls
+            .iter()
+            .find(|call| call.call == "fchmod" && call.paths.ends_with(&suffix))
+            .expect("the source's fchmod")
+            .number;
+        drop(probe);
+        let case = case("linux-basic");
+
+        let killed = agents_tests::crash_points::run_traced(
+            &case.publish_command(),
+            &injection,
+            Some(kill_at),
+        );
+
+        let call = killed.killed.expect("publish was killed");
+        assert!(
+            call.call == "fchmod" && call.paths.ends_with(&suffix),
+            "{call}"
+        );
+        let source = case.source(kind);
+        assert_eq!(
+            fs::read(&source).unwrap(),
+            b"",
+            "{kind}: an empty staged source is left"
+        );
+        assert_ok_silent(&case.publish());
+        case.assert_published();
+        assert!(case.staging_left(kind).is_empty(), "{kind} staging left");
+    }
+}
