@@ -310,13 +310,16 @@ impl Campaign {
                 .append(true)
                 .open(PathBuf::from(path))
                 .expect("open the crash-point report");
-            writeln!(file, "{line}").expect("record the crash-point line");
+            // One write, so concurrent campaigns do not interleave.
+            let mut record = format!("{line}\n");
             if self.observed {
                 for failure in &self.failures {
                     let first = failure.lines().next().unwrap_or_default();
-                    writeln!(file, "  does not converge at {first}").expect("record the point");
+                    record.push_str(&format!("  does not converge at {first}\n"));
                 }
             }
+            file.write_all(record.as_bytes())
+                .expect("record the crash-point line");
         }
         if self.observed {
             return;
