@@ -652,7 +652,12 @@ fn assert_no_admin_temporaries(admin: &std::path::Path) {
 /// keeps the server's keys; the retry ends `complete` (terminal) with the
 /// installer run; no temporary is left in the state's admin directory.
 fn runner_campaign(name: &str, side: Side<'_>) {
-    let fixture = runner_fixture(&name.replace([' ', '.', '(', ')'], "-"));
+    let fixture = runner_fixture(&name.replace([' ', '.', '(', ')', ','], "-"));
+    runner_campaign_with(name, side, &fixture);
+}
+
+/// [`runner_campaign`] of the update `fixture` admits.
+fn runner_campaign_with(name: &str, side: Side<'_>, fixture: &Fixture) {
     // The fixture's runners inherit the test's environment (python3 on PATH).
     let injection = Injection {
         inherit_environment: true,
@@ -889,4 +894,18 @@ fn activation_publish_converges_after_a_kill_at_any_durable_call() {
         assert_publication_clean(&case);
         PointResult::Converged(call)
     });
+}
+
+/// The prepared activation (`--prepared-receipt`: a staged candidate, its
+/// receipt, the signed envelope the server admitted, the recovery intent
+/// recorded before install.sh runs) killed at each durable call of the
+/// runner, then admitted again and completed by the next runner.
+#[test]
+fn update_runner_prepared_activation_converges_after_a_kill_at_any_durable_call() {
+    let prepared = update_runner_support::prepared::Prepared::new("crash-prepared");
+    runner_campaign_with(
+        "update-runner --prepared-receipt (prepared activation)",
+        Side::Port,
+        &prepared.fixture,
+    );
 }

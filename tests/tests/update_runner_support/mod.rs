@@ -11,6 +11,8 @@
 
 pub use agents_tests::release_support;
 
+pub mod prepared;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
