@@ -455,7 +455,7 @@ fn traced_legacy(
     command
         .args(legacy_args(purge))
         .env_clear()
-        .envs(case.env().into_iter())
+        .envs(case.env())
         .current_dir("/");
     let mut injection = helper_injection();
     if let Implementation::Seed(_) = implementation {

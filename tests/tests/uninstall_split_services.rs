@@ -1191,7 +1191,7 @@ fn traced_helper(case: &SplitCase, kill_at: Option<usize>) -> agents_tests::cras
     command
         .args(case.args(&["--yes"]))
         .env_clear()
-        .envs(case.env().into_iter())
+        .envs(case.env())
         .current_dir("/");
     agents_tests::crash_points::run_traced(
         &command,
