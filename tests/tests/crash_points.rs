@@ -687,8 +687,11 @@ fn runner_campaign_with(name: &str, side: Side<'_>, fixture: &Fixture) {
         let _ = std::fs::remove_file(run.join("installer/installer.record"));
         let mut retry = fixture.admitted.clone();
         retry.insert("update_id", RETRY_ID);
-        fixture.admit(side, &retry);
-        let output = fixture.runner(side).output().expect("the next runner runs");
+        fixture.admit(side, &retry, RETRY_ID);
+        let output = fixture
+            .runner(side, RETRY_ID)
+            .output()
+            .expect("the next runner runs");
         let outcome = fixture.outcome(side, &output);
         assert_eq!(outcome.exit, Some(0), "the next runner: {outcome:?}");
         assert_eq!(

@@ -379,8 +379,11 @@ fn the_next_runner_removes_a_row_temporary_of_a_runner_killed_at_its_fsync() {
     let mut retry = fixture.admitted.clone();
     retry.insert("update_id", "fedcba9876543210fedcba9876543210");
     let _ = std::fs::remove_file(fixture.run_dir(Side::Port).join("installer/installed"));
-    fixture.admit(Side::Port, &retry);
-    let output = fixture.runner(Side::Port).output().unwrap();
+    fixture.admit(Side::Port, &retry, "fedcba9876543210fedcba9876543210");
+    let output = fixture
+        .runner(Side::Port, "fedcba9876543210fedcba9876543210")
+        .output()
+        .unwrap();
     let outcome = fixture.outcome(Side::Port, &output);
     assert_eq!(outcome.exit, Some(0), "{outcome:?}");
     assert_eq!(field(&outcome.row, "phase"), Json::from("complete"));

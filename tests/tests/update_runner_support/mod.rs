@@ -390,14 +390,15 @@ impl Fixture {
     pub fn command(&self, side: Side<'_>) -> Command {
         let run = self.run_dir(side);
         let _ = std::fs::remove_dir_all(&run);
-        self.admit(side, &self.admitted);
-        self.runner(side)
+        self.admit(side, &self.admitted, UPDATE_ID);
+        self.runner(side, UPDATE_ID)
     }
 
     /// The server's admission of `row` for `side`'s run (whose state is
-    /// kept): the row written as the server writes it, the one-time
-    /// credential file, and the health double told about the run.
-    pub fn admit(&self, side: Side<'_>, row: &JsonObject) {
+    /// kept) to the runner of `update_id`: the row written as the server
+    /// writes it, the one-time credential file, and the health double told
+    /// about the run.
+    pub fn admit(&self, side: Side<'_>, row: &JsonObject, update_id: &str) {
         let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
@@ -408,10 +409,6 @@ impl Fixture {
         let status = admin.join("server-update.json");
         atomic_json(&status, row).unwrap();
         let token = format!("{}-token", side.label());
-        let update_id = row
-            .get("update_id")
-            .and_then(Json::as_str)
-            .unwrap_or(UPDATE_ID);
         let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
         {
@@ -424,19 +421,13 @@ impl Fixture {
         }
     }
 
-    /// The runner command of `side` for the row admitted last.
-    pub fn runner(&self, side: Side<'_>) -> Command {
+    /// The runner command of `side` for update `update_id`.
+    pub fn runner(&self, side: Side<'_>, update_id: &str) -> Command {
         let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
         let record = run.join("installer");
         let status = admin.join("server-update.json");
-        let row = read_status_unlocked(&status).unwrap();
-        let update_id = row
-            .get("update_id")
-            .and_then(Json::as_str)
-            .unwrap_or(UPDATE_ID)
-            .to_string();
         let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         let mut arguments: Vec<String> = vec![
             "--status-file".into(),
@@ -450,7 +441,7 @@ impl Fixture {
             "--current-version".into(),
             CURRENT.into(),
             "--update-id".into(),
-            update_id,
+            update_id.into(),
             "--expected-server-identity".into(),
             IDENTITY.into(),
             "--auth-token-file".into(),
@@ -495,15 +486,7 @@ impl Fixture {
         let tmp = run.join("tmp");
         let record = run.join("installer");
         let status = admin.join("server-update.json");
-        let update_id = read_status_unlocked(&status)
-            .ok()
-            .and_then(|row| {
-                row.get("update_id")
-                    .and_then(Json::as_str)
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| UPDATE_ID.to_string());
-        let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
+        let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
         let normalise = |text: &str| normalise_paths(text, &tmp, &run);
         let installer = std::fs::read_to_string(record.join("installer.record"))
             .ok()
