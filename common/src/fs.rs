@@ -213,6 +213,73 @@ fn publish_temporary(
     fsync_directory(&python_path::parent(path))
 }
 
+/// True when `name` is exactly a name [`atomic_write`] gives the temporary
+/// of a file named `target`: `.<target>.<24 lowercase hex>.tmp`.
+pub fn is_atomic_temporary(name: &[u8], target: &[u8]) -> bool {
+    let Some(rest) = name
+        .strip_prefix(b".")
+        .and_then(|rest| rest.strip_prefix(target))
+        .and_then(|rest| rest.strip_prefix(b"."))
+        .and_then(|rest| rest.strip_suffix(b".tmp"))
+    else {
+        return false;
+    };
+    crate::python::is_lower_hex(rest, 24)
+}
+
+/// True when the entry `lstat` describes is a file this uid could have left
+/// as an unfinished temporary: a regular file it owns, with one link and no
+/// group or other write bit (`private`: no group or other bit at all).
+pub fn is_own_leftover_file(info: &Stat, private: bool) -> bool {
+    let forbidden = if private { 0o077 } else { 0o022 };
+    is_type(info, FileType::RegularFile)
+        && info.st_uid == current_uid()
+        && info.st_nlink == 1
+        && permission_bits(info) & forbidden == 0
+}
+
+/// Removes the unfinished temporaries a killed [`atomic_write`] of `path`
+/// left beside it (it dies between creating its temporary and renaming it):
+/// only entries named exactly as `atomic_write` names them for `path`, and
+/// only regular files this uid owns with one link and no foreign write bit
+/// (`private`: no foreign bit at all). Anything else is left alone. The
+/// caller must hold whatever serialises writers of `path` (the installation
+/// lock), so no live writer's temporary can be taken. Returns whether
+/// anything was removed; the directory is made durable then.
+pub fn remove_atomic_temporaries(path: &Path, private: bool) -> Result<bool> {
+    let path = python_path::pure_path(path);
+    let parent = python_path::parent(&path);
+    let target = python_path::name(&path).to_vec();
+    let entries = match std::fs::read_dir(&parent) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(err) => return Err(Error::from_io_path(&err, &parent)),
+    };
+    let mut removed = false;
+    for entry in entries {
+        let entry = entry.map_err(|err| Error::from_io_path(&err, &parent))?;
+        let name = entry.file_name();
+        if !is_atomic_temporary(name.as_bytes(), &target) {
+            continue;
+        }
+        let temporary = python_path::child(&parent, name.as_bytes());
+        match rustix::fs::lstat(&temporary) {
+            Ok(info) if is_own_leftover_file(&info, private) => {}
+            Ok(_) | Err(Errno::NOENT) => continue,
+            Err(errno) => return Err(Error::from_errno(errno, &temporary)),
+        }
+        match rustix::fs::unlink(&temporary) {
+            Ok(()) => removed = true,
+            Err(Errno::NOENT) => {}
+            Err(errno) => return Err(Error::from_errno(errno, &temporary)),
+        }
+    }
+    if removed {
+        fsync_directory(&parent)?;
+    }
+    Ok(removed)
+}
+
 /// The real uid, which every ownership check compares with (Python `os.getuid()`).
 pub fn current_uid() -> u32 {
     rustix::process::getuid().as_raw()

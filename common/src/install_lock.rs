@@ -158,6 +158,9 @@ impl InstallationLock {
                     fsync_directory(&self.root)?;
                     self.identity = Some(identity(&info));
                     self.interrupt = interrupt::arm(&self.root, &self.path, identity(&info));
+                    // Best effort: a draft that cannot be proven abandoned,
+                    // or cannot be removed, is left as it is.
+                    let _ = remove_abandoned_drafts(&self.root);
                     return Ok(());
                 }
                 Err(err) if is_occupied(&err) => self.reap_dead_owner()?,
@@ -406,6 +409,86 @@ fn rename_error(err: &io::Error, from: &Path, to: &Path) -> Error {
     Error::from_io_path(err, Path::new(&pair))
 }
 
+/// Removes the drafts of owners that died before publishing them (a kill
+/// between creating `.install-lock.<pid>.<24 hex>.tmp` and renaming it onto
+/// the lock), so a crash leaves no temporary behind once the next owner
+/// holds the lock; the seed leaves them forever. Only a draft whose PID is
+/// another process that no longer exists, that is a private directory of
+/// this uid, and that holds nothing but its `pid` owner file and that
+/// file's unfinished temporaries (private regular files of this uid) is
+/// removed: nobody can ever publish it, as only its creator renames it.
+/// Install.sh names its drafts the same way.
+fn remove_abandoned_drafts(root: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut removed = false;
+    for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
+        let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
+        let name = entry.file_name();
+        let Some(owner) = draft_owner(name.as_bytes()) else {
+            continue;
+        };
+        if owner == std::process::id()
+            || !Pid::from_raw(owner as i32)
+                .is_some_and(|pid| test_kill_process(pid) == Err(Errno::SRCH))
+        {
+            continue;
+        }
+        let draft = entry.path();
+        let Ok(info) = rustix::fs::lstat(&draft) else {
+            continue;
+        };
+        if FileType::from_raw_mode(info.st_mode) != FileType::Directory
+            || info.st_uid != current_uid()
+            || info.st_mode & 0o077 != 0
+        {
+            continue;
+        }
+        let mut files = Vec::new();
+        let mut only_ours = true;
+        for child in std::fs::read_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))? {
+            let child = child.map_err(|err| Error::from_io_path(&err, &draft))?;
+            let child_name = child.file_name();
+            let known = child_name == OWNER_NAME
+                || crate::fs::is_atomic_temporary(child_name.as_bytes(), OWNER_NAME.as_bytes());
+            let path = child.path();
+            let own = rustix::fs::lstat(&path)
+                .is_ok_and(|info| crate::fs::is_own_leftover_file(&info, true));
+            only_ours &= known && own;
+            files.push(path);
+        }
+        if !only_ours {
+            continue;
+        }
+        for file in files {
+            std::fs::remove_file(&file).map_err(|err| Error::from_io_path(&err, &file))?;
+        }
+        std::fs::remove_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))?;
+        removed = true;
+    }
+    if removed {
+        fsync_directory(root)?;
+    }
+    Ok(())
+}
+
+/// The owner PID of a lock draft's name, `.install-lock.<pid>.<24 hex>.tmp`.
+fn draft_owner(name: &[u8]) -> Option<u32> {
+    let rest = name
+        .strip_prefix(LOCK_NAME.as_bytes())?
+        .strip_prefix(b".")?
+        .strip_suffix(b".tmp")?;
+    let (digits, token) = rest.split_at(rest.iter().position(|&byte| byte == b'.')?);
+    let token = token.strip_prefix(b".")?;
+    if !crate::python::is_lower_hex(token, 24)
+        || digits.is_empty()
+        || digits.len() > 10
+        || !digits.iter().all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 /// Removes a draft that was never published (its owner file first, as the seed does).
 fn remove_draft(draft: &Path) -> Result<()> {
     let owner = draft.join(OWNER_NAME);
@@ -444,6 +527,25 @@ mod tests {
                 "ValueError: installation lock owner is invalid",
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn draft_names_carry_their_owner() {
+        let token = "0123456789abcdef01234567";
+        assert_eq!(
+            draft_owner(format!(".install-lock.4242.{token}.tmp").as_bytes()),
+            Some(4242)
+        );
+        for other in [
+            format!(".install-lock..{token}.tmp"),
+            format!(".install-lock.42.{token}"),
+            format!(".install-lock.4x.{token}.tmp"),
+            format!(".install-lock.42.{}.tmp", &token[1..]),
+            format!(".install-lock.42.{}.tmp", token.to_uppercase()),
+            ".install-lock".to_string(),
+        ] {
+            assert_eq!(draft_owner(other.as_bytes()), None, "{other}");
         }
     }
 

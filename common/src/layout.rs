@@ -100,6 +100,16 @@ impl ExecutionLayout {
     /// Parse and fully validate a serialized layout (a manifest's or journal's
     /// `layout`, or an `apply --layout` file), with Python's refusals.
     pub fn from_dict(value: &Json) -> Result<Self> {
+        let layout = Self::from_dict_unvalidated(value)?;
+        layout.validate()?;
+        Ok(layout)
+    }
+
+    /// The fields of a serialized layout (exact key set, `_path` on the six
+    /// paths) without [`ExecutionLayout::validate`]: for an uninstall that
+    /// was killed while removing the installation, whose releases, roots or
+    /// unit directory may already be gone. Never use it to run anything.
+    pub fn from_dict_unvalidated(value: &Json) -> Result<Self> {
         let fields_invalid = || Error::value("execution layout fields are invalid");
         let object = value.as_object().ok_or_else(fields_invalid)?;
         if object.len() != FIELDS.len() || FIELDS.iter().any(|key| object.get(key).is_none()) {
@@ -134,7 +144,6 @@ impl ExecutionLayout {
             port: object.get("port").cloned().unwrap_or(Json::Null),
             environment: object.get("environment").cloned().unwrap_or(Json::Null),
         };
-        layout.validate()?;
         Ok(layout)
     }
 

@@ -81,8 +81,8 @@ pub use json::{
 pub mod fs;
 pub use fs::{
     atomic_write, check_text, current_uid, desired, ensure_directory, fsync_directory,
-    fsync_directory_nofollow, normalize_path, owned_directory, read_file, snapshot,
-    MAX_CONFIG_BYTES,
+    fsync_directory_nofollow, is_atomic_temporary, is_own_leftover_file, normalize_path,
+    owned_directory, read_file, remove_atomic_temporaries, snapshot, MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 pub mod layout;
@@ -130,8 +130,9 @@ pub use activation::{
 // uninstall_marker (the split uninstall's intent and installed-layout provenance)
 mod uninstall_marker;
 pub use uninstall_marker::{
-    entry_present, installed_layout, installed_service_files, no_activation, read_uninstall_intent,
-    store_uninstall_intent, write_uninstall_intent, ServiceFiles, UNINSTALL_INTENT_NAME,
+    entry_present, installed_layout, installed_service_files, no_activation,
+    read_interrupted_removal, read_uninstall_intent, store_uninstall_intent,
+    write_uninstall_intent, ServiceFiles, UNINSTALL_INTENT_NAME,
 };
 // handoff (update_handoff: release a failed update's sealed worker handoff)
 mod handoff;

@@ -154,6 +154,65 @@ fn text(path: &Path) -> String {
 /// installed runtime`), whose directories were replaced, or whose manifest
 /// changed since admission (RuntimeError).
 pub fn read_uninstall_intent(root: &Path, layout: &ExecutionLayout) -> Result<Option<JsonObject>> {
+    let Some(intent) = read_intent_fields(root, |intent| {
+        let is_text =
+            |key: &str, expected: &str| intent.get(key).and_then(Json::as_str) == Some(expected);
+        is_text("worker_release", &text(&layout.worker_release))
+            && is_text("gateway_release", &text(&layout.gateway_release))
+    })?
+    else {
+        return Ok(None);
+    };
+    let identities = intent.get("identities").unwrap_or(&Json::Null);
+    for (name, path) in [
+        ("root", root),
+        ("worker", layout.worker_release.as_path()),
+        ("gateway", layout.gateway_release.as_path()),
+    ] {
+        check_binding(path, identities.get(name).unwrap_or(&Json::Null))?;
+    }
+    if intent.get("layout_sha256").and_then(Json::as_str) != Some(manifest_digest(root)?.as_str()) {
+        return Err(Error::runtime(
+            "installed execution layout changed after uninstall admission",
+        ));
+    }
+    Ok(Some(intent))
+}
+
+/// The retained intent of `root` when it records that the uninstall had
+/// passed its whole admission and stopped both services (phase `stopped`),
+/// so a killed run may have begun removing files; `None` without an intent
+/// or in an earlier phase. Read without the installed layout, which that
+/// removal may already have (partly) deleted: the intent must be a private
+/// regular file with exactly the intent's keys and value rules, naming
+/// exactly this root, whose directory identity must still be the one it
+/// recorded. The releases and the manifest are checked by the caller
+/// against what is left of them. (The seed has no such reader: a rerun of
+/// an interrupted removal fails on the missing files.)
+pub fn read_interrupted_removal(root: &Path) -> Result<Option<JsonObject>> {
+    let Some(intent) = read_intent_fields(root, |intent| {
+        ["worker_release", "gateway_release"]
+            .iter()
+            .all(|key| intent.get(key).and_then(Json::as_str).is_some())
+    })?
+    else {
+        return Ok(None);
+    };
+    if intent.get("phase").and_then(Json::as_str) != Some("stopped") {
+        return Ok(None);
+    }
+    let identities = intent.get("identities").unwrap_or(&Json::Null);
+    check_binding(root, identities.get("root").unwrap_or(&Json::Null))?;
+    Ok(Some(intent))
+}
+
+/// The intent file of `root` with its key set and every value rule checked
+/// (`releases_match` judges the two release paths), or `None` when there is
+/// no intent. Identity bindings are shape-checked only.
+fn read_intent_fields(
+    root: &Path,
+    releases_match: impl FnOnce(&JsonObject) -> bool,
+) -> Result<Option<JsonObject>> {
     let data = match read_file(&root.join(UNINSTALL_INTENT_NAME), true) {
         Ok((data, _mode)) => data,
         Err(err) if err.is_not_found() => return Ok(None),
@@ -169,12 +228,10 @@ pub fn read_uninstall_intent(root: &Path, layout: &ExecutionLayout) -> Result<Op
         return Err(mismatch());
     }
     let field = |key: &str| intent.get(key).unwrap_or(&Json::Null);
-    let is_text = |key: &str, expected: &str| field(key).as_str() == Some(expected);
     let matches = matches!(field("format"), Json::Int(1))
         && matches!(field("purge_state"), Json::Bool(_))
-        && is_text("root", &text(root))
-        && is_text("worker_release", &text(&layout.worker_release))
-        && is_text("gateway_release", &text(&layout.gateway_release))
+        && field("root").as_str() == Some(text(root).as_str())
+        && releases_match(&intent)
         && field("phase")
             .as_str()
             .is_some_and(|phase| UNINSTALL_PHASES.contains(&phase))
@@ -199,18 +256,6 @@ pub fn read_uninstall_intent(root: &Path, layout: &ExecutionLayout) -> Result<Op
     });
     if !valid_identities {
         return Err(Error::value("uninstall intent identities are invalid"));
-    }
-    for (name, path) in [
-        ("root", root),
-        ("worker", layout.worker_release.as_path()),
-        ("gateway", layout.gateway_release.as_path()),
-    ] {
-        check_binding(path, identities.get(name).unwrap_or(&Json::Null))?;
-    }
-    if field("layout_sha256").as_str() != Some(manifest_digest(root)?.as_str()) {
-        return Err(Error::runtime(
-            "installed execution layout changed after uninstall admission",
-        ));
     }
     Ok(Some(intent))
 }

@@ -236,8 +236,53 @@ pub fn update_status_unlocked(
         row.insert(key, value);
     }
     row.insert("updated_at", utc_now());
+    // Best effort: a leftover that cannot be removed is left as it is.
+    let _ = remove_abandoned_temporaries(path);
     atomic_json(path, &row)?;
     Ok(row)
+}
+
+/// Removes the temporaries of `path` that a writer killed between creating
+/// and renaming them left (`.<name>.<8 random>.tmp`, as this port's
+/// `atomic_json` and Python's `mkstemp` name them): only private regular
+/// files of this uid with one link. Every writer of the row (the server,
+/// the runner, the activation helper) writes it only under the
+/// [`StatusLock`], which the caller holds, so none of them is a live
+/// writer's. The Python original leaves them forever.
+fn remove_abandoned_temporaries(path: &Path) -> Result<()> {
+    let parent = parent_of(path);
+    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+        return Ok(());
+    };
+    let prefix = format!(".{name}.");
+    let mut removed = false;
+    for entry in std::fs::read_dir(&parent).map_err(|err| Error::from_io_path(&err, &parent))? {
+        let entry = entry.map_err(|err| Error::from_io_path(&err, &parent))?;
+        let entry_name = entry.file_name();
+        let random = entry_name
+            .to_str()
+            .and_then(|text| text.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.strip_suffix(".tmp"));
+        let ours = random.is_some_and(|random| {
+            random.len() == 8
+                && random
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_')
+        });
+        let temporary = entry.path();
+        if ours
+            && rustix::fs::lstat(&temporary)
+                .is_ok_and(|info| crate::fs::is_own_leftover_file(&info, true))
+        {
+            std::fs::remove_file(&temporary)
+                .map_err(|err| Error::from_io_path(&err, &temporary))?;
+            removed = true;
+        }
+    }
+    if removed {
+        crate::fs::fsync_directory(&parent)?;
+    }
+    Ok(())
 }
 
 /// True when the row still belongs to update `update_id` in a runner-owned phase.

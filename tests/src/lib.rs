@@ -53,6 +53,7 @@
 
 mod binaries;
 mod cgroup;
+pub mod crash_points;
 mod files;
 mod fixture;
 mod fixtures;

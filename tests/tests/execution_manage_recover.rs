@@ -532,3 +532,185 @@ fn recover_refuses_a_restored_server_of_another_identity_and_can_be_retried() {
     assert_eq!(site.worker_lease(), Json::Null);
     site.assert_unlocked();
 }
+
+/// The number of the first durable call of `traced` that `matches`.
+fn first_call(
+    traced: &agents_tests::crash_points::Traced,
+    what: &str,
+    matches: impl Fn(&agents_tests::crash_points::DurableCall) -> bool,
+) -> usize {
+    traced
+        .calls
+        .iter()
+        .find(|call| matches(call))
+        .unwrap_or_else(|| panic!("no {what} among {:?}", traced.calls))
+        .number
+}
+
+/// `fsync` of a temporary of the journal (`.manifest.json.<hex>.tmp` in
+/// `.execution-transaction/`), the rewrite's last call before its rename.
+fn is_journal_temporary_fsync(call: &agents_tests::crash_points::DurableCall) -> bool {
+    call.is("fsync", ".execution-transaction/.manifest.json.")
+}
+
+/// The temporaries a killed journal rewrite left in the journal directory.
+fn journal_temporaries(site: &Site) -> Vec<String> {
+    site.journal_entries()
+        .into_iter()
+        .filter(|name| name != "manifest.json")
+        .collect()
+}
+
+/// Regression (issue 16): `apply` killed at the `fsync` of its first journal
+/// rewrite's temporary (`.execution-transaction/.manifest.json.<hex>.tmp`,
+/// created but not yet renamed) left a journal `recover` refused forever
+/// with `RuntimeError: execution transaction contains unexpected files`, as
+/// the seed's does. Recovery now removes its own unfinished temporary.
+fn recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(test: &str, scope: &str) {
+    let Some(site) = (if scope == "migration" {
+        Site::empty(test)
+    } else {
+        Site::running(test)
+    }) else {
+        return;
+    };
+    let new = if scope == "migration" {
+        site.layout(NEW, NEW)
+    } else {
+        site.layout(NEW, OLD)
+    };
+    let complete = site.apply_traced(&new, scope, None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    let kill_at = first_call(
+        &complete,
+        "journal temporary fsync",
+        is_journal_temporary_fsync,
+    );
+    drop(site);
+    let site = if scope == "migration" {
+        Site::empty(test)
+    } else {
+        Site::running(test)
+    }
+    .expect("the sandbox ran once");
+    let new = if scope == "migration" {
+        site.layout(NEW, NEW)
+    } else {
+        site.layout(NEW, OLD)
+    };
+    let before = site.disk();
+
+    let killed = site.apply_traced(&new, scope, Some(kill_at));
+
+    let call = killed.killed.clone().unwrap_or_else(|| {
+        panic!(
+            "apply was not killed at #{kill_at}: {:?} {:?}",
+            killed.outcome, killed.calls
+        )
+    });
+    assert!(is_journal_temporary_fsync(&call), "{call}");
+    let left = journal_temporaries(&site);
+    assert_eq!(left.len(), 1, "the journal's temporary is left: {left:?}");
+    assert_eq!(site.pending_phase().as_deref(), Some("prepared"));
+
+    let outcome = site.recover();
+
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    assert!(
+        outcome
+            .stdout
+            .starts_with("{\"ok\": true, \"phase\": \"rolled-back\""),
+        "{outcome:?}"
+    );
+    let journal = site.only_retired_journal();
+    assert_eq!(journal.get("phase"), Some(&Json::from("rolled-back")));
+    assert_eq!(site.disk(), before, "files as before the activation");
+    site.assert_unlocked();
+    if scope == "migration" {
+        assert!(site.disk().worker_unit.is_none());
+    } else {
+        site.assert_serving(&site.layout(OLD, OLD));
+        assert_eq!(site.worker_lease(), Json::Null);
+    }
+    site.apply(&new, scope).assert_ok_json();
+    site.assert_serving(&new);
+}
+
+#[test]
+fn recover_after_a_worker_apply_killed_at_the_fsync_of_a_journal_temporary() {
+    recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(
+        "recover_after_a_worker_apply_killed_at_the_fsync_of_a_journal_temporary",
+        "worker",
+    );
+}
+
+#[test]
+fn recover_after_a_migration_apply_killed_at_the_fsync_of_a_journal_temporary() {
+    recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(
+        "recover_after_a_migration_apply_killed_at_the_fsync_of_a_journal_temporary",
+        "migration",
+    );
+}
+
+/// Regression (issue 16): `recover` itself killed at the `fsync` of its
+/// first journal rewrite's temporary (phase `rolling-back`, not yet renamed)
+/// left the same unrecoverable journal; `recover` again now finishes.
+#[test]
+fn recover_after_recover_killed_at_the_fsync_of_a_journal_temporary() {
+    let test = "recover_after_recover_killed_at_the_fsync_of_a_journal_temporary";
+    let Some(site) = Site::running(test) else {
+        return;
+    };
+    let complete = site.apply_traced(&site.layout(NEW, OLD), "worker", None);
+    // Leave the activation published: kill right after the journal rename
+    // that recorded `published` (the second rename onto manifest.json).
+    let published = complete
+        .calls
+        .iter()
+        .filter(|call| {
+            call.call.starts_with("rename")
+                && call.paths.ends_with(".execution-transaction/manifest.json")
+        })
+        .nth(1)
+        .expect("the published rename")
+        .number
+        + 1;
+    drop(site);
+    let scene = || {
+        let site = Site::running(test).expect("the sandbox ran once");
+        let new = site.layout(NEW, OLD);
+        assert!(site
+            .apply_traced(&new, "worker", Some(published))
+            .killed
+            .is_some());
+        assert_eq!(site.pending_phase().as_deref(), Some("published"));
+        site
+    };
+    let site = scene();
+    let complete = site.recover_traced(None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    let kill_at = first_call(
+        &complete,
+        "journal temporary fsync",
+        is_journal_temporary_fsync,
+    );
+    drop(site);
+    let site = scene();
+
+    let killed = site.recover_traced(Some(kill_at));
+
+    let call = killed.killed.expect("recover was killed");
+    assert!(is_journal_temporary_fsync(&call), "{call}");
+    assert_eq!(journal_temporaries(&site).len(), 1, "the temporary is left");
+
+    let outcome = site.recover();
+
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    let journal = site.only_retired_journal();
+    assert_eq!(journal.get("phase"), Some(&Json::from("rolled-back")));
+    let old = site.layout(OLD, OLD);
+    site.assert_serving(&old);
+    site.assert_files_of(&old);
+    assert_eq!(site.worker_lease(), Json::Null);
+    site.assert_unlocked();
+}

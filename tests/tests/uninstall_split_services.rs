@@ -1183,3 +1183,129 @@ fn malformed_recovery_evidence_is_refused() {
     assert_eq!(outcome.stderr, "");
     case.assert_removed(&outcome, true);
 }
+
+/// The helper form (`--yes`) of `case` under `crash-tracer`, killed on entry
+/// to its `kill_at`-th durable system call (never for `None`).
+fn traced_helper(case: &SplitCase, kill_at: Option<usize>) -> agents_tests::crash_points::Traced {
+    let mut command = std::process::Command::new(agents_tests::binary_path("uninstall"));
+    command
+        .args(case.args(&["--yes"]))
+        .env_clear()
+        .envs(case.env())
+        .current_dir("/");
+    agents_tests::crash_points::run_traced(
+        &command,
+        &agents_tests::crash_points::helper_injection(),
+        kill_at,
+    )
+}
+
+/// Regression (issue 16): an uninstall killed at the durable call chosen by
+/// `choose` (from a complete run's calls) once removal has begun; the rerun
+/// used to refuse with `refused` (as the original does) and keep the roots,
+/// the lock and the intent. It now finishes the removal. `left` checks what
+/// the kill left.
+fn a_rerun_finishes_an_interrupted_removal(
+    test: &str,
+    choose: impl Fn(&[agents_tests::crash_points::DurableCall]) -> usize,
+    left: impl Fn(&SplitCase),
+    refused: &str,
+) {
+    let Some(case) = SplitCase::start(test) else {
+        return;
+    };
+    let complete = traced_helper(&case, None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    let kill_at = choose(&complete.calls);
+    let call = complete.calls[kill_at - 1].clone();
+    drop(case);
+    let case = SplitCase::start(test).expect("the sandbox ran once");
+    let state = case.state_files();
+
+    let killed = traced_helper(&case, Some(kill_at));
+
+    assert_eq!(
+        killed.killed.as_ref().map(|call| &call.call),
+        Some(&call.call),
+        "{killed:?}"
+    );
+    assert_eq!(case.phase().as_deref(), Some("stopped"));
+    left(&case);
+    let lock = case.installation.install_root.join(".install-lock");
+    assert!(lock.join("pid").exists(), "the killed run's lock is left");
+
+    let outcome = case.run(&["--yes"], Input::Null);
+
+    assert!(!outcome.stderr.contains(refused), "{outcome:?}");
+    case.assert_removed(&outcome, true);
+    assert_eq!(case.state_files(), state, "state kept");
+}
+
+#[test]
+fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_of_the_worker_unit() {
+    a_rerun_finishes_an_interrupted_removal(
+        "a_rerun_finishes_an_uninstall_killed_at_the_unlink_of_the_worker_unit",
+        |calls| {
+            calls
+                .iter()
+                .find(|call| {
+                    call.call.starts_with("unlink")
+                        && call.paths.ends_with(&format!("/{WORKER_UNIT}"))
+                })
+                .expect("the worker unit's unlink")
+                .number
+        },
+        |case| {
+            let units = case.sandbox.unit_dir();
+            assert!(
+                !units.join(GATEWAY_UNIT).exists(),
+                "the gateway unit is gone"
+            );
+            assert!(units.join(WORKER_UNIT).exists(), "the worker unit is left");
+        },
+        "No such file or directory",
+    );
+}
+
+/// The durable call right after the first unlink whose path ends with `name`.
+fn after_unlink_of(calls: &[agents_tests::crash_points::DurableCall], name: &str) -> usize {
+    calls
+        .iter()
+        .find(|call| call.call.starts_with("unlink") && call.paths.ends_with(name))
+        .unwrap_or_else(|| panic!("no unlink of {name}"))
+        .number
+        + 1
+}
+
+#[test]
+fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_a_release_lost_execution_service_py() {
+    a_rerun_finishes_an_interrupted_removal(
+        "a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_a_release_lost_execution_service_py",
+        |calls| after_unlink_of(calls, "/execution_service.py"),
+        |case| {
+            let releases = case.installation.install_root.join("releases");
+            let incomplete = ["1.0.0", "1.1.0"]
+                .iter()
+                .filter(|version| {
+                    let release = releases.join(version);
+                    release.exists() && !release.join("execution_service.py").exists()
+                })
+                .count();
+            assert_eq!(incomplete, 1, "one release lost execution_service.py");
+        },
+        "execution release is incomplete",
+    );
+}
+
+#[test]
+fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_releases_1_0_0_version() {
+    a_rerun_finishes_an_interrupted_removal(
+        "a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_releases_1_0_0_version",
+        |calls| after_unlink_of(calls, "/releases/1.0.0/VERSION"),
+        |case| {
+            let release = case.installation.install_root.join("releases/1.0.0");
+            assert!(release.exists() && !release.join("VERSION").exists());
+        },
+        "VERSION",
+    );
+}

@@ -331,3 +331,61 @@ fn an_unreleasable_handoff_is_reported_retryably() {
     let mode = std::fs::metadata(&status).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+/// Regression (issue 16): a runner killed at the `fsync` of a temporary of
+/// the status row (`.server-update.json.<random>.tmp`, written but not yet
+/// renamed) left that temporary beside the row forever, as the original
+/// does. The next writer of the row, holding the status lock, removes it.
+#[test]
+fn the_next_runner_removes_a_row_temporary_of_a_runner_killed_at_its_fsync() {
+    let mut fixture = pinned("killed-at-row-fsync");
+    fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
+    let injection = agents_tests::crash_points::Injection {
+        inherit_environment: true,
+        ..agents_tests::crash_points::helper_injection()
+    };
+    let complete =
+        agents_tests::crash_points::run_traced(&fixture.command(Side::Port), &injection, None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    let kill_at = complete
+        .calls
+        .iter()
+        .find(|call| call.is("fsync", "/.server-update.json."))
+        .expect("a row temporary's fsync")
+        .number;
+
+    let killed = agents_tests::crash_points::run_traced(
+        &fixture.command(Side::Port),
+        &injection,
+        Some(kill_at),
+    );
+
+    let call = killed.killed.expect("the runner was killed");
+    assert!(call.is("fsync", "/.server-update.json."), "{call}");
+    let admin = fixture.run_dir(Side::Port).join("state/admin");
+    let temporaries = || -> Vec<String> {
+        std::fs::read_dir(&admin)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(".server-update.json.") && name.ends_with(".tmp"))
+            .collect()
+    };
+    assert_eq!(
+        temporaries().len(),
+        1,
+        "the killed write's temporary is left"
+    );
+    // The server admits the update again; the next runner completes it.
+    let mut retry = fixture.admitted.clone();
+    retry.insert("update_id", "fedcba9876543210fedcba9876543210");
+    let _ = std::fs::remove_file(fixture.run_dir(Side::Port).join("installer/installed"));
+    fixture.admit(Side::Port, &retry, "fedcba9876543210fedcba9876543210");
+    let output = fixture
+        .runner(Side::Port, "fedcba9876543210fedcba9876543210")
+        .output()
+        .unwrap();
+    let outcome = fixture.outcome(Side::Port, &output);
+    assert_eq!(outcome.exit, Some(0), "{outcome:?}");
+    assert_eq!(field(&outcome.row, "phase"), Json::from("complete"));
+    assert_eq!(temporaries(), Vec::<String>::new(), "no temporary is left");
+}

@@ -13,6 +13,12 @@
 //! The port accepts a source that is exactly the journaled inode with the
 //! rendered bytes and lets `replace_config` resume it; any other source is
 //! still refused as a changed staging file.
+//!
+//! Deliberate deviation: a publish killed while it wrote a kind's staged
+//! source (created, not yet fully written, the journal not yet naming the
+//! kind) left a private source holding a prefix of the rendering, which the
+//! seed refuses forever as changed staging. The port rewrites exactly that
+//! source and continues.
 
 use std::path::PathBuf;
 
@@ -72,10 +78,23 @@ pub fn publish(layout: &ExecutionLayout) -> Result<()> {
                 Some(desired) => journaled_staging_matches(&source, desired, &payload)?,
                 None => false,
             };
-            if !resumable && read_private_file(&source, ACTIVATION_CONFIG_LIMIT)? != payload {
-                return Err(Error::runtime(
-                    "split candidate configuration staging changed",
-                ));
+            if !resumable {
+                let staged = read_private_file(&source, ACTIVATION_CONFIG_LIMIT)?;
+                if staged != payload {
+                    // A publish killed inside `write_new_private` left its
+                    // own staging unfinished: created, not yet (fully)
+                    // written. The journal never recorded this kind, so
+                    // nothing refers to it; redo that write. Any other
+                    // content is someone else's and is still refused.
+                    if !(desired.is_null() && payload.starts_with(&staged)) {
+                        return Err(Error::runtime(
+                            "split candidate configuration staging changed",
+                        ));
+                    }
+                    std::fs::remove_file(&source)
+                        .map_err(|err| Error::from_io_path(&err, &source))?;
+                    write_new_private(&source, &payload)?;
+                }
             }
         }
         let call = ActivationInvocation::owned(&current, &layout.install_root);

@@ -19,10 +19,11 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use agents_common::{
-    atomic_write, check_text, current_uid, desired, encode_indented, fsync_directory, json_object,
-    layout_manifest, maintenance_operation_id, normalize_path, owned_directory, parse_json,
-    read_file, render_service, snapshot, token_hex, Error, ExecutionLayout, Json, JsonObject,
-    Result, ServiceState, FORMAT, MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
+    atomic_write, check_text, current_uid, desired, encode_indented, fsync_directory,
+    is_atomic_temporary, is_own_leftover_file, json_object, layout_manifest,
+    maintenance_operation_id, normalize_path, owned_directory, parse_json, read_file,
+    remove_atomic_temporaries, render_service, snapshot, token_hex, Error, ExecutionLayout, Json,
+    JsonObject, Result, ServiceState, FORMAT, MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
 
 /// The three activation scopes: a first split install, or one component.
@@ -174,7 +175,9 @@ impl ExecutionTransaction {
         });
         // A complete journal appears atomically: a crash while preparing leaves
         // only an unreferenced private draft, never a half-written pending
-        // journal that would block a safe retry.
+        // journal that would block a safe retry. This retry removes such
+        // drafts (the seed leaves them forever).
+        remove_abandoned_drafts(&layout.install_root)?;
         let draft = layout.install_root.join(format!(".execution-draft-{id}"));
         create_private_directory(&draft)?;
         atomic_write(
@@ -433,6 +436,7 @@ impl ExecutionTransaction {
             ));
         }
         let directory = layout.transaction_dir();
+        remove_own_leftovers(&journal, &layout)?;
         let entries = std::fs::read_dir(&directory)
             .map_err(|err| Error::from_io_path(&err, &directory))?
             .map(|entry| entry.map(|entry| entry.file_name()))
@@ -505,6 +509,105 @@ pub fn check_service_states(value: &Json) -> Result<()> {
     // Each role in the journal's own order, as Python iterates the dict.
     for item in object(value).values() {
         ServiceState::from_json(item)?;
+    }
+    Ok(())
+}
+
+/// Prefix of the draft directory `stage` renames into the pending journal.
+const DRAFT_PREFIX: &str = ".execution-draft-";
+/// Prefix of the temporary link `_replace_link` renames over `current`.
+const CURRENT_TEMPORARY_PREFIX: &str = ".execution-current-";
+
+/// Removes what a killed earlier run of this journal left unfinished, before
+/// `finish` proves the journal directory holds only `manifest.json`: the
+/// temporaries of an interrupted rewrite of the journal itself (private, as
+/// the journal is), of the service files and the layout manifest it names,
+/// and an unrenamed `current` link. Each must carry exactly the name this
+/// helper gives it and be this uid's own; anything else is left for
+/// `finish` to refuse. The seed leaves all of them, and a journal
+/// temporary then blocks its `finish` forever (`execution transaction
+/// contains unexpected files`). Runs under the installation lock, so no
+/// live writer's temporary can be taken.
+fn remove_own_leftovers(journal: &Json, layout: &ExecutionLayout) -> Result<()> {
+    remove_atomic_temporaries(&layout.transaction_dir().join("manifest.json"), true)?;
+    for key in KEYS {
+        remove_atomic_temporaries(&journal_path(journal, key), false)?;
+    }
+    let root = &layout.install_root;
+    let mut removed = false;
+    for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
+        let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
+        let name = entry.file_name();
+        let ours = name.to_str().is_some_and(|name| {
+            agents_common::python::is_prefixed_hex(name, CURRENT_TEMPORARY_PREFIX, 24)
+        });
+        let path = entry.path();
+        let own_link = std::fs::symlink_metadata(&path).is_ok_and(|info| {
+            use std::os::unix::fs::MetadataExt as _;
+            info.file_type().is_symlink() && info.uid() == current_uid()
+        });
+        if ours && own_link {
+            std::fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
+            removed = true;
+        }
+    }
+    if removed {
+        fsync_directory(root)?;
+    }
+    Ok(())
+}
+
+/// Removes the drafts of journals that a killed `stage` never published
+/// (`.execution-draft-execution-<24 hex>`): a private directory of this uid
+/// holding nothing but its `manifest.json` and that file's unfinished
+/// temporaries, all private regular files of this uid. No pending journal
+/// exists (the caller checked) and the installation lock is held, so no
+/// live `stage` owns one. Anything else under such a name is left alone.
+fn remove_abandoned_drafts(root: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let mut removed = false;
+    for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
+        let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
+        let name = entry.file_name();
+        let named = name.to_str().is_some_and(|name| {
+            name.strip_prefix(DRAFT_PREFIX)
+                .is_some_and(|id| agents_common::python::is_prefixed_hex(id, "execution-", 24))
+        });
+        if !named {
+            continue;
+        }
+        let draft = entry.path();
+        let Ok(info) = std::fs::symlink_metadata(&draft) else {
+            continue;
+        };
+        if !info.is_dir() || info.uid() != current_uid() || info.mode() & 0o077 != 0 {
+            continue;
+        }
+        let mut files = Vec::new();
+        let mut only_ours = true;
+        for child in std::fs::read_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))? {
+            let child = child.map_err(|err| Error::from_io_path(&err, &draft))?;
+            let child_name = child.file_name();
+            let known = child_name == "manifest.json"
+                || is_atomic_temporary(child_name.as_bytes(), b"manifest.json");
+            let path = child.path();
+            let own =
+                agents_common::fs::lstat(&path).is_ok_and(|info| is_own_leftover_file(&info, true));
+            only_ours &= known && own;
+            files.push(path);
+        }
+        if !only_ours {
+            continue;
+        }
+        for file in files {
+            std::fs::remove_file(&file).map_err(|err| Error::from_io_path(&err, &file))?;
+        }
+        std::fs::remove_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))?;
+        removed = true;
+    }
+    if removed {
+        fsync_directory(root)?;
     }
     Ok(())
 }

@@ -515,18 +515,30 @@ fn commit_and_finish_refusals() {
         ErrorClass::Value,
         "committed execution activation cannot roll back",
     );
-    // A temporary file left by a killed save blocks retirement.
-    let leftover = install
+    // A file that is not exactly a temporary this journal's save leaves (a
+    // foreign name, or that name without the journal's private mode)
+    // blocks retirement.
+    let temporary = install
         .journal_dir()
         .join(".manifest.json.0123456789abcdef01234567.tmp");
-    write_file(&leftover, b"{}", 0o600);
-    assert_error(
-        ExecutionTransaction::finish(&install.root()),
-        ErrorClass::Runtime,
-        "execution transaction contains unexpected files",
-    );
-    fs::remove_file(&leftover).unwrap();
+    for (path, mode) in [
+        (install.journal_dir().join("notes.txt"), 0o600),
+        (install.journal_dir().join(".manifest.json.0123.tmp"), 0o600),
+        (temporary.clone(), 0o640),
+    ] {
+        write_file(&path, b"{}", mode);
+        assert_error(
+            ExecutionTransaction::finish(&install.root()),
+            ErrorClass::Runtime,
+            "execution transaction contains unexpected files",
+        );
+        fs::remove_file(&path).unwrap();
+    }
+    // The temporary of a killed save is the journal's own: retirement
+    // removes it (the seed refuses it forever).
+    write_file(&temporary, b"{\"partial", 0o600);
     ExecutionTransaction::finish(&install.root()).unwrap();
+    assert!(!install.journal_dir().exists());
 }
 
 #[test]

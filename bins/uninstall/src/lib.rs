@@ -100,8 +100,20 @@ pub fn run_script(words: &[OsString]) -> u8 {
             return 2;
         }
     };
-    let manifest = roots.install.join(agents_common::LAYOUT_NAME);
-    if std::fs::symlink_metadata(&manifest).is_ok_and(|meta| meta.file_type().is_file()) {
+    // The split layout is handed over while its manifest is there, and also
+    // while only the retained intent of a split uninstall is (one killed at
+    // the very end of its removal); uninstall.sh would run its legacy path
+    // there.
+    let split = [
+        agents_common::LAYOUT_NAME,
+        agents_common::UNINSTALL_INTENT_NAME,
+    ]
+    .iter()
+    .any(|name| {
+        std::fs::symlink_metadata(roots.install.join(name))
+            .is_ok_and(|meta| meta.file_type().is_file())
+    });
+    if split {
         return hand_over(&roots, assume_yes, purge_state);
     }
     legacy::run(

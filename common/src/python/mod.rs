@@ -29,7 +29,7 @@ pub mod text;
 pub mod uuid;
 pub mod values;
 
-pub use hex::{hex, is_lower_hex};
+pub use hex::{hex, is_lower_hex, is_prefixed_hex};
 pub use int::python_int as int;
 pub use random::token_hex;
 pub use shlex::shlex_split;

@@ -18,6 +18,7 @@ use agents_common::{
     encode_indented, json_object, layout_manifest, parse_json, render_service, ExecutionLayout,
     Json,
 };
+use agents_tests::crash_points::{helper_injection, run_traced, Traced};
 pub use agents_tests::Outcome;
 use agents_tests::{
     binary_path, free_port, poll_until, HttpRequest, Installation, RequestRecord, Role, Sandbox,
@@ -199,6 +200,45 @@ impl Site {
             .args(["--scope", scope])
             .spawn()
             .expect("execution-manage starts")
+    }
+
+    /// `apply` under `crash-tracer`, killed on entry to its `kill_at`-th
+    /// durable system call (never for `None`).
+    pub fn apply_traced(
+        &self,
+        layout: &ExecutionLayout,
+        scope: &str,
+        kill_at: Option<usize>,
+    ) -> Traced {
+        let file = self.layout_file(layout);
+        let mut command = self.command();
+        command
+            .arg("apply")
+            .arg("--layout")
+            .arg(file)
+            .args(["--scope", scope]);
+        run_traced(&command, &helper_injection(), kill_at)
+    }
+
+    /// `recover` under `crash-tracer`, killed on entry to its `kill_at`-th
+    /// durable system call (never for `None`).
+    pub fn recover_traced(&self, kill_at: Option<usize>) -> Traced {
+        let mut command = self.command();
+        command
+            .arg("recover")
+            .arg("--root")
+            .arg(&self.installation.install_root);
+        run_traced(&command, &helper_injection(), kill_at)
+    }
+
+    /// Names in the pending journal's directory, sorted.
+    pub fn journal_entries(&self) -> Vec<String> {
+        sorted_names(
+            &self
+                .installation
+                .install_root
+                .join(".execution-transaction"),
+        )
     }
 
     /// `recover --root <install root>`.

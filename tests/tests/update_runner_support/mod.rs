@@ -11,6 +11,8 @@
 
 pub use agents_tests::release_support;
 
+pub mod prepared;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -442,8 +444,30 @@ impl Fixture {
 
     /// Run the admitted update with `side` in a fresh copy of the state.
     pub fn run(&self, side: Side<'_>) -> Outcome {
+        let mut command = self.command(side);
+        let measured = agents_tests::run_measured(command.stdin(std::process::Stdio::null()));
+        Outcome {
+            peak_rss_kib: measured.peak_rss_kib,
+            elapsed: measured.elapsed,
+            ..self.outcome(side, &measured.output)
+        }
+    }
+
+    /// The admitted update's runner command for `side`, in a fresh copy of
+    /// the state (the row admitted, the one-time credential written).
+    pub fn command(&self, side: Side<'_>) -> Command {
         let run = self.run_dir(side);
         let _ = std::fs::remove_dir_all(&run);
+        self.admit(side, &self.admitted, UPDATE_ID);
+        self.runner(side, UPDATE_ID)
+    }
+
+    /// The server's admission of `row` for `side`'s run (whose state is
+    /// kept) to the runner of `update_id`: the row written as the server
+    /// writes it, the one-time credential file, and the health double told
+    /// about the run.
+    pub fn admit(&self, side: Side<'_>, row: &JsonObject, update_id: &str) {
+        let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
         let record = run.join("installer");
@@ -451,12 +475,12 @@ impl Fixture {
             std::fs::create_dir_all(directory).unwrap();
         }
         let status = admin.join("server-update.json");
-        atomic_json(&status, &self.admitted).unwrap();
+        atomic_json(&status, row).unwrap();
         let token = self
             .token
             .clone()
             .unwrap_or_else(|| format!("{}-token", side.label()));
-        let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
+        let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
         {
             let mut state = self.health_state.lock().unwrap();
@@ -466,6 +490,16 @@ impl Fixture {
         if let Some(behaviour) = &self.behaviour {
             std::fs::write(record.join("behaviour.sh"), behaviour).unwrap();
         }
+    }
+
+    /// The runner command of `side` for update `update_id`.
+    pub fn runner(&self, side: Side<'_>, update_id: &str) -> Command {
+        let run = self.run_dir(side);
+        let admin = run.join("state/admin");
+        let tmp = run.join("tmp");
+        let record = run.join("installer");
+        let status = admin.join("server-update.json");
+        let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
         let mut arguments: Vec<String> = vec![
             "--status-file".into(),
             status.to_string_lossy().into_owned(),
@@ -478,7 +512,7 @@ impl Fixture {
             "--current-version".into(),
             CURRENT.into(),
             "--update-id".into(),
-            UPDATE_ID.into(),
+            update_id.into(),
             "--expected-server-identity".into(),
             IDENTITY.into(),
             "--auth-token-file".into(),
@@ -514,8 +548,18 @@ impl Fixture {
             .env("AGENTSDOCK_AGENT_TOKEN", "runner-secret")
             .env("VIRTUAL_ENV", "/nonexistent/venv")
             .envs(self.environment.iter().map(|(key, value)| (key, value)));
-        let measured = agents_tests::run_measured(command.stdin(std::process::Stdio::null()));
-        let output = measured.output;
+        command
+    }
+
+    /// What the run of `side` that ended with `output` left behind (its
+    /// memory and time unmeasured: see [`Fixture::run`]).
+    pub fn outcome(&self, side: Side<'_>, output: &std::process::Output) -> Outcome {
+        let run = self.run_dir(side);
+        let admin = run.join("state/admin");
+        let tmp = run.join("tmp");
+        let record = run.join("installer");
+        let status = admin.join("server-update.json");
+        let token_file = admin.join(format!(".server-update-{UPDATE_ID}.auth.json"));
         let normalise = |text: &str| normalise_paths(text, &tmp, &run);
         // Arguments may hold bytes that are not UTF-8; both sides are read
         // the same lossy way.
@@ -539,8 +583,9 @@ impl Fixture {
             leftovers,
             token_consumed: !token_file.exists(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            peak_rss_kib: measured.peak_rss_kib,
-            elapsed: measured.elapsed,
+            // Measured by run(); a run driven elsewhere is not.
+            peak_rss_kib: 0,
+            elapsed: std::time::Duration::ZERO,
         }
     }
 

@@ -18,10 +18,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    current_uid, fsync_directory, installed_layout, no_activation, normalize_path,
-    read_uninstall_intent, store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout,
-    InstallationLock, Json, JsonObject, Result, SealedHold, WorkerControl, UNINSTALL_INTENT_NAME,
+    check_binding, current_uid, entry_present, fsync_directory, installed_layout, no_activation,
+    normalize_path, parse_json, read_file, read_interrupted_removal, read_uninstall_intent,
+    store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Json,
+    JsonObject, Result, SealedHold, WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
 };
+use sha2::{Digest, Sha256};
 
 use super::checks::{
     hold_preparation_leases, identity, no_pending_update, no_provider_children, owned_lease,
@@ -170,6 +172,14 @@ struct Admitted<'a> {
     operation: String,
 }
 
+/// The proof an interrupted removal left: its intent and, unless removal
+/// had got that far, the admitted installed layout (not validated: its
+/// releases may be gone).
+struct Interrupted {
+    intent: JsonObject,
+    layout: Option<ExecutionLayout>,
+}
+
 /// Mutable progress of the mutation, read by the recovery.
 struct Progress {
     intent: Option<JsonObject>,
@@ -181,8 +191,173 @@ struct Progress {
 
 impl Uninstall<'_> {
     fn run(&self, make_native: NativeFactory<'_>) -> std::result::Result<(), Failure> {
+        let interrupted = self
+            .interrupted_removal()
+            .map_err(|err| interrupted_or(err.into()))?;
+        if let Some(interrupted) = interrupted {
+            return self
+                .finish_removal(&interrupted, make_native)
+                .map_err(interrupted_or);
+        }
         let (layout, native) = self.prelude(make_native).map_err(interrupted_or)?;
         self.admit(layout, native.as_ref())
+    }
+
+    /// An earlier run of this uninstall that was killed once it had begun
+    /// removing files: its intent says `stopped` (the whole admission
+    /// passed and both services stopped) and the first thing removal
+    /// deletes, a unit file, or the installed manifest is gone. `None` for
+    /// anything else, which the normal path handles (or refuses).
+    fn interrupted_removal(&self) -> Result<Option<Interrupted>> {
+        no_activation(self.root)?;
+        let Some(intent) = read_interrupted_removal(self.root)? else {
+            return Ok(None);
+        };
+        let manifest = self.root.join(LAYOUT_NAME);
+        let data = match read_file(&manifest, true) {
+            Ok((data, _mode)) => data,
+            Err(err) if err.is_not_found() => {
+                return Ok(Some(Interrupted {
+                    intent,
+                    layout: None,
+                }))
+            }
+            Err(err) => return Err(err),
+        };
+        let digest = agents_common::python::hex(&Sha256::digest(&data));
+        if field(&intent, "layout_sha256").as_str() != Some(digest.as_str()) {
+            return Err(Error::runtime(
+                "installed execution layout changed after uninstall admission",
+            ));
+        }
+        let value = parse_json(&data)?;
+        let layout =
+            ExecutionLayout::from_dict_unvalidated(value.get("layout").unwrap_or(&Json::Null))?;
+        if layout.install_root != self.root
+            || field(&intent, "worker_release").as_str()
+                != Some(text(&layout.worker_release).as_str())
+            || field(&intent, "gateway_release").as_str()
+                != Some(text(&layout.gateway_release).as_str())
+        {
+            return Err(Error::value(
+                "uninstall intent does not match this installed runtime",
+            ));
+        }
+        let mut begun = false;
+        for role in ROLES {
+            begun |= !entry_present(&layout.service_path(role)?)?;
+        }
+        Ok(begun.then_some(Interrupted {
+            intent,
+            layout: Some(layout),
+        }))
+    }
+
+    /// Finishes the removal an interrupted run began, removing only what
+    /// its intent and the admitted manifest prove to be this installation:
+    /// the same roots, both services still down, any unit file left still
+    /// exactly the layout's, release directories (where left) the ones
+    /// admitted, no pending update, free preparation and state leases and
+    /// no provider child. Without the manifest (removed last but for the
+    /// intent) everything else must already be gone. The seed refuses such
+    /// a rerun on the first missing file and keeps the roots, the lock and
+    /// the intent forever.
+    fn finish_removal(
+        &self,
+        interrupted: &Interrupted,
+        make_native: NativeFactory<'_>,
+    ) -> std::result::Result<(), Failure> {
+        let intent = &interrupted.intent;
+        if intent.get("purge_state") != Some(&Json::Bool(self.purge_state)) {
+            return Err(Error::runtime(
+                "retry must preserve the existing uninstall data-removal choice",
+            )
+            .into());
+        }
+        let Some(layout) = &interrupted.layout else {
+            let mut left = Vec::new();
+            for entry in
+                fs::read_dir(self.root).map_err(|err| Error::from_io_path(&err, self.root))?
+            {
+                let entry = entry.map_err(|err| Error::from_io_path(&err, self.root))?;
+                let name = entry.file_name();
+                if name != ".install-lock" && name != UNINSTALL_INTENT_NAME {
+                    left.push(name);
+                }
+            }
+            let state_left = self.purge_state && entry_present(self.state_root)?;
+            if !left.is_empty() || entry_present(self.config_root)? || state_left {
+                return Err(Error::runtime(
+                    "interrupted uninstall no longer has its installed layout; the remaining \
+                     files were retained",
+                )
+                .into());
+            }
+            checkpoint()?;
+            self.delete_intent()?;
+            return Ok(());
+        };
+        if (
+            layout.config_root.as_path(),
+            layout.state_root.as_path(),
+            layout.home.as_path(),
+        ) != (self.config_root, self.state_root, self.home)
+        {
+            return Err(Error::runtime(
+                "uninstall roots do not match the installed execution layout",
+            )
+            .into());
+        }
+        let identities = field(intent, "identities");
+        for (name, path) in [
+            ("worker", &layout.worker_release),
+            ("gateway", &layout.gateway_release),
+        ] {
+            if entry_present(path)? {
+                check_binding(path, identities.get(name).unwrap_or(&Json::Null))?;
+            }
+        }
+        let native = make_native(layout)?;
+        let snapshot = native.snapshot_json()?;
+        if ROLES.iter().any(|name| !is_down(&snapshot, name)) {
+            return Err(Error::runtime(
+                "a service of the interrupted uninstall runs again; the remaining files were \
+                 retained",
+            )
+            .into());
+        }
+        for role in ROLES {
+            let path = layout.service_path(role)?;
+            if !entry_present(&path)? {
+                continue;
+            }
+            let (data, mode) = read_file(&path, false)?;
+            let rendered = agents_common::render_service(layout, role).ok();
+            if rendered.as_deref() != Some(data.as_slice()) || !(mode == 0o600 || mode == 0o644) {
+                return Err(Error::runtime(
+                    "native service configuration is not this installed execution layout",
+                )
+                .into());
+            }
+        }
+        no_pending_update(layout)?;
+        let _preparations = hold_preparation_leases(self.root)?;
+        removable_tree(self.root)?;
+        if entry_present(self.config_root)? {
+            removable_tree(self.config_root)?;
+        }
+        if self.purge_state && entry_present(self.state_root)? {
+            removable_tree(self.state_root)?;
+        }
+        let lease = self.state_root.join("admin/state-owner.lock");
+        let _state = if self.purge_state && !entry_present(&lease)? {
+            None
+        } else {
+            Some(owned_lease(&lease)?)
+        };
+        no_provider_children(self.state_root)?;
+        checkpoint()?;
+        self.remove(layout, native.as_ref())
     }
 
     /// Provenance under the lock and the native manager of the layout.
@@ -507,7 +682,13 @@ impl Uninstall<'_> {
         store_uninstall_intent(self.root, intent)
     }
 
-    /// The removal, in the seed's order.
+    /// The removal: the unit files (gateway, then worker), a reload, every
+    /// child of the root but the lock, the config root, the state root and
+    /// its alias when purging, as the seed removes them; then the installed
+    /// manifest and last the intent, which the seed removes in directory
+    /// order with the other children. Keeping those two to the end means a
+    /// run killed anywhere in here leaves the proof a rerun needs to finish
+    /// (see `finish_removal`), which also skips what is already gone.
     fn remove(
         &self,
         layout: &ExecutionLayout,
@@ -515,27 +696,40 @@ impl Uninstall<'_> {
     ) -> std::result::Result<(), Failure> {
         for name in ["gateway", "worker"] {
             let path = layout.service_path(name)?;
-            fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
+            if entry_present(&path)? {
+                fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
+            }
         }
         native.reload()?;
         let mut children = Vec::new();
         for entry in fs::read_dir(self.root).map_err(|err| Error::from_io_path(&err, self.root))? {
             let entry = entry.map_err(|err| Error::from_io_path(&err, self.root))?;
-            if entry.file_name() != ".install-lock" {
+            let name = entry.file_name();
+            if name != ".install-lock" && name != LAYOUT_NAME && name != UNINSTALL_INTENT_NAME {
                 children.push(entry.path());
             }
         }
         for child in children {
             remove_child(&child)?;
         }
-        remove_child(self.config_root)?;
+        if entry_present(self.config_root)? {
+            remove_child(self.config_root)?;
+        }
         if self.purge_state {
-            remove_child(self.state_root)?;
+            if entry_present(self.state_root)? {
+                remove_child(self.state_root)?;
+            }
             let alias = self.home.join(".zenithbot-agent");
             let ours = fs::symlink_metadata(&alias)
                 .is_ok_and(|meta| meta.file_type().is_symlink() && meta.uid() == current_uid());
             if ours && resolve_lenient(&alias).as_deref() == Some(self.state_root) {
                 fs::remove_file(&alias).map_err(|err| Error::from_io_path(&err, &alias))?;
+            }
+        }
+        for name in [LAYOUT_NAME, UNINSTALL_INTENT_NAME] {
+            let path = self.root.join(name);
+            if entry_present(&path)? {
+                remove_child(&path)?;
             }
         }
         fsync_directory(self.root)?;

@@ -16,7 +16,9 @@ mod native;
 
 use std::os::unix::ffi::OsStrExt;
 
-use agents_common::{installed_layout, no_activation, normalize_path, Error};
+use agents_common::{
+    installed_layout, no_activation, normalize_path, read_interrupted_removal, Error,
+};
 
 pub use algorithm::{uninstall, Failure, Paths};
 pub use native::native_services;
@@ -85,11 +87,20 @@ pub fn main(args: &SplitArgs) -> u8 {
     }
 }
 
-/// Provenance, then the purge guard, then the confirmation.
+/// Provenance, then the purge guard, then the confirmation. An uninstall
+/// killed while removing files proves its provenance with its retained
+/// intent instead, as its installed layout may be partly gone.
 fn confirm(args: &SplitArgs) -> Result<(), NoAnswer> {
     let provenance = no_activation(&args.paths.root)
         .and_then(|()| normalize_path(&args.paths.root))
-        .and_then(|root| installed_layout(&root).map(|_| ()));
+        .and_then(|root| {
+            installed_layout(&root).map(|_| ()).or_else(|err| {
+                match read_interrupted_removal(&root) {
+                    Ok(Some(_intent)) => Ok(()),
+                    _ => Err(err),
+                }
+            })
+        });
     provenance.map_err(NoAnswer::Error)?;
     if args.purge_state {
         if !stdin_is_terminal() {

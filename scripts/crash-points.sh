@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The whole crash-point campaign (issue 16) in the real systemd sandbox:
+# every state-changing operation of the helpers is killed with SIGKILL on
+# entry to each of its durable system calls in turn (tests/src/bin/
+# crash_tracer.rs), then recovered as an operator or the next caller would,
+# and every invariant is checked (tests/tests/crash_points.rs). The normal
+# test suite runs only a sample of the points; this runs them all
+# (AGENTS_CRASH_POINTS=all), which takes a while.
+#
+# Prints one line per operation (`<operation>: N kill points, N converged`),
+# the total over the binaries, then the same for the Python originals that
+# run under the same injection (with each point where they do not converge).
+# Exits non-zero if any point of a binary does not converge or a test fails.
+#
+# Extra arguments go to the test binary (e.g. a test name filter).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null
+cargo build --workspace --bins
+cargo test -p agents-tests --test crash_points --no-run
+
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+report="$scratch/report"
+log="$scratch/log"
+: >"$report"
+
+status=0
+AGENTS_CRASH_POINTS=all AGENTS_CRASH_REPORT="$report" \
+  cargo test -p agents-tests --test crash_points -- \
+  --test-threads="${CRASH_POINTS_THREADS:-2}" "$@" >"$log" 2>&1 || status=$?
+
+binaries="$(grep -v '^original ' "$report" | grep -v '^  ' | sort || true)"
+originals="$(awk '/^original /{keep=1} /^[^ ]/ && !/^original /{keep=0} keep' "$report" || true)"
+
+# The two figures of a line `<operation>: N kill points, M converged`.
+figures() {
+  sed -nE 's/.*: ([0-9]+) kill points, ([0-9]+) converged$/\1 \2/p'
+}
+
+echo "$binaries"
+echo "$binaries" | figures | awk '
+  { points += $1; converged += $2 }
+  END { printf "total: %d kill points, %d converged\n", points, converged }'
+if [[ -n "$originals" ]]; then
+  echo
+  echo "Python originals under the same injection:"
+  echo "$originals"
+fi
+
+diverged="$(echo "$binaries" | figures | awk '$1 != $2')"
+if [[ "$status" -ne 0 || -n "$diverged" ]]; then
+  echo
+  echo "crash-points: not every point converged (test status $status); the test output ends:" >&2
+  tail -n 60 "$log" >&2
+  exit 1
+fi
