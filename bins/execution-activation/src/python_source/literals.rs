@@ -540,6 +540,9 @@ fn compile_expr(
     let lines_before = text[..brace].iter().filter(|&&byte| byte == b'\n').count() as u32;
     let first_line = p.tokens[token as usize].lineno + lines_before;
     let mut nested = Parser::new(&source, Start::FString, first_line, p.warnings.clone());
+    // The field's expression is nested in the literal's AST, whose depth
+    // CPython limits.
+    nested.depth = p.depth;
     match nested.run() {
         Ok(_) => Ok(()),
         Err(error) => Err(p.raise_exception(error)),

@@ -33,10 +33,15 @@ use agents_common::ErrorClass;
 use super::tokenizer::{RawKind, TokError, Tokenizer};
 use super::{PyException, Warnings};
 
-/// Deepest nesting of expressions and statements the parser follows; deeper
-/// sources are refused (CPython gives up around the same depth, with a
-/// `RecursionError` or `MemoryError` that depends on the construct).
-const MAX_DEPTH: u32 = 2900;
+/// Deepest nesting of statements, expressions, targets and patterns the
+/// parser follows; deeper sources are refused with CPython's
+/// `RecursionError`. CPython's own limit is on the depth of the AST it
+/// converts (3000 minus three per Python frame of the caller: a chain of
+/// 2985 unary minus, `not` or `if`/`else` passes when `ast.parse` is called
+/// as the seed calls it, 2986 fails) or, for constructs that cost its parser
+/// more rule calls (lambdas, `**`), a `MemoryError` a few levels earlier;
+/// this limit matches the first.
+const MAX_DEPTH: u32 = 2989;
 
 /// A rule failed after raising an error (`p->error_indicator`); the error
 /// is in [`Parser::error`].
@@ -440,7 +445,7 @@ pub(super) struct Parser<'a> {
     pub(super) nodes: Vec<Node>,
     pub(super) seqs: Vec<u32>,
     pub(super) stmts: Vec<Stmt>,
-    depth: u32,
+    pub(super) depth: u32,
     pub(super) warnings: Warnings,
 }
 
