@@ -55,7 +55,7 @@ fn contract(outcome: std::result::Result<Vec<Constant>, Refusal>) -> Result<Stri
         Err(Refusal::Python(error)) => return Err(Error::new(error.class, error.message)),
         Err(Refusal::UnsupportedEncoding(name)) => {
             return Err(Error::value(format!(
-                "candidate agent_server.py declares the source encoding {name:?}, which this port does not decode"
+                "candidate agent_server.py declares the source encoding '{name}', which this port does not decode"
             )))
         }
     };
@@ -157,6 +157,14 @@ mod tests {
         assert_eq!(
             run(2986),
             Err("RecursionError: maximum recursion depth exceeded during ast construction".into())
+        );
+    }
+
+    #[test]
+    fn codecs_the_port_lacks_are_named() {
+        assert_eq!(
+            outcome(b"# -*- coding: shift_jis -*-\nAPI_CONTRACT_VERSION = 7\n"),
+            Err("ValueError: candidate agent_server.py declares the source encoding 'shift_jis', which this port does not decode".into())
         );
     }
 
