@@ -53,7 +53,7 @@ impl Parser<'_> {
     fn closed_pattern(&mut self) -> PR<u32> {
         self.nested(|p| {
             p.memo(Rule::ClosedPattern, |p| {
-                alt!(p, |p| p.literal(false));
+                alt!(p, |p| p.literal());
                 alt!(p, |p| Ok(p.pattern_capture_target()?.map(|_| 0)));
                 alt!(p, |p| Ok(p.soft(b"_")?.map(|_| 0)));
                 alt!(p, |p| {
@@ -83,8 +83,8 @@ impl Parser<'_> {
         ))
     }
 
-    /// `literal_pattern` (`expr`: `literal_expr`, the same alternatives).
-    fn literal(&mut self, _expr: bool) -> PR<u32> {
+    /// `literal_pattern`, and `literal_expr` (the same alternatives).
+    fn literal(&mut self) -> PR<u32> {
         alt!(self, |p| {
             t!(p.signed_number());
             Ok((!matches!(p.peek()?.kind, Tk::Op(Op::Plus | Op::Minus))).then_some(0))
@@ -273,7 +273,7 @@ impl Parser<'_> {
     fn items_pattern(&mut self) -> PR<()> {
         Ok(self
             .gather(Op::Comma, |p| {
-                let key = p.alt(|p| p.literal(true))?;
+                let key = p.alt(|p| p.literal())?;
                 if key.is_none() {
                     t!(p.attr());
                 }
