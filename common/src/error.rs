@@ -38,6 +38,14 @@ pub enum ErrorClass {
     OwnershipLost,
     /// `tarfile.ReadError`: an archive that ends inside a member.
     TarRead,
+    /// `SyntaxError`: source code `ast.parse` refuses.
+    Syntax,
+    /// `IndentationError` (a `SyntaxError`): a block that is not indented
+    /// as the grammar requires.
+    Indentation,
+    /// `TabError` (an `IndentationError`): tabs and spaces mixed so that the
+    /// indentation depends on the tab width.
+    Tab,
 }
 
 impl ErrorClass {
@@ -56,6 +64,9 @@ impl ErrorClass {
             ErrorClass::Recursion => "RecursionError",
             ErrorClass::OwnershipLost => "update_runner.UpdateOwnershipLostError",
             ErrorClass::TarRead => "tarfile.ReadError",
+            ErrorClass::Syntax => "SyntaxError",
+            ErrorClass::Indentation => "IndentationError",
+            ErrorClass::Tab => "TabError",
         }
     }
 
@@ -70,7 +81,13 @@ impl ErrorClass {
             | ErrorClass::Timeout => Some(ErrorClass::Os),
             ErrorClass::JsonDecode | ErrorClass::UnicodeDecode => Some(ErrorClass::Value),
             ErrorClass::Recursion | ErrorClass::OwnershipLost => Some(ErrorClass::Runtime),
-            ErrorClass::Os | ErrorClass::Value | ErrorClass::Runtime | ErrorClass::TarRead => None,
+            ErrorClass::Indentation => Some(ErrorClass::Syntax),
+            ErrorClass::Tab => Some(ErrorClass::Indentation),
+            ErrorClass::Os
+            | ErrorClass::Value
+            | ErrorClass::Runtime
+            | ErrorClass::TarRead
+            | ErrorClass::Syntax => None,
         };
         self == base || parent.is_some_and(|parent| parent.is_a(base))
     }
@@ -333,6 +350,32 @@ mod tests {
         assert!(ErrorClass::NotFound.is_a(ErrorClass::Os));
         assert!(!ErrorClass::Os.is_a(ErrorClass::NotFound));
         assert!(!ErrorClass::TarRead.is_a(ErrorClass::Value));
+    }
+
+    #[test]
+    fn syntax_error_classes_nest_as_in_python() {
+        // issubclass(TabError, IndentationError), issubclass(IndentationError,
+        // SyntaxError); none of them is a ValueError.
+        assert!(ErrorClass::Tab.is_a(ErrorClass::Indentation));
+        assert!(ErrorClass::Tab.is_a(ErrorClass::Syntax));
+        assert!(ErrorClass::Indentation.is_a(ErrorClass::Syntax));
+        assert!(!ErrorClass::Indentation.is_a(ErrorClass::Tab));
+        assert!(!ErrorClass::Syntax.is_a(ErrorClass::Indentation));
+        assert!(!ErrorClass::Syntax.is_a(ErrorClass::Value));
+        assert!(!ErrorClass::UnicodeDecode.is_a(ErrorClass::Syntax));
+        assert_eq!(
+            Error::new(
+                ErrorClass::Tab,
+                "inconsistent use of tabs and spaces in indentation"
+            )
+            .python_line(),
+            "TabError: inconsistent use of tabs and spaces in indentation"
+        );
+        assert_eq!(
+            Error::new(ErrorClass::Indentation, "unexpected indent").python_line(),
+            "IndentationError: unexpected indent"
+        );
+        assert_eq!(ErrorClass::Syntax.python_name(), "SyntaxError");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod legacy_runner;
 mod native;
 mod operations;
 mod publish;
+mod python_source;
 mod recovery_state;
 pub mod replace_config;
 mod retired_intent;
@@ -39,7 +40,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.operation {
         Operation::CandidateApiContract => {
             let contract = api_contract::candidate_api_contract(&args.candidate_source)?;
-            return print_line(&contract.to_string());
+            return print_line(&contract);
         }
         Operation::Detect => return print_line(detect::detect(&args.root)?),
         _ => {}
