@@ -604,3 +604,73 @@ fn arguments_argparse_takes_are_run_as_the_seed_runs_them() {
         }
     }
 }
+
+#[test]
+fn damaged_archives_and_overly_nested_manifests_end_as_the_seed_ends() {
+    let originals = agents_tests::require_originals!();
+    let gzip = |data: &[u8]| {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    };
+    let (fixture, _) = pinned("hostile-damaged-archive");
+    let whole = fixture.archive(&Fixture::legacy_members("1.2.3"));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        // A download cut inside the gzip stream, signed as it is.
+        ("truncated gzip", whole[..whole.len() / 2].to_vec()),
+        ("empty archive", gzip(b"")),
+        ("not gzip", b"plain text".to_vec()),
+        ("zero blocks only", gzip(&[0u8; 1024])),
+    ];
+    // Messages may name the run's own scratch directory.
+    let scratch = |message: &str, side: &str| {
+        let mut text = message.replace(&format!("/{side}/tmp/"), "/<run>/tmp/");
+        if let Some(at) = text.find("agents-server-update-") {
+            let end = at + "agents-server-update-".len() + 8;
+            text.replace_range(at..end.min(text.len()), "agents-server-update-<random>");
+        }
+        text
+    };
+    for (label, archive) in cases {
+        fixture.publish_legacy("1.2.3", &archive);
+        let seed = fixture.run(Side::Seed(&originals));
+        let port = fixture.run(Side::Port);
+        assert_eq!(
+            seed.row.get("phase"),
+            Some(&Json::from("failed")),
+            "{label}: {:?}",
+            seed.row
+        );
+        assert_eq!(port.row.get("phase"), seed.row.get("phase"), "{label}");
+        assert_eq!(port.exit, seed.exit, "{label}");
+        assert_eq!(
+            scratch(message(&port.row), "port"),
+            scratch(message(&seed.row), "seed"),
+            "{label}"
+        );
+        assert!(
+            port.installer.is_none() && seed.installer.is_none(),
+            "{label}"
+        );
+        assert!(port.leftovers.is_empty(), "{label}: {:?}", port.leftovers);
+    }
+    // A signed manifest nested past Python's recursion limit: the
+    // publisher's bytes with a deep member spliced in, then signed.
+    let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
+    let manifest = fixture.publish_legacy("1.2.3", &archive);
+    let bytes = update_runner_support::manifest_bytes(&Json::Object(manifest));
+    let deep = format!("{{\"deep\": {}0{},", "[".repeat(5_000), "]".repeat(5_000));
+    let bytes = [deep.as_bytes(), &bytes[1..]].concat();
+    let signature = fixture.key.sign(&bytes);
+    fixture.serve(MANIFEST_PATH, update_runner_support::Served::ok(bytes));
+    fixture.serve(
+        "/releases/download/v1.2.3/agents-server-manifest.sig",
+        update_runner_support::Served::ok(signature),
+    );
+    let (seed, _) = fixture.compare(&originals, None);
+    assert!(
+        message(&seed.row).contains("maximum recursion depth exceeded"),
+        "{:?}",
+        seed.row
+    );
+}

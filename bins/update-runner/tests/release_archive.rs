@@ -497,7 +497,7 @@ fn normalise(message: &str, destination: &Path) -> String {
 }
 
 #[test]
-fn gzip_and_tar_damage_is_refused_before_layout_checks() {
+fn gzip_and_tar_damage_ends_as_in_the_seed() {
     let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-archive-damage");
     let good = dir.path().join("good.tar.gz");
@@ -552,7 +552,13 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
         block[..512].copy_from_slice(header.as_bytes());
     }
     let bad_size = gzip("size.tar.gz", &block);
-    let damaged = [
+    // Cut at every length Python's gzip tells apart: nothing, one byte of
+    // the magic, the header, the deflate data, the trailer.
+    let cuts: Vec<PathBuf> = [0, 1, 2, 9, 10, 30, bytes.len() - 8, bytes.len() - 1]
+        .into_iter()
+        .map(|length| write(&format!("cut-{length}.tar.gz"), &bytes[..length]))
+        .collect();
+    let mut damaged = vec![
         &not_gzip,
         &cut,
         &empty_gzip,
@@ -560,6 +566,7 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
         &bad_checksum,
         &bad_size,
     ];
+    damaged.extend(cuts.iter());
     let seed = python_oracle(
         &originals,
         EXTRACT,
@@ -583,11 +590,14 @@ fn gzip_and_tar_damage_is_refused_before_layout_checks() {
             "rs-{}",
             archive.file_name().unwrap().to_str().unwrap()
         ));
-        let error = safe_extract(archive, &dest, None).unwrap_err();
-        assert_eq!(
-            Some(error.message()),
-            expected.get("message").and_then(Json::as_str),
-            "{archive:?}"
-        );
+        // A stream cut only in its trailer may still extract, in both.
+        let ours = safe_extract(archive, &dest, None)
+            .map(|_| "accepted".to_string())
+            .unwrap_or_else(|error| error.message().to_string());
+        let theirs = match expected.get("ok") {
+            Some(_) => "accepted",
+            None => expected.get("message").and_then(Json::as_str).unwrap(),
+        };
+        assert_eq!(ours, theirs, "{archive:?}");
     }
 }

@@ -22,7 +22,7 @@
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -195,8 +195,14 @@ pub fn safe_extract(
     npm_version: Option<&str>,
 ) -> Result<PathBuf> {
     let destination = resolve_lexically(&absolute(destination)?);
-    let file = File::open(archive_path).map_err(|err| Error::from_io_path(&err, archive_path))?;
-    let decoder = TrackedDecoder::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)));
+    let mut file =
+        File::open(archive_path).map_err(|err| Error::from_io_path(&err, archive_path))?;
+    let mut magic = Vec::with_capacity(2);
+    (&mut file).take(2).read_to_end(&mut magic)?;
+    file.seek(io::SeekFrom::Start(0))?;
+    let mut decoder =
+        TrackedDecoder::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)));
+    decoder.state.file_start = magic;
     let state = decoder.state.clone();
     let mut archive = tar::Archive::new(decoder);
     let mut pass = ExtractionPass::new(&destination, npm_version.is_some());
@@ -253,11 +259,14 @@ pub fn safe_extract(
         let extensions = std::mem::take(&mut pending);
         pass.visit(&mut entry, &extensions)
             .map_err(bounded_message)?;
-        if pass.truncated {
-            return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END));
-        }
+        // A member cut short by a gzip stream that ended early is gzip's
+        // EOFError in tarfile (its getmembers() reads through first); only
+        // a complete stream with a short member is "unexpected end of data".
         if state.failed() {
             return Err(state.stream_error());
+        }
+        if pass.truncated {
+            return Err(Error::new(ErrorClass::TarRead, UNEXPECTED_END));
         }
     }
     if state.failed() {
@@ -774,6 +783,11 @@ struct DecoderState {
     /// The archive's first 512 bytes, to judge its first header as tarfile
     /// does when the tar reader refuses it.
     first_block: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+    /// The file's first two bytes. An empty file is tarfile's "empty file";
+    /// without gzip's magic Python's gzip raises `BadGzipFile` (tarfile's
+    /// "not a gzip file"); with it a cut stream is `EOFError`, however
+    /// little it produced.
+    file_start: Vec<u8>,
 }
 
 impl DecoderState {
@@ -784,10 +798,12 @@ impl DecoderState {
     /// The gzip failure in tarfile's words where it has fixed ones.
     fn stream_error(&self) -> Error {
         match self.failure.get() {
-            _ if self.produced.get() == 0 => Error::runtime("not a gzip file"),
+            _ if self.file_start.is_empty() => Error::runtime("empty file"),
+            _ if self.file_start != [0x1f, 0x8b] => Error::runtime("not a gzip file"),
             Some(io::ErrorKind::UnexpectedEof) => {
                 Error::runtime("Compressed file ended before the end-of-stream marker was reached")
             }
+            _ if self.produced.get() == 0 => Error::runtime("not a gzip file"),
             _ => Error::runtime("release archive is not a valid gzip stream"),
         }
     }
