@@ -23,6 +23,9 @@ use agents_tests::crash_points::{
     helper_injection, run_traced, run_traced_with_stdin, Campaign, DurableCall, Injection,
     PointResult, Traced,
 };
+use crash_points_support::runner_recovery::{
+    runner_injection, InterruptedInstall, RecoveryEnd, RecoveryScene,
+};
 use crash_points_support::{assert_no_temporaries, assert_unlocked_or_reapable, Outside};
 use execution_manage_support::{Site, NEW, OLD};
 use uninstall_support::split::SplitCase;
@@ -911,4 +914,73 @@ fn update_runner_prepared_activation_converges_after_a_kill_at_any_durable_call(
         Side::Port,
         &prepared.fixture,
     );
+}
+
+/// `update-runner --recover-only` (the server's relaunch of an interrupted
+/// activation through the running release's install.sh) killed at each
+/// durable call, then what the server does next: `--recover-only` again
+/// while the journal is retained, or its finalisation of the abandoned row
+/// once install.sh retired the journal. The update ends as install.sh's
+/// recovery ends it (`end`), on a terminal row, with nothing left behind.
+fn recover_only_campaign(name: &str, tag: &str, end: RecoveryEnd) {
+    let scene = RecoveryScene::new(tag, end);
+    let complete = scene.traced(None);
+    let expected = Some(0);
+    assert_eq!(complete.outcome.code, expected, "{:?}", complete.outcome);
+    scene.assert_ended();
+    drop(scene);
+    Campaign::new(name).run(complete.calls.len(), |n| {
+        let scene = RecoveryScene::new(tag, end);
+        let traced = scene.traced(Some(n));
+        let Some(call) = traced.killed else {
+            assert_eq!(traced.outcome.code, expected, "{:?}", traced.outcome);
+            scene.assert_ended();
+            return PointResult::NotReached;
+        };
+        scene.converge_after_kill();
+        PointResult::Converged(call)
+    });
+}
+
+#[test]
+fn update_runner_recover_only_finishing_converges_after_a_kill_at_any_durable_call() {
+    recover_only_campaign(
+        "update-runner --recover-only (install.sh finishes)",
+        "crash-recover-finishes",
+        RecoveryEnd::Finishes,
+    );
+}
+
+#[test]
+fn update_runner_recover_only_rolling_back_converges_after_a_kill_at_any_durable_call() {
+    recover_only_campaign(
+        "update-runner --recover-only (install.sh rolls back)",
+        "crash-recover-rolls-back",
+        RecoveryEnd::RollsBack,
+    );
+}
+
+/// A prepared update whose install.sh died after beginning its journal:
+/// the first runner records the retained activation for recovery
+/// (`server_update_recovery_pending`). The first runner killed at each
+/// durable call, then the server's next step: `--recover-only` where the
+/// row hands the journal to recovery, otherwise the abandoned update
+/// finalised and admitted again. Every path ends complete.
+#[test]
+fn update_runner_interrupted_install_converges_through_recovery_after_a_kill_at_any_durable_call() {
+    let mut scene = InterruptedInstall::new("crash-interrupted");
+    let command = scene.first_run();
+    let complete = run_traced(&command, &runner_injection(), None);
+    assert_eq!(complete.outcome.code, Some(1), "{:?}", complete.outcome);
+    scene.converge();
+    Campaign::new("update-runner --prepared-receipt, install.sh interrupted (then --recover-only)")
+        .run(complete.calls.len(), |n| {
+            let command = scene.first_run();
+            let traced = run_traced(&command, &runner_injection(), Some(n));
+            scene.converge();
+            match traced.killed {
+                Some(call) => PointResult::Converged(call),
+                None => PointResult::NotReached,
+            }
+        });
 }

@@ -10,184 +10,12 @@
 
 mod update_runner_support;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 
-use agents_common::test_support::atomic_json;
-use agents_common::{activation_intent, json_object, read_status_unlocked, Json, JsonObject};
-use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
-use update_runner_support::{updated_health, Reply, TestServer, IDENTITY};
-
-const UPDATE_ID: &str = "fedcba9876543210fedcba9876543210";
-const VERSION: &str = "1.1.0";
-
-/// The stand-in of the running release's install.sh in recovery mode: it
-/// records its invocation, runs the test's behaviour and, by default,
-/// finalises the journal as a completed recovery would.
-const RECOVERY_INSTALL_SH: &str = r#"#!/bin/bash
-record="$H15_FIXTURE"
-{
-  printf 'cwd=%s\n' "$PWD"
-  for argument in "$@"; do printf 'arg=%s\n' "$argument"; done
-  if [ -n "${AGENTSDOCK_MANAGED_UPDATE_ID+x}" ]; then printf 'env AGENTSDOCK_MANAGED_UPDATE_ID=%s\n' "$AGENTSDOCK_MANAGED_UPDATE_ID"; fi
-} > "$record/installer.record"
-if [ -f "$record/behaviour.sh" ]; then . "$record/behaviour.sh"; fi
-rm -rf "$AGENTS_SERVER_INSTALL_DIR/.activation-transaction"
-touch "$record/installed"
-exit 0
-"#;
-
-struct Recovery {
-    install: Install,
-    transaction: String,
-    runtime: PathBuf,
-    record: PathBuf,
-    status: PathBuf,
-    token_file: PathBuf,
-    health: TestServer,
-    _after: Arc<Mutex<JsonObject>>,
-}
-
-impl Recovery {
-    /// An update of an installed split 1.0.0 to 1.1.0 interrupted after
-    /// install.sh began its journal.
-    fn interrupted(tag: &str) -> Recovery {
-        let install = Install::new(&format!("runner-recovery-{tag}"));
-        install.release("1.0.0");
-        install.write_env("AGENTS_SERVER_PORT=7850\n");
-        install.install_split("1.0.0");
-        let candidate = install.staging(VERSION);
-        let old = install.release_dir("1.0.0");
-        let transaction = install.begin(&Begin {
-            old: Some((old.clone(), old)),
-            service_state: "running".into(),
-            service_enabled: true,
-            gateway_state: "running".into(),
-            gateway_enabled: true,
-            ..Begin::split(&candidate, VERSION)
-        });
-        let intent = activation_intent(
-            &install.root(),
-            &candidate,
-            VERSION,
-            i128::from(API_CONTRACT),
-            UPDATE_ID,
-            IDENTITY,
-        )
-        .unwrap();
-        let runtime = install.base.join("runtime");
-        let record = install.base.join("record");
-        for directory in [&runtime, &record] {
-            std::fs::create_dir_all(directory).unwrap();
-        }
-        let binary = runtime.join("update-runner");
-        std::fs::copy(agents_tests::binary_path("update-runner"), &binary).unwrap();
-        std::fs::write(runtime.join("install.sh"), RECOVERY_INSTALL_SH).unwrap();
-        update_runner_support::make_executable(&runtime.join("install.sh"));
-        update_runner_support::make_executable(&binary);
-        let admin = install.state_root().join("admin");
-        let status = admin.join("server-update.json");
-        atomic_json(
-            &status,
-            &json_object! {
-                "phase" => "restarting",
-                "update_id" => UPDATE_ID,
-                "track" => "stable",
-                "target_version" => VERSION,
-                "message" => "Resuming the interrupted server activation.",
-                "runner_pid" => Json::Null,
-                "heartbeat_at" => "2024-01-01T00:00:00Z",
-                "_activation_recovery" => intent,
-            },
-        )
-        .unwrap();
-        let token_file = admin.join(format!(".server-recovery-{UPDATE_ID}-0123.auth.json"));
-        atomic_json(&token_file, &json_object! {"token" => "recovery-token"}).unwrap();
-        let after = Arc::new(Mutex::new(updated_health(
-            VERSION,
-            i128::from(API_CONTRACT),
-        )));
-        let served = after.clone();
-        let installed = record.join("installed");
-        let health = TestServer::start(move |request| {
-            if request.header("Authorization") != Some("Bearer recovery-token") {
-                return Reply::status(401, "Unauthorized");
-            }
-            let document = if installed.exists() {
-                served.lock().unwrap().clone()
-            } else {
-                // The interrupted server is not answering as the new release.
-                updated_health("1.0.0", i128::from(API_CONTRACT))
-            };
-            Reply::ok(
-                &agents_common::test_support::encode_compact(&Json::Object(document)).unwrap(),
-            )
-        });
-        Recovery {
-            install,
-            transaction,
-            runtime,
-            record,
-            status,
-            token_file,
-            health,
-            _after: after,
-        }
-    }
-
-    fn behaviour(&self, script: &str) {
-        std::fs::write(self.record.join("behaviour.sh"), script).unwrap();
-    }
-
-    fn edit_row(&self, edit: impl FnOnce(&mut JsonObject)) {
-        let mut row = read_status_unlocked(&self.status).unwrap();
-        edit(&mut row);
-        atomic_json(&self.status, &row).unwrap();
-    }
-
-    fn run(&self, transaction: &str) -> (Option<i32>, JsonObject) {
-        let output = Command::new(self.runtime.join("update-runner"))
-            .args(["--recover-only", "--recovery-transaction", transaction])
-            .arg("--status-file")
-            .arg(&self.status)
-            .arg("--public-key")
-            .arg(self.runtime.join("absent.pem"))
-            .args([
-                "--port",
-                &self.health.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .args(["--expected-version", VERSION, "--track", "stable"])
-            .args([
-                "--expected-server-identity",
-                IDENTITY,
-                "--update-id",
-                UPDATE_ID,
-            ])
-            .arg("--auth-token-file")
-            .arg(&self.token_file)
-            .env("AGENTS_SERVER_INSTALL_DIR", self.install.root())
-            .env("H15_FIXTURE", &self.record)
-            .output()
-            .unwrap();
-        (
-            output.status.code(),
-            read_status_unlocked(&self.status).unwrap(),
-        )
-    }
-
-    fn installer(&self) -> Option<Vec<String>> {
-        std::fs::read_to_string(self.record.join("installer.record"))
-            .ok()
-            .map(|text| text.lines().map(str::to_string).collect())
-    }
-
-    fn journal_present(&self) -> bool {
-        std::fs::symlink_metadata(self.install.root().join(".activation-transaction")).is_ok()
-    }
-}
+use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
+use agents_tests::journal_writer::API_CONTRACT;
+use update_runner_support::recovery::{Recovery, ROLLBACK_BEHAVIOUR, UPDATE_ID, VERSION};
+use update_runner_support::IDENTITY;
 
 fn field(row: &JsonObject, key: &str) -> Json {
     row.get(key).cloned().unwrap_or(Json::Null)
@@ -252,7 +80,7 @@ fn an_interrupted_activation_is_recovered_by_the_running_release() {
     let installer = recovery.installer().expect("install.sh ran");
     let port = recovery.health.port.to_string();
     let expected: Vec<String> = [
-        format!("cwd={}", recovery.runtime.display()),
+        format!("cwd={}", recovery.runtime.dir.display()),
         "arg=--recover-only".into(),
         "arg=--non-interactive".into(),
         "arg=--release-version".into(),
@@ -284,7 +112,7 @@ fn an_interrupted_activation_is_recovered_by_the_running_release() {
 #[test]
 fn a_verified_rollback_ends_the_update_retryably() {
     let recovery = Recovery::interrupted("rolled-back");
-    recovery.behaviour("rm -rf \"$AGENTS_SERVER_INSTALL_DIR/.activation-transaction\"\nexit 75\n");
+    recovery.behaviour(ROLLBACK_BEHAVIOUR);
     let (exit, row) = recovery.run(&recovery.transaction);
     assert_eq!(exit, Some(0), "{row:?}");
     assert_eq!(field(&row, "phase"), Json::from("failed"));
@@ -392,7 +220,7 @@ fn a_recovery_without_its_update_changes_nothing() {
 #[test]
 fn the_install_root_must_be_named() {
     let recovery = Recovery::interrupted("no-root");
-    let output = Command::new(recovery.runtime.join("update-runner"))
+    let output = Command::new(recovery.runtime.dir.join("update-runner"))
         .args([
             "--recover-only",
             "--recovery-transaction",

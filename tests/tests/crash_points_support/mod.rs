@@ -15,6 +15,8 @@ use agents_tests::{process_alive, write_file_making_parents, Installation, Sandb
 
 use crate::execution_manage_support::Site;
 
+pub mod runner_recovery;
+
 /// True when the units, the layout manifest and `current` are exactly what
 /// a finished activation of `layout` leaves (units 0600, as
 /// `execution-manage` and the fixtures write them).
@@ -136,17 +138,27 @@ pub struct Outside {
 impl Outside {
     /// Creates the neighbourhood of `installation` and records it.
     pub fn around(sandbox: &Sandbox, installation: &Installation) -> Outside {
-        Outside::with_link(sandbox, &installation.install_root, &installation.home)
+        Outside::with_link(
+            sandbox.base(),
+            &installation.install_root,
+            &installation.home,
+        )
     }
 
     /// The neighbourhood of an installation under `home` (the legacy
     /// layout, whose roots are in the home).
     pub fn beside(sandbox: &Sandbox, home: &Path) -> Outside {
-        Outside::with_link(sandbox, &home.join(".local/share/agents-server"), home)
+        Outside::with_link(
+            sandbox.base(),
+            &home.join(".local/share/agents-server"),
+            home,
+        )
     }
 
-    fn with_link(sandbox: &Sandbox, install_root: &Path, home: &Path) -> Outside {
-        let neighbour = sandbox.base().join("neighbour");
+    /// The neighbourhood, in `base`, of an installation that runs no
+    /// services (its roots under `base`, its home `home`).
+    pub fn with_link(base: &Path, install_root: &Path, home: &Path) -> Outside {
+        let neighbour = base.join("neighbour");
         write_file_making_parents(&neighbour.join("notes.txt"), b"keep me\n", 0o644);
         write_file_making_parents(&neighbour.join("deep/data.bin"), b"\x00\x01", 0o600);
         let _ = symlink(install_root, neighbour.join("install-link"));

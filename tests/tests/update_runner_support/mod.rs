@@ -12,6 +12,7 @@
 pub use agents_tests::release_support;
 
 pub mod prepared;
+pub mod recovery;
 
 use std::collections::HashMap;
 use std::io::Read;
