@@ -208,7 +208,7 @@ fn apply_gateway_converges_after_a_kill_at_any_durable_call() {
     );
 }
 
-/// The call that leaves a worker activation pending in `phase`: the durable
+/// The call that leaves an activation pending in `phase`: the durable
 /// call right after the journal rename that recorded it.
 fn after_journal_phase(calls: &[DurableCall], phase_index: usize) -> usize {
     let renames: Vec<usize> = calls
@@ -222,11 +222,45 @@ fn after_journal_phase(calls: &[DurableCall], phase_index: usize) -> usize {
     renames[phase_index] + 1
 }
 
-/// A worker activation killed once published (services stopped, files
-/// new, journal `published`) or once committed, then `recover` itself
+/// Where `recover` takes over a killed activation: once published
+/// (services stopped, files new, journal `published`; recovery rolls back)
+/// or once committed (recovery finishes).
+#[derive(Clone, Copy)]
+enum Pending {
+    Published,
+    Committed,
+}
+
+impl Pending {
+    /// The index of the journal rename that records this phase.
+    fn rename_index(self) -> usize {
+        match self {
+            Pending::Published => 1,
+            Pending::Committed => 2,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Pending::Published => "published, rolls back",
+            Pending::Committed => "committed, finishes",
+        }
+    }
+}
+
+/// An activation of `scope` killed once `pending`, then `recover` itself
 /// killed at each of its durable calls.
-fn recover_campaign(test: &str, name: &str, phase_index: usize) {
-    let scope = Scope::Worker;
+fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
+    let name = match scope {
+        // The figures README quotes name the worker campaigns this way.
+        Scope::Worker => format!("execution-manage recover ({})", pending.describe()),
+        _ => format!(
+            "execution-manage recover --scope {} ({})",
+            scope.name(),
+            pending.describe()
+        ),
+    };
+    let phase_index = pending.rename_index();
     let Some((site, _old, new)) = scope.site(test) else {
         return;
     };
@@ -246,7 +280,7 @@ fn recover_campaign(test: &str, name: &str, phase_index: usize) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     converge(&site, old.as_ref(), &new, scope, &outside);
     drop(site);
-    Campaign::new(name).run(complete.calls.len(), |n| {
+    Campaign::new(&name).run(complete.calls.len(), |n| {
         let (site, old, new, outside) = scene();
         let traced = traced_recover(&site, Some(n));
         let Some(call) = traced.killed else {
@@ -263,8 +297,8 @@ fn recover_campaign(test: &str, name: &str, phase_index: usize) {
 fn recover_of_a_published_activation_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
         "recover_of_a_published_activation_converges_after_a_kill_at_any_durable_call",
-        "execution-manage recover (published, rolls back)",
-        1,
+        Scope::Worker,
+        Pending::Published,
     );
 }
 
@@ -272,8 +306,44 @@ fn recover_of_a_published_activation_converges_after_a_kill_at_any_durable_call(
 fn recover_of_a_committed_activation_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
         "recover_of_a_committed_activation_converges_after_a_kill_at_any_durable_call",
-        "execution-manage recover (committed, finishes)",
-        2,
+        Scope::Worker,
+        Pending::Committed,
+    );
+}
+
+#[test]
+fn recover_of_a_published_gateway_activation_converges_after_a_kill_at_any_durable_call() {
+    recover_campaign(
+        "recover_of_a_published_gateway_activation_converges_after_a_kill_at_any_durable_call",
+        Scope::Gateway,
+        Pending::Published,
+    );
+}
+
+#[test]
+fn recover_of_a_committed_gateway_activation_converges_after_a_kill_at_any_durable_call() {
+    recover_campaign(
+        "recover_of_a_committed_gateway_activation_converges_after_a_kill_at_any_durable_call",
+        Scope::Gateway,
+        Pending::Committed,
+    );
+}
+
+#[test]
+fn recover_of_a_published_migration_converges_after_a_kill_at_any_durable_call() {
+    recover_campaign(
+        "recover_of_a_published_migration_converges_after_a_kill_at_any_durable_call",
+        Scope::Migration,
+        Pending::Published,
+    );
+}
+
+#[test]
+fn recover_of_a_committed_migration_converges_after_a_kill_at_any_durable_call() {
+    recover_campaign(
+        "recover_of_a_committed_migration_converges_after_a_kill_at_any_durable_call",
+        Scope::Migration,
+        Pending::Committed,
     );
 }
 

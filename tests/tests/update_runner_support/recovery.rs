@@ -54,7 +54,16 @@ impl RunningRelease {
     pub fn at(dir: &Path) -> RunningRelease {
         std::fs::create_dir_all(dir).unwrap();
         let binary = dir.join("update-runner");
-        std::fs::copy(agents_tests::binary_path("update-runner"), &binary).unwrap();
+        // Copied by a child process: a copy written by this process would
+        // leave its write descriptor, for a moment, in the children other
+        // test threads fork, and executing the copy then fails with
+        // ETXTBSY ("Text file busy").
+        let copied = std::process::Command::new("cp")
+            .arg(agents_tests::binary_path("update-runner"))
+            .arg(&binary)
+            .status()
+            .expect("cp runs");
+        assert!(copied.success(), "cp of update-runner: {copied}");
         std::fs::write(dir.join("install.sh"), RECOVERY_INSTALL_SH).unwrap();
         make_executable(&dir.join("install.sh"));
         make_executable(&binary);
