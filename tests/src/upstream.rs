@@ -1,0 +1,760 @@
+//! The side-by-side comparison with upstream (`scripts/upstream-compare.sh`):
+//! the Python originals run with the real upstream modules they import, and
+//! the binaries, one after the other on identical fresh installations at the
+//! same paths, each observed the same way.
+//!
+//! The upstream modules are not part of the project. The script names the
+//! folder holding them through [`UPSTREAM_DIR_ENV`]; without it every
+//! comparison says so and does nothing, so the comparisons (all `#[ignore]`d)
+//! never run in the normal suite.
+//!
+//! A comparison records what each side left behind as named facets (exit
+//! status, stdout, the last stderr line, files, service states, the
+//! service-manager calls that change something), normalised so that values
+//! that differ between any two runs (PIDs, inodes, random identifiers,
+//! times) compare by where they occur, and prints one line per scenario:
+//! `upstream-compare <scenario>: same` or `... differs: <facets>`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::binaries::binary_path;
+use crate::originals::{Originals, MISSING_ORIGINALS, ORIGINAL_FILES};
+use crate::poll::try_poll_until;
+use crate::sandbox::Sandbox;
+
+/// The variable naming the folder that holds the upstream modules.
+pub const UPSTREAM_DIR_ENV: &str = "AGENTS_UPSTREAM_DIR";
+
+/// Set (to anything) to print every facet of the seed's side too.
+pub const VERBOSE_ENV: &str = "AGENTS_UPSTREAM_VERBOSE";
+
+/// Set to a part of scenario names to run only those scenarios.
+pub const ONLY_ENV: &str = "AGENTS_UPSTREAM_ONLY";
+
+/// Whether `scenario` runs (see [`ONLY_ENV`]).
+pub fn selected(scenario: &str) -> bool {
+    std::env::var(ONLY_ENV).map_or(true, |only| scenario.contains(&only))
+}
+
+/// What every comparison line starts with.
+pub const REPORT_PREFIX: &str = "upstream-compare";
+
+/// The upstream modules the seeds import (directly or through each other)
+/// that a complete upstream folder holds. `agentsdock_team_hub` and
+/// `team_hub_host` are imported only on Team Hub paths, which no comparison
+/// takes.
+pub const UPSTREAM_MODULES: [&str; 12] = [
+    "activation_transaction.py",
+    "execution_durability.py",
+    "execution_http.py",
+    "execution_install.py",
+    "execution_legacy_runner.py",
+    "execution_preparation.py",
+    "execution_recovery.py",
+    "execution_recovery_status.py",
+    "execution_transport.py",
+    "execution_uninstall.py",
+    "update_preparation.py",
+    "update_recovery.py",
+];
+
+/// The Python originals and the upstream modules they import.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    originals: Originals,
+    modules: PathBuf,
+}
+
+impl Upstream {
+    /// The folders named by [`UPSTREAM_DIR_ENV`] and the originals; `None`
+    /// (after saying so) when the variable is unset. A folder that lacks a
+    /// module, or missing originals, fail the comparison: the script asked
+    /// for it.
+    pub fn locate(test: &str) -> Option<Upstream> {
+        let modules = match std::env::var_os(UPSTREAM_DIR_ENV) {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => {
+                eprintln!(
+                    "{REPORT_PREFIX} {test}: not run: {UPSTREAM_DIR_ENV} is not set \
+                     (scripts/upstream-compare.sh sets it)"
+                );
+                return None;
+            }
+        };
+        let modules = modules
+            .canonicalize()
+            .unwrap_or_else(|err| panic!("{UPSTREAM_DIR_ENV}={}: {err}", modules.display()));
+        for name in UPSTREAM_MODULES {
+            assert!(
+                modules.join(name).is_file(),
+                "{UPSTREAM_DIR_ENV}={} lacks {name} (see README, Comparing with upstream)",
+                modules.display()
+            );
+        }
+        let originals = Originals::locate().unwrap_or_else(|| panic!("{MISSING_ORIGINALS}"));
+        Some(Upstream { originals, modules })
+    }
+
+    /// Fills `dir` as a release runtime holds the helpers: the five original
+    /// sources and the upstream modules side by side (0644; `uninstall.sh`
+    /// 0755), so `Path(__file__).parent` and `sys.path[0]` find what a real
+    /// release has beside them.
+    pub fn install_runtime(&self, dir: &Path) {
+        fs::create_dir_all(dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+        let sources = ORIGINAL_FILES
+            .iter()
+            .map(|name| self.originals.file(name))
+            .chain(UPSTREAM_MODULES.iter().map(|name| self.modules.join(name)));
+        for source in sources {
+            let name = source.file_name().expect("a file name");
+            let target = dir.join(name);
+            fs::copy(&source, &target)
+                .unwrap_or_else(|err| panic!("copy {}: {err}", source.display()));
+            let mode = if name == "uninstall.sh" { 0o755 } else { 0o644 };
+            fs::set_permissions(&target, fs::Permissions::from_mode(mode)).unwrap();
+        }
+    }
+
+    /// `helper` as `side` runs it, in the sandbox's environment, from the
+    /// runtime `runtime` (see [`Upstream::install_runtime`]); stdout and
+    /// stderr piped, stdin `/dev/null`, in its own process group (so a kill
+    /// takes whatever it started with it).
+    pub fn command(
+        &self,
+        side: Side,
+        helper: Helper,
+        runtime: &Path,
+        sandbox: &Sandbox,
+    ) -> Command {
+        let mut command = match (side, helper) {
+            (Side::Port, _) => sandbox.command(binary_path(helper.binary())),
+            (Side::Seed, Helper::Uninstall) => {
+                let mut command = sandbox.command("bash");
+                command.arg(runtime.join("uninstall.sh"));
+                command
+            }
+            (Side::Seed, Helper::UpdateHandoff) => {
+                let mut command = sandbox.command("python3");
+                command
+                    .args(["-B", "-c", HANDOFF_DRIVER])
+                    .env("SEED_RUNTIME", runtime);
+                command
+            }
+            (Side::Seed, _) => {
+                let mut command = sandbox.command("python3");
+                command.arg("-B").arg(runtime.join(helper.source()));
+                command
+            }
+        };
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        command
+    }
+}
+
+/// `update_handoff` has no command line (the server imports its functions):
+/// this driver gives the seed `update-handoff`'s, printing the result as one
+/// sorted JSON line, or `Class: message` on stderr and exit 1.
+const HANDOFF_DRIVER: &str = r#"
+import json, os, sys
+sys.path.insert(0, os.environ["SEED_RUNTIME"])
+import update_handoff
+arguments = sys.argv[1:]
+options = dict(zip(arguments[1::2], arguments[2::2]))
+try:
+    if arguments[0] == "release":
+        result = update_handoff.release_existing_handoff(options["--root"], options["--handoff-file"])
+    else:
+        source = options["--expected-status"]
+        expected = json.loads(sys.stdin.read() if source == "-" else open(source, "rb").read())
+        result = update_handoff.retry_failed_handoff(options["--root"], options["--status-file"], expected)
+except Exception as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    raise SystemExit(1)
+print(json.dumps(result, sort_keys=True))
+"#;
+
+/// Which implementation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The Python original with the upstream modules.
+    Seed,
+    /// The binary.
+    Port,
+}
+
+impl Side {
+    /// The seed first: a scenario that breaks its fixture fails on the
+    /// reference implementation.
+    pub const BOTH: [Side; 2] = [Side::Seed, Side::Port];
+
+    /// `seed` or `port`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Side::Seed => "seed",
+            Side::Port => "port",
+        }
+    }
+}
+
+/// The helpers a comparison runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Helper {
+    /// `execution_manage.py` / `execution-manage`.
+    ExecutionManage,
+    /// `execution_activation.py` / `execution-activation`.
+    ExecutionActivation,
+    /// `uninstall.sh` / `uninstall`.
+    Uninstall,
+    /// `update_handoff.py` (through a driver) / `update-handoff`.
+    UpdateHandoff,
+}
+
+impl Helper {
+    fn binary(self) -> &'static str {
+        match self {
+            Helper::ExecutionManage => "execution-manage",
+            Helper::ExecutionActivation => "execution-activation",
+            Helper::Uninstall => "uninstall",
+            Helper::UpdateHandoff => "update-handoff",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Helper::ExecutionManage => "execution_manage.py",
+            Helper::ExecutionActivation => "execution_activation.py",
+            Helper::Uninstall => "uninstall.sh",
+            Helper::UpdateHandoff => "update_handoff.py",
+        }
+    }
+}
+
+/// Keys whose integer values differ between runs by nature (PIDs, inodes).
+const VOLATILE_NUMBERS: [&str; 9] = [
+    "pid",
+    "worker_pid",
+    "gateway_pid",
+    "runner_pid",
+    "native_pid",
+    "inode",
+    "fence_inode",
+    "recorded_at",
+    "started_at_ns",
+];
+
+/// Rewrites one side's observations so that values which differ between
+/// any two runs compare by where they occur: each distinct random token
+/// (UUIDs, hexadecimal identifiers and digests of 16 or more digits) and
+/// each distinct value of a [`VOLATILE_NUMBERS`] key becomes a numbered
+/// placeholder in order of first appearance, times become `<time>`, and the
+/// given literals (a PID, a port) their names. One normaliser per side, fed
+/// the same facets in the same order.
+#[derive(Debug, Default)]
+pub struct Normalizer {
+    literals: Vec<(String, String)>,
+    tokens: HashMap<String, String>,
+}
+
+impl Normalizer {
+    /// A normaliser replacing each `(literal, name)` first (longest first).
+    pub fn new(literals: &[(String, &str)]) -> Normalizer {
+        let mut literals: Vec<(String, String)> = literals
+            .iter()
+            .filter(|(literal, _)| !literal.is_empty())
+            .map(|(literal, name)| (literal.clone(), format!("<{name}>")))
+            .collect();
+        literals.sort_by_key(|(literal, _)| std::cmp::Reverse(literal.len()));
+        Normalizer {
+            literals,
+            tokens: HashMap::new(),
+        }
+    }
+
+    fn placeholder(&mut self, kind: &str, token: &str) -> String {
+        let next = self.tokens.len() + 1;
+        self.tokens
+            .entry(format!("{kind}:{token}"))
+            .or_insert_with(|| format!("<{kind}{next}>"))
+            .clone()
+    }
+
+    /// `text` normalised.
+    pub fn text(&mut self, text: &str) -> String {
+        let mut text = text.to_string();
+        for (literal, name) in &self.literals {
+            text = text.replace(literal.as_str(), name);
+        }
+        let text = self.numbers(&text);
+        self.tokens_in(&text)
+    }
+
+    /// `data` (lossy UTF-8) normalised.
+    pub fn bytes(&mut self, data: &[u8]) -> String {
+        self.text(&String::from_utf8_lossy(data))
+    }
+
+    /// A lock owner file (`<pid>` and a newline): the PID as a placeholder.
+    pub fn pid_file(&mut self, data: &[u8]) -> String {
+        let text = String::from_utf8_lossy(data);
+        let digits = text.trim_end_matches('\n');
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            let placeholder = self.placeholder("n", digits);
+            text.replacen(digits, &placeholder, 1)
+        } else {
+            self.text(&text)
+        }
+    }
+
+    fn numbers(&mut self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find('"') {
+            out.push_str(&rest[..at]);
+            rest = &rest[at..];
+            let key = VOLATILE_NUMBERS.iter().find_map(|key| {
+                let quoted = format!("\"{key}\":");
+                rest.starts_with(&quoted).then_some(quoted.len())
+            });
+            let Some(key_len) = key else {
+                out.push('"');
+                rest = &rest[1..];
+                continue;
+            };
+            out.push_str(&rest[..key_len]);
+            rest = &rest[key_len..];
+            let spaces = rest.len() - rest.trim_start_matches(' ').len();
+            out.push_str(&rest[..spaces]);
+            rest = &rest[spaces..];
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            if digits > 0 {
+                let value = &rest[..digits];
+                out.push_str(&self.placeholder("n", value));
+                rest = &rest[digits..];
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn tokens_in(&mut self, text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        while at < bytes.len() {
+            if let Some(length) = time_at(&bytes[at..]) {
+                out.push_str("<time>");
+                at += length;
+                continue;
+            }
+            let is_token_byte = |b: u8| b.is_ascii_hexdigit() || b == b'-';
+            let boundary = at == 0 || !bytes[at - 1].is_ascii_alphanumeric();
+            if boundary && bytes[at].is_ascii_hexdigit() {
+                let end = at
+                    + bytes[at..]
+                        .iter()
+                        .take_while(|&&b| is_token_byte(b))
+                        .count();
+                let word = &text[at..end];
+                let after_ok = end == bytes.len() || !bytes[end].is_ascii_alphanumeric();
+                if after_ok {
+                    if is_uuid(word) {
+                        out.push_str(&self.placeholder("uuid", word));
+                        at = end;
+                        continue;
+                    }
+                    let hex = word.trim_end_matches('-');
+                    if hex.len() >= 16
+                        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                        && hex.bytes().any(|b| b.is_ascii_digit())
+                    {
+                        out.push_str(&self.placeholder("hex", hex));
+                        at += hex.len();
+                        continue;
+                    }
+                }
+            }
+            let width = text[at..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&text[at..at + width]);
+            at += width;
+        }
+        out
+    }
+}
+
+fn is_uuid(word: &str) -> bool {
+    let groups: Vec<&str> = word.split('-').collect();
+    groups.len() == 5
+        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(group, length)| {
+            group.len() == length && group.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
+/// The length of an ISO time (`2024-01-01T00:00:00`, optional fraction and
+/// `Z` or `+00:00`) at the start of `bytes`.
+fn time_at(bytes: &[u8]) -> Option<usize> {
+    let shape = b"0000-00-00T00:00:00";
+    if bytes.len() < shape.len() {
+        return None;
+    }
+    let matches = shape.iter().zip(bytes).all(|(&want, &got)| {
+        if want == b'0' {
+            got.is_ascii_digit()
+        } else {
+            want == got
+        }
+    });
+    if !matches {
+        return None;
+    }
+    let mut length = shape.len();
+    if bytes.get(length) == Some(&b'.') {
+        length += 1 + bytes[length + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+    }
+    if bytes.get(length) == Some(&b'Z') {
+        length += 1;
+    } else if bytes[length..].starts_with(b"+00:00") {
+        length += 6;
+    }
+    Some(length)
+}
+
+/// What one side left behind, as named, normalised facets.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Observed {
+    facets: BTreeMap<String, String>,
+}
+
+impl Observed {
+    /// Records `value` as `facet` (replacing an earlier value).
+    pub fn record(&mut self, facet: &str, value: impl Into<String>) {
+        self.facets.insert(facet.to_string(), value.into());
+    }
+
+    /// Adds `other`'s facets, each prefixed with `prefix` and a space.
+    pub fn merge(&mut self, prefix: &str, other: Observed) {
+        for (facet, value) in other.facets {
+            self.facets.insert(format!("{prefix} {facet}"), value);
+        }
+    }
+
+    /// Exit status, stdout and the last stderr line of a run, as
+    /// `<name> exit`, `<name> stdout` and `<name> stderr`.
+    pub fn run(&mut self, name: &str, output: &Output, normalizer: &mut Normalizer) {
+        let exit = match (output.status.code(), output.status.signal_number()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "unknown".to_string(),
+        };
+        self.record(&format!("{name} exit"), exit);
+        self.record(&format!("{name} stdout"), normalizer.bytes(&output.stdout));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or("");
+        self.record(&format!("{name} stderr"), normalizer.text(last));
+    }
+
+    /// Every entry under `root` except those whose relative path starts
+    /// with one of `skip`: one `<name> entries` facet listing kinds and
+    /// modes, and one `<name>/<path>` facet per regular file with its
+    /// content (symlinks record their target).
+    pub fn tree(&mut self, name: &str, root: &Path, skip: &[&str], normalizer: &mut Normalizer) {
+        let mut listing = Vec::new();
+        for (relative, info) in walk(root) {
+            let text = relative.to_string_lossy().into_owned();
+            if skip.iter().any(|prefix| text.starts_with(prefix)) {
+                continue;
+            }
+            let shown = normalizer.text(&text);
+            let path = root.join(&relative);
+            let mode = info.mode() & 0o7777;
+            let kind = if info.file_type().is_symlink() {
+                let target = fs::read_link(&path).unwrap_or_default();
+                format!("link -> {}", normalizer.text(&target.to_string_lossy()))
+            } else if info.is_dir() {
+                format!("dir {mode:o}")
+            } else if info.is_file() {
+                let content = fs::read(&path).unwrap_or_default();
+                let text = if relative.file_name().is_some_and(|name| name == "pid") {
+                    // A lock owner file: `<pid>\n`.
+                    normalizer.pid_file(&content)
+                } else {
+                    normalizer.bytes(&content)
+                };
+                self.record(&format!("{name}/{shown}"), text);
+                format!("file {mode:o} nlink {}", info.nlink())
+            } else {
+                format!("special {mode:o}")
+            };
+            listing.push(format!("{shown}: {kind}"));
+        }
+        self.record(&format!("{name} entries"), listing.join("\n"));
+    }
+}
+
+trait SignalNumber {
+    fn signal_number(&self) -> Option<i32>;
+}
+
+impl SignalNumber for std::process::ExitStatus {
+    fn signal_number(&self) -> Option<i32> {
+        std::os::unix::process::ExitStatusExt::signal(self)
+    }
+}
+
+/// Every entry below `root` (not following links), sorted by path.
+fn walk(root: &Path) -> Vec<(PathBuf, fs::Metadata)> {
+    fn visit(root: &Path, relative: &Path, entries: &mut Vec<(PathBuf, fs::Metadata)>) {
+        let Ok(items) = fs::read_dir(root.join(relative)) else {
+            return;
+        };
+        let mut names: Vec<OsString> = items
+            .filter_map(|item| item.ok().map(|item| item.file_name()))
+            .collect();
+        names.sort();
+        for name in names {
+            let child = relative.join(name);
+            let Ok(info) = fs::symlink_metadata(root.join(&child)) else {
+                continue;
+            };
+            let directory = info.is_dir();
+            entries.push((child.clone(), info));
+            if directory {
+                visit(root, &child, entries);
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    visit(root, Path::new(""), &mut entries);
+    entries
+}
+
+/// Compares the two sides of `scenario` and prints its line; details of
+/// each differing facet go to stderr. Returns whether they were the same.
+pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> bool {
+    if std::env::var_os(VERBOSE_ENV).is_some() {
+        for (facet, value) in &seed.facets {
+            eprintln!("=== {scenario}: {facet}\n  {}", value.replace('\n', "\n  "));
+        }
+    }
+    let mut differing = Vec::new();
+    let facets: std::collections::BTreeSet<&String> =
+        seed.facets.keys().chain(port.facets.keys()).collect();
+    for facet in facets {
+        let (left, right) = (seed.facets.get(facet), port.facets.get(facet));
+        if left != right {
+            eprintln!(
+                "--- {scenario}: {facet}\n  seed: {}\n  port: {}",
+                left.map_or("(none)".to_string(), |text| text
+                    .replace('\n', "\n        ")),
+                right.map_or("(none)".to_string(), |text| text
+                    .replace('\n', "\n        ")),
+            );
+            differing.push(facet.clone());
+        }
+    }
+    if differing.is_empty() {
+        println!("{REPORT_PREFIX} {scenario}: same");
+        true
+    } else {
+        println!(
+            "{REPORT_PREFIX} {scenario}: differs: {}",
+            differing.join(", ")
+        );
+        false
+    }
+}
+
+/// A `systemctl` in front of the real one on the helpers' `PATH`: it logs
+/// every call, and can stall the call whose arguments are exactly a given
+/// line (its Nth occurrence), so a test can kill the helper there.
+#[derive(Debug)]
+pub struct SystemctlTrace {
+    dir: PathBuf,
+}
+
+impl SystemctlTrace {
+    /// Installs the wrapper in `<dir>/bin`.
+    pub fn install(dir: &Path) -> SystemctlTrace {
+        let real = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|directory| directory.join("systemctl"))
+            .find(|candidate| candidate.is_file())
+            .expect("systemctl is installed");
+        let bin = dir.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        let log = dir.to_string_lossy();
+        let script = format!(
+            "#!/bin/sh\n\
+             log='{log}'\n\
+             printf '%s\\n' \"$*\" >> \"$log/calls\"\n\
+             if [ -f \"$log/stall-at\" ] && [ \"$*\" = \"$(cat \"$log/stall-at\")\" ]; then\n\
+               seen=$(( $(cat \"$log/stall-seen\" 2>/dev/null || echo 0) + 1 ))\n\
+               echo $seen > \"$log/stall-seen\"\n\
+               if [ \"$seen\" = \"$(cat \"$log/stall-occurrence\")\" ]; then\n\
+                 : > \"$log/stalled\"\n\
+                 exec sleep 600\n\
+               fi\n\
+             fi\n\
+             exec '{real}' \"$@\"\n",
+            real = real.display()
+        );
+        let wrapper = bin.join("systemctl");
+        fs::write(&wrapper, script).unwrap();
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+        SystemctlTrace {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Puts the wrapper first on `command`'s `PATH`.
+    pub fn wrap(&self, command: &mut Command, sandbox: &Sandbox) {
+        let path = sandbox
+            .env()
+            .into_iter()
+            .find_map(|(name, value)| (name == "PATH").then_some(value))
+            .unwrap_or_default();
+        let mut paths = vec![self.dir.join("bin")];
+        paths.extend(std::env::split_paths(&path));
+        command.env("PATH", std::env::join_paths(paths).unwrap());
+    }
+
+    /// Stalls the `occurrence`th call with exactly `arguments` (from now on).
+    pub fn stall_at(&self, arguments: &str, occurrence: u32) {
+        let _ = fs::remove_file(self.dir.join("stall-seen"));
+        let _ = fs::remove_file(self.dir.join("stalled"));
+        fs::write(self.dir.join("stall-occurrence"), occurrence.to_string()).unwrap();
+        fs::write(self.dir.join("stall-at"), arguments).unwrap();
+    }
+
+    /// Stops stalling.
+    pub fn clear(&self) {
+        let _ = fs::remove_file(self.dir.join("stall-at"));
+    }
+
+    /// Whether the stalled call was reached.
+    pub fn stalled(&self) -> bool {
+        self.dir.join("stalled").exists()
+    }
+
+    /// The calls that change something (everything but `show`), one a line,
+    /// since the last [`SystemctlTrace::reset`].
+    pub fn changes(&self) -> String {
+        fs::read_to_string(self.dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.starts_with("--user show "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Forgets the calls logged so far.
+    pub fn reset(&self) {
+        let _ = fs::remove_file(self.dir.join("calls"));
+    }
+}
+
+/// Waits up to a minute for `child` and returns its output; kills its
+/// process group if it does not end.
+pub fn finish(child: Child) -> Output {
+    let pid = child.id();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(Duration::from_secs(90)) {
+        Ok(output) => output.expect("wait for the helper"),
+        Err(_) => {
+            kill_group(pid);
+            panic!("helper {pid} did not finish within 90 s")
+        }
+    }
+}
+
+/// SIGKILLs the process group `leader` leads (a [`Upstream::command`]).
+pub fn kill_group(leader: u32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(leader as i32) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Waits until `reached` holds (the helper arrived where it is to be
+/// killed) or the helper ended first; `true` when it was reached.
+pub fn wait_reached(child: &mut Child, what: &str, reached: impl Fn() -> bool) -> bool {
+    try_poll_until(Duration::from_secs(60), what, || {
+        if reached() {
+            return Some(true);
+        }
+        matches!(child.try_wait(), Ok(Some(_))).then_some(false)
+    })
+    .unwrap_or(false)
+}
+
+/// State-root entries the services themselves write (receipts, sockets,
+/// locks, logs, the test worker's own files): not the helpers' doing.
+pub const SERVICE_FILES: [&str; 7] = [
+    "test-worker",
+    "execution/worker.json",
+    "execution/gateway.json",
+    "execution/worker.lock",
+    "execution/worker.socket",
+    "execution/logs",
+    "admin/state-owner.lock",
+];
+
+impl Observed {
+    /// The installation's roots (`install`, `config`, `state` without
+    /// [`SERVICE_FILES`]) and the unit directory (`units`).
+    pub fn installation(
+        &mut self,
+        sandbox: &Sandbox,
+        installation: &crate::Installation,
+        normalizer: &mut Normalizer,
+    ) {
+        self.tree("install", &installation.install_root, &[], normalizer);
+        self.tree("config", &installation.config_root, &[], normalizer);
+        self.tree(
+            "state",
+            &installation.state_root,
+            &SERVICE_FILES,
+            normalizer,
+        );
+        self.tree("units", &sandbox.unit_dir(), &[], normalizer);
+    }
+
+    /// Each unit's settled state and enablement, and whether its MainPID is
+    /// still the one given (`same`), another (`new`) or none, as `services`.
+    pub fn services(&mut self, sandbox: &Sandbox, units: &[(&str, u32)]) {
+        let mut lines = Vec::new();
+        for &(unit, before) in units {
+            let settled = ["active", "inactive", "failed"];
+            let state = try_poll_until(Duration::from_secs(20), "a settled unit", || {
+                let state = sandbox.unit_state(unit);
+                settled
+                    .contains(&state.active_state.as_str())
+                    .then_some(state)
+            })
+            .unwrap_or_else(|_| sandbox.unit_state(unit));
+            let pid = match state.main_pid {
+                0 => "none",
+                pid if pid == before => "same",
+                _ => "new",
+            };
+            lines.push(format!(
+                "{unit}: {} {} pid {pid}",
+                state.active_state, state.unit_file_state
+            ));
+        }
+        self.record("services", lines.join("\n"));
+    }
+}

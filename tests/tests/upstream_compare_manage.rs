@@ -1,0 +1,260 @@
+//! Upstream comparison (`scripts/upstream-compare.sh`): `execution-manage
+//! apply` of a worker pin, killed (SIGKILL, with everything it started) at
+//! each step, then `recover`, by `execution_manage.py` with the real
+//! upstream modules and by the binary, each on a fresh identical running
+//! split installation at the same paths. Both runs are compared: exit
+//! status, stdout, the last stderr line, the installation's files, the
+//! units' states, the worker's admission lease, the service-manager calls
+//! that change something and the worker's control requests.
+
+mod execution_manage_support;
+
+use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_tests::upstream::{
+    finish, kill_group, report, selected, wait_reached, Helper, Normalizer, Observed, Side,
+    SystemctlTrace, Upstream,
+};
+use agents_tests::{free_port, RequestMatch, Role, Sandbox, Switches};
+use execution_manage_support::{Site, NEW, OLD};
+
+/// Where the apply is killed.
+#[derive(Debug, Clone)]
+enum KillPoint {
+    /// Nowhere: the apply runs to its end.
+    Never,
+    /// While the `occurrence`th `systemctl` call with exactly these
+    /// arguments is stalled.
+    Systemctl(&'static str, u32),
+    /// While a role holds back its reply to a request, stalled from the
+    /// moment the `systemctl` call with these arguments was made (from the
+    /// start when `None`).
+    Request(Role, RequestMatch, Option<&'static str>),
+}
+
+const START_WORKER: &str = "--user start --no-block agents-server.service";
+
+/// The kill points, in the order the apply passes them.
+fn kill_points() -> Vec<(&'static str, KillPoint)> {
+    vec![
+        ("uninterrupted", KillPoint::Never),
+        (
+            "killed-at-seal",
+            KillPoint::Request(Role::Worker, RequestMatch::maintenance("seal"), None),
+        ),
+        (
+            "killed-at-stop",
+            KillPoint::Systemctl("--user stop --no-block agents-server.service", 1),
+        ),
+        (
+            "killed-at-reload",
+            KillPoint::Systemctl("--user daemon-reload", 1),
+        ),
+        (
+            "killed-at-enable",
+            KillPoint::Systemctl("--user enable agents-server.service", 1),
+        ),
+        ("killed-at-start", KillPoint::Systemctl(START_WORKER, 1)),
+        (
+            "killed-at-receipt",
+            KillPoint::Request(
+                Role::Gateway,
+                RequestMatch::path("/api/health"),
+                Some(START_WORKER),
+            ),
+        ),
+        (
+            "killed-at-startup-hold",
+            KillPoint::Request(
+                Role::Worker,
+                RequestMatch::path("/api/admin/execution/status"),
+                Some(START_WORKER),
+            ),
+        ),
+        (
+            "killed-at-release",
+            KillPoint::Request(Role::Worker, RequestMatch::maintenance("release"), None),
+        ),
+    ]
+}
+
+/// One side: a fresh running installation, the apply (killed at `point`),
+/// then `recover`.
+fn run_side(upstream: &Upstream, side: Side, point: &KillPoint, port: u16) -> Observed {
+    let sandbox = Sandbox::start_named("agents-upstream-manage").expect("a systemd sandbox");
+    let site = Site::running_in(sandbox, port);
+    let base = site.sandbox.base().to_path_buf();
+    let runtime = base.join("runtime");
+    upstream.install_runtime(&runtime);
+    let trace = SystemctlTrace::install(&base.join("trace"));
+    let worker_pid = site
+        .installation
+        .wait_for_service(&site.sandbox, WORKER_UNIT, Role::Worker)
+        .1;
+    let gateway_pid = site
+        .installation
+        .wait_for_service(&site.sandbox, GATEWAY_UNIT, Role::Gateway)
+        .1;
+    let units = [(WORKER_UNIT, worker_pid), (GATEWAY_UNIT, gateway_pid)];
+    let mut normalizer = Normalizer::new(&[]);
+    let mut observed = Observed::default();
+    let marks = (
+        site.request_mark(Role::Worker),
+        site.request_mark(Role::Gateway),
+    );
+    let mark_of = |role: Role| {
+        if role == Role::Worker {
+            marks.0
+        } else {
+            marks.1
+        }
+    };
+
+    let layout = site.layout_file_named(&site.layout(NEW, OLD), "layout.json");
+    let mut apply = upstream.command(side, Helper::ExecutionManage, &runtime, &site.sandbox);
+    trace.wrap(&mut apply, &site.sandbox);
+    apply
+        .arg("apply")
+        .arg("--layout")
+        .arg(&layout)
+        .args(["--scope", "worker"]);
+    let site_ref = &site;
+    let stalled = |role: Role, on: RequestMatch| {
+        let mark = mark_of(role);
+        move || {
+            site_ref.requests_since(role, mark).iter().any(|record| {
+                record.outcome == "stalled" && on.matches(&record.path, record.action.as_deref())
+            })
+        }
+    };
+    match point {
+        KillPoint::Never => {}
+        KillPoint::Systemctl(arguments, occurrence) => trace.stall_at(arguments, *occurrence),
+        KillPoint::Request(role, on, None) => {
+            site.switch(*role, Switches::stalling(on.clone(), 3.0))
+        }
+        KillPoint::Request(..) => {}
+    }
+    let mut child = apply.spawn().expect("the apply starts");
+    let reached = match point {
+        KillPoint::Never => true,
+        KillPoint::Systemctl(..) => {
+            wait_reached(&mut child, "the stalled call", || trace.stalled())
+        }
+        KillPoint::Request(role, on, after) => {
+            let armed = after.is_none_or(|call| {
+                let made = || trace.changes().lines().any(|line| line == call);
+                let made = wait_reached(&mut child, "the call before the stall", made);
+                if made {
+                    site.switch(*role, Switches::stalling(on.clone(), 3.0));
+                }
+                made
+            });
+            armed
+                && wait_reached(
+                    &mut child,
+                    "the stalled request",
+                    stalled(*role, on.clone()),
+                )
+        }
+    };
+    if !matches!(point, KillPoint::Never) && reached {
+        kill_group(child.id());
+    }
+    let output = finish(child);
+    trace.clear();
+    for role in [Role::Worker, Role::Gateway] {
+        site.switch(role, Switches::default());
+    }
+    // A stalled reply is sent (to nobody) once its stall ends.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    observed.record("kill point reached", reached.to_string());
+    observed.run("apply", &output, &mut normalizer);
+    observe(
+        &site,
+        &trace,
+        &units,
+        &mut observed,
+        &mut normalizer,
+        "after apply",
+    );
+
+    trace.reset();
+    let mut recover = upstream.command(side, Helper::ExecutionManage, &runtime, &site.sandbox);
+    trace.wrap(&mut recover, &site.sandbox);
+    recover
+        .arg("recover")
+        .arg("--root")
+        .arg(&site.installation.install_root);
+    let output = finish(recover.spawn().expect("recover starts"));
+    observed.run("recover", &output, &mut normalizer);
+    observe(
+        &site,
+        &trace,
+        &units,
+        &mut observed,
+        &mut normalizer,
+        "after recover",
+    );
+    observed.record(
+        "worker requests",
+        normalizer.text(&control_log(&site, Role::Worker, marks.0)),
+    );
+    observed
+}
+
+/// Files, services, lease and service-manager changes, as `<when> ...`.
+fn observe(
+    site: &Site,
+    trace: &SystemctlTrace,
+    units: &[(&str, u32)],
+    observed: &mut Observed,
+    normalizer: &mut Normalizer,
+    when: &str,
+) {
+    let mut facets = Observed::default();
+    facets.installation(&site.sandbox, &site.installation, normalizer);
+    facets.services(&site.sandbox, units);
+    let lease = if site.sandbox.unit_state(WORKER_UNIT).is_running() {
+        let status = site.worker_status();
+        normalizer.text(&format!("{:?}", status.get("lease")))
+    } else {
+        "worker not running".to_string()
+    };
+    facets.record("lease", lease);
+    facets.record("systemctl changes", trace.changes());
+    observed.merge(when, facets);
+}
+
+/// The requests `role` logged since `mark`: method, path and action.
+fn control_log(site: &Site, role: Role, mark: usize) -> String {
+    site.requests_since(role, mark)
+        .iter()
+        .map(|record| {
+            format!(
+                "{} {} {} {}",
+                record.instance_id,
+                record.method,
+                record.path,
+                record.action.as_deref().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+#[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
+fn apply_killed_at_each_step_then_recovered() {
+    let Some(upstream) = Upstream::locate("apply_killed_at_each_step_then_recovered") else {
+        return;
+    };
+    let port = free_port();
+    for (name, point) in kill_points() {
+        let scenario = format!("execution-manage-apply-{name}");
+        if !selected(&scenario) {
+            continue;
+        }
+        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, &point, port));
+        report(&scenario, &seed, &port);
+    }
+}
