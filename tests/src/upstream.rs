@@ -240,7 +240,8 @@ impl Helper {
 }
 
 /// Keys whose integer values differ between runs by nature (PIDs, inodes).
-const VOLATILE_NUMBERS: [&str; 9] = [
+const VOLATILE_NUMBERS: [&str; 10] = [
+    "expires_at",
     "pid",
     "worker_pid",
     "gateway_pid",
@@ -335,7 +336,10 @@ impl Normalizer {
             let spaces = rest.len() - rest.trim_start_matches(' ').len();
             out.push_str(&rest[..spaces]);
             rest = &rest[spaces..];
-            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            let digits = rest.len()
+                - rest
+                    .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')
+                    .len();
             if digits > 0 {
                 let value = &rest[..digits];
                 out.push_str(&self.placeholder("n", value));
@@ -429,6 +433,25 @@ fn time_at(bytes: &[u8]) -> Option<usize> {
         length += 6;
     }
     Some(length)
+}
+
+/// A JSON value as one sorted line (`json.dumps(value, sort_keys=True)`),
+/// so its volatile numbers are normalised like the files'.
+pub fn json_text(value: &agents_common::Json) -> String {
+    agents_common::encode_line(value, true)
+}
+
+/// The worker's admission lease as one JSON line, or why there is none to
+/// ask for.
+pub fn lease_text(sandbox: &Sandbox, installation: &crate::Installation) -> String {
+    if sandbox
+        .unit_state(agents_common::test_support::WORKER_UNIT)
+        .is_running()
+    {
+        json_text(&installation.worker_lease())
+    } else {
+        "worker not running".to_string()
+    }
 }
 
 /// What one side left behind, as named, normalised facets.
@@ -757,4 +780,84 @@ impl Observed {
         }
         self.record("services", lines.join("\n"));
     }
+}
+
+/// Where a helper is killed (SIGKILL to its process group).
+#[derive(Debug, Clone)]
+pub enum KillPoint {
+    /// Nowhere: the helper runs to its end.
+    Never,
+    /// While the `occurrence`th `systemctl` call with exactly these
+    /// arguments is stalled.
+    Systemctl(&'static str, u32),
+    /// While a role holds back its reply to a request (its effect already
+    /// taken), stalled from the moment the `systemctl` call with these
+    /// arguments was made (from the start when `None`).
+    Request(crate::Role, crate::RequestMatch, Option<&'static str>),
+}
+
+/// How long a role holds back the reply at a [`KillPoint::Request`].
+const STALL_SECONDS: f64 = 3.0;
+
+/// Runs `command` (see [`Upstream::command`], its `PATH` through `trace`)
+/// and kills it at `point`; returns its output and whether the point was
+/// reached before it ended. The roles' switches are reset afterwards and a
+/// stalled reply has been sent (to nobody) when this returns.
+pub fn run_to(
+    mut command: Command,
+    point: &KillPoint,
+    trace: &SystemctlTrace,
+    installation: &crate::Installation,
+) -> (Output, bool) {
+    use crate::{Role, Switches};
+    let marks = [Role::Worker, Role::Gateway].map(|role| installation.requests(role).len());
+    let mark = |role: Role| marks[usize::from(role == Role::Gateway)];
+    let stall = |role: Role, on: &crate::RequestMatch| {
+        installation.set_switches(role, &Switches::stalling(on.clone(), STALL_SECONDS));
+    };
+    match point {
+        KillPoint::Never => {}
+        KillPoint::Systemctl(arguments, occurrence) => trace.stall_at(arguments, *occurrence),
+        KillPoint::Request(role, on, None) => stall(*role, on),
+        KillPoint::Request(..) => {}
+    }
+    let mut child = command.spawn().expect("the helper starts");
+    let reached = match point {
+        KillPoint::Never => true,
+        KillPoint::Systemctl(..) => {
+            wait_reached(&mut child, "the stalled call", || trace.stalled())
+        }
+        KillPoint::Request(role, on, after) => {
+            let armed = after.is_none_or(|call| {
+                let made = || trace.changes().lines().any(|line| line == call);
+                let made = wait_reached(&mut child, "the call before the stall", made);
+                if made {
+                    stall(*role, on);
+                }
+                made
+            });
+            let stalled = || {
+                installation
+                    .requests_since(*role, mark(*role))
+                    .iter()
+                    .any(|record| {
+                        record.outcome == "stalled"
+                            && on.matches(&record.path, record.action.as_deref())
+                    })
+            };
+            armed && wait_reached(&mut child, "the stalled request", stalled)
+        }
+    };
+    if !matches!(point, KillPoint::Never) && reached {
+        kill_group(child.id());
+    }
+    let output = finish(child);
+    trace.clear();
+    for role in [Role::Worker, Role::Gateway] {
+        installation.set_switches(role, &Switches::default());
+    }
+    if matches!(point, KillPoint::Request(..)) {
+        std::thread::sleep(Duration::from_secs_f64(STALL_SECONDS));
+    }
+    (output, reached)
 }

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use agents_common::test_support::{encode_compact, WORKER_UNIT};
 use agents_common::{JsonObject, UNINSTALL_INTENT_NAME};
 use agents_tests::upstream::{
-    finish, report, selected, Helper, Normalizer, Observed, Side, Upstream,
+    finish, lease_text, report, selected, Helper, Normalizer, Observed, Side, Upstream,
 };
 use agents_tests::{free_port, Role, Sandbox, Switches};
 use update_handoff_support::{replace_file, Case, FOREIGN_OPERATION, OPERATION};
@@ -56,12 +56,7 @@ impl Steps<'_> {
         self.count += 1;
         let name = format!("step {}", self.count);
         self.observed.run(&name, &output, &mut self.normalizer);
-        let running = self.case.sandbox.unit_state(WORKER_UNIT).is_running();
-        let lease = if running {
-            format!("{:?}", self.case.worker_lease())
-        } else {
-            "worker not running".to_string()
-        };
+        let lease = lease_text(&self.case.sandbox, &self.case.installation);
         self.observed
             .record(&format!("{name} lease"), self.normalizer.text(&lease));
     }

@@ -11,25 +11,11 @@ mod execution_manage_support;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::upstream::{
-    finish, kill_group, report, selected, wait_reached, Helper, Normalizer, Observed, Side,
+    finish, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer, Observed, Side,
     SystemctlTrace, Upstream,
 };
-use agents_tests::{free_port, RequestMatch, Role, Sandbox, Switches};
+use agents_tests::{free_port, RequestMatch, Role, Sandbox};
 use execution_manage_support::{Site, NEW, OLD};
-
-/// Where the apply is killed.
-#[derive(Debug, Clone)]
-enum KillPoint {
-    /// Nowhere: the apply runs to its end.
-    Never,
-    /// While the `occurrence`th `systemctl` call with exactly these
-    /// arguments is stalled.
-    Systemctl(&'static str, u32),
-    /// While a role holds back its reply to a request, stalled from the
-    /// moment the `systemctl` call with these arguments was made (from the
-    /// start when `None`).
-    Request(Role, RequestMatch, Option<&'static str>),
-}
 
 const START_WORKER: &str = "--user start --no-block agents-server.service";
 
@@ -97,17 +83,7 @@ fn run_side(upstream: &Upstream, side: Side, point: &KillPoint, port: u16) -> Ob
     let units = [(WORKER_UNIT, worker_pid), (GATEWAY_UNIT, gateway_pid)];
     let mut normalizer = Normalizer::new(&[]);
     let mut observed = Observed::default();
-    let marks = (
-        site.request_mark(Role::Worker),
-        site.request_mark(Role::Gateway),
-    );
-    let mark_of = |role: Role| {
-        if role == Role::Worker {
-            marks.0
-        } else {
-            marks.1
-        }
-    };
+    let mark = site.request_mark(Role::Worker);
 
     let layout = site.layout_file_named(&site.layout(NEW, OLD), "layout.json");
     let mut apply = upstream.command(side, Helper::ExecutionManage, &runtime, &site.sandbox);
@@ -117,56 +93,7 @@ fn run_side(upstream: &Upstream, side: Side, point: &KillPoint, port: u16) -> Ob
         .arg("--layout")
         .arg(&layout)
         .args(["--scope", "worker"]);
-    let site_ref = &site;
-    let stalled = |role: Role, on: RequestMatch| {
-        let mark = mark_of(role);
-        move || {
-            site_ref.requests_since(role, mark).iter().any(|record| {
-                record.outcome == "stalled" && on.matches(&record.path, record.action.as_deref())
-            })
-        }
-    };
-    match point {
-        KillPoint::Never => {}
-        KillPoint::Systemctl(arguments, occurrence) => trace.stall_at(arguments, *occurrence),
-        KillPoint::Request(role, on, None) => {
-            site.switch(*role, Switches::stalling(on.clone(), 3.0))
-        }
-        KillPoint::Request(..) => {}
-    }
-    let mut child = apply.spawn().expect("the apply starts");
-    let reached = match point {
-        KillPoint::Never => true,
-        KillPoint::Systemctl(..) => {
-            wait_reached(&mut child, "the stalled call", || trace.stalled())
-        }
-        KillPoint::Request(role, on, after) => {
-            let armed = after.is_none_or(|call| {
-                let made = || trace.changes().lines().any(|line| line == call);
-                let made = wait_reached(&mut child, "the call before the stall", made);
-                if made {
-                    site.switch(*role, Switches::stalling(on.clone(), 3.0));
-                }
-                made
-            });
-            armed
-                && wait_reached(
-                    &mut child,
-                    "the stalled request",
-                    stalled(*role, on.clone()),
-                )
-        }
-    };
-    if !matches!(point, KillPoint::Never) && reached {
-        kill_group(child.id());
-    }
-    let output = finish(child);
-    trace.clear();
-    for role in [Role::Worker, Role::Gateway] {
-        site.switch(role, Switches::default());
-    }
-    // A stalled reply is sent (to nobody) once its stall ends.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (output, reached) = run_to(apply, point, &trace, &site.installation);
     observed.record("kill point reached", reached.to_string());
     observed.run("apply", &output, &mut normalizer);
     observe(
@@ -197,7 +124,7 @@ fn run_side(upstream: &Upstream, side: Side, point: &KillPoint, port: u16) -> Ob
     );
     observed.record(
         "worker requests",
-        normalizer.text(&control_log(&site, Role::Worker, marks.0)),
+        normalizer.text(&control_log(&site, Role::Worker, mark)),
     );
     observed
 }
@@ -214,13 +141,8 @@ fn observe(
     let mut facets = Observed::default();
     facets.installation(&site.sandbox, &site.installation, normalizer);
     facets.services(&site.sandbox, units);
-    let lease = if site.sandbox.unit_state(WORKER_UNIT).is_running() {
-        let status = site.worker_status();
-        normalizer.text(&format!("{:?}", status.get("lease")))
-    } else {
-        "worker not running".to_string()
-    };
-    facets.record("lease", lease);
+    let lease = lease_text(&site.sandbox, &site.installation);
+    facets.record("lease", normalizer.text(&lease));
     facets.record("systemctl changes", trace.changes());
     observed.merge(when, facets);
 }
