@@ -744,14 +744,20 @@ impl Observed {
         installation: &crate::Installation,
         normalizer: &mut Normalizer,
     ) {
-        self.tree("install", &installation.install_root, &[], normalizer);
-        self.tree("config", &installation.config_root, &[], normalizer);
-        self.tree(
-            "state",
+        let roots = [
+            installation.install_root.as_path(),
+            &installation.config_root,
             &installation.state_root,
-            &SERVICE_FILES,
-            normalizer,
-        );
+        ];
+        self.roots(sandbox, roots, normalizer);
+    }
+
+    /// [`Observed::installation`] of these install, config and state roots.
+    pub fn roots(&mut self, sandbox: &Sandbox, roots: [&Path; 3], normalizer: &mut Normalizer) {
+        let [install, config, state] = roots;
+        self.tree("install", install, &[], normalizer);
+        self.tree("config", config, &[], normalizer);
+        self.tree("state", state, &SERVICE_FILES, normalizer);
         self.tree("units", &sandbox.unit_dir(), &[], normalizer);
     }
 
