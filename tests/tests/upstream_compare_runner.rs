@@ -1,0 +1,275 @@
+//! Upstream comparison (`scripts/upstream-compare.sh`): `update-runner`'s
+//! prepared-receipt updates (`--prepared-receipt`, which the seed verifies
+//! with upstream's `update_preparation` and `execution_preparation` and
+//! records through `update_recovery.activation_intent`), the same with a
+//! schema-2 (npm) signed envelope, and `--recover-only` (upstream's
+//! `update_recovery.run_recovery` over a format-3 activation journal read
+//! by the real `activation_transaction`). Each scenario runs the seed with
+//! the upstream modules and the binary on identical fixtures and compares
+//! the exit status, the last stderr line, the final status row, what
+//! install.sh received, the update log, the credential file and what was
+//! left behind.
+
+mod update_runner_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use agents_common::{read_status_unlocked, Json};
+use agents_tests::upstream::{json_text, report, selected, Normalizer, Observed, Upstream};
+use update_runner_support::prepared::{refusals, Prepared, VERSION};
+use update_runner_support::recovery::Recovery;
+use update_runner_support::{idle_health, updated_health, Outcome, Side};
+
+/// One side's outcome of a prepared update as facets.
+fn prepared_facets(outcome: &Outcome) -> Observed {
+    let mut normalizer = Normalizer::new(&[]);
+    let mut observed = Observed::default();
+    observed.record("exit", format!("{:?}", outcome.exit));
+    let last = outcome.stderr.lines().last().unwrap_or("");
+    observed.record("stderr", normalizer.text(last));
+    observed.record(
+        "row",
+        normalizer.text(&json_text(&Json::Object(outcome.row.clone()))),
+    );
+    let installer = outcome.installer.as_ref().map(|lines| lines.join("\n"));
+    observed.record(
+        "installer",
+        normalizer.text(installer.as_deref().unwrap_or("(not run)")),
+    );
+    observed.record(
+        "log",
+        normalizer.text(outcome.log.as_deref().unwrap_or("(none)")),
+    );
+    observed.record("leftovers", outcome.leftovers.join("\n"));
+    observed.record("credential consumed", outcome.token_consumed.to_string());
+    observed
+}
+
+/// Runs `prepared` with the seed (and the upstream modules), then the
+/// binary, on the same staged candidate, and reports `scenario`.
+fn compare_prepared(upstream: &Upstream, scenario: &str, prepared: &mut Prepared) {
+    prepared.fixture.upstream = Some(upstream.modules().to_path_buf());
+    let seed = prepared.run_by(Side::Seed(upstream.originals()));
+    let port = prepared.run_by(Side::Port);
+    report(scenario, &prepared_facets(&seed), &prepared_facets(&port));
+}
+
+#[test]
+#[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
+fn prepared_receipt_updates() {
+    let Some(upstream) = Upstream::locate("prepared_receipt_updates") else {
+        return;
+    };
+    let scenario = "update-runner-prepared";
+    if selected(scenario) {
+        compare_prepared(&upstream, scenario, &mut Prepared::new("upstream"));
+    }
+    let scenario = "update-runner-prepared-npm";
+    if selected(scenario) {
+        compare_prepared(&upstream, scenario, &mut Prepared::npm("upstream-npm"));
+    }
+    // The restarted server reports another API contract: a schema-2
+    // envelope pins it, a schema-1 one does not.
+    for (scenario, mut prepared) in [
+        (
+            "update-runner-prepared-npm-other-contract",
+            Prepared::npm as fn(&str) -> Prepared,
+        ),
+        ("update-runner-prepared-other-contract", Prepared::new),
+    ]
+    .map(|(scenario, make)| (scenario, make(scenario)))
+    {
+        if selected(scenario) {
+            prepared
+                .fixture
+                .set_health(idle_health(), updated_health(VERSION, 27));
+            compare_prepared(&upstream, scenario, &mut prepared);
+        }
+    }
+    for refusal in refusals() {
+        let scenario = format!("update-runner-prepared-{}", refusal.name);
+        if !selected(&scenario) {
+            continue;
+        }
+        let mut prepared = Prepared::new(&format!("upstream-{}", refusal.name));
+        (refusal.change)(&mut prepared);
+        compare_prepared(&upstream, &scenario, &mut prepared);
+    }
+}
+
+/// What a `--recover-only` scenario changes before the runner starts, and
+/// the transaction it names (`None`: the journal's own).
+struct RecoveryCase {
+    name: &'static str,
+    prepare: fn(&Recovery),
+    transaction: Option<&'static str>,
+}
+
+fn recovery_cases() -> Vec<RecoveryCase> {
+    fn none(_: &Recovery) {}
+    vec![
+        RecoveryCase {
+            name: "complete",
+            prepare: none,
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "rolled-back",
+            prepare: |recovery| {
+                recovery.behaviour(
+                    "rm -rf \"$AGENTS_SERVER_INSTALL_DIR/.activation-transaction\"\nexit 75\n",
+                )
+            },
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "rollback-retained",
+            prepare: |recovery| recovery.behaviour("exit 75\n"),
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "unfinalised",
+            prepare: |recovery| recovery.behaviour("exit 0\n"),
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "installer-failed",
+            prepare: |recovery| recovery.behaviour("echo 'rollback failed' >&2\nexit 4\n"),
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "transaction-changed",
+            prepare: none,
+            transaction: Some("activation-000000000000000000000000"),
+        },
+        RecoveryCase {
+            name: "intent-version",
+            prepare: |recovery| {
+                recovery.edit_row(|row| {
+                    row.insert("target_version", "1.1.1");
+                })
+            },
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "intent-missing",
+            prepare: |recovery| {
+                recovery.edit_row(|row| {
+                    row.remove("_activation_recovery");
+                })
+            },
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "row-handoff",
+            prepare: |recovery| {
+                recovery.edit_row(|row| {
+                    row.insert(
+                        "_execution_handoff",
+                        agents_common::json_object! {"schema" => 1},
+                    );
+                })
+            },
+            transaction: None,
+        },
+        RecoveryCase {
+            name: "not-owned",
+            prepare: |recovery| {
+                recovery.edit_row(|row| {
+                    row.insert("phase", "failed");
+                    row.insert("message", "Finalised by the server.");
+                })
+            },
+            transaction: None,
+        },
+    ]
+}
+
+/// One side's run of a `--recover-only` case, on its own fresh fixture.
+fn recover_side(upstream: &Upstream, side: Side<'_>, case: &RecoveryCase) -> Observed {
+    let tag = format!("upstream-{}-{}", case.name, side_label(side));
+    let recovery = Recovery::interrupted(&tag);
+    upstream.install_runtime(&recovery.runtime.dir);
+    (case.prepare)(&recovery);
+    let transaction = case.transaction.unwrap_or(&recovery.transaction);
+    let program = match side {
+        Side::Seed(_) => {
+            let mut program = Command::new("python3");
+            program
+                .arg("-B")
+                .arg(recovery.runtime.dir.join("update_runner.py"));
+            program
+        }
+        Side::Port => Command::new(recovery.runtime.dir.join("update-runner")),
+    };
+    let output = recovery
+        .command_of(program, transaction, &recovery.token_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the runner starts");
+    let literals = [
+        (path_text(&recovery.install.base), "base"),
+        (recovery.health.port.to_string(), "port"),
+    ];
+    let mut normalizer = Normalizer::new(&literals);
+    let mut observed = Observed::default();
+    observed.run("recover-only", &output, &mut normalizer);
+    let row = read_status_unlocked(&recovery.status).map_or_else(
+        |error| format!("unreadable: {error}"),
+        |row| json_text(&Json::Object(row)),
+    );
+    observed.record("row", normalizer.text(&row));
+    let installer = recovery
+        .installer()
+        .map_or_else(|| "(not run)".to_string(), |lines| lines.join("\n"));
+    observed.record("installer", normalizer.text(&installer));
+    let log =
+        update_runner_support::read_text(&recovery.status.with_file_name("server-update.log"));
+    observed.record("log", normalizer.text(&log_without_times(&log)));
+    observed.record("journal present", recovery.journal_present().to_string());
+    observed.record(
+        "credential consumed",
+        (!recovery.token_file.exists()).to_string(),
+    );
+    observed
+}
+
+fn side_label(side: Side<'_>) -> &'static str {
+    match side {
+        Side::Seed(_) => "seed",
+        Side::Port => "port",
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// The log's header lines carry the time of the run.
+fn log_without_times(log: &str) -> String {
+    log.lines()
+        .map(|line| match line.rfind(" at ") {
+            Some(at) if line.starts_with("--- ") => format!("{} at <time> ---", &line[..at]),
+            _ => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+#[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
+fn recover_only() {
+    let Some(upstream) = Upstream::locate("recover_only") else {
+        return;
+    };
+    for case in recovery_cases() {
+        let scenario = format!("update-runner-recover-only-{}", case.name);
+        if !selected(&scenario) {
+            continue;
+        }
+        let seed = recover_side(&upstream, Side::Seed(upstream.originals()), &case);
+        let port = recover_side(&upstream, Side::Port, &case);
+        report(&scenario, &seed, &port);
+    }
+}
