@@ -5,11 +5,13 @@
 //! split installation at the same paths. Both runs are compared: exit
 //! status, stdout, the last stderr line, the installation's files, the
 //! units' states, the worker's admission lease, the service-manager calls
-//! that change something and the worker's control requests.
+//! that change something and the worker's control requests. One more
+//! scenario starts with an interrupted uninstall's intent in the root.
 
 mod execution_manage_support;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::UNINSTALL_INTENT_NAME;
 use agents_tests::upstream::{
     finish, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer, Observed, Side,
     SystemctlTrace, Upstream,
@@ -18,6 +20,28 @@ use agents_tests::{free_port, RequestMatch, Role, Sandbox};
 use execution_manage_support::{Site, NEW, OLD};
 
 const START_WORKER: &str = "--user start --no-block agents-server.service";
+
+/// What a scenario changes before the apply.
+type Before = fn(&Site);
+
+fn nothing(_: &Site) {}
+
+/// An uninstall that was interrupted left its intent: every other helper
+/// must leave the installation to it.
+fn uninstall_intent(site: &Site) {
+    let intent = site.installation.install_root.join(UNINSTALL_INTENT_NAME);
+    std::fs::write(intent, b"{}\n").unwrap();
+}
+
+/// The scenarios: a change before the apply, then where it is killed.
+fn scenarios() -> Vec<(&'static str, Before, KillPoint)> {
+    let mut scenarios: Vec<(&'static str, Before, KillPoint)> = kill_points()
+        .into_iter()
+        .map(|(name, point)| (name, nothing as Before, point))
+        .collect();
+    scenarios.push(("under-uninstall-intent", uninstall_intent, KillPoint::Never));
+    scenarios
+}
 
 /// The kill points, in the order the apply passes them.
 fn kill_points() -> Vec<(&'static str, KillPoint)> {
@@ -65,9 +89,15 @@ fn kill_points() -> Vec<(&'static str, KillPoint)> {
 
 /// One side: a fresh running installation, the apply (killed at `point`),
 /// then `recover`.
-fn run_side(upstream: &Upstream, side: Side, point: &KillPoint, port: u16) -> Observed {
+fn run_side(
+    upstream: &Upstream,
+    side: Side,
+    (before, point): (Before, &KillPoint),
+    port: u16,
+) -> Observed {
     let sandbox = Sandbox::start_named("agents-upstream-manage").expect("a systemd sandbox");
     let site = Site::running_in(sandbox, port);
+    before(&site);
     let base = site.sandbox.base().to_path_buf();
     let runtime = base.join("runtime");
     upstream.install_runtime(&runtime);
@@ -171,12 +201,12 @@ fn apply_killed_at_each_step_then_recovered() {
         return;
     };
     let port = free_port();
-    for (name, point) in kill_points() {
+    for (name, before, point) in scenarios() {
         let scenario = format!("execution-manage-apply-{name}");
         if !selected(&scenario) {
             continue;
         }
-        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, &point, port));
+        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, (before, &point), port));
         report(&scenario, &seed, &port);
     }
 }
