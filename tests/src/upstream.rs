@@ -724,6 +724,11 @@ impl SystemctlTrace {
             "#!/bin/sh\n\
              log='{log}'\n\
              printf '%s\\n' \"$*\" >> \"$log/calls\"\n\
+             if [ -f \"$log/arm-at\" ] && [ \"$*\" = \"$(cat \"$log/arm-at\")\" ]; then\n\
+               rm -f \"$log/arm-at\"\n\
+               target=$(cat \"$log/arm-target\")\n\
+               cp \"$log/arm-content\" \"$target.arming\" && mv \"$target.arming\" \"$target\"\n\
+             fi\n\
              if [ -f \"$log/stall-at\" ] && [ \"$*\" = \"$(cat \"$log/stall-at\")\" ]; then\n\
                seen=$(( $(cat \"$log/stall-seen\" 2>/dev/null || echo 0) + 1 ))\n\
                echo $seen > \"$log/stall-seen\"\n\
@@ -763,9 +768,24 @@ impl SystemctlTrace {
         fs::write(self.dir.join("stall-at"), arguments).unwrap();
     }
 
-    /// Stops stalling.
+    /// On the next call with exactly `arguments`, before it runs, puts
+    /// `content` at `target` (atomically): a switch that must be in place
+    /// when the call's effect starts, with no window for the helper to race
+    /// a test that would set it after seeing the call.
+    pub fn arm_at(&self, arguments: &str, target: &Path, content: &[u8]) {
+        fs::write(self.dir.join("arm-content"), content).unwrap();
+        fs::write(
+            self.dir.join("arm-target"),
+            target.as_os_str().as_encoded_bytes(),
+        )
+        .unwrap();
+        fs::write(self.dir.join("arm-at"), arguments).unwrap();
+    }
+
+    /// Stops stalling and arming.
     pub fn clear(&self) {
         let _ = fs::remove_file(self.dir.join("stall-at"));
+        let _ = fs::remove_file(self.dir.join("arm-at"));
     }
 
     /// Whether the stalled call was reached.
@@ -928,7 +948,12 @@ pub fn run_to(
         KillPoint::Never => {}
         KillPoint::Systemctl(arguments, occurrence) => trace.stall_at(arguments, *occurrence),
         KillPoint::Request(role, on, None) => stall(*role, on),
-        KillPoint::Request(..) => {}
+        KillPoint::Request(role, on, Some(call)) => {
+            let switches = Switches::stalling(on.clone(), STALL_SECONDS);
+            let content = agents_common::encode_line(&switches.to_json(), true) + "\n";
+            let target = crate::switches_path(&installation.state_root, *role);
+            trace.arm_at(call, &target, content.as_bytes());
+        }
     }
     let mut child = command.spawn().expect("the helper starts");
     let reached = match point {
@@ -937,13 +962,10 @@ pub fn run_to(
             wait_reached(&mut child, "the stalled call", || trace.stalled())
         }
         KillPoint::Request(role, on, after) => {
+            // The wrapper armed the stall as the call was made.
             let armed = after.is_none_or(|call| {
                 let made = || trace.changes().lines().any(|line| line == call);
-                let made = wait_reached(&mut child, "the call before the stall", made);
-                if made {
-                    stall(*role, on);
-                }
-                made
+                wait_reached(&mut child, "the call before the stall", made)
             });
             let stalled = || {
                 installation
