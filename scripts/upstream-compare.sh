@@ -11,13 +11,20 @@
 # deviations the README lists (agents_tests::upstream::LISTED_DEVIATIONS) or
 # a comparison failed to run.
 #
-# usage: scripts/upstream-compare.sh SCRATCH_FOLDER [SCENARIO_PART]
+# usage: scripts/upstream-compare.sh [--record] SCRATCH_FOLDER [SCENARIO_PART]
+#   --record        also write the original's facts of each scenario that
+#                   does not differ to tests/fixtures/upstream/, which the
+#                   normal suite checks the binaries against
 #   SCRATCH_FOLDER  the upstream modules, fetched outside the project
 #   SCENARIO_PART   run only the scenarios whose name contains it
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--record" ]; then
+  export AGENTS_UPSTREAM_RECORD=1
+  shift
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [ ! -d "$1" ]; then
-  echo "usage: $0 SCRATCH_FOLDER [SCENARIO_PART]" >&2
+  echo "usage: $0 [--record] SCRATCH_FOLDER [SCENARIO_PART]" >&2
   exit 2
 fi
 folder="$(cd "$1" && pwd)"

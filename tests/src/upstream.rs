@@ -67,11 +67,11 @@ pub const UPSTREAM_MODULES: [&str; 12] = [
     "update_recovery.py",
 ];
 
-/// The Python originals and the upstream modules they import.
+/// The Python originals and the upstream modules they import; neither
+/// for [`Upstream::port_only`].
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    originals: Originals,
-    modules: PathBuf,
+    sources: Option<(Originals, PathBuf)>,
 }
 
 impl Upstream {
@@ -101,29 +101,51 @@ impl Upstream {
             );
         }
         let originals = Originals::locate().unwrap_or_else(|| panic!("{MISSING_ORIGINALS}"));
-        Some(Upstream { originals, modules })
+        Some(Upstream {
+            sources: Some((originals, modules)),
+        })
+    }
+
+    /// No sources: only [`Side::Port`] runs (the recorded facts' checks).
+    pub fn port_only() -> Upstream {
+        Upstream { sources: None }
+    }
+
+    /// [`Upstream::port_only`] for scenarios that run in the systemd
+    /// sandbox; `None` (the test reported skipped) where it cannot start.
+    pub fn port_only_in_sandbox(test: &str) -> Option<Upstream> {
+        Sandbox::start_or_skip(test).map(|_| Upstream::port_only())
+    }
+
+    fn sources(&self) -> &(Originals, PathBuf) {
+        self.sources
+            .as_ref()
+            .expect("only the binaries run without the upstream sources")
     }
 
     /// The Python originals.
     pub fn originals(&self) -> &Originals {
-        &self.originals
+        &self.sources().0
     }
 
     /// The folder holding the upstream modules.
     pub fn modules(&self) -> &Path {
-        &self.modules
+        &self.sources().1
     }
 
     /// Fills `dir` as a release runtime holds the helpers: the five original
     /// sources and the upstream modules side by side (0644; `uninstall.sh`
     /// 0755), so `Path(__file__).parent` and `sys.path[0]` find what a real
-    /// release has beside them.
+    /// release has beside them. Without sources the folder stays empty.
     pub fn install_runtime(&self, dir: &Path) {
         fs::create_dir_all(dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+        let Some((originals, modules)) = &self.sources else {
+            return;
+        };
         let sources = ORIGINAL_FILES
             .iter()
-            .map(|name| self.originals.file(name))
-            .chain(UPSTREAM_MODULES.iter().map(|name| self.modules.join(name)));
+            .map(|name| originals.file(name))
+            .chain(UPSTREAM_MODULES.iter().map(|name| modules.join(name)));
         for source in sources {
             let name = source.file_name().expect("a file name");
             let target = dir.join(name);
@@ -252,7 +274,8 @@ impl Helper {
 }
 
 /// Keys whose integer values differ between runs by nature (PIDs, inodes).
-const VOLATILE_NUMBERS: [&str; 10] = [
+const VOLATILE_NUMBERS: [&str; 11] = [
+    "device",
     "expires_at",
     "pid",
     "worker_pid",
@@ -279,6 +302,21 @@ pub struct Normalizer {
 }
 
 impl Normalizer {
+    /// A normaliser naming a run's base directory `<base>`, its port
+    /// `<port>` and the test worker's path `<test-worker>`, which differ
+    /// between machines and runs (but not between the two sides of one
+    /// comparison).
+    pub fn for_run(base: &Path, port: u16) -> Normalizer {
+        Normalizer::new(&[
+            (base.to_string_lossy().into_owned(), "base"),
+            (port.to_string(), "port"),
+            (
+                crate::test_worker_path().to_string_lossy().into_owned(),
+                "test-worker",
+            ),
+        ])
+    }
+
     /// A normaliser replacing each `(literal, name)` first (longest first).
     pub fn new(literals: &[(String, &str)]) -> Normalizer {
         let mut literals: Vec<(String, String)> = literals
@@ -303,7 +341,7 @@ impl Normalizer {
 
     /// `text` normalised.
     pub fn text(&mut self, text: &str) -> String {
-        let mut text = text.to_string();
+        let mut text = decode_snapshots(text);
         for (literal, name) in &self.literals {
             text = replace_literal(&text, literal, name);
         }
@@ -407,6 +445,38 @@ impl Normalizer {
     }
 }
 
+/// `text` with each journal snapshot (`"data": "<base64>"`, a file's
+/// bytes) shown decoded, as `"data": "base64 of: <JSON-escaped text>"`, so
+/// that the paths, ports and tokens inside it are normalised like any
+/// other text. Data that is not base64 of UTF-8 stays as it is.
+fn decode_snapshots(text: &str) -> String {
+    use base64::Engine as _;
+    const KEY: &str = "\"data\": \"";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        out.push_str(&rest[..at + KEY.len()]);
+        rest = &rest[at + KEY.len()..];
+        let end = rest.find('"').unwrap_or(rest.len());
+        let encoded = &rest[..end];
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        match decoded {
+            Some(decoded) => {
+                let quoted = json_text(&agents_common::Json::from(decoded.as_str()));
+                out.push_str("base64 of: ");
+                out.push_str(&quoted[1..quoted.len() - 1]);
+            }
+            None => out.push_str(encoded),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `text` with `literal` replaced by `name`; a literal of digits only where
 /// no digit touches it (a port inside a longer number is not that port).
 fn replace_literal(text: &str, literal: &str, name: &str) -> String {
@@ -497,6 +567,40 @@ impl Observed {
     /// Records `value` as `facet` (replacing an earlier value).
     pub fn record(&mut self, facet: &str, value: impl Into<String>) {
         self.facets.insert(facet.to_string(), value.into());
+    }
+
+    /// The facets as text: per facet a `facet <name>` line, then each line
+    /// of its value behind `| `.
+    pub fn to_text(&self) -> String {
+        let mut text = String::new();
+        for (facet, value) in &self.facets {
+            text.push_str(&format!("facet {facet}\n"));
+            for line in value.split('\n') {
+                text.push_str(&format!("| {line}\n"));
+            }
+        }
+        text
+    }
+
+    /// The facets [`Observed::to_text`] wrote.
+    pub fn from_text(text: &str) -> Observed {
+        let mut observed = Observed::default();
+        let mut current: Option<(String, Vec<&str>)> = None;
+        for line in text.lines() {
+            if let Some(facet) = line.strip_prefix("facet ") {
+                if let Some((name, lines)) = current.take() {
+                    observed.record(&name, lines.join("\n"));
+                }
+                current = Some((facet.to_string(), Vec::new()));
+            } else if let Some((_, lines)) = current.as_mut() {
+                let value = line.strip_prefix("| ").or_else(|| line.strip_prefix('|'));
+                lines.push(value.unwrap_or_else(|| panic!("not a facet line: {line:?}")));
+            }
+        }
+        if let Some((name, lines)) = current {
+            observed.record(&name, lines.join("\n"));
+        }
+        observed
     }
 
     /// Adds `other`'s facets, each prefixed with `prefix` and a space.
@@ -597,13 +701,16 @@ fn walk(root: &Path) -> Vec<(PathBuf, fs::Metadata)> {
 }
 
 /// A difference the README lists under "Deviations from the originals":
-/// in the scenarios whose names start with `scenario`, `facet` may differ
-/// only by the port's words `port` standing where the seed has `seed`.
+/// in the scenarios whose names start with `scenario`, the facets whose
+/// names start with `facet` may differ only by the port's words `port`
+/// standing where the seed has `seed`, or, where both are empty, entirely
+/// (the port finishes what the original refuses): there the recorded facts
+/// hold the port's value.
 #[derive(Debug, Clone, Copy)]
 pub struct ListedDeviation {
     /// The scenarios (a name prefix).
     pub scenario: &'static str,
-    /// The facet that differs.
+    /// The facets that differ (a name prefix).
     pub facet: &'static str,
     /// The seed's text.
     pub seed: &'static str,
@@ -613,31 +720,91 @@ pub struct ListedDeviation {
     pub readme: &'static str,
 }
 
+impl ListedDeviation {
+    fn whole_facet(&self) -> bool {
+        self.seed.is_empty() && self.port.is_empty()
+    }
+}
+
+/// The README's entry for a split uninstall rerun after a kill.
+const RERUN_FINISHES: &str =
+    "uninstall: a rerun finishes a split removal a kill interrupted (Crash safety)";
+
 /// Every deviation a comparison may show (README, Deviations from the
 /// originals): each is deliberate, and anything else is a difference.
-pub const LISTED_DEVIATIONS: [ListedDeviation; 1] = [ListedDeviation {
-    scenario: "update-runner-prepared-signature",
-    facet: "row",
-    seed: "\"message\": \"\"",
-    port: "\"message\": \"release manifest signature is invalid\"",
-    readme: "update-runner: a manifest signature that does not verify is named",
-}];
+pub const LISTED_DEVIATIONS: [ListedDeviation; 3] = [
+    ListedDeviation {
+        scenario: "update-runner-prepared-signature",
+        facet: "row",
+        seed: "\"message\": \"\"",
+        port: "\"message\": \"release manifest signature is invalid\"",
+        readme: "update-runner: a manifest signature that does not verify is named",
+    },
+    // Killed at the daemon-reload after the unit files were removed: the
+    // original's rerun refuses for want of a unit file; the port's rerun
+    // finishes the removal from the intent.
+    ListedDeviation {
+        scenario: "uninstall-split-killed-at-the-reload-after-removal-started-then-rerun",
+        facet: "run 2 ",
+        seed: "",
+        port: "",
+        readme: RERUN_FINISHES,
+    },
+    ListedDeviation {
+        scenario: "uninstall-split-killed-at-the-reload-after-removal-started-then-rerun",
+        facet: "after run 2 ",
+        seed: "",
+        port: "",
+        readme: RERUN_FINISHES,
+    },
+];
 
 /// The listed deviation that explains `facet` of `scenario` differing from
-/// `seed` to `port`, if one does.
+/// `seed` to `port`, if one does; whole-facet deviations only if `whole`.
 fn listed_deviation(
     scenario: &str,
     facet: &str,
-    seed: Option<&String>,
-    port: Option<&String>,
+    (seed, port): (Option<&String>, Option<&String>),
+    whole: bool,
 ) -> Option<&'static ListedDeviation> {
-    let (seed, port) = (seed?, port?);
     LISTED_DEVIATIONS.iter().find(|listed| {
-        scenario.starts_with(listed.scenario)
-            && facet == listed.facet
-            && seed.contains(listed.seed)
-            && seed.replace(listed.seed, listed.port) == *port
+        if !scenario.starts_with(listed.scenario) || !facet.starts_with(listed.facet) {
+            return false;
+        }
+        if listed.whole_facet() {
+            return whole;
+        }
+        match (seed, port) {
+            (Some(seed), Some(port)) => {
+                seed.contains(listed.seed) && seed.replace(listed.seed, listed.port) == *port
+            }
+            _ => false,
+        }
     })
+}
+
+/// The facts to record of `scenario`: the seed's facets, but the port's
+/// where a whole-facet deviation is listed.
+fn recorded_facts(scenario: &str, seed: &Observed, port: &Observed) -> Observed {
+    let mut facts = seed.clone();
+    let facets: std::collections::BTreeSet<&String> =
+        seed.facets.keys().chain(port.facets.keys()).collect();
+    for facet in facets {
+        let whole = LISTED_DEVIATIONS.iter().any(|listed| {
+            listed.whole_facet()
+                && scenario.starts_with(listed.scenario)
+                && facet.starts_with(listed.facet)
+        });
+        if whole {
+            match port.facets.get(facet) {
+                Some(value) => facts.record(facet, value.clone()),
+                None => {
+                    facts.facets.remove(facet);
+                }
+            }
+        }
+    }
+    facts
 }
 
 /// How a scenario compared.
@@ -651,15 +818,15 @@ pub enum Verdict {
     Differs,
 }
 
-/// Compares the two sides of `scenario` and prints its line (`same`,
-/// `same but listed deviations: <README entries>` or `differs: <facets>`);
-/// details of each differing facet go to stderr.
-pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
-    if std::env::var_os(VERBOSE_ENV).is_some() {
-        for (facet, value) in &seed.facets {
-            eprintln!("=== {scenario}: {facet}\n  {}", value.replace('\n', "\n  "));
-        }
-    }
+/// The facets of `scenario` in which `seed` and `port` differ beyond the
+/// listed deviations (each printed to stderr), and the README entries of
+/// the listed deviations found.
+fn differences(
+    scenario: &str,
+    seed: &Observed,
+    port: &Observed,
+    whole: bool,
+) -> (Vec<String>, Vec<&'static str>) {
     let mut differing = Vec::new();
     let mut listed = Vec::new();
     let facets: std::collections::BTreeSet<&String> =
@@ -669,8 +836,10 @@ pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
         if left == right {
             continue;
         }
-        if let Some(deviation) = listed_deviation(scenario, facet, left, right) {
-            listed.push(deviation.readme);
+        if let Some(deviation) = listed_deviation(scenario, facet, (left, right), whole) {
+            if !listed.contains(&deviation.readme) {
+                listed.push(deviation.readme);
+            }
             continue;
         }
         eprintln!(
@@ -682,24 +851,80 @@ pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
         );
         differing.push(facet.clone());
     }
-    // On a line of its own: libtest may have printed `test name ... ` first.
-    if !differing.is_empty() {
-        println!(
-            "\n{REPORT_PREFIX} {scenario}: differs: {}",
-            differing.join(", ")
-        );
+    (differing, listed)
+}
+
+/// Compares the two sides of `scenario` and prints its line (`same`,
+/// `same but listed deviations: <README entries>` or `differs: <facets>`);
+/// details of each differing facet go to stderr. With [`RECORD_ENV`] set,
+/// the seed's facets of a scenario that does not differ become its
+/// recorded facts ([`check_recorded`]), the port's for a whole-facet
+/// deviation.
+pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
+    if std::env::var_os(VERBOSE_ENV).is_some() {
+        for (facet, value) in &seed.facets {
+            eprintln!("=== {scenario}: {facet}\n  {}", value.replace('\n', "\n  "));
+        }
+    }
+    let (differing, listed) = differences(scenario, seed, port, true);
+    let verdict = if !differing.is_empty() {
         Verdict::Differs
     } else if !listed.is_empty() {
-        listed.dedup();
-        println!(
-            "\n{REPORT_PREFIX} {scenario}: same but listed deviations: {}",
-            listed.join("; ")
-        );
         Verdict::Listed
     } else {
-        println!("\n{REPORT_PREFIX} {scenario}: same");
         Verdict::Same
+    };
+    if verdict != Verdict::Differs && std::env::var_os(RECORD_ENV).is_some() {
+        let path = recorded_path(scenario);
+        fs::create_dir_all(path.parent().expect("a fixture folder")).unwrap();
+        fs::write(&path, recorded_facts(scenario, seed, port).to_text())
+            .unwrap_or_else(|err| panic!("record {}: {err}", path.display()));
     }
+    // On a line of its own: libtest may have printed `test name ... ` first.
+    match verdict {
+        Verdict::Differs => println!(
+            "\n{REPORT_PREFIX} {scenario}: differs: {}",
+            differing.join(", ")
+        ),
+        Verdict::Listed => println!(
+            "\n{REPORT_PREFIX} {scenario}: same but listed deviations: {}",
+            listed.join("; ")
+        ),
+        Verdict::Same => println!("\n{REPORT_PREFIX} {scenario}: same"),
+    }
+    verdict
+}
+
+/// Set (to anything) to record the seed's facets of each scenario that
+/// does not differ as its fixture (`scripts/upstream-compare.sh --record`).
+pub const RECORD_ENV: &str = "AGENTS_UPSTREAM_RECORD";
+
+/// `tests/fixtures/upstream/<scenario>.facets`: what the original did with
+/// the upstream modules, normalised, as [`Observed::to_text`] writes it.
+pub fn recorded_path(scenario: &str) -> PathBuf {
+    crate::fixture_path("upstream").join(format!("{scenario}.facets"))
+}
+
+/// Requires `port` (a binary's run of `scenario`) to show the recorded
+/// facts of the original, up to the listed deviations: the comparison's
+/// result, kept by the normal suite without the upstream files.
+pub fn check_recorded(scenario: &str, port: &Observed) {
+    let path = recorded_path(scenario);
+    let text = fs::read_to_string(&path).unwrap_or_else(|err| {
+        panic!(
+            "{}: {err} (scripts/upstream-compare.sh --record writes it)",
+            path.display()
+        )
+    });
+    let recorded = Observed::from_text(&text);
+    // The recorded facts hold the port's side of whole-facet deviations.
+    let (differing, _) = differences(scenario, &recorded, port, false);
+    assert!(
+        differing.is_empty(),
+        "{scenario}: the binary no longer does what the original did ({}): {}",
+        path.display(),
+        differing.join(", ")
+    );
 }
 
 /// A `systemctl` in front of the real one on the helpers' `PATH`: it logs

@@ -19,7 +19,8 @@ use agents_common::test_support::WORKER_UNIT;
 use agents_common::{activation_intent, json_object, parse_json, JsonObject};
 use agents_tests::journal_writer::Begin;
 use agents_tests::upstream::{
-    finish, report, selected, Helper, Normalizer, Observed, Side, SystemctlTrace, Upstream,
+    check_recorded, finish, report, selected, Helper, Normalizer, Observed, Side, SystemctlTrace,
+    Upstream,
 };
 use agents_tests::{free_port, make_dir, Sandbox};
 use execution_activation_support::{write_json, Monolith, SERVER};
@@ -187,7 +188,7 @@ fn run_side(upstream: &Upstream, side: Side, scenario: &Scenario, port: u16) -> 
     upstream.install_runtime(&runtime);
     let trace = SystemctlTrace::install(&base.join("trace"));
     (scenario.prepare)(&monolith);
-    let mut normalizer = Normalizer::new(&[]);
+    let mut normalizer = Normalizer::for_run(&base, port);
     let mut observed = Observed::default();
     for (index, (operation, health)) in scenario.operations.iter().enumerate() {
         trace.reset();
@@ -222,5 +223,20 @@ fn legacy_preflight_stop_and_recovery_intent() {
         }
         let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, &scenario, port));
         report(&name, &seed, &port);
+    }
+}
+
+/// The binary still does what the original did in every scenario
+/// (`tests/fixtures/upstream/`, recorded by the comparison above).
+#[test]
+fn legacy_preflight_stop_and_recovery_intent_as_recorded() {
+    let test = "legacy_preflight_stop_and_recovery_intent_as_recorded";
+    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
+        return;
+    };
+    let port = free_port();
+    for scenario in scenarios() {
+        let name = format!("execution-activation-legacy-{}", scenario.name);
+        check_recorded(&name, &run_side(&upstream, Side::Port, &scenario, port));
     }
 }

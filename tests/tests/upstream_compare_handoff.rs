@@ -15,7 +15,8 @@ use std::process::Stdio;
 use agents_common::test_support::{encode_compact, WORKER_UNIT};
 use agents_common::{JsonObject, UNINSTALL_INTENT_NAME};
 use agents_tests::upstream::{
-    finish, lease_text, report, selected, Helper, Normalizer, Observed, Side, Upstream,
+    check_recorded, finish, lease_text, report, selected, Helper, Normalizer, Observed, Side,
+    Upstream,
 };
 use agents_tests::{free_port, Role, Sandbox, Switches};
 use update_handoff_support::{replace_file, Case, FOREIGN_OPERATION, OPERATION};
@@ -219,14 +220,15 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
 fn run_side(upstream: &Upstream, side: Side, scenario: Scenario, port: u16) -> Observed {
     let sandbox = Sandbox::start_named("agents-upstream-handoff").expect("a systemd sandbox");
     let case = Case::start_in(sandbox, port);
-    upstream.install_runtime(&case.sandbox.base().join("runtime"));
+    let base = case.sandbox.base().to_path_buf();
+    upstream.install_runtime(&base.join("runtime"));
     let mark = case.mark();
     let mut steps = Steps {
         upstream,
         side,
         case,
         observed: Observed::default(),
-        normalizer: Normalizer::new(&[]),
+        normalizer: Normalizer::for_run(&base, port),
         count: 0,
     };
     scenario(&mut steps);
@@ -269,5 +271,20 @@ fn release_and_retry_failed() {
         }
         let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, scenario, port));
         report(&scenario_name, &seed, &port);
+    }
+}
+
+/// The binary still does what the original did in every scenario
+/// (`tests/fixtures/upstream/`, recorded by the comparison above).
+#[test]
+fn release_and_retry_failed_as_recorded() {
+    let test = "release_and_retry_failed_as_recorded";
+    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
+        return;
+    };
+    let port = free_port();
+    for (name, scenario) in scenarios() {
+        let observed = run_side(&upstream, Side::Port, scenario, port);
+        check_recorded(&format!("update-handoff-{name}"), &observed);
     }
 }

@@ -13,8 +13,8 @@ mod execution_manage_support;
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::UNINSTALL_INTENT_NAME;
 use agents_tests::upstream::{
-    finish, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer, Observed, Side,
-    SystemctlTrace, Upstream,
+    check_recorded, finish, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer,
+    Observed, Side, SystemctlTrace, Upstream,
 };
 use agents_tests::{free_port, RequestMatch, Role, Sandbox};
 use execution_manage_support::{Site, NEW, OLD};
@@ -111,7 +111,7 @@ fn run_side(
         .wait_for_service(&site.sandbox, GATEWAY_UNIT, Role::Gateway)
         .1;
     let units = [(WORKER_UNIT, worker_pid), (GATEWAY_UNIT, gateway_pid)];
-    let mut normalizer = Normalizer::new(&[]);
+    let mut normalizer = Normalizer::for_run(&base, port);
     let mut observed = Observed::default();
     let mark = site.request_mark(Role::Worker);
 
@@ -208,5 +208,21 @@ fn apply_killed_at_each_step_then_recovered() {
         }
         let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, (before, &point), port));
         report(&scenario, &seed, &port);
+    }
+}
+
+/// The binary still does what the original did in every scenario
+/// (`tests/fixtures/upstream/`, recorded by the comparison above).
+#[test]
+fn apply_killed_at_each_step_as_recorded() {
+    let test = "apply_killed_at_each_step_as_recorded";
+    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
+        return;
+    };
+    let port = free_port();
+    for (name, before, point) in scenarios() {
+        let scenario = format!("execution-manage-apply-{name}");
+        let observed = run_side(&upstream, Side::Port, (before, &point), port);
+        check_recorded(&scenario, &observed);
     }
 }

@@ -16,14 +16,36 @@ use std::path::Path;
 use std::process::Command;
 
 use agents_common::{read_status_unlocked, Json};
-use agents_tests::upstream::{json_text, report, selected, Normalizer, Observed, Upstream};
+use agents_tests::upstream::{
+    check_recorded, json_text, report, selected, Normalizer, Observed, Upstream,
+};
 use update_runner_support::prepared::{refusals, Prepared, VERSION};
 use update_runner_support::recovery::Recovery;
 use update_runner_support::{idle_health, updated_health, Outcome, Side};
 
-/// One side's outcome of a prepared update as facets.
-fn prepared_facets(outcome: &Outcome) -> Observed {
-    let mut normalizer = Normalizer::new(&[]);
+/// One side's outcome of `prepared` as facets. Its base directory, the
+/// ports and the admitted envelope (signed by a key made for the run) are
+/// named, so that recorded facts hold on any machine.
+fn prepared_facets(prepared: &Prepared, outcome: &Outcome) -> Observed {
+    let mut literals = vec![
+        (path_text(prepared.fixture.root.path()), "base"),
+        (prepared.fixture.health_port().to_string(), "port"),
+    ];
+    let envelope = prepared
+        .fixture
+        .admitted
+        .get("_prepared_update")
+        .and_then(|update| update.get("envelope"))
+        .and_then(Json::as_object);
+    for (key, name) in [
+        ("manifest_base64", "manifest"),
+        ("signature_base64", "signature"),
+    ] {
+        if let Some(value) = envelope.and_then(|envelope| envelope.get(key)) {
+            literals.push((value.as_str().unwrap_or_default().to_string(), name));
+        }
+    }
+    let mut normalizer = Normalizer::new(&literals);
     let mut observed = Observed::default();
     observed.record("exit", format!("{:?}", outcome.exit));
     let last = outcome.stderr.lines().last().unwrap_or("");
@@ -46,13 +68,40 @@ fn prepared_facets(outcome: &Outcome) -> Observed {
     observed
 }
 
-/// Runs `prepared` with the seed (and the upstream modules), then the
-/// binary, on the same staged candidate, and reports `scenario`.
-fn compare_prepared(upstream: &Upstream, scenario: &str, prepared: &mut Prepared) {
-    prepared.fixture.upstream = Some(upstream.modules().to_path_buf());
-    let seed = prepared.run_by(Side::Seed(upstream.originals()));
-    let port = prepared.run_by(Side::Port);
-    report(scenario, &prepared_facets(&seed), &prepared_facets(&port));
+/// A prepared-update scenario: its name and how its fixture is made.
+type PreparedCase = (String, Box<dyn Fn() -> Prepared>);
+
+fn prepared_cases() -> Vec<PreparedCase> {
+    fn case(name: &str, make: impl Fn(&str) -> Prepared + 'static) -> PreparedCase {
+        let scenario = format!("update-runner-prepared{name}");
+        let tag = format!("upstream{name}");
+        (scenario, Box::new(move || make(&tag)))
+    }
+    // The restarted server reports another API contract: a schema-2
+    // envelope pins it, a schema-1 one does not.
+    let other_contract = |prepared: Prepared| {
+        let after = updated_health(VERSION, 27);
+        prepared.fixture.set_health(idle_health(), after);
+        prepared
+    };
+    let mut cases = vec![
+        case("", Prepared::new),
+        case("-npm", Prepared::npm),
+        case("-npm-other-contract", move |tag| {
+            other_contract(Prepared::npm(tag))
+        }),
+        case("-other-contract", move |tag| {
+            other_contract(Prepared::new(tag))
+        }),
+    ];
+    for refusal in refusals() {
+        cases.push(case(&format!("-{}", refusal.name), move |tag| {
+            let mut prepared = Prepared::new(tag);
+            (refusal.change)(&mut prepared);
+            prepared
+        }));
+    }
+    cases
 }
 
 #[test]
@@ -61,40 +110,28 @@ fn prepared_receipt_updates() {
     let Some(upstream) = Upstream::locate("prepared_receipt_updates") else {
         return;
     };
-    let scenario = "update-runner-prepared";
-    if selected(scenario) {
-        compare_prepared(&upstream, scenario, &mut Prepared::new("upstream"));
-    }
-    let scenario = "update-runner-prepared-npm";
-    if selected(scenario) {
-        compare_prepared(&upstream, scenario, &mut Prepared::npm("upstream-npm"));
-    }
-    // The restarted server reports another API contract: a schema-2
-    // envelope pins it, a schema-1 one does not.
-    for (scenario, mut prepared) in [
-        (
-            "update-runner-prepared-npm-other-contract",
-            Prepared::npm as fn(&str) -> Prepared,
-        ),
-        ("update-runner-prepared-other-contract", Prepared::new),
-    ]
-    .map(|(scenario, make)| (scenario, make(scenario)))
-    {
-        if selected(scenario) {
-            prepared
-                .fixture
-                .set_health(idle_health(), updated_health(VERSION, 27));
-            compare_prepared(&upstream, scenario, &mut prepared);
-        }
-    }
-    for refusal in refusals() {
-        let scenario = format!("update-runner-prepared-{}", refusal.name);
+    for (scenario, make) in prepared_cases() {
         if !selected(&scenario) {
             continue;
         }
-        let mut prepared = Prepared::new(&format!("upstream-{}", refusal.name));
-        (refusal.change)(&mut prepared);
-        compare_prepared(&upstream, &scenario, &mut prepared);
+        // The seed, then the binary, on the same staged candidate.
+        let mut prepared = make();
+        prepared.fixture.upstream = Some(upstream.modules().to_path_buf());
+        let seed = prepared.run_by(Side::Seed(upstream.originals()));
+        let port = prepared.run_by(Side::Port);
+        let [seed, port] = [seed, port].map(|outcome| prepared_facets(&prepared, &outcome));
+        report(&scenario, &seed, &port);
+    }
+}
+
+/// The binary still does what the original did in every prepared-update
+/// scenario (`tests/fixtures/upstream/`, recorded by the comparison above).
+#[test]
+fn prepared_receipt_updates_as_recorded() {
+    for (scenario, make) in prepared_cases() {
+        let prepared = make();
+        let outcome = prepared.run_by(Side::Port);
+        check_recorded(&scenario, &prepared_facets(&prepared, &outcome));
     }
 }
 
@@ -271,5 +308,16 @@ fn recover_only() {
         let seed = recover_side(&upstream, Side::Seed(upstream.originals()), &case);
         let port = recover_side(&upstream, Side::Port, &case);
         report(&scenario, &seed, &port);
+    }
+}
+
+/// The binary still does what the original did in every `--recover-only`
+/// scenario (`tests/fixtures/upstream/`, recorded by the comparison above).
+#[test]
+fn recover_only_as_recorded() {
+    let upstream = Upstream::port_only();
+    for case in recovery_cases() {
+        let scenario = format!("update-runner-recover-only-{}", case.name);
+        check_recorded(&scenario, &recover_side(&upstream, Side::Port, &case));
     }
 }

@@ -14,8 +14,8 @@ use std::process::Command;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::upstream::{
-    lease_text, report, run_to, selected, Helper, KillPoint, Normalizer, Observed, Side,
-    SystemctlTrace, Upstream,
+    check_recorded, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer, Observed,
+    Side, SystemctlTrace, Upstream,
 };
 use agents_tests::{free_port, GroupChild, RequestMatch, Role, Sandbox, Switches};
 use uninstall_support::split::SplitCase;
@@ -210,7 +210,7 @@ fn run_side(upstream: &Upstream, side: Side, scenario: &Scenario, port: u16) -> 
         (WORKER_UNIT, case.services.worker_pid),
         (GATEWAY_UNIT, case.services.gateway_pid),
     ];
-    let mut normalizer = Normalizer::new(&[]);
+    let mut normalizer = Normalizer::for_run(&base, port);
     let mut observed = Observed::default();
     let mut holders = Holders::new();
     let runs = [Some(scenario.before), scenario.rerun];
@@ -258,5 +258,20 @@ fn uninstall_of_a_split_layout_interrupted_and_rerun() {
         }
         let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, &scenario, port));
         report(&name, &seed, &port);
+    }
+}
+
+/// The binary still does what the original did in every scenario
+/// (`tests/fixtures/upstream/`, recorded by the comparison above).
+#[test]
+fn uninstall_of_a_split_layout_as_recorded() {
+    let test = "uninstall_of_a_split_layout_as_recorded";
+    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
+        return;
+    };
+    let port = free_port();
+    for scenario in scenarios() {
+        let name = format!("uninstall-split-{}", scenario.name);
+        check_recorded(&name, &run_side(&upstream, Side::Port, &scenario, port));
     }
 }
