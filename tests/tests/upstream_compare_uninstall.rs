@@ -111,24 +111,8 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "unresolved-provider-children-then-rerun",
             point: KillPoint::Never,
-            before: |case, _| {
-                let children = case
-                    .installation
-                    .state_root
-                    .join("admin/provider-children.json");
-                agents_tests::write_file_making_parents(
-                    &children,
-                    b"{\"children\": [{\"pid\": 4242}]}\n",
-                    0o600,
-                );
-            },
-            rerun: Some(|case, _| {
-                let children = case
-                    .installation
-                    .state_root
-                    .join("admin/provider-children.json");
-                agents_tests::write_file(&children, b"{\"children\": []}\n", 0o600);
-            }),
+            before: |case, _| case.register_provider_children("[{\"pid\": 4242}]"),
+            rerun: Some(|case, _| case.register_provider_children("[]")),
         },
         Scenario {
             name: "lost-seal-reply",

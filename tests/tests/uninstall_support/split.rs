@@ -48,6 +48,18 @@ impl SplitCase {
         SplitCase::start_with(test, |_| {})
     }
 
+    /// Registers `children` (a JSON list) as the server's provider children
+    /// in `state/admin/provider-children.json`: a live one keeps the
+    /// uninstaller from removing anything.
+    pub fn register_provider_children(&self, children: &str) {
+        let path = self
+            .installation
+            .state_root
+            .join("admin/provider-children.json");
+        let document = format!("{{\"children\": {children}}}\n");
+        agents_tests::write_file_making_parents(&path, document.as_bytes(), 0o600);
+    }
+
     /// Like [`SplitCase::start`], changing the files before the services start.
     pub fn start_with(test: &str, prepare: impl FnOnce(&Installation)) -> Option<SplitCase> {
         let sandbox = Sandbox::start_or_skip(test)?;
