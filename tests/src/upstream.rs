@@ -546,15 +546,26 @@ pub fn json_text(value: &agents_common::Json) -> String {
 
 /// The worker's admission lease as one JSON line, or why there is none to
 /// ask for.
+/// A worker just (re)started may not have written its receipt yet: the
+/// lease is asked for once the receipt names the unit's MainPID (or after
+/// 20 s, when the receipt is what it is).
 pub fn lease_text(sandbox: &Sandbox, installation: &crate::Installation) -> String {
-    if sandbox
-        .unit_state(agents_common::test_support::WORKER_UNIT)
-        .is_running()
-    {
-        json_text(&installation.worker_lease())
-    } else {
-        "worker not running".to_string()
+    let unit = agents_common::test_support::WORKER_UNIT;
+    if !sandbox.unit_state(unit).is_running() {
+        return "worker not running".to_string();
     }
+    let current = || {
+        let main_pid = sandbox.unit_state(unit).main_pid;
+        let receipt = installation.receipt(crate::Role::Worker)?;
+        let pid = receipt.get("pid").and_then(agents_common::Json::as_int)?;
+        (pid == i128::from(main_pid)).then_some(())
+    };
+    if try_poll_until(Duration::from_secs(20), "the worker's receipt", current).is_err()
+        && installation.receipt(crate::Role::Worker).is_none()
+    {
+        return "worker running without a receipt".to_string();
+    }
+    json_text(&installation.worker_lease())
 }
 
 /// What one side left behind, as named, normalised facets.
