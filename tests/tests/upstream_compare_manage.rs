@@ -126,14 +126,12 @@ fn run_side(
     let (output, reached) = run_to(apply, point, &trace, &site.installation);
     observed.record("kill point reached", reached.to_string());
     observed.run("apply", &output, &mut normalizer);
-    observe(
-        &site,
-        &trace,
-        &units,
-        &mut observed,
-        &mut normalizer,
-        "after apply",
-    );
+    let watch = Watch {
+        site: &site,
+        trace: &trace,
+        units: &units,
+    };
+    watch.observe(&mut observed, &mut normalizer, "after apply");
 
     trace.reset();
     let mut recover = upstream.command(side, Helper::ExecutionManage, &runtime, &site.sandbox);
@@ -144,14 +142,7 @@ fn run_side(
         .arg(&site.installation.install_root);
     let output = finish(recover.spawn().expect("recover starts"));
     observed.run("recover", &output, &mut normalizer);
-    observe(
-        &site,
-        &trace,
-        &units,
-        &mut observed,
-        &mut normalizer,
-        "after recover",
-    );
+    watch.observe(&mut observed, &mut normalizer, "after recover");
     observed.record(
         "worker requests",
         normalizer.text(&control_log(&site, Role::Worker, mark)),
@@ -159,22 +150,25 @@ fn run_side(
     observed
 }
 
-/// Files, services, lease and service-manager changes, as `<when> ...`.
-fn observe(
-    site: &Site,
-    trace: &SystemctlTrace,
-    units: &[(&str, u32)],
-    observed: &mut Observed,
-    normalizer: &mut Normalizer,
-    when: &str,
-) {
-    let mut facets = Observed::default();
-    facets.installation(&site.sandbox, &site.installation, normalizer);
-    facets.services(&site.sandbox, units);
-    let lease = lease_text(&site.sandbox, &site.installation);
-    facets.record("lease", normalizer.text(&lease));
-    facets.record("systemctl changes", trace.changes());
-    observed.merge(when, facets);
+/// What is observed of an installation after each helper run.
+struct Watch<'a> {
+    site: &'a Site,
+    trace: &'a SystemctlTrace,
+    units: &'a [(&'a str, u32)],
+}
+
+impl Watch<'_> {
+    /// Files, services, lease and service-manager changes, as `<when> ...`.
+    fn observe(&self, observed: &mut Observed, normalizer: &mut Normalizer, when: &str) {
+        let Watch { site, trace, units } = *self;
+        let mut facets = Observed::default();
+        facets.installation(&site.sandbox, &site.installation, normalizer);
+        facets.services(&site.sandbox, units);
+        let lease = lease_text(&site.sandbox, &site.installation);
+        facets.record("lease", normalizer.text(&lease));
+        facets.record("systemctl changes", trace.changes());
+        observed.merge(when, facets);
+    }
 }
 
 /// The requests `role` logged since `mark`: method, path and action.
