@@ -906,6 +906,46 @@ pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
     verdict
 }
 
+/// Runs every selected scenario (named, with what `run` needs) on both
+/// sides, the original first, and reports each ([`report`]); does nothing,
+/// after saying so, without the upstream folder ([`Upstream::locate`]).
+/// `run` gets a port free for the scenario's servers.
+pub fn compare_scenarios<S>(
+    test: &str,
+    scenarios: impl IntoIterator<Item = (String, S)>,
+    run: impl Fn(&Upstream, Side, &S, u16) -> Observed,
+) {
+    let Some(upstream) = Upstream::locate(test) else {
+        return;
+    };
+    let port = crate::free_port();
+    for (name, scenario) in scenarios {
+        if !selected(&name) {
+            continue;
+        }
+        let [seed, port] = Side::BOTH.map(|side| run(&upstream, side, &scenario, port));
+        report(&name, &seed, &port);
+    }
+}
+
+/// Runs every scenario on the binary alone and requires the facts the
+/// comparison recorded ([`check_recorded`]): the normal suite's half of
+/// [`compare_scenarios`], which needs no upstream file. `None` (a sandbox
+/// that cannot start, already reported) checks nothing.
+pub fn check_scenarios_recorded<S>(
+    upstream: Option<Upstream>,
+    scenarios: impl IntoIterator<Item = (String, S)>,
+    run: impl Fn(&Upstream, Side, &S, u16) -> Observed,
+) {
+    let Some(upstream) = upstream else {
+        return;
+    };
+    let port = crate::free_port();
+    for (name, scenario) in scenarios {
+        check_recorded(&name, &run(&upstream, Side::Port, &scenario, port));
+    }
+}
+
 /// Set (to anything) to record the seed's facets of each scenario that
 /// does not differ as its fixture (`scripts/upstream-compare.sh --record`).
 pub const RECORD_ENV: &str = "AGENTS_UPSTREAM_RECORD";

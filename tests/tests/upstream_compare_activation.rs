@@ -19,10 +19,10 @@ use agents_common::test_support::WORKER_UNIT;
 use agents_common::{activation_intent, json_object, parse_json, JsonObject};
 use agents_tests::journal_writer::Begin;
 use agents_tests::upstream::{
-    check_recorded, finish, report, selected, Helper, Normalizer, Observed, Side, SystemctlTrace,
-    Upstream,
+    check_scenarios_recorded, compare_scenarios, finish, Helper, Normalizer, Observed, Side,
+    SystemctlTrace, Upstream,
 };
-use agents_tests::{free_port, make_dir, Sandbox};
+use agents_tests::{make_dir, Sandbox};
 use execution_activation_support::{write_json, Monolith, SERVER};
 
 /// An earlier admitted update, whose intent a status row may still carry.
@@ -209,34 +209,34 @@ fn run_side(upstream: &Upstream, side: Side, scenario: &Scenario, port: u16) -> 
     observed
 }
 
+/// The scenarios, named as the comparison reports them.
+fn named_scenarios() -> Vec<(String, Scenario)> {
+    scenarios()
+        .into_iter()
+        .map(|scenario| {
+            (
+                format!("execution-activation-legacy-{}", scenario.name),
+                scenario,
+            )
+        })
+        .collect()
+}
+
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn legacy_preflight_stop_and_recovery_intent() {
-    let Some(upstream) = Upstream::locate("legacy_preflight_stop_and_recovery_intent") else {
-        return;
-    };
-    let port = free_port();
-    for scenario in scenarios() {
-        let name = format!("execution-activation-legacy-{}", scenario.name);
-        if !selected(&name) {
-            continue;
-        }
-        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, &scenario, port));
-        report(&name, &seed, &port);
-    }
+    compare_scenarios(
+        "legacy_preflight_stop_and_recovery_intent",
+        named_scenarios(),
+        run_side,
+    );
 }
 
 /// The binary still does what the original did in every scenario
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn legacy_preflight_stop_and_recovery_intent_as_recorded() {
-    let test = "legacy_preflight_stop_and_recovery_intent_as_recorded";
-    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
-        return;
-    };
-    let port = free_port();
-    for scenario in scenarios() {
-        let name = format!("execution-activation-legacy-{}", scenario.name);
-        check_recorded(&name, &run_side(&upstream, Side::Port, &scenario, port));
-    }
+    let upstream =
+        Upstream::port_only_in_sandbox("legacy_preflight_stop_and_recovery_intent_as_recorded");
+    check_scenarios_recorded(upstream, named_scenarios(), run_side);
 }

@@ -15,10 +15,10 @@ use std::process::Stdio;
 use agents_common::test_support::{encode_compact, WORKER_UNIT};
 use agents_common::{JsonObject, UNINSTALL_INTENT_NAME};
 use agents_tests::upstream::{
-    check_recorded, finish, lease_text, report, selected, Helper, Normalizer, Observed, Side,
-    Upstream,
+    check_scenarios_recorded, compare_scenarios, finish, lease_text, Helper, Normalizer, Observed,
+    Side, Upstream,
 };
-use agents_tests::{free_port, Role, Sandbox, Switches};
+use agents_tests::{Role, Sandbox, Switches};
 use update_handoff_support::{replace_file, Case, FOREIGN_OPERATION, OPERATION};
 
 /// One side's run of a scenario: the case and what it observed so far.
@@ -257,34 +257,32 @@ fn run_side(upstream: &Upstream, side: Side, scenario: Scenario, port: u16) -> O
     observed
 }
 
+/// The scenarios, named as the comparison reports them.
+fn named_scenarios() -> Vec<(String, Scenario)> {
+    scenarios()
+        .into_iter()
+        .map(|(name, scenario)| (format!("update-handoff-{name}"), scenario))
+        .collect()
+}
+
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn release_and_retry_failed() {
-    let Some(upstream) = Upstream::locate("release_and_retry_failed") else {
-        return;
-    };
-    let port = free_port();
-    for (name, scenario) in scenarios() {
-        let scenario_name = format!("update-handoff-{name}");
-        if !selected(&scenario_name) {
-            continue;
-        }
-        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, scenario, port));
-        report(&scenario_name, &seed, &port);
-    }
+    compare_scenarios(
+        "release_and_retry_failed",
+        named_scenarios(),
+        |upstream, side, scenario, port| run_side(upstream, side, *scenario, port),
+    );
 }
 
 /// The binary still does what the original did in every scenario
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn release_and_retry_failed_as_recorded() {
-    let test = "release_and_retry_failed_as_recorded";
-    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
-        return;
-    };
-    let port = free_port();
-    for (name, scenario) in scenarios() {
-        let observed = run_side(&upstream, Side::Port, scenario, port);
-        check_recorded(&format!("update-handoff-{name}"), &observed);
-    }
+    let upstream = Upstream::port_only_in_sandbox("release_and_retry_failed_as_recorded");
+    check_scenarios_recorded(
+        upstream,
+        named_scenarios(),
+        |upstream, side, scenario, port| run_side(upstream, side, *scenario, port),
+    );
 }

@@ -13,10 +13,10 @@ mod execution_manage_support;
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::UNINSTALL_INTENT_NAME;
 use agents_tests::upstream::{
-    check_recorded, finish, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer,
-    Observed, Side, SystemctlTrace, Upstream,
+    check_scenarios_recorded, compare_scenarios, finish, lease_text, run_to, Helper, KillPoint,
+    Normalizer, Observed, Side, SystemctlTrace, Upstream,
 };
-use agents_tests::{free_port, RequestMatch, Role, Sandbox};
+use agents_tests::{RequestMatch, Role, Sandbox};
 use execution_manage_support::{Site, NEW, OLD};
 
 const START_WORKER: &str = "--user start --no-block agents-server.service";
@@ -188,35 +188,32 @@ fn control_log(site: &Site, role: Role, mark: usize) -> String {
         .join("\n")
 }
 
+/// The scenarios, named as the comparison reports them.
+fn named_scenarios() -> Vec<(String, (Before, KillPoint))> {
+    scenarios()
+        .into_iter()
+        .map(|(name, before, point)| (format!("execution-manage-apply-{name}"), (before, point)))
+        .collect()
+}
+
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn apply_killed_at_each_step_then_recovered() {
-    let Some(upstream) = Upstream::locate("apply_killed_at_each_step_then_recovered") else {
-        return;
-    };
-    let port = free_port();
-    for (name, before, point) in scenarios() {
-        let scenario = format!("execution-manage-apply-{name}");
-        if !selected(&scenario) {
-            continue;
-        }
-        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, (before, &point), port));
-        report(&scenario, &seed, &port);
-    }
+    compare_scenarios(
+        "apply_killed_at_each_step_then_recovered",
+        named_scenarios(),
+        |upstream, side, (before, point), port| run_side(upstream, side, (*before, point), port),
+    );
 }
 
 /// The binary still does what the original did in every scenario
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn apply_killed_at_each_step_as_recorded() {
-    let test = "apply_killed_at_each_step_as_recorded";
-    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
-        return;
-    };
-    let port = free_port();
-    for (name, before, point) in scenarios() {
-        let scenario = format!("execution-manage-apply-{name}");
-        let observed = run_side(&upstream, Side::Port, (before, &point), port);
-        check_recorded(&scenario, &observed);
-    }
+    let upstream = Upstream::port_only_in_sandbox("apply_killed_at_each_step_as_recorded");
+    check_scenarios_recorded(
+        upstream,
+        named_scenarios(),
+        |upstream, side, (before, point), port| run_side(upstream, side, (*before, point), port),
+    );
 }

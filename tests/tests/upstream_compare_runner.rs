@@ -17,7 +17,8 @@ use std::process::Command;
 
 use agents_common::{read_status_unlocked, Json};
 use agents_tests::upstream::{
-    check_recorded, json_text, report, selected, Normalizer, Observed, Upstream,
+    self, check_recorded, check_scenarios_recorded, compare_scenarios, json_text, report, selected,
+    Normalizer, Observed, Upstream,
 };
 use update_runner_support::prepared::{refusals, Prepared, VERSION};
 use update_runner_support::recovery::Recovery;
@@ -294,30 +295,36 @@ fn log_without_times(log: &str) -> String {
         .join("\n")
 }
 
+/// The `--recover-only` cases, named as the comparison reports them.
+fn named_recovery_cases() -> Vec<(String, RecoveryCase)> {
+    recovery_cases()
+        .into_iter()
+        .map(|case| (format!("update-runner-recover-only-{}", case.name), case))
+        .collect()
+}
+
+/// `--recover-only` of `case` run by the comparison's `side`.
+fn recover_by(upstream: &Upstream, side: upstream::Side, case: &RecoveryCase, _: u16) -> Observed {
+    let side = match side {
+        upstream::Side::Seed => Side::Seed(upstream.originals()),
+        upstream::Side::Port => Side::Port,
+    };
+    recover_side(upstream, side, case)
+}
+
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn recover_only() {
-    let Some(upstream) = Upstream::locate("recover_only") else {
-        return;
-    };
-    for case in recovery_cases() {
-        let scenario = format!("update-runner-recover-only-{}", case.name);
-        if !selected(&scenario) {
-            continue;
-        }
-        let seed = recover_side(&upstream, Side::Seed(upstream.originals()), &case);
-        let port = recover_side(&upstream, Side::Port, &case);
-        report(&scenario, &seed, &port);
-    }
+    compare_scenarios("recover_only", named_recovery_cases(), recover_by);
 }
 
 /// The binary still does what the original did in every `--recover-only`
 /// scenario (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn recover_only_as_recorded() {
-    let upstream = Upstream::port_only();
-    for case in recovery_cases() {
-        let scenario = format!("update-runner-recover-only-{}", case.name);
-        check_recorded(&scenario, &recover_side(&upstream, Side::Port, &case));
-    }
+    check_scenarios_recorded(
+        Some(Upstream::port_only()),
+        named_recovery_cases(),
+        recover_by,
+    );
 }

@@ -14,10 +14,10 @@ use std::process::Command;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::upstream::{
-    check_recorded, lease_text, report, run_to, selected, Helper, KillPoint, Normalizer, Observed,
-    Side, SystemctlTrace, Upstream,
+    check_scenarios_recorded, compare_scenarios, lease_text, run_to, Helper, KillPoint, Normalizer,
+    Observed, Side, SystemctlTrace, Upstream,
 };
-use agents_tests::{free_port, GroupChild, RequestMatch, Role, Sandbox, Switches};
+use agents_tests::{GroupChild, RequestMatch, Role, Sandbox, Switches};
 use uninstall_support::split::SplitCase;
 
 /// Processes a scenario keeps running while the uninstaller runs.
@@ -227,35 +227,28 @@ fn run_side(upstream: &Upstream, side: Side, scenario: &Scenario, port: u16) -> 
     observed
 }
 
+/// The scenarios, named as the comparison reports them.
+fn named_scenarios() -> Vec<(String, Scenario)> {
+    scenarios()
+        .into_iter()
+        .map(|scenario| (format!("uninstall-split-{}", scenario.name), scenario))
+        .collect()
+}
+
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn uninstall_of_a_split_layout_interrupted_and_rerun() {
-    let Some(upstream) = Upstream::locate("uninstall_of_a_split_layout_interrupted_and_rerun")
-    else {
-        return;
-    };
-    let port = free_port();
-    for scenario in scenarios() {
-        let name = format!("uninstall-split-{}", scenario.name);
-        if !selected(&name) {
-            continue;
-        }
-        let [seed, port] = Side::BOTH.map(|side| run_side(&upstream, side, &scenario, port));
-        report(&name, &seed, &port);
-    }
+    compare_scenarios(
+        "uninstall_of_a_split_layout_interrupted_and_rerun",
+        named_scenarios(),
+        run_side,
+    );
 }
 
 /// The binary still does what the original did in every scenario
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn uninstall_of_a_split_layout_as_recorded() {
-    let test = "uninstall_of_a_split_layout_as_recorded";
-    let Some(upstream) = Upstream::port_only_in_sandbox(test) else {
-        return;
-    };
-    let port = free_port();
-    for scenario in scenarios() {
-        let name = format!("uninstall-split-{}", scenario.name);
-        check_recorded(&name, &run_side(&upstream, Side::Port, &scenario, port));
-    }
+    let upstream = Upstream::port_only_in_sandbox("uninstall_of_a_split_layout_as_recorded");
+    check_scenarios_recorded(upstream, named_scenarios(), run_side);
 }
