@@ -23,6 +23,8 @@
 //! - [`Originals`] and [`require_originals!`]: the Python originals the
 //!   oracle tests run side by side (`AGENTS_SEEDS_DIR`); without them a test
 //!   reports itself skipped through [`skip`] (a failure under `CI=true`).
+//! - [`upstream`]: the comparison with the originals run with the real
+//!   upstream modules (`AGENTS_UPSTREAM_DIR`, `scripts/upstream-compare.sh`).
 //! - [`golden_path`]: the upstream bytes under `tests/fixtures/golden/`.
 //! - [`ReleaseHost`]: signed releases (real Ed25519 key, tar.gz archives,
 //!   schema-1 manifests) on 127.0.0.1 for `update-runner`.
@@ -74,6 +76,7 @@ mod sandbox;
 mod skip;
 pub mod suite;
 mod tempdir;
+pub mod upstream;
 pub mod worker_double;
 mod worker_files;
 

@@ -99,6 +99,17 @@ fn find_program(name: &str, extra: &[&str]) -> Option<PathBuf> {
 impl Sandbox {
     /// Starts a manager and waits until it answers.
     pub fn start() -> Result<Sandbox, SandboxError> {
+        Sandbox::start_in(|| TempDir::new("agents-sandbox"))
+    }
+
+    /// [`Sandbox::start`] whose base directory is exactly
+    /// `<temp dir>/<name>` (see [`TempDir::fixed`]): two managers started one
+    /// after the other with the same name give the same paths.
+    pub fn start_named(name: &str) -> Result<Sandbox, SandboxError> {
+        Sandbox::start_in(|| TempDir::fixed(name))
+    }
+
+    fn start_in(base: impl FnOnce() -> TempDir) -> Result<Sandbox, SandboxError> {
         let euid = rustix::process::geteuid();
         if !euid.is_root() {
             return Err(SandboxError::Unavailable(format!(
@@ -119,7 +130,7 @@ impl Sandbox {
         .ok_or_else(|| missing("systemd"))?;
         find_program("systemctl", &[]).ok_or_else(|| missing("systemctl"))?;
 
-        let base = TempDir::new("agents-sandbox");
+        let base = base();
         let home = base.path().join("home");
         let runtime_dir = base.path().join("run");
         let failed =

@@ -60,6 +60,30 @@ impl TempDir {
         );
     }
 
+    /// Exactly `<system temp dir>/<name>` (0700), replacing what a run that
+    /// crashed may have left there. Comparisons run both implementations one
+    /// after the other at the same paths, so that files naming their roots
+    /// compare byte for byte; `name` must be unique to the caller.
+    pub fn fixed(name: &str) -> TempDir {
+        let parent = std::env::temp_dir()
+            .canonicalize()
+            .expect("the system temp directory must exist");
+        let path = parent.join(name);
+        match fs::remove_dir_all(&path) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                panic!("cannot clear {}: {err}", path.display())
+            }
+            _ => {}
+        }
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .unwrap_or_else(|err| panic!("cannot create {}: {err}", path.display()));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700))
+            .unwrap_or_else(|err| panic!("chmod {}: {err}", path.display()));
+        TempDir { path }
+    }
+
     /// The directory's canonical path.
     pub fn path(&self) -> &Path {
         &self.path

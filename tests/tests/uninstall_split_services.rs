@@ -527,15 +527,7 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
     );
     holder.kill();
     // A provider child still registered keeps everything.
-    let children = case
-        .installation
-        .state_root
-        .join("admin/provider-children.json");
-    agents_tests::write_file_making_parents(
-        &children,
-        b"{\"children\": [{\"pid\": 4242}]}\n",
-        0o600,
-    );
+    case.register_provider_children("[{\"pid\": 4242}]");
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(
         outcome.stderr,
@@ -553,7 +545,7 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
         )),
         "{outcome:?}"
     );
-    agents_tests::write_file_making_parents(&children, b"{\"children\": []}\n", 0o600);
+    case.register_provider_children("[]");
     assert_eq!(case.phase().as_deref(), Some("sealed"));
     // As if the last run had been killed right after recording `stopped`.
     let root = &case.installation.install_root;

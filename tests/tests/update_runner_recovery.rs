@@ -6,7 +6,9 @@
 //!
 //! The seed cannot run here (its `update_recovery` imports modules outside
 //! the seeds), so each row is checked against the texts of
-//! `update_recovery.run_recovery` and `update_runner.main`.
+//! `update_recovery.run_recovery` and `update_runner.main`;
+//! `upstream_compare_runner` runs these scenarios side by side with the seed
+//! and the upstream modules.
 
 mod update_runner_support;
 

@@ -119,25 +119,34 @@ impl Site {
     /// A sandboxed installation with releases [`OLD`] and [`NEW`] on disk and
     /// nothing installed or running yet.
     pub fn empty(test: &str) -> Option<Site> {
-        let sandbox = Sandbox::start_or_skip(test)?;
+        Some(Site::empty_in(Sandbox::start_or_skip(test)?, free_port()))
+    }
+
+    /// [`Site::empty`] under `sandbox`, its layouts listening on `port`.
+    pub fn empty_in(sandbox: Sandbox, port: u16) -> Site {
         let installation = Installation::in_sandbox(&sandbox);
         installation.add_release(OLD);
         installation.add_release(NEW);
-        Some(Site {
+        Site {
             sandbox,
             installation,
-            port: free_port(),
-        })
+            port,
+        }
     }
 
     /// A split installation of [`OLD`] (worker and gateway enabled and
     /// running, proven by their receipts), with [`NEW`] retained beside it.
     pub fn running(test: &str) -> Option<Site> {
-        let site = Site::empty(test)?;
+        Some(Site::running_in(Sandbox::start_or_skip(test)?, free_port()))
+    }
+
+    /// [`Site::running`] under `sandbox`, its layouts listening on `port`.
+    pub fn running_in(sandbox: Sandbox, port: u16) -> Site {
+        let site = Site::empty_in(sandbox, port);
         let layout = site.layout(OLD, OLD);
         site.installation.install_split(&layout);
         site.installation.start_split(&site.sandbox, &layout);
-        Some(site)
+        site
     }
 
     /// The layout running `worker` and `gateway` releases of this site.
@@ -152,10 +161,13 @@ impl Site {
     /// Writes `layout` as a private (0600) `apply --layout` file.
     pub fn layout_file(&self, layout: &ExecutionLayout) -> PathBuf {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let path = self.sandbox.base().join(format!(
-            "layout-{}.json",
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let name = format!("layout-{}.json", COUNTER.fetch_add(1, Ordering::Relaxed));
+        self.layout_file_named(layout, &name)
+    }
+
+    /// [`Site::layout_file`] named `name` in the sandbox's directory.
+    pub fn layout_file_named(&self, layout: &ExecutionLayout, name: &str) -> PathBuf {
+        let path = self.sandbox.base().join(name);
         fs::write(&path, encode_indented(&layout.to_dict())).expect("write the layout file");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod layout");
         path

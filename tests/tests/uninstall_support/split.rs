@@ -48,13 +48,30 @@ impl SplitCase {
         SplitCase::start_with(test, |_| {})
     }
 
+    /// Registers `children` (a JSON list) as the server's provider children
+    /// in `state/admin/provider-children.json`: a live one keeps the
+    /// uninstaller from removing anything.
+    pub fn register_provider_children(&self, children: &str) {
+        let path = self
+            .installation
+            .state_root
+            .join("admin/provider-children.json");
+        let document = format!("{{\"children\": {children}}}\n");
+        agents_tests::write_file_making_parents(&path, document.as_bytes(), 0o600);
+    }
+
     /// Like [`SplitCase::start`], changing the files before the services start.
     pub fn start_with(test: &str, prepare: impl FnOnce(&Installation)) -> Option<SplitCase> {
         let sandbox = Sandbox::start_or_skip(test)?;
+        Some(SplitCase::start_in(sandbox, free_port(), prepare))
+    }
+
+    /// [`SplitCase::start_with`] under `sandbox`, the public listener on `port`.
+    pub fn start_in(sandbox: Sandbox, port: u16, prepare: impl FnOnce(&Installation)) -> SplitCase {
         let installation = Installation::in_sandbox(&sandbox);
         let worker = installation.add_release("1.0.0");
         let gateway = installation.add_release("1.1.0");
-        let layout = installation.layout(&worker, &gateway, free_port());
+        let layout = installation.layout(&worker, &gateway, port);
         installation.install_split(&layout);
         for root in [
             &installation.install_root,
@@ -73,12 +90,12 @@ impl SplitCase {
         }
         prepare(&installation);
         let services = installation.start_split(&sandbox, &layout);
-        Some(SplitCase {
+        SplitCase {
             sandbox,
             installation,
             layout,
             services,
-        })
+        }
     }
 
     /// The helper form's arguments followed by `extra`.

@@ -157,10 +157,14 @@ impl Case {
     /// Starts the services, seals the handoff's lease and writes the handoff;
     /// `None` when no systemd sandbox is available here.
     pub fn start(test: &str) -> Option<Case> {
-        let sandbox = Sandbox::start_or_skip(test)?;
+        Some(Case::start_in(Sandbox::start_or_skip(test)?, free_port()))
+    }
+
+    /// [`Case::start`] under `sandbox`, the public listener on `port`.
+    pub fn start_in(sandbox: Sandbox, port: u16) -> Case {
         let installation = Installation::in_sandbox(&sandbox);
         let release = installation.add_release("1.0.0");
-        let layout = installation.layout(&release, &release, free_port());
+        let layout = installation.layout(&release, &release, port);
         installation.install_split(&layout);
         let services = installation.start_split(&sandbox, &layout);
         let mut case = Case {
@@ -188,7 +192,7 @@ impl Case {
         );
         agents_tests::make_dir(case.handoff_path().parent().unwrap(), 0o700);
         case.write_handoff(&case.handoff());
-        Some(case)
+        case
     }
 
     /// `install/.update-preparations/<PREPARATION_ID>/handoff-<UPDATE_ID>.json`.

@@ -175,6 +175,10 @@ pub struct Fixture {
     pub unready_requests: usize,
     /// The one-time health credential, instead of `<side>-token`.
     pub token: Option<String>,
+    /// The upstream modules the seed imports (`AGENTS_UPSTREAM_DIR`), put
+    /// on its `sys.path` after the seeds; without them the seed's imports of
+    /// modules outside the seeds fail.
+    pub upstream: Option<PathBuf>,
 }
 
 impl Fixture {
@@ -267,6 +271,7 @@ impl Fixture {
             environment: Vec::new(),
             unready_requests: 0,
             token: None,
+            upstream: None,
         }
     }
 
@@ -530,6 +535,9 @@ impl Fixture {
                     .args(&arguments)
                     .args(&self.raw_options)
                     .env("SEEDS_DIR", originals.dir());
+                if let Some(upstream) = &self.upstream {
+                    command.env("UPSTREAM_DIR", upstream);
+                }
                 command
             }
             Side::Port => {
@@ -629,6 +637,8 @@ impl Fixture {
 const SEED_LAUNCHER: &str = r#"
 import os, sys
 sys.path.insert(0, os.environ["SEEDS_DIR"])
+if os.environ.get("UPSTREAM_DIR"):
+    sys.path.insert(1, os.environ["UPSTREAM_DIR"])
 import update_runner
 update_runner.RELEASE_BASE = os.environ["AGENTS_SERVER_RELEASE_BASE"]
 update_runner.RELEASES_API_URL = os.environ["AGENTS_SERVER_RELEASES_API_URL"]

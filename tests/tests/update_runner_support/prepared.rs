@@ -11,6 +11,8 @@ use agents_common::{json_object, Json, JsonObject};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use update_runner::release::INVALID_SIGNATURE_MESSAGE;
+
 use super::{manifest_bytes, Fixture, Side, INSTALL_SH};
 
 pub const PREPARATION: &str = "abcdefabcdefabcdefabcdefabcdef01";
@@ -78,7 +80,28 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// A candidate verified from a GitHub release (a schema-1 manifest).
     pub fn new(name: &str) -> Prepared {
+        Prepared::signed(name, |fixture, archive| {
+            fixture.legacy_manifest(VERSION, archive)
+        })
+    }
+
+    /// A candidate verified from an npm package: the admitted envelope
+    /// holds a schema-2 manifest (`update_preparation` verifies it with
+    /// `allow_npm`), so the runner pins the version and API contract of the
+    /// restarted server too.
+    pub fn npm(name: &str) -> Prepared {
+        Prepared::signed(name, |fixture, archive| {
+            let mut manifest = fixture.npm_manifest(VERSION, archive);
+            manifest.insert("api_contract_version", 28);
+            manifest
+        })
+    }
+
+    /// The candidate, its receipt and the envelope of the manifest `sign`
+    /// makes for the release archive.
+    fn signed(name: &str, sign: impl FnOnce(&Fixture, &[u8]) -> JsonObject) -> Prepared {
         let mut fixture = Fixture::new(name);
         let root = fixture.root.path().join("install");
         agents_tests::make_dirs(&root, 0o755);
@@ -98,7 +121,7 @@ impl Prepared {
         .unwrap();
         std::os::unix::fs::symlink("/usr/bin/python3", candidate.join(".venv/bin/python")).unwrap();
         let archive = fixture.archive(&Fixture::legacy_members(VERSION));
-        let manifest = fixture.legacy_manifest(VERSION, &archive);
+        let manifest = sign(&fixture, &archive);
         let receipt = root
             .join(".prepared-receipts")
             .join(format!("{PREPARATION}.json"));
@@ -140,6 +163,11 @@ impl Prepared {
         }
     }
 
+    /// `install/.update-preparations/<PREPARATION>`.
+    pub fn preparation_dir(&self) -> PathBuf {
+        self.root.join(".update-preparations").join(PREPARATION)
+    }
+
     /// Rewrite the receipt for the candidate as it is now (with `edit`) and
     /// admit its new digest.
     pub fn rewrite_receipt(&mut self, manifest: &JsonObject, edit: impl FnOnce(&mut JsonObject)) {
@@ -148,7 +176,12 @@ impl Prepared {
     }
 
     pub fn run(&self) -> super::Outcome {
-        self.fixture.run(Side::Port)
+        self.run_by(Side::Port)
+    }
+
+    /// The update run by `side`.
+    pub fn run_by(&self, side: Side<'_>) -> super::Outcome {
+        self.fixture.run(side)
     }
 
     /// Re-admit the receipt's current digest (after rewriting it).
@@ -233,4 +266,237 @@ pub fn write_receipt(
     edit(&mut value);
     let _ = std::fs::remove_file(receipt);
     write(receipt, &encode_compact_sorted(&Json::Object(value)), 0o600);
+}
+
+/// A change to an admitted prepared update that the runner must refuse
+/// before install.sh runs, and the failed row's message.
+pub struct Refusal {
+    pub name: &'static str,
+    pub change: fn(&mut Prepared),
+    pub message: fn(&Prepared) -> String,
+}
+
+fn prepared_update(prepared: &mut Prepared) -> &mut JsonObject {
+    prepared
+        .fixture
+        .admitted
+        .get_mut("_prepared_update")
+        .and_then(Json::as_object_mut)
+        .unwrap()
+}
+
+fn option_at(prepared: &Prepared, flag: &str) -> usize {
+    1 + prepared
+        .fixture
+        .options
+        .iter()
+        .position(|option| option == flag)
+        .unwrap()
+}
+
+/// Every refused change (`update_preparation.verify_prepared_status`,
+/// `execution_preparation.validate_prepared` and `run_update`'s own pins).
+pub fn refusals() -> Vec<Refusal> {
+    vec![
+        Refusal {
+            name: "digest-pin",
+            change: |prepared| {
+                let at = option_at(prepared, "--prepared-receipt-sha256");
+                prepared.fixture.options[at] = "0".repeat(64);
+            },
+            message: |_| "Prepared release receipt digest changed".into(),
+        },
+        Refusal {
+            name: "unbound",
+            change: |prepared| {
+                prepared
+                    .fixture
+                    .admitted
+                    .insert("preparation_id", "00000000000000000000000000000000");
+            },
+            message: |_| "Prepared update is not bound to its pending intent".into(),
+        },
+        Refusal {
+            name: "envelope",
+            change: |prepared| {
+                prepared_update(prepared)
+                    .insert("envelope", json_object! {"manifest_base64" => "e30="});
+            },
+            message: |_| "Prepared update signed envelope is invalid".into(),
+        },
+        Refusal {
+            name: "signature",
+            change: |prepared| {
+                let envelope = prepared_update(prepared)
+                    .get_mut("envelope")
+                    .and_then(Json::as_object_mut)
+                    .unwrap();
+                envelope.insert(
+                    "signature_base64",
+                    base64::engine::general_purpose::STANDARD.encode([9u8; 64]),
+                );
+            },
+            message: |_| INVALID_SIGNATURE_MESSAGE.into(),
+        },
+        Refusal {
+            name: "mode",
+            change: |prepared| {
+                prepared_update(prepared).insert("mode", "staged");
+            },
+            message: |_| "Unknown prepared update mode".into(),
+        },
+        // A legacy preparation has no staged candidate to activate.
+        Refusal {
+            name: "legacy",
+            change: |prepared| {
+                prepared_update(prepared).insert("mode", "legacy");
+            },
+            message: |_| "Prepared release receipt path changed".into(),
+        },
+        Refusal {
+            name: "path",
+            change: |prepared| {
+                let at = option_at(prepared, "--prepared-receipt");
+                prepared.fixture.options[at] = format!("{}/", prepared.receipt.display());
+            },
+            message: |_| "Prepared release receipt path changed".into(),
+        },
+        Refusal {
+            name: "identity",
+            change: |prepared| {
+                prepared
+                    .fixture
+                    .admitted
+                    .insert("preparation_id", "NOT-HEX");
+                prepared_update(prepared).insert("preparation_id", "NOT-HEX");
+            },
+            message: |_| "Invalid preparation identity".into(),
+        },
+        Refusal {
+            name: "receipt-changed",
+            change: |prepared| {
+                let mut bytes = std::fs::read(&prepared.receipt).unwrap();
+                bytes.push(b' ');
+                write(&prepared.receipt, &bytes, 0o600);
+            },
+            message: |_| "Prepared candidate receipt changed".into(),
+        },
+        Refusal {
+            name: "receipt-mode",
+            change: |prepared| {
+                std::fs::set_permissions(&prepared.receipt, std::fs::Permissions::from_mode(0o644))
+                    .unwrap();
+            },
+            message: |_| "Prepared candidate receipt is unsafe".into(),
+        },
+        Refusal {
+            name: "preparation-dir",
+            change: |prepared| {
+                std::fs::set_permissions(
+                    prepared.preparation_dir(),
+                    std::fs::Permissions::from_mode(0o777),
+                )
+                .unwrap();
+            },
+            message: |_| "Preparation directory is not safely owned".into(),
+        },
+        Refusal {
+            name: "preparation-missing",
+            change: |prepared| std::fs::remove_dir(prepared.preparation_dir()).unwrap(),
+            message: |prepared| {
+                format!(
+                    "[Errno 2] No such file or directory: '{}'",
+                    prepared.preparation_dir().display()
+                )
+            },
+        },
+        Refusal {
+            name: "receipt-pins",
+            change: |prepared| {
+                let manifest = prepared.fixture.legacy_manifest(VERSION, b"other archive");
+                prepared.rewrite_receipt(&manifest, |_| {});
+            },
+            message: |_| "preparation receipt does not match the signed candidate".into(),
+        },
+        Refusal {
+            name: "source-changed",
+            change: |prepared| {
+                write(
+                    &prepared.candidate.join("agent_server.py"),
+                    b"\"\"\"AgentsServer.\"\"\"\nAPI_CONTRACT_VERSION = 29\n",
+                    0o644,
+                );
+            },
+            message: |_| "prepared source differs from verified archive".into(),
+        },
+        Refusal {
+            name: "runtime-changed",
+            change: |prepared| {
+                write(
+                    &prepared.candidate.join(".venv/bin/extra"),
+                    b"#!/bin/sh\n",
+                    0o755,
+                );
+            },
+            message: |_| "prepared runtime changed after preparation".into(),
+        },
+        Refusal {
+            name: "unexpected",
+            change: |prepared| write(&prepared.candidate.join("stray.py"), b"x = 1\n", 0o644),
+            message: |_| "unexpected prepared runtime member".into(),
+        },
+        Refusal {
+            name: "source-link",
+            change: |prepared| {
+                std::fs::remove_file(prepared.candidate.join("uv.lock")).unwrap();
+                std::os::unix::fs::symlink("/etc/hostname", prepared.candidate.join("uv.lock"))
+                    .unwrap();
+            },
+            message: |_| "prepared source links are forbidden".into(),
+        },
+        Refusal {
+            name: "writable",
+            change: |prepared| {
+                std::fs::set_permissions(
+                    prepared.candidate.join("VERSION"),
+                    std::fs::Permissions::from_mode(0o666),
+                )
+                .unwrap();
+            },
+            message: |_| "preparation file is unsafe or too large".into(),
+        },
+        Refusal {
+            name: "interpreter",
+            change: |prepared| {
+                std::fs::remove_file(prepared.candidate.join(".venv/bin/python")).unwrap();
+                std::os::unix::fs::symlink("/bin/sh", prepared.candidate.join(".venv/bin/python"))
+                    .unwrap();
+            },
+            message: |_| "external prepared dependency link is not an interpreter".into(),
+        },
+        // A staged release that declares another version ...
+        Refusal {
+            name: "version-file",
+            change: |prepared| {
+                write(&prepared.candidate.join("VERSION"), b"1.2.4\n", 0o644);
+                let manifest = prepared.manifest.clone();
+                prepared.rewrite_receipt(&manifest, |_| {});
+            },
+            message: |_| "prepared runtime version differs from signed candidate".into(),
+        },
+        // ... or another API contract.
+        Refusal {
+            name: "contract-file",
+            change: |prepared| {
+                write(
+                    &prepared.candidate.join("agent_server.py"),
+                    b"API_CONTRACT_VERSION = 27\n",
+                    0o644,
+                );
+                let manifest = prepared.manifest.clone();
+                prepared.rewrite_receipt(&manifest, |_| {});
+            },
+            message: |_| "prepared runtime API differs from signed candidate".into(),
+        },
+    ]
 }

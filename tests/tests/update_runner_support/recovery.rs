@@ -74,7 +74,12 @@ impl RunningRelease {
 
     /// The server's `--recover-only` command line for `launch`.
     pub fn command(&self, launch: &Launch<'_>) -> Command {
-        let mut command = Command::new(self.dir.join("update-runner"));
+        self.launch(Command::new(self.dir.join("update-runner")), launch)
+    }
+
+    /// `program` (the binary, or the seed beside it) with the server's
+    /// `--recover-only` arguments and environment for `launch`.
+    pub fn launch(&self, mut command: Command, launch: &Launch<'_>) -> Command {
         command
             .args([
                 "--recover-only",
@@ -249,17 +254,26 @@ impl Recovery {
     /// The server's launch of `--recover-only` for `transaction` with the
     /// credential in `token_file`.
     pub fn command_with(&self, transaction: &str, token_file: &Path) -> Command {
+        let program = Command::new(self.runtime.dir.join("update-runner"));
+        self.command_of(program, transaction, token_file)
+    }
+
+    /// [`Recovery::command_with`] running `program` instead of the binary.
+    pub fn command_of(&self, program: Command, transaction: &str, token_file: &Path) -> Command {
         let root = self.install.root();
-        self.runtime.command(&Launch {
-            status: &self.status,
-            token_file,
-            port: self.health.port,
-            transaction,
-            version: VERSION,
-            update_id: UPDATE_ID,
-            install_root: &root,
-            record: &self.record,
-        })
+        self.runtime.launch(
+            program,
+            &Launch {
+                status: &self.status,
+                token_file,
+                port: self.health.port,
+                transaction,
+                version: VERSION,
+                update_id: UPDATE_ID,
+                install_root: &root,
+                record: &self.record,
+            },
+        )
     }
 
     /// The first launch, for `transaction`.
