@@ -23,6 +23,7 @@ use agents_common::{
 };
 use agents_tests::crash_points::{helper_injection, Injection, Traced};
 use agents_tests::journal_writer::{Begin, Roots};
+use agents_tests::Outcome;
 
 use super::{assert_unlocked_or_reapable, is_temporary, sorted_names, Outside};
 use crate::update_runner_support::prepared::{Prepared, VERSION as PREPARED_VERSION};
@@ -114,6 +115,12 @@ fn server_finalizes(status: &Path, installed: bool) {
     atomic_json(status, &row).unwrap();
 }
 
+/// Runs `command` (`what`, for the message) and requires exit `code`.
+fn exits_with(command: &mut Command, code: i32, what: &str) {
+    let outcome = Outcome::of(command);
+    assert_eq!(outcome.code, Some(code), "{what}: {outcome:?}");
+}
+
 /// The temporaries left in `directories`.
 fn temporaries_in(directories: &[PathBuf]) -> Vec<String> {
     directories
@@ -192,15 +199,10 @@ impl RecoveryScene {
         );
         if recovery_takes_over(&row, &root) {
             let token_file = server_resumes(&r.status, UPDATE_ID, "recovery-token");
-            let output = r
-                .command_with(&r.transaction, &token_file)
-                .output()
-                .expect("the relaunched recovery runs");
-            assert_eq!(
-                output.status.code(),
-                Some(0),
-                "the relaunched recovery: {}",
-                String::from_utf8_lossy(&output.stderr)
+            exits_with(
+                &mut r.command_with(&r.transaction, &token_file),
+                0,
+                "the relaunched recovery",
             );
         } else if is_active(&row) {
             assert!(
@@ -244,7 +246,8 @@ impl RecoveryScene {
             atomic_json(&r.status, &row).unwrap();
             atomic_json(&token_file, &json_object! {"token" => "next-token"}).unwrap();
         }
-        let output = Command::new(r.runtime.dir.join("update-runner"))
+        let mut runner = Command::new(r.runtime.dir.join("update-runner"));
+        runner
             .arg("--status-file")
             .arg(&r.status)
             .arg("--public-key")
@@ -255,10 +258,8 @@ impl RecoveryScene {
             .arg("--auth-token-file")
             .arg(&token_file)
             .env("AGENTS_SERVER_INSTALL_DIR", r.install.root())
-            .env("H15_FIXTURE", &r.record)
-            .output()
-            .expect("the next runner runs");
-        assert_eq!(output.status.code(), Some(1), "{output:?}");
+            .env("H15_FIXTURE", &r.record);
+        exits_with(&mut runner, 1, "the next runner");
         let row = stored_row(&r.status, NEXT_ID);
         assert_eq!(phase(&row), "failed", "{row:?}");
     }
@@ -402,9 +403,8 @@ impl InterruptedInstall {
         if recovery_takes_over(&row, &root) {
             assert!(!record.join("pending-journal").exists());
             let token_file = server_resumes(&status, FIRST_UPDATE_ID, "port-token");
-            let output = self
-                .runtime
-                .command(&Launch {
+            exits_with(
+                &mut self.runtime.command(&Launch {
                     status: &status,
                     token_file: &token_file,
                     port: self.prepared.fixture.health_port(),
@@ -413,14 +413,9 @@ impl InterruptedInstall {
                     update_id: FIRST_UPDATE_ID,
                     install_root: &root,
                     record: &record,
-                })
-                .output()
-                .expect("the recovery runs");
-            assert_eq!(
-                output.status.code(),
-                Some(0),
-                "the recovery: {}",
-                String::from_utf8_lossy(&output.stderr)
+                }),
+                0,
+                "the recovery",
             );
             let row = stored_row(&status, FIRST_UPDATE_ID);
             assert_eq!(phase(&row), "complete", "{row:?}");
@@ -449,15 +444,10 @@ impl InterruptedInstall {
         let mut retry = fixture.admitted.clone();
         retry.insert("update_id", RETRY_ID);
         fixture.admit(Side::Port, &retry, RETRY_ID);
-        let output = fixture
-            .runner(Side::Port, RETRY_ID)
-            .output()
-            .expect("the next runner runs");
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "the next runner: {}",
-            String::from_utf8_lossy(&output.stderr)
+        exits_with(
+            &mut fixture.runner(Side::Port, RETRY_ID),
+            0,
+            "the next runner",
         );
         let row = stored_row(&self.status(), RETRY_ID);
         assert_eq!(phase(&row), "complete", "{row:?}");
