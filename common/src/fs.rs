@@ -280,6 +280,62 @@ pub fn remove_atomic_temporaries(path: &Path, private: bool) -> Result<bool> {
     Ok(removed)
 }
 
+/// Removes the draft directories in `root` that a writer killed before
+/// publishing them left: each entry `is_draft` accepts by name that is a
+/// private directory of this uid holding nothing but `file_name` and that
+/// file's unfinished [`atomic_write`] temporaries, all private regular
+/// files of this uid with one link. Anything else under such a name is left
+/// alone. The caller decides by name (and what it knows of the name's
+/// owner) that no live writer can still publish the draft. The directory
+/// is made durable when anything was removed.
+pub fn remove_abandoned_drafts(
+    root: &Path,
+    file_name: &[u8],
+    is_draft: impl Fn(&[u8]) -> bool,
+) -> Result<()> {
+    let mut removed = false;
+    for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
+        let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
+        if !is_draft(entry.file_name().as_bytes()) {
+            continue;
+        }
+        let draft = entry.path();
+        let Ok(info) = rustix::fs::lstat(&draft) else {
+            continue;
+        };
+        if !is_type(&info, FileType::Directory)
+            || info.st_uid != current_uid()
+            || permission_bits(&info) & 0o077 != 0
+        {
+            continue;
+        }
+        let mut files = Vec::new();
+        let mut only_ours = true;
+        for child in std::fs::read_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))? {
+            let child = child.map_err(|err| Error::from_io_path(&err, &draft))?;
+            let child_name = child.file_name();
+            let known = child_name.as_bytes() == file_name
+                || is_atomic_temporary(child_name.as_bytes(), file_name);
+            let path = child.path();
+            let own = rustix::fs::lstat(&path).is_ok_and(|info| is_own_leftover_file(&info, true));
+            only_ours &= known && own;
+            files.push(path);
+        }
+        if !only_ours {
+            continue;
+        }
+        for file in files {
+            std::fs::remove_file(&file).map_err(|err| Error::from_io_path(&err, &file))?;
+        }
+        std::fs::remove_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))?;
+        removed = true;
+    }
+    if removed {
+        fsync_directory(root)?;
+    }
+    Ok(())
+}
+
 /// The real uid, which every ownership check compares with (Python `os.getuid()`).
 pub fn current_uid() -> u32 {
     rustix::process::getuid().as_raw()

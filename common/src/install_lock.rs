@@ -419,56 +419,13 @@ fn rename_error(err: &io::Error, from: &Path, to: &Path) -> Error {
 /// removed: nobody can ever publish it, as only its creator renames it.
 /// Install.sh names its drafts the same way.
 fn remove_abandoned_drafts(root: &Path) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let mut removed = false;
-    for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
-        let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
-        let name = entry.file_name();
-        let Some(owner) = draft_owner(name.as_bytes()) else {
-            continue;
-        };
-        if owner == std::process::id()
-            || !Pid::from_raw(owner as i32)
-                .is_some_and(|pid| test_kill_process(pid) == Err(Errno::SRCH))
-        {
-            continue;
-        }
-        let draft = entry.path();
-        let Ok(info) = rustix::fs::lstat(&draft) else {
-            continue;
-        };
-        if FileType::from_raw_mode(info.st_mode) != FileType::Directory
-            || info.st_uid != current_uid()
-            || info.st_mode & 0o077 != 0
-        {
-            continue;
-        }
-        let mut files = Vec::new();
-        let mut only_ours = true;
-        for child in std::fs::read_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))? {
-            let child = child.map_err(|err| Error::from_io_path(&err, &draft))?;
-            let child_name = child.file_name();
-            let known = child_name == OWNER_NAME
-                || crate::fs::is_atomic_temporary(child_name.as_bytes(), OWNER_NAME.as_bytes());
-            let path = child.path();
-            let own = rustix::fs::lstat(&path)
-                .is_ok_and(|info| crate::fs::is_own_leftover_file(&info, true));
-            only_ours &= known && own;
-            files.push(path);
-        }
-        if !only_ours {
-            continue;
-        }
-        for file in files {
-            std::fs::remove_file(&file).map_err(|err| Error::from_io_path(&err, &file))?;
-        }
-        std::fs::remove_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))?;
-        removed = true;
-    }
-    if removed {
-        fsync_directory(root)?;
-    }
-    Ok(())
+    crate::fs::remove_abandoned_drafts(root, OWNER_NAME.as_bytes(), |name| {
+        draft_owner(name).is_some_and(|owner| {
+            owner != std::process::id()
+                && Pid::from_raw(owner as i32)
+                    .is_some_and(|pid| test_kill_process(pid) == Err(Errno::SRCH))
+        })
+    })
 }
 
 /// The owner PID of a lock draft's name, `.install-lock.<pid>.<24 hex>.tmp`.

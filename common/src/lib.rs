@@ -81,8 +81,8 @@ pub use json::{
 pub mod fs;
 pub use fs::{
     atomic_write, check_text, current_uid, desired, ensure_directory, fsync_directory,
-    fsync_directory_nofollow, is_atomic_temporary, is_own_leftover_file, normalize_path,
-    owned_directory, read_file, remove_atomic_temporaries, snapshot, MAX_CONFIG_BYTES,
+    fsync_directory_nofollow, normalize_path, owned_directory, read_file, remove_abandoned_drafts,
+    remove_atomic_temporaries, snapshot, MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 pub mod layout;

@@ -19,11 +19,11 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use agents_common::{
-    atomic_write, check_text, current_uid, desired, encode_indented, fsync_directory,
-    is_atomic_temporary, is_own_leftover_file, json_object, layout_manifest,
-    maintenance_operation_id, normalize_path, owned_directory, parse_json, read_file,
-    remove_atomic_temporaries, render_service, snapshot, token_hex, Error, ExecutionLayout, Json,
-    JsonObject, Result, ServiceState, FORMAT, MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
+    atomic_write, check_text, current_uid, desired, encode_indented, fsync_directory, json_object,
+    layout_manifest, maintenance_operation_id, normalize_path, owned_directory, parse_json,
+    read_file, remove_abandoned_drafts, remove_atomic_temporaries, render_service, snapshot,
+    token_hex, Error, ExecutionLayout, Json, JsonObject, Result, ServiceState, FORMAT,
+    MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
 
 /// The three activation scopes: a first split install, or one component.
@@ -177,7 +177,7 @@ impl ExecutionTransaction {
         // only an unreferenced private draft, never a half-written pending
         // journal that would block a safe retry. This retry removes such
         // drafts (the seed leaves them forever).
-        remove_abandoned_drafts(&layout.install_root)?;
+        remove_abandoned_journal_drafts(&layout.install_root)?;
         let draft = layout.install_root.join(format!(".execution-draft-{id}"));
         create_private_directory(&draft)?;
         atomic_write(
@@ -563,53 +563,13 @@ fn remove_own_leftovers(journal: &Json, layout: &ExecutionLayout) -> Result<()> 
 /// temporaries, all private regular files of this uid. No pending journal
 /// exists (the caller checked) and the installation lock is held, so no
 /// live `stage` owns one. Anything else under such a name is left alone.
-fn remove_abandoned_drafts(root: &Path) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    use std::os::unix::fs::MetadataExt as _;
-    let mut removed = false;
-    for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
-        let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
-        let name = entry.file_name();
-        let named = name.to_str().is_some_and(|name| {
+fn remove_abandoned_journal_drafts(root: &Path) -> Result<()> {
+    remove_abandoned_drafts(root, b"manifest.json", |name| {
+        std::str::from_utf8(name).is_ok_and(|name| {
             name.strip_prefix(DRAFT_PREFIX)
                 .is_some_and(|id| agents_common::python::is_prefixed_hex(id, "execution-", 24))
-        });
-        if !named {
-            continue;
-        }
-        let draft = entry.path();
-        let Ok(info) = std::fs::symlink_metadata(&draft) else {
-            continue;
-        };
-        if !info.is_dir() || info.uid() != current_uid() || info.mode() & 0o077 != 0 {
-            continue;
-        }
-        let mut files = Vec::new();
-        let mut only_ours = true;
-        for child in std::fs::read_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))? {
-            let child = child.map_err(|err| Error::from_io_path(&err, &draft))?;
-            let child_name = child.file_name();
-            let known = child_name == "manifest.json"
-                || is_atomic_temporary(child_name.as_bytes(), b"manifest.json");
-            let path = child.path();
-            let own =
-                agents_common::fs::lstat(&path).is_ok_and(|info| is_own_leftover_file(&info, true));
-            only_ours &= known && own;
-            files.push(path);
-        }
-        if !only_ours {
-            continue;
-        }
-        for file in files {
-            std::fs::remove_file(&file).map_err(|err| Error::from_io_path(&err, &file))?;
-        }
-        std::fs::remove_dir(&draft).map_err(|err| Error::from_io_path(&err, &draft))?;
-        removed = true;
-    }
-    if removed {
-        fsync_directory(root)?;
-    }
-    Ok(())
+        })
+    })
 }
 
 /// `exists() or is_symlink()`: an entry (even a dangling link) is present.
