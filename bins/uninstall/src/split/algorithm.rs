@@ -297,17 +297,7 @@ impl Uninstall<'_> {
             self.delete_intent()?;
             return Ok(());
         };
-        if (
-            layout.config_root.as_path(),
-            layout.state_root.as_path(),
-            layout.home.as_path(),
-        ) != (self.config_root, self.state_root, self.home)
-        {
-            return Err(Error::runtime(
-                "uninstall roots do not match the installed execution layout",
-            )
-            .into());
-        }
+        self.require_layout_roots(layout)?;
         let identities = field(intent, "identities");
         for (name, path) in [
             ("worker", &layout.worker_release),
@@ -360,14 +350,8 @@ impl Uninstall<'_> {
         self.remove(layout, native.as_ref())
     }
 
-    /// Provenance under the lock and the native manager of the layout.
-    fn prelude(
-        &self,
-        make_native: NativeFactory<'_>,
-    ) -> std::result::Result<(ExecutionLayout, Box<dyn Native>), Failure> {
-        no_activation(self.root)?;
-        require_retired_owners(self.root)?;
-        let layout = installed_layout(self.root)?;
+    /// The roots uninstall was given must be the installed layout's.
+    fn require_layout_roots(&self, layout: &ExecutionLayout) -> Result<()> {
         if (
             layout.config_root.as_path(),
             layout.state_root.as_path(),
@@ -376,9 +360,20 @@ impl Uninstall<'_> {
         {
             return Err(Error::runtime(
                 "uninstall roots do not match the installed execution layout",
-            )
-            .into());
+            ));
         }
+        Ok(())
+    }
+
+    /// Provenance under the lock and the native manager of the layout.
+    fn prelude(
+        &self,
+        make_native: NativeFactory<'_>,
+    ) -> std::result::Result<(ExecutionLayout, Box<dyn Native>), Failure> {
+        no_activation(self.root)?;
+        require_retired_owners(self.root)?;
+        let layout = installed_layout(self.root)?;
+        self.require_layout_roots(&layout)?;
         let native = make_native(&layout)?;
         Ok((layout, native))
     }
