@@ -14,18 +14,18 @@ pub(super) enum KwItem {
 impl Parser<'_> {
     /// `expressions: expression (',' expression)+ [','] | expression ',' | expression`
     pub(super) fn expressions(&mut self) -> PR<u32> {
-        let first = t!(self.expression());
+        self.item_or_tuple(Self::expression)
+    }
+
+    /// `item (',' item)+ [','] | item ',' | item`: the tuple of the items
+    /// when there is a comma, else the one item.
+    fn item_or_tuple(&mut self, item: fn(&mut Self) -> PR<u32>) -> PR<u32> {
+        let first = t!(item(self));
         let mut items = vec![first];
-        loop {
-            let more = self.alt(|p| {
-                t!(p.op(Op::Comma));
-                p.expression()
-            })?;
-            match more {
-                Some(item) => items.push(item),
-                None => break,
-            }
-        }
+        items.extend(self.repeat(|p| {
+            t!(p.op(Op::Comma));
+            item(p)
+        })?);
         if items.len() > 1 {
             self.opt(|p| p.op(Op::Comma))?;
             return Ok(Some(self.tuple(&items)));
@@ -92,26 +92,7 @@ impl Parser<'_> {
 
     /// `star_expressions`
     pub(super) fn star_expressions(&mut self) -> PR<u32> {
-        let first = t!(self.star_expression());
-        let mut items = vec![first];
-        loop {
-            let more = self.alt(|p| {
-                t!(p.op(Op::Comma));
-                p.star_expression()
-            })?;
-            match more {
-                Some(item) => items.push(item),
-                None => break,
-            }
-        }
-        if items.len() > 1 {
-            self.opt(|p| p.op(Op::Comma))?;
-            return Ok(Some(self.tuple(&items)));
-        }
-        if self.op(Op::Comma)?.is_some() {
-            return Ok(Some(self.tuple(&items)));
-        }
-        Ok(Some(first))
+        self.item_or_tuple(Self::star_expression)
     }
 
     /// `star_expression (memo): '*' bitwise_or | expression`

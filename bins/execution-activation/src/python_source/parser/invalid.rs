@@ -878,22 +878,7 @@ impl Parser<'_> {
             t!(p.op(Op::Comma));
             p.invalid_kvpair()
         });
-        alt!(self, |p| {
-            t!(p.expression());
-            t!(p.op(Op::Colon));
-            t!(p.op(Op::Star));
-            t!(p.bitwise_or());
-            Err(p.raise_syntax("cannot use a starred expression in a dictionary value"))
-        });
-        alt!(self, |p| {
-            t!(p.expression());
-            t!(p.op(Op::Colon));
-            if !matches!(p.peek()?.kind, Tk::Op(Op::RBrace | Op::Comma)) {
-                return Ok(None);
-            }
-            Err(p.raise_syntax("expression expected after dictionary key and ':'"))
-        });
-        Ok(None)
+        self.invalid_dict_value()
     }
 
     /// `invalid_kvpair`
@@ -908,6 +893,13 @@ impl Parser<'_> {
                 "':' expected after dictionary key".into(),
             ))
         });
+        self.invalid_dict_value()
+    }
+
+    /// The last two alternatives of both `invalid_double_starred_kvpairs`
+    /// and `invalid_kvpair` (the grammar spells them out in each): a key
+    /// and `:` followed by a starred value, or by no value at all.
+    fn invalid_dict_value(&mut self) -> PR<()> {
         alt!(self, |p| {
             t!(p.expression());
             t!(p.op(Op::Colon));

@@ -733,41 +733,30 @@ impl Parser<'_> {
 
     /// `if_stmt`
     fn if_stmt(&mut self) -> PR<()> {
-        if self.invalid {
-            alt!(self, |p| p.invalid_if_stmt(Kw::If, "if"));
-        }
-        alt!(self, |p| {
-            t!(p.kw(Kw::If));
-            t!(p.named_expression());
-            t!(p.op(Op::Colon));
-            t!(p.block());
-            p.elif_stmt()
-        });
-        alt!(self, |p| {
-            t!(p.kw(Kw::If));
-            t!(p.named_expression());
-            t!(p.op(Op::Colon));
-            t!(p.block());
-            p.opt(|p| p.else_block())?;
-            Ok(Some(()))
-        });
-        Ok(None)
+        self.conditional_stmt(Kw::If, "if")
     }
 
     /// `elif_stmt`
     fn elif_stmt(&mut self) -> PR<()> {
+        self.conditional_stmt(Kw::Elif, "elif")
+    }
+
+    /// `if_stmt` and `elif_stmt`, the same rule after `keyword`:
+    /// `invalid_*_stmt | kw named_expression ':' block elif_stmt
+    ///  | kw named_expression ':' block [else_block]`
+    fn conditional_stmt(&mut self, keyword: Kw, word: &'static str) -> PR<()> {
         if self.invalid {
-            alt!(self, |p| p.invalid_if_stmt(Kw::Elif, "elif"));
+            alt!(self, |p| p.invalid_if_stmt(keyword, word));
         }
         alt!(self, |p| {
-            t!(p.kw(Kw::Elif));
+            t!(p.kw(keyword));
             t!(p.named_expression());
             t!(p.op(Op::Colon));
             t!(p.block());
             p.elif_stmt()
         });
         alt!(self, |p| {
-            t!(p.kw(Kw::Elif));
+            t!(p.kw(keyword));
             t!(p.named_expression());
             t!(p.op(Op::Colon));
             t!(p.block());
@@ -779,19 +768,7 @@ impl Parser<'_> {
 
     /// `else_block: invalid_else_stmt | 'else' &&':' block`
     fn else_block(&mut self) -> PR<()> {
-        if self.invalid {
-            alt!(self, |p| {
-                let keyword = t!(p.kw(Kw::Else));
-                t!(p.op(Op::Colon));
-                p.missing_block(keyword, "'else' statement")
-            });
-        }
-        alt!(self, |p| {
-            t!(p.kw(Kw::Else));
-            t!(p.forced(Op::Colon, ":"));
-            Ok(p.block()?.map(|_| ()))
-        });
-        Ok(None)
+        self.keyword_block(Kw::Else, "'else' statement")
     }
 
     /// `while_stmt`
@@ -984,15 +961,22 @@ impl Parser<'_> {
 
     /// `finally_block: invalid_finally_stmt | 'finally' &&':' block`
     fn finally_block(&mut self) -> PR<()> {
+        self.keyword_block(Kw::Finally, "'finally' statement")
+    }
+
+    /// `else_block` and `finally_block`, the same rule after `keyword`:
+    /// `invalid_*_stmt | keyword &&':' block`, where the invalid form is the
+    /// keyword and `:` without an indented block (`what` names it).
+    fn keyword_block(&mut self, keyword: Kw, what: &'static str) -> PR<()> {
         if self.invalid {
             alt!(self, |p| {
-                let keyword = t!(p.kw(Kw::Finally));
+                let token = t!(p.kw(keyword));
                 t!(p.op(Op::Colon));
-                p.missing_block(keyword, "'finally' statement")
+                p.missing_block(token, what)
             });
         }
         alt!(self, |p| {
-            t!(p.kw(Kw::Finally));
+            t!(p.kw(keyword));
             t!(p.forced(Op::Colon, ":"));
             Ok(p.block()?.map(|_| ()))
         });
