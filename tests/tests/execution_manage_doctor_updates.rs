@@ -8,24 +8,25 @@
 //! including one while the runner installs, must leave the installation
 //! exactly as it was.
 
+mod doctor_support;
 mod execution_manage_support;
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use agents_common::test_support::atomic_json;
 use agents_common::{
-    encode_indented, json_object, parse_json, read_status_unlocked, Json, JsonObject,
-    NativeServices, SystemCommandRunner, WorkerControl,
+    encode_indented, json_object, read_status_unlocked, Json, JsonObject, NativeServices,
+    SystemCommandRunner, WorkerControl,
 };
 use agents_tests::{
-    binary_path, descendants, poll_until, profile_dir, ReleaseFile, ReleaseHost, RequestMatch,
-    Role, Stall, Switches, AGENT_TOKEN,
+    binary_path, descendants, poll_until, ReleaseFile, ReleaseHost, RequestMatch, Role, Stall,
+    Switches, AGENT_TOKEN,
 };
-use execution_manage_support::{finish, Outcome, Site, HELPER_TIMEOUT, OLD};
+use doctor_support::{doctor_finding_state as doctor, run_suggested, text};
+use execution_manage_support::{finish, Site, HELPER_TIMEOUT, OLD};
 
 /// The server's update id (`uuid4().hex`) and its handoff operation.
 const UPDATE_ID: &str = "d0c70d0c70d04d0c8d0c70d0c70d0c70";
@@ -34,161 +35,6 @@ const OPERATION: &str = "d0c70d0c-70d0-4d0c-8d0c-70d0c70d0c70";
 const TARGET: &str = "1.1.0";
 /// `update_runner.main`'s report of a hold it could not release.
 const NOT_RELEASED: &str = "The update failed and its execution hold could not be released safely.";
-
-/// One `doctor --json` run with the concerns it reported.
-struct Doctor {
-    outcome: Outcome,
-    report: Json,
-}
-
-impl Doctor {
-    fn concern(&self, key: &str) -> &Json {
-        self.report
-            .get("concerns")
-            .and_then(|concerns| concerns.get(key))
-            .unwrap_or_else(|| panic!("no concern {key}: {}", self.outcome.stdout))
-    }
-
-    fn status(&self, key: &str) -> String {
-        text(self.concern(key).get("status"))
-    }
-
-    fn command(&self, key: &str) -> String {
-        text(
-            self.concern(key)
-                .get("action")
-                .and_then(|action| action.get("command")),
-        )
-    }
-
-    fn found(&self, key: &str, field: &str) -> Json {
-        self.concern(key)
-            .get("found")
-            .and_then(|found| found.get(field))
-            .cloned()
-            .unwrap_or(Json::Null)
-    }
-
-    /// The concerns that are neither healthy nor absent, with their words.
-    fn attention(&self) -> Vec<(String, String)> {
-        self.report
-            .get("concerns")
-            .and_then(Json::as_object)
-            .map(|concerns| {
-                concerns
-                    .iter()
-                    .map(|(key, concern)| (key.clone(), text(concern.get("status"))))
-                    .filter(|(_, status)| status != "healthy" && status != "absent")
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    #[track_caller]
-    fn assert_attention(&self, expected: &[(&str, &str)]) {
-        let expected: Vec<(String, String)> = expected
-            .iter()
-            .map(|(key, status)| (key.to_string(), status.to_string()))
-            .collect();
-        assert_eq!(self.attention(), expected, "{}", self.outcome.stdout);
-        assert_eq!(
-            self.outcome.code,
-            Some(if expected.is_empty() { 0 } else { 1 })
-        );
-    }
-}
-
-fn text(value: Option<&Json>) -> String {
-    value.and_then(Json::as_str).unwrap_or_default().to_string()
-}
-
-/// Everything of the installation with modes, mtimes and bytes (the test
-/// worker's own logs and switches aside).
-fn tree(site: &Site) -> BTreeMap<PathBuf, (u32, i64, i64, Vec<u8>)> {
-    fn walk(root: &Path, relative: &Path, into: &mut BTreeMap<PathBuf, (u32, i64, i64, Vec<u8>)>) {
-        let path = root.join(relative);
-        let Ok(meta) = fs::symlink_metadata(&path) else {
-            return;
-        };
-        let content = if meta.file_type().is_symlink() {
-            fs::read_link(&path)
-                .unwrap()
-                .into_os_string()
-                .into_encoded_bytes()
-        } else if meta.is_dir() {
-            for item in fs::read_dir(&path).unwrap().flatten() {
-                walk(root, &relative.join(item.file_name()), into);
-            }
-            Vec::new()
-        } else {
-            fs::read(&path).unwrap_or_default()
-        };
-        into.insert(
-            relative.to_path_buf(),
-            (meta.mode(), meta.mtime(), meta.mtime_nsec(), content),
-        );
-    }
-    let installation = &site.installation;
-    let mut all = BTreeMap::new();
-    for (name, root) in [
-        ("install", installation.install_root.clone()),
-        ("config", installation.config_root.clone()),
-        ("units", site.sandbox.unit_dir()),
-        ("state", installation.state_root.clone()),
-    ] {
-        let mut entries = BTreeMap::new();
-        walk(&root, Path::new(""), &mut entries);
-        for (path, entry) in entries {
-            if !(name == "state" && path.starts_with("test-worker")) {
-                all.insert(Path::new(name).join(path), entry);
-            }
-        }
-    }
-    all
-}
-
-/// `doctor --json` on the site, proven to change nothing.
-fn doctor(site: &Site) -> Doctor {
-    let before = tree(site);
-    let outcome = site.manage(&[
-        "doctor".as_ref(),
-        "--root".as_ref(),
-        site.installation.install_root.as_os_str(),
-        "--json".as_ref(),
-    ]);
-    let after = tree(site);
-    let changed: Vec<&PathBuf> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|path| before.get(*path) != after.get(*path))
-        .collect();
-    assert!(changed.is_empty(), "doctor changed {changed:?}");
-    assert!(outcome.stderr.is_empty(), "{outcome:?}");
-    let report = parse_json(outcome.stdout.as_bytes()).expect("doctor prints JSON");
-    Doctor { outcome, report }
-}
-
-/// A suggested command line as printed, through `sh -c`, in the sandbox's
-/// environment with the helpers on `PATH` and the agent token a support
-/// engineer takes from the config directory's env file.
-fn run_suggested(site: &Site, command: &str) -> Outcome {
-    let path = format!(
-        "{}:{}",
-        profile_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    Outcome::from(
-        site.sandbox
-            .command("sh")
-            .args(["-c", command])
-            .env("PATH", path)
-            .env("AGENTSDOCK_AGENT_TOKEN", AGENT_TOKEN)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("sh runs"),
-    )
-}
 
 fn status_path(site: &Site) -> PathBuf {
     site.installation
