@@ -353,20 +353,7 @@ fn uninstall_script(
     case: &SplitCase,
     purge: bool,
 ) -> (Vec<(String, std::ffi::OsString)>, Vec<&'static str>) {
-    let i = &case.installation;
-    let mut env = case.env();
-    env.push((
-        "AGENTS_SERVER_INSTALL_DIR".into(),
-        i.install_root.clone().into(),
-    ));
-    env.push((
-        "AGENTS_SERVER_CONFIG_DIR".into(),
-        i.config_root.clone().into(),
-    ));
-    env.push((
-        "AGENTS_SERVER_STATE_DIR".into(),
-        i.state_root.clone().into(),
-    ));
+    let env = case.script_env();
     let mut args = vec!["--yes"];
     if purge {
         args.push("--purge-state");

@@ -36,20 +36,7 @@ fn the_script_form_hands_the_split_layout_over() {
     let Some(case) = SplitCase::start("the_script_form_hands_the_split_layout_over") else {
         return;
     };
-    let i = &case.installation;
-    let mut env = case.env();
-    env.push((
-        "AGENTS_SERVER_INSTALL_DIR".into(),
-        i.install_root.clone().into(),
-    ));
-    env.push((
-        "AGENTS_SERVER_CONFIG_DIR".into(),
-        i.config_root.clone().into(),
-    ));
-    env.push((
-        "AGENTS_SERVER_STATE_DIR".into(),
-        i.state_root.clone().into(),
-    ));
+    let env = case.script_env();
     let outcome = run(Implementation::Port, &env, &["--yes"], Input::Null);
     assert_eq!(outcome.stderr, "");
     case.assert_removed(&outcome, true);

@@ -121,6 +121,21 @@ impl SplitCase {
         clean_env(&self.sandbox.env())
     }
 
+    /// [`Self::env`] with the installation's roots named as an operator
+    /// names them to `uninstall.sh` (`AGENTS_SERVER_*_DIR`).
+    pub fn script_env(&self) -> Vec<(String, OsString)> {
+        let i = &self.installation;
+        let mut env = self.env();
+        for (name, root) in [
+            ("AGENTS_SERVER_INSTALL_DIR", &i.install_root),
+            ("AGENTS_SERVER_CONFIG_DIR", &i.config_root),
+            ("AGENTS_SERVER_STATE_DIR", &i.state_root),
+        ] {
+            env.push((name.into(), root.clone().into()));
+        }
+        env
+    }
+
     /// Runs the port in the helper form to its end.
     pub fn run(&self, extra: &[&str], input: Input) -> Outcome {
         let args = self.args(extra);
