@@ -247,6 +247,17 @@ pub fn is_own_leftover_file(info: &Stat, private: bool) -> bool {
 /// lock), so no live writer's temporary can be taken. Returns whether
 /// anything was removed; the directory is made durable then.
 pub fn remove_atomic_temporaries(path: &Path, private: bool) -> Result<bool> {
+    remove_leftover_temporaries(path, private, is_atomic_temporary)
+}
+
+/// [`remove_atomic_temporaries`] for any writer's temporaries:
+/// `is_temporary(name, target)` says which names beside `path` (named
+/// `target`) its writer gives them.
+pub(crate) fn remove_leftover_temporaries(
+    path: &Path,
+    private: bool,
+    is_temporary: impl Fn(&[u8], &[u8]) -> bool,
+) -> Result<bool> {
     let path = python_path::pure_path(path);
     let parent = python_path::parent(&path);
     let target = python_path::name(&path).to_vec();
@@ -259,7 +270,7 @@ pub fn remove_atomic_temporaries(path: &Path, private: bool) -> Result<bool> {
     for entry in entries {
         let entry = entry.map_err(|err| Error::from_io_path(&err, &parent))?;
         let name = entry.file_name();
-        if !is_atomic_temporary(name.as_bytes(), &target) {
+        if !is_temporary(name.as_bytes(), &target) {
             continue;
         }
         let temporary = python_path::child(&parent, name.as_bytes());

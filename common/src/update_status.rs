@@ -249,40 +249,23 @@ pub fn update_status_unlocked(
 /// the runner, the activation helper) writes it only under the
 /// [`StatusLock`], which the caller holds, so none of them is a live
 /// writer's. The Python original leaves them forever.
-fn remove_abandoned_temporaries(path: &Path) -> Result<()> {
-    let parent = parent_of(path);
-    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
-        return Ok(());
-    };
-    let prefix = format!(".{name}.");
-    let mut removed = false;
-    for entry in std::fs::read_dir(&parent).map_err(|err| Error::from_io_path(&err, &parent))? {
-        let entry = entry.map_err(|err| Error::from_io_path(&err, &parent))?;
-        let entry_name = entry.file_name();
-        let random = entry_name
-            .to_str()
-            .and_then(|text| text.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.strip_suffix(".tmp"));
-        let ours = random.is_some_and(|random| {
+fn remove_abandoned_temporaries(path: &Path) -> Result<bool> {
+    crate::fs::remove_leftover_temporaries(path, true, is_mkstemp_temporary)
+}
+
+/// True when `name` is one `mkstemp(prefix=".<target>.", suffix=".tmp")`
+/// gives: eight characters of its alphabet between prefix and suffix.
+fn is_mkstemp_temporary(name: &[u8], target: &[u8]) -> bool {
+    name.strip_prefix(b".")
+        .and_then(|rest| rest.strip_prefix(target))
+        .and_then(|rest| rest.strip_prefix(b"."))
+        .and_then(|rest| rest.strip_suffix(b".tmp"))
+        .is_some_and(|random| {
             random.len() == 8
                 && random
-                    .bytes()
-                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_')
-        });
-        let temporary = entry.path();
-        if ours
-            && rustix::fs::lstat(&temporary)
-                .is_ok_and(|info| crate::fs::is_own_leftover_file(&info, true))
-        {
-            std::fs::remove_file(&temporary)
-                .map_err(|err| Error::from_io_path(&err, &temporary))?;
-            removed = true;
-        }
-    }
-    if removed {
-        crate::fs::fsync_directory(&parent)?;
-    }
-    Ok(())
+                    .iter()
+                    .all(|&byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_')
+        })
 }
 
 /// True when the row still belongs to update `update_id` in a runner-owned phase.
