@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::process::Command;
 
-use agents_tests::{process_alive, ProcessIdentity, Sandbox};
+use agents_tests::{poll_until, process_alive, ProcessIdentity, Sandbox};
 
 const UNIT: &str = "sandbox-probe.service";
 
@@ -72,7 +72,12 @@ fn enable_start_and_show_report_real_state() {
     let running = sandbox.wait_for_unit(UNIT, Duration::from_secs(5), "running", |state| {
         state.is_running()
     });
-    let command = fs::read(format!("/proc/{}/cmdline", running.main_pid)).unwrap();
+    // systemd reports a simple service running once it forked it; until
+    // that process execs, its command line is systemd's "(sleep)" title.
+    let command = poll_until(Duration::from_secs(5), "the service's exec", || {
+        let command = fs::read(format!("/proc/{}/cmdline", running.main_pid)).unwrap();
+        (!command.starts_with(b"(sleep)")).then_some(command)
+    });
     assert_eq!(
         command, b"/bin/sleep\x00300\x00",
         "MainPID is the real service process"
