@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::os::unix::fs::{chown, PermissionsExt};
-use std::os::unix::process::CommandExt;
 
 use agents_common::InstallationLock;
 use agents_tests::install_lock_fixtures::{
@@ -114,20 +113,16 @@ fn an_owner_that_cannot_be_signalled_counts_as_alive() {
     let reports = temp.path().join("reports");
     fs::create_dir(&reports).unwrap();
     chown(&reports, Some(NOBODY), Some(NOBODY)).unwrap();
-    let as_nobody = |command: &mut std::process::Command| {
-        command.uid(NOBODY).gid(NOBODY);
-    };
-
     let root_owned = LiveProcess::start();
     let refused_root = prepare("live", root_owned.pid());
     let before = fs::read(lock_path(&refused_root).join("pid")).unwrap();
-    let holder = Contender::spawn_with(
+    let holder = Contender::spawn_as(
         Kind::Rust,
         &refused_root,
         "-",
         &reports.join("live"),
         "-",
-        as_nobody,
+        NOBODY,
     );
     assert_eq!(holder.outcome(), format!("refused {OWNED_BY_OTHER}"));
     assert_eq!(holder.finish(), (Some(1), None));
@@ -140,13 +135,13 @@ fn an_owner_that_cannot_be_signalled_counts_as_alive() {
     // Control: the same unprivileged holder reaps a dead owner, so the refusal
     // above came from EPERM, not from the setup.
     let reaped_root = prepare("dead", dead_pid());
-    let holder = Contender::spawn_with(
+    let holder = Contender::spawn_as(
         Kind::Rust,
         &reaped_root,
         "-",
         &reports.join("dead"),
         "-",
-        as_nobody,
+        NOBODY,
     );
     assert_eq!(holder.outcome(), "acquired");
     assert_eq!(holder.finish(), (Some(0), Some("released".to_string())));

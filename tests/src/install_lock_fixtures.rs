@@ -197,12 +197,49 @@ impl Contender {
     /// Starts a contender reporting to the fresh path `report` (and, after a
     /// release, `<report>.done`).
     pub fn spawn(kind: Kind, root: &Path, go: &str, report: &Path, until: &str) -> Self {
-        Self::spawn_with(kind, root, go, report, until, |_| {})
+        let program = match kind {
+            Kind::Rust => std::env::current_exe().unwrap(),
+            Kind::Shell => shell_script(),
+        };
+        Self::start(kind, &program, root, go, report, until, |_| {})
     }
 
-    /// Like `spawn`, letting the test adjust the command (for example its uid).
-    pub fn spawn_with(
+    /// Like `spawn`, as user and group `id` (an unprivileged account). The
+    /// contender runs a copy of its program (this test binary, or the
+    /// shell script) beside `report`: the checkout may sit under a
+    /// directory only its owner can enter (`mktemp -d` makes it 0700).
+    pub fn spawn_as(
         kind: Kind,
+        root: &Path,
+        go: &str,
+        report: &Path,
+        until: &str,
+        id: u32,
+    ) -> Self {
+        let original = match kind {
+            Kind::Rust => std::env::current_exe().unwrap(),
+            Kind::Shell => shell_script(),
+        };
+        let program = report.with_extension("program");
+        // Copied by cp, a child process: a copy written by this process
+        // would leave its write descriptor, for a moment, in the children
+        // other test threads fork, and running it could fail with ETXTBSY.
+        let copied = Command::new("cp")
+            .arg(&original)
+            .arg(&program)
+            .status()
+            .unwrap();
+        assert!(copied.success(), "cp {}: {copied}", original.display());
+        fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+        Self::start(kind, &program, root, go, report, until, |command| {
+            std::os::unix::process::CommandExt::uid(command, id);
+            std::os::unix::process::CommandExt::gid(command, id);
+        })
+    }
+
+    fn start(
+        kind: Kind,
+        program: &Path,
         root: &Path,
         go: &str,
         report: &Path,
@@ -211,7 +248,7 @@ impl Contender {
     ) -> Self {
         let mut command = match kind {
             Kind::Rust => {
-                let mut command = Command::new(std::env::current_exe().unwrap());
+                let mut command = Command::new(program);
                 command
                     .args(["--exact", HOLDER_ENTRY, "--include-ignored", "--nocapture"])
                     .env(
@@ -223,7 +260,7 @@ impl Contender {
             Kind::Shell => {
                 let mut command = Command::new("sh");
                 command
-                    .arg(shell_script())
+                    .arg(program)
                     .arg(root)
                     .arg(go)
                     .arg(report)
