@@ -45,5 +45,5 @@ pub use recovery::{
 pub use release::{link_state, locate_release, release_identity, release_matches};
 pub use volume::{
     check_binding, check_binding_on, directory_binding, directory_binding_on, volume_uuid,
-    SystemVolumes, VolumeProbe, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
+    SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };

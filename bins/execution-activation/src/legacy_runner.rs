@@ -518,7 +518,7 @@ fn queued_sum(queued: Option<&Json>) -> Option<Json> {
 
 /// `_options(argv)`: `--key value` pairs, no `=` in a key, no repeats.
 fn options(argv: &[String]) -> Result<Vec<(String, String)>> {
-    if !argv.len().is_multiple_of(2) {
+    if argv.len() % 2 != 0 {
         return Err(Error::runtime("legacy runner options are malformed"));
     }
     let mut values: Vec<(String, String)> = Vec::new();

@@ -86,7 +86,7 @@ fn procargs(exec: &Path, argv: &[String]) -> Vec<u8> {
     let mut raw = (argv.len() as i32).to_ne_bytes().to_vec();
     raw.extend_from_slice(exec.to_str().unwrap().as_bytes());
     raw.push(0);
-    while !raw.len().is_multiple_of(8) {
+    while raw.len() % 8 != 0 {
         raw.push(0);
     }
     let tail = [
