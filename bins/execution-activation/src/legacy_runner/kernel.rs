@@ -227,7 +227,7 @@ mod tests {
         let mut raw = argc.to_ne_bytes().to_vec();
         raw.extend_from_slice(exec.as_bytes());
         raw.push(0);
-        while !raw.len().is_multiple_of(8) {
+        while raw.len() % 8 != 0 {
             raw.push(0);
         }
         for word in argv.iter().chain(env).chain(&["ptr_munge=", "main_stack="]) {
