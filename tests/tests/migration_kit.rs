@@ -697,3 +697,83 @@ fn the_release_npm_registry_host_is_recognised_and_kept() {
         "update-runner",
     );
 }
+
+/// `target/dist` as `scripts/build-release.sh --all-targets` leaves it.
+fn release_dist() -> std::path::PathBuf {
+    let target_dir = agents_tests::profile_dir()
+        .parent()
+        .expect("the profile directory is inside the target directory")
+        .to_path_buf();
+    target_dir.join("dist")
+}
+
+#[test]
+fn the_kit_stages_the_release_builds_of_all_four_platforms() {
+    let originals = agents_tests::require_originals!();
+    let dist = release_dist();
+    let missing: Vec<&str> = TARGETS
+        .iter()
+        .map(|(target, _)| *target)
+        .filter(|target| {
+            !HELPERS
+                .iter()
+                .all(|helper| dist.join(target).join(helper).is_file())
+        })
+        .collect();
+    if !missing.is_empty() {
+        return agents_tests::skip(
+            agents_tests::test_name!(),
+            &format!(
+                "no release build for {} (run scripts/build-release.sh --all-targets)",
+                missing.join(", ")
+            ),
+        );
+    }
+    let release = FakeRelease::new(&originals);
+    release.migrate_with(&dist);
+    let manifest = parse_json(&fs::read(release.path(MANIFEST)).unwrap()).unwrap();
+    let mut sizes = Vec::new();
+    for (target, tag) in TARGETS {
+        let mut total = 0;
+        for helper in HELPERS {
+            let name = staged(helper, target);
+            let size = fs::metadata(release.path(&name)).unwrap().len();
+            let recorded = manifest
+                .get("platforms")
+                .and_then(|platforms| platforms.get(tag))
+                .and_then(|platform| platform.get("binaries"))
+                .and_then(|binaries| binaries.get(&name))
+                .and_then(|binary| binary.get("size"))
+                .and_then(Json::as_int);
+            assert_eq!(recorded, Some(i128::from(size)), "{name}");
+            total += size;
+        }
+        assert!(total < 12 * 1024 * 1024, "{target}: {total} bytes");
+        sizes.push((target, total));
+    }
+    // The release's own launcher runs this host's release binary.
+    let stage = release.stage();
+    let help = std::process::Command::new(stage.join(".venv/bin/python"))
+        .arg("-B")
+        .arg(stage.join("execution_manage.py"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success(), "{help:?}");
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("{apply,recover,inspect"),
+        "{help:?}"
+    );
+    // The aarch64 Linux build runs, under qemu-user where this machine has it.
+    let aarch64 = stage.join(staged("execution-manage", "aarch64-unknown-linux-gnu"));
+    if let Ok(output) = std::process::Command::new("qemu-aarch64")
+        .args(["-L", "/usr/aarch64-linux-gnu"])
+        .arg(&aarch64)
+        .arg("--help")
+        .output()
+    {
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(output.stdout, help.stdout, "the same help on both CPUs");
+    }
+    eprintln!("release sizes: {sizes:?}");
+}
