@@ -767,7 +767,8 @@ fn the_kit_stages_the_release_builds_of_all_four_platforms() {
     // The aarch64 Linux build runs, under qemu-user where this machine has it.
     let aarch64 = stage.join(staged("execution-manage", "aarch64-unknown-linux-gnu"));
     if let Ok(output) = std::process::Command::new("qemu-aarch64")
-        .args(["-L", "/usr/aarch64-linux-gnu"])
+        .args(["-L", "/usr/aarch64-linux-gnu", "-0"])
+        .arg(stage.join("execution_manage.py"))
         .arg(&aarch64)
         .arg("--help")
         .output()

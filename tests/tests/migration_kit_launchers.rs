@@ -96,10 +96,11 @@ impl Runtime {
     }
 
     /// The binary for this host itself (`name` is the helper), from the
-    /// same runtime.
-    fn binary(&self, directory: &Path, name: &str, args: &[&OsStr]) -> Command {
+    /// same runtime, with the argv[0] its launcher gives it: the path of the
+    /// entry point `entry_point` beside it.
+    fn binary(&self, directory: &Path, name: &str, entry_point: &str, args: &[&OsStr]) -> Command {
         let mut command = command(directory.join(staged(name, HOST_TARGET)), &self.home);
-        command.args(args);
+        command.arg0(directory.join(entry_point)).args(args);
         command
     }
 
@@ -163,7 +164,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let script = same(
             what,
             runtime.script("execution_activation.py", &args),
-            runtime.binary(stage, "execution-activation", &args),
+            runtime.binary(
+                stage,
+                "execution-activation",
+                "execution_activation.py",
+                &args,
+            ),
         );
         assert_eq!(script.code, *code, "{what}: {script:?}");
         // The -m form under the system interpreter runs the unpacked
@@ -171,7 +177,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let module = same(
             what,
             runtime.module("execution_activation", &args),
-            runtime.binary(&runtime.release.source, "execution-activation", &args),
+            runtime.binary(
+                &runtime.release.source,
+                "execution-activation",
+                "execution_activation.py",
+                &args,
+            ),
         );
         assert_eq!(module, script, "{what}: -m and script forms agree");
     }
@@ -217,7 +228,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     let outcome = same(
         "stop with install.sh's arguments",
         runtime.script("execution_activation.py", &refs(&stop)),
-        runtime.binary(stage, "execution-activation", &refs(&stop)),
+        runtime.binary(
+            stage,
+            "execution-activation",
+            "execution_activation.py",
+            &refs(&stop),
+        ),
     );
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     assert!(
@@ -238,7 +254,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let outcome = same(
             what,
             runtime.script("execution_manage.py", &args),
-            runtime.binary(stage, "execution-manage", &args),
+            runtime.binary(stage, "execution-manage", "execution_manage.py", &args),
         );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
     }
@@ -256,7 +272,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let outcome = same(
             what,
             runtime.script("update_runner.py", &args),
-            runtime.binary(stage, "update-runner", &args),
+            runtime.binary(stage, "update-runner", "update_runner.py", &args),
         );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
     }
@@ -277,7 +293,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     let outcome = same(
         "the split uninstall helper without a layout",
         runtime.script("execution_uninstall.py", &refs(&helper_args)),
-        runtime.binary(stage, "uninstall", &refs(&helper_args)),
+        runtime.binary(
+            stage,
+            "uninstall",
+            "execution_uninstall.py",
+            &refs(&helper_args),
+        ),
     );
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     assert!(
@@ -299,7 +320,11 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let args = refs(&args);
         let mut launcher = command("bash", &runtime.home);
         launcher.arg(stage.join("uninstall.sh")).args(&args);
-        let outcome = same(what, launcher, runtime.binary(stage, "uninstall", &args));
+        let outcome = same(
+            what,
+            launcher,
+            runtime.binary(stage, "uninstall", "uninstall.sh", &args),
+        );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
         let mut original = command("bash", &runtime.home);
         original.arg(originals.file("uninstall.sh")).args(&args);
@@ -609,7 +634,7 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     }
 
     let pipe = FullPipe::new(false);
-    let mut direct = runtime.binary(&runtime.stage, "update-runner", &args);
+    let mut direct = runtime.binary(&runtime.stage, "update-runner", "update_runner.py", &args);
     pipe.attach(&mut direct);
     let mut child = spawn_masked(direct);
     let output = pipe.drain();
