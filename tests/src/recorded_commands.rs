@@ -146,6 +146,27 @@ pub fn domain() -> String {
     format!("gui/{}", current_uid())
 }
 
+/// A recorded `launchctl` output from `tests/fixtures/launchd/<name>` (its
+/// README says where each shape comes from) with each `{key}` placeholder
+/// replaced by its value; a placeholder left over fails the test, so no
+/// fixture is replayed half filled in.
+#[track_caller]
+pub fn launchd_output(name: &str, values: &[(&str, &str)]) -> String {
+    let path = crate::fixture_path("launchd").join(name);
+    let mut text = fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("launchd fixture {}: {err}", path.display()));
+    for (key, value) in values {
+        text = text.replace(&format!("{{{key}}}"), value);
+    }
+    for key in ["uid", "label", "home", "pid", "secret", "entries"] {
+        assert!(
+            !text.contains(&format!("{{{key}}}")),
+            "launchd fixture {name}: {{{key}}} was not given"
+        );
+    }
+    text
+}
+
 /// The error of a call that must fail.
 #[track_caller]
 pub fn failure<T: std::fmt::Debug>(result: Result<T>) -> Error {
