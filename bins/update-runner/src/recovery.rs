@@ -266,7 +266,17 @@ pub fn recovery_context_on(
             "activation journal candidate identity changed",
         ));
     }
-    if saved.get("volume_uuid") != Some(&Json::Null)
+    // The journal's device numbers were rebased by execution_context; on
+    // macOS the candidate and the root share one volume, named by its UUID.
+    if volumes.host_is_darwin() {
+        let uuid = saved.get("volume_uuid").unwrap_or(&Json::Null);
+        let root_uuid = field("root_binding")
+            .get("volume_uuid")
+            .unwrap_or(&Json::Null);
+        if !agents_common::python_truthy(uuid) || uuid != root_uuid {
+            return Err(Error::runtime("activation candidate volume changed"));
+        }
+    } else if saved.get("volume_uuid") != Some(&Json::Null)
         || saved.get("device") != Some(candidate.get("device").unwrap_or(&Json::Null))
     {
         return Err(Error::runtime("activation candidate filesystem changed"));

@@ -135,3 +135,54 @@ fn linux_binds_the_candidate_by_device_with_no_volume_uuid() {
         "activation candidate filesystem changed",
     );
 }
+
+#[test]
+fn macos_binds_the_candidate_by_the_root_volume_across_a_remount() {
+    let darwin = Darwin(DATA_VOLUME);
+    let mut admitted = Admitted::new("darwin-candidate", &darwin);
+    let device = admitted.device();
+    // Captured before a reboot renumbered the data volume: the journal and
+    // the intent carry the old device number, the volume UUID is the same.
+    let old = device + 7;
+    admitted.bind_journal(old);
+    admitted.candidate_binding().insert("device", old);
+    let intent = admitted.status.get("_activation_recovery").unwrap();
+    let uuid = Json::from(DATA_VOLUME.to_lowercase());
+    assert_eq!(
+        intent.get("root_binding").unwrap().get("volume_uuid"),
+        Some(&uuid)
+    );
+    let transaction = admitted.install.manifest();
+    let expected = transaction.get("transaction_id").unwrap().as_str().unwrap();
+    assert_eq!(admitted.context(&darwin).unwrap(), expected);
+}
+
+#[test]
+fn macos_refuses_a_candidate_on_another_or_no_volume() {
+    let darwin = Darwin(DATA_VOLUME);
+    for uuid in [
+        Json::from(OTHER_VOLUME.to_lowercase()),
+        Json::Null,
+        Json::from(""),
+    ] {
+        let mut admitted = Admitted::new("darwin-volume", &darwin);
+        admitted.bind_journal(admitted.device());
+        admitted
+            .candidate_binding()
+            .insert("volume_uuid", uuid.clone());
+        assert_error(
+            admitted.context(&darwin),
+            ErrorClass::Runtime,
+            "activation candidate volume changed",
+        );
+    }
+    // The inode still binds the exact candidate directory first.
+    let mut admitted = Admitted::new("darwin-inode", &darwin);
+    admitted.bind_journal(admitted.device());
+    admitted.candidate_binding().insert("inode", 1);
+    assert_error(
+        admitted.context(&darwin),
+        ErrorClass::Runtime,
+        "activation journal candidate identity changed",
+    );
+}
