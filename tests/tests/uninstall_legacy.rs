@@ -778,3 +778,139 @@ fn a_missing_install_root_is_created_for_the_lock_and_removed() {
         }
     }
 }
+
+// uninstall.sh's Darwin branch (`stop_launchd`), run side by side on a
+// recorded macOS host: `uname` and `launchctl` found on PATH first, as the
+// script and the port both find them (tests/tests/uninstall_support/darwin.rs).
+
+use uninstall_support::darwin::{DarwinCase, DarwinHost, LABEL};
+
+/// One implementation's Darwin case after its run.
+struct DarwinRan {
+    case: DarwinCase,
+    before: BTreeMap<PathBuf, Entry>,
+    outcome: Outcome,
+}
+
+impl DarwinRan {
+    fn stdout(&self) -> Vec<String> {
+        let base = self.case.base().to_string_lossy().into_owned();
+        self.outcome
+            .stdout_lines()
+            .iter()
+            .map(|line| line.replace(&base, "<BASE>"))
+            .collect()
+    }
+}
+
+/// Runs the seed and then the port on identical fresh Darwin cases with
+/// `--yes`, and checks that status, output, trees and the `launchctl` calls
+/// agree.
+fn darwin_side_by_side(test: &str, host: DarwinHost) -> Option<[DarwinRan; 2]> {
+    let originals = Originals::require(test)?;
+    let run_one = |implementation| {
+        let case = DarwinCase::start(host);
+        let before = case.home_tree();
+        let outcome = run(implementation, &case.env(), &["--yes"], Input::Null);
+        DarwinRan {
+            case,
+            before,
+            outcome,
+        }
+    };
+    let seed = run_one(Implementation::Seed(&originals));
+    let port = run_one(Implementation::Port);
+    assert_eq!(
+        seed.outcome.normalized(seed.case.base()),
+        port.outcome.normalized(port.case.base()),
+        "{test}: the port's status and output differ from the seed's"
+    );
+    assert_eq!(seed.before, port.before, "{test}: the fixtures differ");
+    assert_eq!(
+        seed.case.home_tree(),
+        port.case.home_tree(),
+        "{test}: the port left a different tree than the seed"
+    );
+    assert_eq!(
+        seed.case.launchctl_calls(),
+        port.case.launchctl_calls(),
+        "{test}: the port asked launchd differently"
+    );
+    Some([seed, port])
+}
+
+/// The lines of a successful Darwin run, normalised to `<BASE>`.
+fn darwin_success_lines(stopping: bool) -> Vec<String> {
+    let home = "<BASE>/home";
+    let mut lines = vec![
+        "This will stop and remove the AgentsServer service, release runtime at".to_string(),
+        format!(
+            "{home}/.local/share/agents-server, and configuration at {home}/.config/agents-server \
+             (including the access token)."
+        ),
+    ];
+    if stopping {
+        lines.push(format!("Stopping {LABEL}"));
+    }
+    lines.extend([
+        format!("Removing {home}/Library/LaunchAgents/{LABEL}.plist"),
+        format!("Removing {home}/Library/Logs/AgentsServer"),
+        format!("Removing release runtime at {home}/.local/share/agents-server"),
+        format!("Removing configuration at {home}/.config/agents-server"),
+        format!(
+            "Preserved chat history, jobs, files, tokens, and secure-peer credentials at \
+             {home}/.agentsdock."
+        ),
+        PRESERVED_TAIL.to_string(),
+    ]);
+    lines.extend(FINAL_LINES.map(String::from));
+    lines
+}
+
+#[track_caller]
+fn assert_darwin_unchanged(ran: &DarwinRan) {
+    let changes = differences(&ran.before, &ran.case.home_tree());
+    assert!(changes.is_empty(), "files changed: {changes:?}");
+}
+
+#[test]
+fn darwin_another_kernel_is_refused_after_the_prompt() {
+    let test = "darwin_another_kernel_is_refused_after_the_prompt";
+    let host = DarwinHost {
+        os_name: "FreeBSD",
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(false)[..2]);
+        assert_eq!(
+            ran.outcome.stderr,
+            "Unsupported host OS: FreeBSD; no files were removed.\n"
+        );
+        assert_darwin_unchanged(ran);
+        assert!(ran.case.launchctl_calls().is_empty());
+    }
+}
+
+#[test]
+fn a_failing_uname_ends_the_run_before_anything() {
+    // `OS_NAME="$(uname -s)"` is the script's first command, under set -e.
+    let test = "a_failing_uname_ends_the_run_before_anything";
+    let host = DarwinHost {
+        uname_status: 3,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 3, "{:?}", ran.outcome);
+        assert_eq!(ran.outcome.stdout, "");
+        assert_eq!(ran.outcome.stderr, "uname: cannot get system name\n");
+        assert_darwin_unchanged(ran);
+        assert!(!ran.case.roots.install.join(".install-lock").exists());
+    }
+}

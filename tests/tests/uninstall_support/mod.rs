@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod darwin;
 pub mod pty;
 pub mod split;
 
