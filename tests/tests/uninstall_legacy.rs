@@ -783,7 +783,7 @@ fn a_missing_install_root_is_created_for_the_lock_and_removed() {
 // recorded macOS host: `uname` and `launchctl` found on PATH first, as the
 // script and the port both find them (tests/tests/uninstall_support/darwin.rs).
 
-use uninstall_support::darwin::{DarwinCase, DarwinHost, LABEL};
+use uninstall_support::darwin::{Bootout, DarwinCase, DarwinHost, LABEL};
 
 /// One implementation's Darwin case after its run.
 struct DarwinRan {
@@ -871,6 +871,143 @@ fn darwin_success_lines(stopping: bool) -> Vec<String> {
 fn assert_darwin_unchanged(ran: &DarwinRan) {
     let changes = differences(&ran.before, &ran.case.home_tree());
     assert!(changes.is_empty(), "files changed: {changes:?}");
+}
+
+/// `launchctl <verb> gui/<uid>/com.agentsdock.server`.
+fn agent_call(verb: &str) -> String {
+    format!("{verb} gui/{}/{LABEL}", agents_common::current_uid())
+}
+
+#[track_caller]
+fn assert_darwin_removed(ran: &DarwinRan) {
+    let home = &ran.case.roots.home;
+    assert!(!ran.case.plist().exists() && !ran.case.logs().exists());
+    assert!(!ran.case.roots.install.exists() && !ran.case.roots.config.exists());
+    // Only the agent's own plist and logs go; the state stays.
+    assert!(home
+        .join("Library/LaunchAgents/com.example.other.plist")
+        .exists());
+    assert!(home.join("Library/Logs/other.log").exists());
+    assert!(ran.case.roots.state.join("sessions.json").exists());
+}
+
+#[test]
+fn darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go() {
+    let test = "darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go";
+    let Some(runs) = darwin_side_by_side(test, DarwinHost::default()) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(true));
+        assert_eq!(ran.outcome.stderr, "");
+        assert_darwin_removed(ran);
+        // Loaded; booted out; then polled until launchd no longer finds it.
+        let print = agent_call("print");
+        assert_eq!(
+            ran.case.launchctl_calls(),
+            [
+                print.clone(),
+                agent_call("bootout"),
+                print.clone(),
+                print.clone(),
+                print
+            ]
+        );
+    }
+}
+
+#[test]
+fn darwin_without_a_loaded_agent_only_files_are_removed() {
+    let test = "darwin_without_a_loaded_agent_only_files_are_removed";
+    let host = DarwinHost {
+        loaded: false,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(false));
+        assert_darwin_removed(ran);
+        assert_eq!(ran.case.launchctl_calls(), [agent_call("print")]);
+    }
+}
+
+#[test]
+fn darwin_an_agent_gone_before_its_bootout_is_not_a_failure() {
+    // `Boot-out failed: 3: No such process`, and print no longer finds it.
+    let test = "darwin_an_agent_gone_before_its_bootout_is_not_a_failure";
+    let host = DarwinHost {
+        bootout: Bootout::AlreadyGone,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(true));
+        assert_darwin_removed(ran);
+        let print = agent_call("print");
+        assert_eq!(
+            ran.case.launchctl_calls(),
+            [print.clone(), agent_call("bootout"), print.clone(), print]
+        );
+    }
+}
+
+#[test]
+fn darwin_a_refused_bootout_keeps_every_file() {
+    // `Boot-out failed: 5: Input/output error` and the agent still loaded.
+    let test = "darwin_a_refused_bootout_keeps_every_file";
+    let host = DarwinHost {
+        bootout: Bootout::Refused,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout()[2], format!("Stopping {LABEL}"));
+        assert_eq!(
+            ran.outcome.stderr,
+            format!("Could not stop {LABEL}; no files were removed.\n")
+        );
+        assert_darwin_unchanged(ran);
+        let print = agent_call("print");
+        assert_eq!(
+            ran.case.launchctl_calls(),
+            [print.clone(), agent_call("bootout"), print]
+        );
+    }
+}
+
+#[test]
+fn darwin_an_agent_that_never_unloads_keeps_every_file() {
+    // The bootout is accepted, yet launchd keeps printing the agent: 50
+    // polls 0.1 s apart, then the refusal.
+    let test = "darwin_an_agent_that_never_unloads_keeps_every_file";
+    let host = DarwinHost {
+        bootout: Bootout::Ignored,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1, "{:?}", ran.outcome);
+        assert_eq!(
+            ran.outcome.stderr,
+            format!("{LABEL} did not stop; no files were removed.\n")
+        );
+        assert_darwin_unchanged(ran);
+        let calls = ran.case.launchctl_calls();
+        assert_eq!(calls.len(), 2 + 50);
+        assert_eq!(calls[1], agent_call("bootout"));
+    }
 }
 
 #[test]
