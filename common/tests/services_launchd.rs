@@ -11,38 +11,27 @@ use agents_common::{
     current_uid, Error, ErrorClass, RecoveryService, ServiceRunState, ServiceState,
 };
 use agents_tests::recorded_commands::{
-    domain, expect, failure, launchd_output, layout, place_service_file, reply, services, Exchange,
-    Recorded,
+    domain, expect, failure, launchd_fixture, launchd_output, launchd_print_disabled, layout,
+    place_service_file, reply, services, Exchange, Recorded, LAUNCHD_SECRET,
 };
 use agents_tests::{assert_error_is, make_dir, set_mode, TempDir};
 
 const WORKER: &str = "com.agentsdock.server";
 const GATEWAY: &str = "com.agentsdock.gateway";
-/// A provider key the plist's environment carries; `launchctl print` shows
-/// it, and no refusal may repeat it.
-const SECRET: &str = "sk-proj-token-must-never-be-echoed";
+const SECRET: &str = LAUNCHD_SECRET;
 
 /// The recorded output `name` for `label` with process `pid`.
 fn fixture(name: &str, label: &str, pid: &str) -> String {
-    launchd_output(
-        name,
-        &[
-            ("uid", &current_uid().to_string()),
-            ("label", label),
-            ("home", "/Users/alice"),
-            ("pid", pid),
-            ("secret", SECRET),
-        ],
-    )
+    launchd_fixture(name, label, pid)
 }
 
-/// `launchctl print-disabled gui/<uid>` (macOS 13+ spelling) with our
-/// worker's entry set to `value`, or none when `None`.
+/// `launchctl print-disabled gui/<uid>` with our worker's entry set to
+/// `value`, or none when `None`.
 fn print_disabled(worker_value: Option<&str>) -> String {
-    let entries = worker_value
-        .map(|value| format!("\t\"{WORKER}\" => {value}\n"))
-        .unwrap_or_default();
-    launchd_output("print-disabled.txt", &[("entries", &entries)])
+    match worker_value {
+        Some(value) => launchd_print_disabled(&[(WORKER, value)]),
+        None => launchd_print_disabled(&[]),
+    }
 }
 
 /// `launchctl print gui/<uid>/<label>` of a loaded agent without a process,

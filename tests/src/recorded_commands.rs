@@ -167,6 +167,36 @@ pub fn launchd_output(name: &str, values: &[(&str, &str)]) -> String {
     text
 }
 
+/// A provider key a plist's environment carries: `launchctl print` shows
+/// it, and no refusal may repeat it.
+pub const LAUNCHD_SECRET: &str = "sk-proj-token-must-never-be-echoed";
+
+/// [`launchd_output`] `name` for `label` in this user's GUI domain, with
+/// process `pid`, a home under `/Users` and [`LAUNCHD_SECRET`].
+#[track_caller]
+pub fn launchd_fixture(name: &str, label: &str, pid: &str) -> String {
+    launchd_output(
+        name,
+        &[
+            ("uid", &current_uid().to_string()),
+            ("label", label),
+            ("home", "/Users/alice"),
+            ("pid", pid),
+            ("secret", LAUNCHD_SECRET),
+        ],
+    )
+}
+
+/// `launchctl print-disabled gui/<uid>` (macOS 13+ spelling) holding
+/// `entries` (`"<label>" => <value>` lines) among Apple's own.
+pub fn launchd_print_disabled(entries: &[(&str, &str)]) -> String {
+    let entries: String = entries
+        .iter()
+        .map(|(label, value)| format!("\t\"{label}\" => {value}\n"))
+        .collect();
+    launchd_output("print-disabled.txt", &[("entries", &entries)])
+}
+
 /// The error of a call that must fail.
 #[track_caller]
 pub fn failure<T: std::fmt::Debug>(result: Result<T>) -> Error {
