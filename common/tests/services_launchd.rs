@@ -11,10 +11,10 @@ use agents_common::{
     current_uid, Error, ErrorClass, RecoveryService, ServiceRunState, ServiceState,
 };
 use agents_tests::recorded_commands::{
-    domain, expect, failure, launchd_fixture, launchd_output, launchd_print_disabled, layout,
-    place_service_file, reply, services, Exchange, Recorded, LAUNCHD_SECRET,
+    domain, expect, failure, launchd_fixture, launchd_output, launchd_print_disabled, reply,
+    services, Exchange, Recorded, ServiceHome, LAUNCHD_SECRET,
 };
-use agents_tests::{assert_error_is, make_dir, set_mode, TempDir};
+use agents_tests::{assert_error_is, set_mode, TempDir};
 
 const WORKER: &str = "com.agentsdock.server";
 const GATEWAY: &str = "com.agentsdock.gateway";
@@ -77,24 +77,9 @@ fn not_found(label: &str) -> Exchange {
     print_call(label, reply(113, "", &not_found_stderr(label)))
 }
 
-struct Host {
-    _temp: TempDir,
-    layout: agents_common::ExecutionLayout,
-}
-
 /// A Darwin layout whose LaunchAgents directory exists, with plists for `roles`.
-fn host(roles: &[&str]) -> Host {
-    let temp = TempDir::new("agents-fs-test");
-    let home = temp.join("home");
-    make_dir(&home, 0o755);
-    let layout = layout("Darwin", &home);
-    for role in roles {
-        place_service_file(&layout, role);
-    }
-    Host {
-        _temp: temp,
-        layout,
-    }
+fn host(roles: &[&str]) -> ServiceHome {
+    ServiceHome::with_files("Darwin", roles)
 }
 
 #[test]
@@ -425,34 +410,18 @@ fn stopping_a_stopped_or_absent_agent_does_nothing() {
 #[test]
 fn start_enables_then_bootstraps_the_plist() {
     let host = host(&["worker"]);
-    let plist = host.layout.service_path("worker").unwrap();
     let target = format!("{}/{WORKER}", domain());
     let recorded = Recorded::new(vec![
         expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(0, "", ""),
-        ),
+        host.bootstrap("worker", reply(0, "", "")),
     ]);
     services(&host.layout, &recorded).start("worker").unwrap();
     assert_eq!(recorded.unused(), 0);
 
+    let refused = fixture("bootstrap-io-error.stderr", WORKER, "");
     let recorded = Recorded::new(vec![
         expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(5, "", &fixture("bootstrap-io-error.stderr", WORKER, "")),
-        ),
+        host.bootstrap("worker", reply(5, "", &refused)),
     ]);
     let err = failure(services(&host.layout, &recorded).start("worker"));
     assert_error_is(
@@ -479,21 +448,10 @@ fn start_without_a_plist_runs_nothing() {
 #[test]
 fn restore_returns_each_recorded_state() {
     let host = host(&["worker"]);
-    let plist = host.layout.service_path("worker").unwrap();
     let target = format!("{}/{WORKER}", domain());
     let enable = || expect(&["/bin/launchctl", "enable", &target], reply(0, "", ""));
     let disable = || expect(&["/bin/launchctl", "disable", &target], reply(0, "", ""));
-    let bootstrap = || {
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(0, "", ""),
-        )
-    };
+    let bootstrap = || host.bootstrap("worker", reply(0, "", ""));
     let cases: Vec<(ServiceState, Vec<Exchange>)> = vec![
         (ServiceState::absent(), vec![]),
         (ServiceState::running(true, 5), vec![enable(), bootstrap()]),

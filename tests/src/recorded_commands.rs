@@ -136,6 +136,45 @@ pub fn place_service_file(layout: &ExecutionLayout, role: &str) -> PathBuf {
     path
 }
 
+/// A home in a private temporary directory and the layout of it for one
+/// platform, with the service files (units or plists) of some roles placed.
+pub struct ServiceHome {
+    _temp: crate::TempDir,
+    pub layout: ExecutionLayout,
+}
+
+impl ServiceHome {
+    /// A `platform` (`Linux`, `Darwin`) layout whose service files of
+    /// `roles` (`worker`, `gateway`) exist, 0600.
+    pub fn with_files(platform: &str, roles: &[&str]) -> ServiceHome {
+        let temp = crate::TempDir::new("agents-service-home");
+        let home = temp.join("home");
+        crate::make_dir(&home, 0o755);
+        let layout = layout(platform, &home);
+        for role in roles {
+            place_service_file(&layout, role);
+        }
+        ServiceHome {
+            _temp: temp,
+            layout,
+        }
+    }
+
+    /// `launchctl bootstrap gui/<uid> <plist of role>` answering `reply`.
+    pub fn bootstrap(&self, role: &str, reply: Result<CommandCapture>) -> Exchange {
+        let plist = self.layout.service_path(role).unwrap();
+        expect(
+            &[
+                "/bin/launchctl",
+                "bootstrap",
+                &domain(),
+                plist.to_str().unwrap(),
+            ],
+            reply,
+        )
+    }
+}
+
 /// NativeServices on `layout` answering through `recorded`.
 pub fn services(layout: &ExecutionLayout, recorded: &Recorded) -> NativeServices {
     NativeServices::with_runner(layout, recorded.boxed())

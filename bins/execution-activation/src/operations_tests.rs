@@ -3,12 +3,10 @@
 //! answered with recorded launchd output (tests/fixtures/launchd), so each
 //! operation's exact command sequence on macOS is checked on Linux.
 
-use agents_common::{ExecutionLayout, NativeServices};
+use agents_common::NativeServices;
 use agents_tests::recorded_commands::{
-    domain, expect, launchd_fixture, launchd_print_disabled, layout, place_service_file, reply,
-    Exchange, Recorded,
+    domain, expect, launchd_fixture, launchd_print_disabled, reply, Exchange, Recorded, ServiceHome,
 };
-use agents_tests::{make_dir, TempDir};
 
 use super::*;
 use crate::native::managed;
@@ -76,42 +74,23 @@ fn command(verb: &str, role: &str) -> Exchange {
     expect(&["/bin/launchctl", verb, &target(role)], reply(0, "", ""))
 }
 
-/// A Darwin layout whose LaunchAgents hold the plists of `roles`.
-struct Mac {
-    _temp: TempDir,
-    layout: ExecutionLayout,
-}
+/// A Darwin layout whose LaunchAgents hold the plists of some roles.
+struct Mac(ServiceHome);
 
 impl Mac {
     fn with_plists(roles: &[&str]) -> Mac {
-        let temp = TempDir::new("agents-launchd-operations");
-        let home = temp.join("home");
-        make_dir(&home, 0o755);
-        let layout = layout("Darwin", &home);
-        for role in roles {
-            place_service_file(&layout, role);
-        }
-        Mac {
-            _temp: temp,
-            layout,
-        }
+        Mac(ServiceHome::with_files("Darwin", roles))
     }
 
     fn bootstrap(&self, role: &str) -> Exchange {
-        let plist = self.layout.service_path(role).unwrap();
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(0, "", ""),
-        )
+        self.0.bootstrap(role, reply(0, "", ""))
     }
 
     fn services(&self, recorded: &Recorded) -> Box<dyn Native> {
-        managed(NativeServices::with_runner(&self.layout, recorded.boxed()))
+        managed(NativeServices::with_runner(
+            &self.0.layout,
+            recorded.boxed(),
+        ))
     }
 }
 
@@ -138,17 +117,11 @@ fn start_enables_and_bootstraps_each_plist_that_is_not_running() {
 #[test]
 fn start_stops_at_a_refused_bootstrap() {
     let mac = Mac::with_plists(&["worker", "gateway"]);
-    let plist = mac.layout.service_path("worker").unwrap();
     let mut exchanges = observed("worker", Agent::Unloaded);
     exchanges.extend([
         command("enable", "worker"),
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
+        mac.0.bootstrap(
+            "worker",
             reply(
                 5,
                 "",

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use agents_tests::recorded_commands::launchd_output;
 use agents_tests::TempDir;
 
-use super::{clean_env, legacy_install, snapshot, Entry, LegacyOptions, LegacyRoots};
+use super::{clean_env, legacy_install, snapshot_under, Entry, LegacyOptions, LegacyRoots};
 
 /// The legacy agent's label.
 pub const LABEL: &str = "com.agentsdock.server";
@@ -220,20 +220,8 @@ impl DarwinCase {
         self.roots.home.join("Library/Logs/AgentsServer")
     }
 
-    /// The home's files by relative path.
+    /// The home's files by relative path (`<BASE>` in link targets).
     pub fn home_tree(&self) -> std::collections::BTreeMap<PathBuf, Entry> {
-        let base = self.base().to_string_lossy().into_owned();
-        snapshot(&self.roots.home)
-            .into_iter()
-            .map(|(path, entry)| match entry {
-                Entry::Link(target) => (
-                    path,
-                    Entry::Link(PathBuf::from(
-                        target.to_string_lossy().replace(&base, "<BASE>"),
-                    )),
-                ),
-                other => (path, other),
-            })
-            .collect()
+        snapshot_under(&self.roots.home, self.base())
     }
 }
