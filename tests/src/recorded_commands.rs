@@ -229,11 +229,11 @@ pub fn launchd_fixture(name: &str, label: &str, pid: &str) -> String {
 /// `launchctl print-disabled gui/<uid>` (macOS 13+ spelling) holding
 /// `entries` (`"<label>" => <value>` lines) among Apple's own.
 pub fn launchd_print_disabled(entries: &[(&str, &str)]) -> String {
-    let entries: String = entries
-        .iter()
-        .map(|(label, value)| format!("\t\"{label}\" => {value}\n"))
-        .collect();
-    launchd_output("print-disabled.txt", &[("entries", &entries)])
+    let mut lines = String::new();
+    for (label, value) in entries {
+        lines.push_str(&format!("\t\"{label}\" => {value}\n"));
+    }
+    launchd_output("print-disabled.txt", &[("entries", &lines)])
 }
 
 /// The error of a call that must fail.
