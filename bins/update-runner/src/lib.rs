@@ -10,7 +10,7 @@ mod cli;
 mod failure;
 pub mod installer;
 mod prepared;
-mod recovery;
+pub mod recovery;
 pub mod release;
 pub mod server_health;
 mod team_hub;
