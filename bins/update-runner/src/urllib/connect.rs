@@ -86,12 +86,8 @@ fn secure_if(
     if !secure {
         return Ok(Stream::Plain(socket));
     }
-    let timeout = remaining(deadline).map_err(Failure::Connect)?;
-    socket
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| socket.set_write_timeout(Some(timeout)))
-        .map_err(Failure::Connect)?;
-    let stream = tls::wrap(socket, host).map_err(|failure| Failure::Connect(failure.0))?;
+    let stream =
+        tls::wrap(socket, host, deadline).map_err(|failure| Failure::Connect(failure.0))?;
     Ok(Stream::Tls(Box::new(stream)))
 }
 
@@ -224,6 +220,8 @@ fn tunnel(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::urllib::{get, Routing};
+    use std::time::Duration;
 
     #[test]
     fn host_ports_split_like_get_hostport() {
@@ -247,5 +245,42 @@ mod tests {
             panic!("a nonnumeric port is refused");
         };
         assert_eq!(error.message(), "nonnumeric port: 'http'");
+    }
+
+    /// A peer that accepts one connection and says nothing for `hold`.
+    fn silent_peer(hold: Duration) -> (u16, std::thread::JoinHandle<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let peer = std::thread::spawn(move || {
+            let accepted = listener.accept();
+            std::thread::sleep(hold);
+            drop(accepted);
+        });
+        (port, peer)
+    }
+
+    #[test]
+    fn a_silent_tls_peer_ends_at_the_deadline_in_cpythons_words() {
+        let (port, peer) = silent_peer(Duration::from_secs(3));
+        let script = "import sys, urllib.request\n\
+            try: urllib.request.urlopen(sys.argv[1], timeout=1)\n\
+            except Exception as exc: print(exc)";
+        let url = format!("https://127.0.0.1:{port}/");
+        let output = std::process::Command::new("python3")
+            .args(["-B", "-c", script, &url])
+            .output()
+            .expect("python3 (scripts/setup.sh installs it)");
+        peer.join().unwrap();
+        let python = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let (port, peer) = silent_peer(Duration::from_secs(3));
+        let started = Instant::now();
+        let url = format!("https://127.0.0.1:{port}/");
+        let deadline = started + Duration::from_secs(1);
+        let Err(failure) = get(&url, &[], deadline, Routing::Direct) else {
+            panic!("a silent peer cannot answer");
+        };
+        assert!(started.elapsed() < Duration::from_millis(2500));
+        peer.join().unwrap();
+        assert_eq!(failure.into_error().message(), python);
     }
 }

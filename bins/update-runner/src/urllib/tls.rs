@@ -7,15 +7,20 @@
 use std::io;
 use std::net::TcpStream;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
+use super::remaining;
+
 /// Where CPython 3.11's `_ssl.c` raises handshake errors, which its
 /// messages end with.
 const SSL_ERROR_LOCATION: &str = "(_ssl.c:1006)";
+/// CPython 3.11's text for a handshake the socket timeout ended.
+const HANDSHAKE_TIMED_OUT: &str = "_ssl.c:989: The handshake operation timed out";
 
 /// A TLS connection over TCP.
 pub(super) type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
@@ -53,8 +58,13 @@ fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
 }
 
 /// `context.wrap_socket(socket, server_hostname=host)`: the handshake,
-/// verified for `host`, completed before anything is sent.
-pub(super) fn wrap(mut socket: TcpStream, host: &str) -> Result<TlsStream, TlsFailure> {
+/// verified for `host`, completed before anything is sent and before
+/// `deadline` (each socket operation gets only what remains of it).
+pub(super) fn wrap(
+    mut socket: TcpStream,
+    host: &str,
+    deadline: Instant,
+) -> Result<TlsStream, TlsFailure> {
     let config = client_config().map_err(|message| TlsFailure(io::Error::other(message)))?;
     let name = ServerName::try_from(host.to_string()).map_err(|_| {
         TlsFailure(io::Error::new(
@@ -65,6 +75,11 @@ pub(super) fn wrap(mut socket: TcpStream, host: &str) -> Result<TlsStream, TlsFa
     let mut connection = rustls::ClientConnection::new(config, name)
         .map_err(|error| TlsFailure(io::Error::other(error)))?;
     while connection.is_handshaking() {
+        let timeout = remaining(deadline).map_err(|_| TlsFailure(handshake_timed_out()))?;
+        socket
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| socket.set_write_timeout(Some(timeout)))
+            .map_err(TlsFailure)?;
         connection
             .complete_io(&mut socket)
             .map_err(|error| TlsFailure(python_words(error)))?;
@@ -72,10 +87,21 @@ pub(super) fn wrap(mut socket: TcpStream, host: &str) -> Result<TlsStream, TlsFa
     Ok(rustls::StreamOwned::new(connection, socket))
 }
 
-/// A handshake error as `ssl.SSLError` words it; socket errors (refused,
-/// reset, timed out) stay as they are.
+/// `_ssl.c`'s `TimeoutError` for a handshake the socket timeout ended.
+fn handshake_timed_out() -> io::Error {
+    io::Error::other(HANDSHAKE_TIMED_OUT)
+}
+
+/// A handshake error as `ssl.SSLError` words it; other socket errors
+/// (refused, reset) stay as they are.
 fn python_words(error: io::Error) -> io::Error {
     let ssl = |reason: &str| io::Error::other(format!("{reason} {SSL_ERROR_LOCATION}"));
+    if matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        return handshake_timed_out();
+    }
     if error.kind() == io::ErrorKind::UnexpectedEof {
         return ssl("[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol");
     }
