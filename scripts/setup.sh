@@ -2,7 +2,7 @@
 # Installs what the tests and the demo need on a fresh Debian machine (run as
 # root): a systemd user manager with unshare, Python 3 with the `cryptography`
 # package (the seed update_runner.py is the tests' oracle), GNU time and strace,
-# tinyproxy and the CA bundle, and the Rust components used by the checks.
+# tinyproxy, squid and the CA bundle, and the Rust components used by the checks.
 # Safe to run repeatedly.
 set -euo pipefail
 need_apt=()
@@ -12,17 +12,21 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 [ -x /usr/bin/time ] || need_apt+=(time)
 # strace stops a real helper at a chosen system call for the crash-resume tests.
 command -v strace >/dev/null 2>&1 || need_apt+=(strace)
-# A real forward proxy (tinyproxy, started by the proxy tests themselves) and
-# the distribution's CA bundle, for update-runner's proxy and HTTPS tests.
+# Real forward proxies (tinyproxy; squid, reached over TLS), started by the
+# proxy tests themselves, and the distribution's CA bundle, for update-runner's
+# proxy and HTTPS tests.
 [ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
+[ -x /usr/sbin/squid ] || need_apt+=(squid)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
-  # The package's own system service is not needed: tests run their own.
-  if [[ " ${need_apt[*]} " == *" tinyproxy "* ]]; then
-    systemctl disable --now tinyproxy >/dev/null 2>&1 || true
-  fi
+  # The services of proxies installed here are not needed: tests run their own.
+  for service in tinyproxy squid; do
+    if [[ " ${need_apt[*]} " == *" $service "* ]]; then
+      systemctl disable --now "$service" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
   python3 -m pip install --quiet cryptography \

@@ -62,6 +62,7 @@ impl TestCa {
         ServerIdentity {
             chain: vec![certificate.der().clone()],
             key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            pem: (certificate.pem(), key.serialize_pem()),
         }
     }
 
@@ -75,6 +76,8 @@ impl TestCa {
 pub struct ServerIdentity {
     chain: Vec<CertificateDer<'static>>,
     key: PrivatePkcs8KeyDer<'static>,
+    /// The certificate and the key in PEM, for servers configured by file.
+    pem: (String, String),
 }
 
 impl ServerIdentity {
@@ -83,6 +86,16 @@ impl ServerIdentity {
     pub fn with_chain(mut self, extra: CertificateDer<'static>) -> ServerIdentity {
         self.chain.push(extra);
         self
+    }
+
+    /// Write the certificate and the key as PEM files in `directory`;
+    /// returns their paths.
+    pub fn write_pem(&self, directory: &Path) -> (PathBuf, PathBuf) {
+        let certificate = directory.join("server.pem");
+        let key = directory.join("server.key");
+        std::fs::write(&certificate, &self.pem.0).unwrap();
+        std::fs::write(&key, &self.pem.1).unwrap();
+        (certificate, key)
     }
 
     /// The rustls server configuration that presents this identity

@@ -12,7 +12,9 @@ mod update_runner_support;
 use agents_tests::forward_proxy::ForwardProxy;
 use agents_tests::test_tls::TestCa;
 use agents_tests::Originals;
-use update_runner_support::network::{assert_failed, assert_installed, prepare, ARCHIVE_PATH};
+use update_runner_support::network::{
+    assert_failed, assert_installed, prepare, verify_failed, ARCHIVE_PATH,
+};
 use update_runner_support::{assert_same, Fixture, Outcome, Served, Side};
 
 /// Both runs and the proxy request lines each caused.
@@ -167,6 +169,54 @@ fn an_http_update_goes_through_http_proxy_but_its_health_checks_do_not() {
         port_health.iter().all(|headers| !headers.contains("Via:")),
         "{port_health:?}"
     );
+}
+
+#[test]
+fn an_http_proxy_reached_over_tls_is_verified_like_the_seed() {
+    // http_proxy=https://...: urllib speaks TLS to the proxy itself (squid's
+    // https_port), verified against the same trust store.
+    let originals = agents_tests::require_originals!();
+    let ca = TestCa::generate("Agents Test Root");
+    let identity = ca.server(&["127.0.0.1"]);
+    let Some(proxy) = ForwardProxy::start_tls_or_skip(agents_tests::test_name!(), &identity) else {
+        return;
+    };
+    let stranger = TestCa::generate("Another Root");
+    let refused = verify_failed("unable to get local issuer certificate");
+    for (trusted, outcome) in [(&ca, None), (&stranger, Some(refused.as_str()))] {
+        let mut fixture = Fixture::new("proxy-tls");
+        let ca_file = trusted.write_pem(fixture.root.path(), "ca.pem");
+        let url = proxy.url();
+        let pairs = [
+            ("http_proxy", url.as_str()),
+            ("no_proxy", ""),
+            ("SSL_CERT_FILE", ca_file.to_str().unwrap()),
+        ];
+        prepare(&mut fixture, &pairs);
+        let compared = compare_through(&fixture, &originals, &proxy, None);
+        assert_eq!(
+            compared.port_requests,
+            release_requests(&compared.seed_requests)
+        );
+        let Some(message) = outcome else {
+            assert_installed(&compared.port);
+            let archive =
+                format!("GET {}", fixture.release_base()).replace("/releases", ARCHIVE_PATH);
+            assert!(
+                compared.port_requests.contains(&archive),
+                "{:?}",
+                compared.port_requests
+            );
+            continue;
+        };
+        assert_failed(&compared.port, message);
+        assert!(
+            compared.port_requests.is_empty(),
+            "{:?}",
+            compared.port_requests
+        );
+        assert!(fixture.host_requests().is_empty());
+    }
 }
 
 #[test]
