@@ -2,9 +2,9 @@
 # Installs what the tests, the demo and the release builds need on a fresh
 # Debian machine (run as root): a systemd user manager with unshare, Python 3
 # with the `cryptography` package (the original update_runner.py is the tests'
-# oracle), GNU time and strace, the cross-build toolchain for the other
-# platforms, and the Rust components used by the checks. Safe to run
-# repeatedly.
+# oracle), GNU time and strace, tinyproxy, squid and the CA bundle, the
+# cross-build toolchain for the other platforms, and the Rust components used
+# by the checks. Safe to run repeatedly.
 set -euo pipefail
 need_apt=()
 command -v systemd >/dev/null 2>&1 || [ -x /lib/systemd/systemd ] || need_apt+=(systemd)
@@ -24,9 +24,21 @@ command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
 [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || need_apt+=(libc6-arm64-cross)
 command -v readelf >/dev/null 2>&1 || need_apt+=(binutils)
+# Real forward proxies (tinyproxy; squid, reached over TLS), started by the
+# proxy tests themselves, and the distribution's CA bundle, for update-runner's
+# proxy and HTTPS tests.
+[ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
+[ -x /usr/sbin/squid ] || need_apt+=(squid)
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+  # The services of proxies installed here are not needed: tests run their own.
+  for service in tinyproxy squid; do
+    if [[ " ${need_apt[*]} " == *" $service "* ]]; then
+      systemctl disable --now "$service" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 need_pip=()
 python3 -c 'import cryptography' >/dev/null 2>&1 || need_pip+=(cryptography)
