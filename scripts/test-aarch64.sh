@@ -93,11 +93,23 @@ for name in "${SKIPPED_TESTS[@]}"; do skips+=(--skip "${name%% *}"); done
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-# binfmt_misc runs this interpreter for every aarch64 executable.
-# The loader prefix is an option, not QEMU_LD_PREFIX, which the emulated
-# program would inherit and pass on to what it starts.
-printf '#!/bin/sh\nexec %s -L /usr/aarch64-linux-gnu "$@"\n' "$(command -v qemu-aarch64)" >"$work/qemu"
-chmod 755 "$work/qemu"
+# binfmt_misc runs this interpreter for every aarch64 executable. A shell
+# script would export PWD into every program's environment, so it is a
+# compiled exec of qemu-aarch64, with the loader prefix as an option (in
+# QEMU_LD_PREFIX the emulated program would inherit it too).
+cat >"$work/qemu.c" <<C
+#include <unistd.h>
+int main(int argc, char **argv) {
+  char *args[argc + 3];
+  args[0] = "$(command -v qemu-aarch64)";
+  args[1] = "-L";
+  args[2] = "/usr/aarch64-linux-gnu";
+  for (int i = 1; i <= argc; i++) args[i + 2] = argv[i];
+  execv(args[0], args);
+  return 127;
+}
+C
+cc -O2 -o "$work/qemu" "$work/qemu.c"
 chmod 755 "$work"
 # ELF, 64-bit, little-endian, ET_EXEC or ET_DYN, EM_AARCH64.
 rule=":agents-aarch64:M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\xb7\\x00"
