@@ -19,6 +19,12 @@ if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
   python3 -m pip install --quiet cryptography \
     || python3 -m pip install --quiet --break-system-packages cryptography
 fi
+# uv (from PyPI) builds each release's venv when the install.sh comparison
+# (scripts/installsh-compare.sh) runs upstream's installer.
+if ! python3 -c 'import uv' >/dev/null 2>&1; then
+  python3 -m pip install --quiet uv \
+    || python3 -m pip install --quiet --break-system-packages uv
+fi
 if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
