@@ -14,7 +14,9 @@
 # usage: scripts/installsh-compare.sh [--record] SCRATCH_FOLDER [SCENARIO_PART]
 #   --record        also write the originals' facts of each scenario that does
 #                   not differ to tests/fixtures/upstream/installsh-*.facets,
-#                   which the normal suite checks the binaries against
+#                   and the installation before each uninstall step to
+#                   tests/fixtures/installsh/*.state, which the normal suite's
+#                   installsh_uninstall_as_recorded replays with the binaries
 #   SCRATCH_FOLDER  the upstream release tree, outside the project (README says
 #                   how to assemble it; scripts/installsh-assemble.sh does it
 #                   from a clone)

@@ -122,7 +122,28 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
         masked.push_str(&mask_segment(segment));
     }
     let masked = mask_after(&masked, "\"process_start\": \"", "<start>");
+    let masked = transaction_ids(normalizer, &masked);
     normalizer.text(&masked)
+}
+
+/// Each activation transaction's 24 hex digits as the normaliser's token,
+/// also where a suffix (`activation-<id>-env.source`) hides the token's end.
+fn transaction_ids(normalizer: &mut Normalizer, text: &str) -> String {
+    const PREFIX: &str = "activation-";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        let start = at + PREFIX.len();
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let digits = rest.bytes().take_while(u8::is_ascii_hexdigit).count();
+        if digits == 24 {
+            out.push_str(&normalizer.text(&rest[..24]));
+            rest = &rest[24..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A path segment `.staging-V-<pid>`, `.prepared-V-<pid>` or
@@ -150,12 +171,14 @@ fn mask_segment(segment: &str) -> String {
         name.rfind('.')
             .filter(|at| *at + 1 >= prefix.len())
             .map(|at| format!("{}<tmp>", &name[..=at]))
+    } else if name.starts_with(".install-lock.") && name.ends_with(".tmp") {
+        // The lock's staging name: the installer's PID and a random suffix.
+        Some(".install-lock.<pid>.<tmp>.tmp".to_string())
     } else if name.starts_with(".staging-") || name.starts_with(".prepared-") {
         pid_suffix(name).map(|at| format!("{}<pid>", &name[..at]))
-    } else if let Some(at) = name.find("-replaced-") {
-        Some(format!("{}-replaced-<time>-<pid>", &name[..at]))
     } else {
-        None
+        name.find("-replaced-")
+            .map(|at| format!("{}-replaced-<time>-<pid>", &name[..at]))
     };
     format!("{}{rest}", masked.unwrap_or_else(|| name.to_string()))
 }
@@ -244,8 +267,8 @@ fn status_line(line: &str) -> String {
             return format!("{indent}Active: {state} since <time>");
         }
     }
-    if trimmed.starts_with("Main PID: ") {
-        let after = trimmed["Main PID: ".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+    if let Some(rest) = trimmed.strip_prefix("Main PID: ") {
+        let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
         return format!("{indent}Main PID: <pid>{after}");
     }
     if let Some(rest) = trimmed

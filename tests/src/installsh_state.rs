@@ -49,8 +49,19 @@ fn literals(sandbox: &Sandbox, port: u16) -> Vec<(String, &'static str)> {
                 .into_owned(),
             "<uv>",
         ),
+        (python().to_string_lossy().into_owned(), "<python>"),
         (port.to_string(), "<port>"),
     ]
+}
+
+/// The machine's Python 3 (what a release's `.venv/bin/python` runs).
+fn python() -> PathBuf {
+    let output = Command::new("sh")
+        .args(["-c", "command -v python3"])
+        .output()
+        .expect("sh runs");
+    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    path.canonicalize().unwrap_or(path)
 }
 
 fn roots(sandbox: &Sandbox) -> [(&'static str, PathBuf); 4] {
@@ -93,7 +104,7 @@ pub fn record(sandbox: &Sandbox, port: u16, path: &Path) {
         literals
             .iter()
             .fold(text.to_string(), |text, (literal, name)| {
-                text.replace(literal, name)
+                replace_whole(&text, literal, name)
             })
     };
     // Upstream's text never enters the project: a file elsewhere that is a
@@ -113,6 +124,11 @@ pub fn record(sandbox: &Sandbox, port: u16, path: &Path) {
     }
     let mut out = Vec::new();
     for (name, root) in roots(sandbox) {
+        // The root's own mode matters too (the helpers refuse an open one).
+        if let Ok(info) = fs::symlink_metadata(&root) {
+            let mode = info.permissions().mode() & 0o7777;
+            out.extend(format!("@@ dir {mode:o} {name}/\n").into_bytes());
+        }
         for relative in walk(&root) {
             let shown = relative.to_string_lossy().into_owned();
             if left_out(name, &shown) {
@@ -276,15 +292,7 @@ fn complete_release(release: &Path) {
     }
     let venv = release.join(".venv/bin");
     fs::create_dir_all(&venv).unwrap();
-    let python = Command::new("sh")
-        .args(["-c", "command -v python3"])
-        .output()
-        .expect("sh runs");
-    symlink(
-        String::from_utf8_lossy(&python.stdout).trim(),
-        venv.join("python"),
-    )
-    .unwrap();
+    symlink(python(), venv.join("python")).unwrap();
 }
 
 /// Every entry below `root`, sorted, not following links, not below `.venv`.
@@ -323,4 +331,32 @@ pub fn wait_healthy(sandbox: &Sandbox, port: u16) {
                 .map(|_| ())
         },
     );
+}
+
+/// `text` with each `literal` not inside a longer run of digits (a port
+/// within an inode number stays) replaced by `name`.
+fn replace_whole(text: &str, literal: &str, name: &str) -> String {
+    let numeric = literal.bytes().all(|byte| byte.is_ascii_digit());
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(literal) {
+        let end = at + literal.len();
+        let digit_before = rest[..at]
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_digit());
+        let digit_after = rest[end..]
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_digit());
+        out.push_str(&rest[..at]);
+        if numeric && (digit_before || digit_after) {
+            out.push_str(literal);
+        } else {
+            out.push_str(name);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }

@@ -13,7 +13,7 @@ use agents_tests::installsh::{
 use agents_tests::installsh_facets::{self as facets, ReleaseFiles};
 use agents_tests::installsh_state;
 use agents_tests::upstream::{
-    kill_group, recorded_path, report, selected, Normalizer, Observed, Side, RECORD_ENV,
+    recorded_path, report, selected, Normalizer, Observed, Side, RECORD_ENV,
 };
 use agents_tests::{free_port, Sandbox};
 
@@ -233,15 +233,21 @@ fn observe(
 
 fn step_name(step: &Step) -> String {
     match step {
-        Step::Install(release, arguments) => {
-            format!("install {} {}", release.version, arguments.join(" "))
-                .trim_end()
-                .to_string()
-        }
-        Step::Interrupted(release, arguments, interrupt) => format!(
-            "install {} {} interrupted at {} #{} {:?}",
+        Step::Install(release, arguments) => format!(
+            "install {}{}",
             release.version,
-            arguments.join(" "),
+            arguments
+                .iter()
+                .map(|word| format!(" {word}"))
+                .collect::<String>()
+        ),
+        Step::Interrupted(release, arguments, interrupt) => format!(
+            "install {}{} interrupted at {} #{} {:?}",
+            release.version,
+            arguments
+                .iter()
+                .map(|word| format!(" {word}"))
+                .collect::<String>(),
             interrupt.call,
             interrupt.occurrence,
             interrupt.signal
@@ -251,7 +257,7 @@ fn step_name(step: &Step) -> String {
     }
 }
 
-fn install_arguments<'a>(port: u16, extra: &[&'a str]) -> Vec<String> {
+fn install_arguments(port: u16, extra: &[&str]) -> Vec<String> {
     let mut arguments = vec![
         "--non-interactive".to_string(),
         "--port".to_string(),
@@ -278,7 +284,7 @@ fn interrupted(
         agents_tests::upstream::wait_reached(&mut child, "the held call", || host.trace.stalled());
     assert!(reached, "install.sh never made the call {}", interrupt.call);
     match interrupt.signal {
-        Kill::Group => kill_group(child.id()),
+        Kill::Group => crash(child.id()),
         Kill::Term => {
             let installer = installer_pid(child.id()).expect("install.sh runs under strace");
             signal(installer, rustix::process::Signal::TERM);
@@ -290,6 +296,48 @@ fn interrupted(
     let output = finish(child);
     host.trace.clear();
     output
+}
+
+/// SIGKILL to every process of install.sh's group but its leader, `strace`,
+/// which as install.sh's parent then reaps it, as a user's shell would: an
+/// install.sh left a zombie would still own its install lock for the
+/// recovery job (the suite's runner, a subreaper, reaps orphans only at
+/// its end).
+fn crash(leader: u32) {
+    for _ in 0..20 {
+        let members: Vec<u32> = group_members(leader)
+            .into_iter()
+            .filter(|pid| *pid != leader)
+            .collect();
+        if members.is_empty() {
+            return;
+        }
+        for pid in members {
+            signal(pid, rustix::process::Signal::KILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The live (not zombie) processes whose process group is `leader`'s.
+fn group_members(leader: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After the command's closing parenthesis: state, ppid, pgrp.
+            let Some((_, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == leader.to_string()
+        })
+        .collect()
 }
 
 fn installer_pid(strace: u32) -> Option<u32> {
