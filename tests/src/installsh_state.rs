@@ -7,10 +7,11 @@
 //! placeholders, except what is upstream's or rebuilt on replay: the release
 //! trees keep only the server stand-in (`execution_service.py`,
 //! `agent_server.py`, `VERSION`; the helper entry points, `uninstall.sh` and
-//! the binaries are put back as the migration kit writes them), the
-//! recovery copies of upstream modules, `.venv` (replaced by a link to the
-//! machine's Python), compiled files, the dependency lock, and the files the
-//! running worker writes itself (started again on replay).
+//! the binaries are put back as the migration kit writes them), `.venv`
+//! (replaced by a link to the
+//! machine's Python), compiled files, the dependency lock, the retired
+//! recovery transactions (their payload is upstream's modules), and the
+//! files the running worker writes itself (started again on replay).
 
 use crate::sandbox::Sandbox;
 use crate::upstream::SERVICE_FILES;
@@ -90,8 +91,11 @@ fn left_out(name: &str, relative: &str) -> bool {
         if parts.len() >= 3 && parts[0] == "releases" {
             return !KEPT_RELEASE_FILES.contains(&parts[2]) || parts.len() > 3;
         }
-        if parts.len() >= 3 && parts[0] == ".activation-recovery" {
-            return relative.ends_with(".py");
+        // A retired recovery transaction: the binaries verify its payload,
+        // upstream's modules, which never enter the project; without it
+        // the uninstall has no transaction to retire.
+        if parts.len() >= 2 && parts[0] == ".activation-recovery" {
+            return true;
         }
     }
     false
@@ -122,6 +126,7 @@ pub fn record(sandbox: &Sandbox, port: u16, path: &Path) {
             copies.insert(fs::read(&full).unwrap(), name);
         }
     }
+    let identities = identities(sandbox);
     let mut out = Vec::new();
     for (name, root) in roots(sandbox) {
         // The root's own mode matters too (the helpers refuse an open one).
@@ -155,7 +160,10 @@ pub fn record(sandbox: &Sandbox, port: u16, path: &Path) {
                 let bytes = fs::read(&full).unwrap();
                 let content = match copies.get(&bytes) {
                     Some(copy) => format!("<copy of {copy}>"),
-                    None => placeholders(&String::from_utf8_lossy(&bytes)),
+                    None => bind_identities(
+                        &placeholders(&String::from_utf8_lossy(&bytes)),
+                        &identities,
+                    ),
                 };
                 out.extend(format!("@@ file {mode:o} {} {entry}\n", content.len()).into_bytes());
                 out.extend(content.into_bytes());
@@ -198,6 +206,7 @@ pub fn replay(sandbox: &Sandbox, port: u16, path: &Path) {
     };
     let mut releases = Vec::new();
     let mut directories = Vec::new();
+    let mut bound = Vec::new();
     let mut at = 0;
     while at < text.len() {
         let end = text[at..].iter().position(|byte| *byte == b'\n').unwrap() + at;
@@ -230,12 +239,20 @@ pub fn replay(sandbox: &Sandbox, port: u16, path: &Path) {
                 fs::create_dir_all(target.parent().unwrap()).unwrap();
                 fs::write(&target, fill(&content)).unwrap();
                 fs::set_permissions(&target, fs::Permissions::from_mode(mode)).unwrap();
+                if content.contains(INODE_OF) {
+                    bound.push(target);
+                }
             }
             other => panic!("{}: unknown entry {other}", path.display()),
         }
     }
     for release in &releases {
         complete_release(release);
+    }
+    // Identities once every entry exists (rewriting keeps a file's inode).
+    for file in &bound {
+        let text = fs::read_to_string(file).unwrap();
+        fs::write(file, fill_identities(&text, &target_of)).unwrap();
     }
     // Modes last: a directory the archive made private is filled first.
     for (directory, mode) in directories.iter().rev() {
@@ -356,6 +373,94 @@ fn replace_whole(text: &str, literal: &str, name: &str) -> String {
             out.push_str(name);
         }
         rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What a recorded `"inode": N` of an archived entry becomes: the entry's name.
+const INODE_OF: &str = "\"<inode of ";
+
+/// Each archived entry by its (device, inode), named `root/relative`.
+fn identities(sandbox: &Sandbox) -> std::collections::HashMap<(u64, u64), String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut map = std::collections::HashMap::new();
+    for (name, root) in roots(sandbox) {
+        let entries = std::iter::once(PathBuf::new()).chain(walk(&root));
+        for relative in entries {
+            let shown = relative.to_string_lossy().into_owned();
+            if !shown.is_empty() && left_out(name, &shown) {
+                continue;
+            }
+            if let Ok(info) = fs::symlink_metadata(root.join(&relative)) {
+                map.insert((info.dev(), info.ino()), format!("{name}/{shown}"));
+            }
+        }
+    }
+    map
+}
+
+/// `text` with each `"device": D, "inode": N` pair (a binding the helpers
+/// check against the live directory) of an archived entry as
+/// `"device": "<device>", "inode": "<inode of ENTRY>"`.
+fn bind_identities(
+    text: &str,
+    identities: &std::collections::HashMap<(u64, u64), String>,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("\"device\": ") {
+        let number_at = at + "\"device\": ".len();
+        let device: String = rest[number_at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let after_device = &rest[number_at + device.len()..];
+        let gap: String = after_device
+            .chars()
+            .take_while(|c| *c == ',' || c.is_whitespace())
+            .collect();
+        let after_gap = &after_device[gap.len()..];
+        let inode: String = after_gap
+            .strip_prefix("\"inode\": ")
+            .map(|tail| tail.chars().take_while(char::is_ascii_digit).collect())
+            .unwrap_or_default();
+        let known = device
+            .parse()
+            .ok()
+            .zip(inode.parse().ok())
+            .and_then(|key| identities.get(&key));
+        out.push_str(&rest[..at]);
+        match known {
+            Some(entry) => {
+                out.push_str(&format!(
+                    "\"device\": \"<device>\"{gap}\"inode\": {INODE_OF}{entry}>\""
+                ));
+                rest = &after_gap["\"inode\": ".len() + inode.len()..];
+            }
+            None => {
+                out.push_str("\"device\": ");
+                rest = &rest[number_at..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The reverse of [`bind_identities`] on the replayed entries.
+fn fill_identities(text: &str, target_of: &dyn Fn(&str) -> PathBuf) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(INODE_OF) {
+        let end = rest[at..].find(">\"").expect("a closed identity") + at;
+        let entry = &rest[at + INODE_OF.len()..end];
+        let info = fs::symlink_metadata(target_of(entry))
+            .unwrap_or_else(|err| panic!("the replayed {entry}: {err}"));
+        out.push_str(&rest[..at].replace("\"<device>\"", &info.dev().to_string()));
+        out.push_str(&info.ino().to_string());
+        rest = &rest[end + 2..];
     }
     out.push_str(rest);
     out
