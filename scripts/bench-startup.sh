@@ -32,10 +32,15 @@ command -v python3 >/dev/null || { echo "bench-startup: python3 is required" >&2
 
 cd "$ROOT"
 BINARIES=(uninstall update-runner update-handoff execution-activation execution-manage)
-bash "$ROOT/scripts/build-release.sh"
+bash "$ROOT/scripts/build-release.sh" >/dev/null
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-RELEASE="$TARGET_DIR/release"
+case "$(uname -s)/$(uname -m)" in
+  Linux/aarch64) HOST_TARGET=aarch64-unknown-linux-gnu ;;
+  *) HOST_TARGET=x86_64-unknown-linux-gnu ;;
+esac
+# The shipped binaries for this machine, as scripts/build-release.sh builds them.
+RELEASE="$TARGET_DIR/dist/$HOST_TARGET"
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT

@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """The file work of the drop-in migration kit (run it through scripts/migration-kit.sh).
 
-Puts the five Rust helpers into an unpacked AgentsServer release so that every
-caller keeps using the same files:
+Puts the Rust helpers, built for every platform found in a dist folder, into
+an unpacked AgentsServer release so that every caller keeps using the same
+files, and so that no host is worse off than before:
 
-- adds the binaries beside install.sh (mode 0755) and the manifest
-  rust-helpers.json (their sha256, and what was changed);
-- inserts a launcher into each Python entry point (execution_activation.py,
-  execution_manage.py, update_runner.py, execution_uninstall.py): run as a
-  program, the module execs the binary beside it; imported, it is unchanged;
-- replaces uninstall.sh with a wrapper that execs the `uninstall` binary;
-- appends the six new names to install.sh's RELEASE_FILES list and the five
+- adds each platform's five binaries beside install.sh as
+  `<binary>-<platform>` (mode 0755), and the manifest rust-helpers.json (their
+  sha256, size and mode, and what was changed);
+- inserts a launcher into each entry point (execution_activation.py,
+  execution_manage.py, update_runner.py, execution_uninstall.py right after
+  `from __future__ import annotations`; uninstall.sh right after its `#!`
+  line). Run as a program, the launcher execs the binary built for this host
+  (`uname` system and machine, the binary's header, the host's glibc or macOS
+  version and the execute bit are checked first, because a failed load after
+  exec could not fall back); where no binary fits or exec fails, the original
+  code below the launcher runs unchanged. Imported, a module is unchanged;
+- appends the staged names to install.sh's RELEASE_FILES list and the
   binaries to its `chmod 755` list, so every runtime install.sh stages gets
   them, executable.
 
@@ -30,16 +36,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from release_platforms import BINARIES, BY_TARGET, GLIBC_LOADERS, PLATFORMS, header_platform  # noqa: E402
+
 PROGRAM = "migration-kit"
 HELPERS_RELEASE = "1.0.7-beta.5"
 MANIFEST_NAME = "rust-helpers.json"
-MANIFEST_FORMAT = 1
-BINARIES = ("uninstall", "update-runner", "update-handoff", "execution-activation", "execution-manage")
-# Appended to install.sh's RELEASE_FILES, in this order.
-ADDED_RELEASE_FILES = BINARIES + (MANIFEST_NAME,)
+MANIFEST_FORMAT = 2
 
-# sha256 of the 1.0.7-beta.5 sources the binaries are ports of (the project's
-# seeds). The seeds elide update_runner.py's npm registry host, so that one
+# sha256 of the 1.0.7-beta.5 sources the binaries are ports of (the
+# originals). They elide update_runner.py's npm registry host, so that one
 # line is compared with its host masked (see recognised_digest).
 PORTED_SOURCES = {
     "execution_activation.py": "487d25adf33dd5d0b55a2a8bf27bdf9d6c80e8a1070a0ab6f810e9ef2de73388",
@@ -51,14 +57,16 @@ PORTED_SOURCES = {
 NPM_REGISTRY_LINE = re.compile(rb'^(NPM_REGISTRY_BASE = "https://)[^/"\n]+(/@agentsdock/server/-/")$', re.M)
 NPM_REGISTRY_MASK = rb"\1<npm-registry-host>\2"
 
-# The Python modules that are program entry points, and the binary each runs.
-# execution_uninstall.py is not among the seeds: it is recognised by shape only.
+# The entry points, and the binary each runs. execution_uninstall.py is not
+# among the originals the binaries port: it is recognised by shape only.
 LAUNCHERS = {
     "execution_activation.py": "execution-activation",
     "execution_manage.py": "execution-manage",
     "update_runner.py": "update-runner",
     "execution_uninstall.py": "uninstall",
+    "uninstall.sh": "uninstall",
 }
+SHELL_ENTRY_POINTS = ("uninstall.sh",)
 # Imported by the server and the other modules, never run: checked, kept as is.
 IMPORTED_ONLY = ("update_handoff.py",)
 ENTRY_POINTS = {
@@ -68,75 +76,168 @@ ENTRY_POINTS = {
     "execution_uninstall.py": b'\nif __name__ == "__main__":\n    raise SystemExit(main())\n',
 }
 FUTURE_LINE = b"from __future__ import annotations\n"
+SHEBANG_LINE = b"#!/usr/bin/env bash\n"
+START_MARKER = b"# --- rust-helpers launcher (added by scripts/migration-kit.sh) ---\n"
+END_MARKER = b"# --- end rust-helpers launcher ---\n"
 
 INSTALL_SCRIPT = "install.sh"
-UNINSTALL_SCRIPT = "uninstall.sh"
 RELEASE_FILES_LINE = re.compile(rb"^RELEASE_FILES=\(([^()\n]*)\)$", re.M)
 CHMOD_LINE = re.compile(rb'^chmod 755 ("\$STAGE_DIR/[^\n]*")$', re.M)
 # The staging loop body that copies every RELEASE_FILES entry flat into a stage.
 STAGE_COPY_LINE = re.compile(rb'^[ \t]*install -m 644 "\$SOURCE_DIR/\$name" "\$STAGE_DIR/\$name"$', re.M)
 # Names install.sh must already stage for the migrated release to work.
-REQUIRED_RELEASE_FILES = tuple(LAUNCHERS) + IMPORTED_ONLY + (INSTALL_SCRIPT, UNINSTALL_SCRIPT)
-REQUIRED_EXECUTABLES = ("update_runner.py", UNINSTALL_SCRIPT)
+REQUIRED_RELEASE_FILES = tuple(LAUNCHERS) + IMPORTED_ONLY + (INSTALL_SCRIPT,)
+REQUIRED_EXECUTABLES = ("update_runner.py", "uninstall.sh")
 CHMOD_ANCHOR = b'"$STAGE_DIR/update_runner.py"'
+# Every name the kit may have added to RELEASE_FILES.
+KIT_NAMES = {platform.staged_name(binary) for platform in PLATFORMS for binary in BINARIES} | {MANIFEST_NAME}
 
 
 class Refusal(Exception):
     """The release is not one the kit recognises, or a write could not be verified."""
 
 
-def launcher(binary: str) -> bytes:
-    """The block inserted right after the module's `from __future__` line."""
-    return (
-        "\n"
-        "# --- rust-helpers launcher (added by scripts/migration-kit.sh) ---\n"
-        "# Run as a program (`python <this file> ...` or `python -m <module> ...`),\n"
-        "# this release hands the whole command to the Rust helper `@BINARY@`\n"
-        "# beside this file: the same arguments (argv[0] stays this file's path),\n"
-        "# environment, open descriptors and ignored signals. Importing the module\n"
-        "# is unaffected; the Python entry point at the end is no longer reached.\n"
-        'if __name__ == "__main__":\n'
-        "    import os\n"
-        "    import sys\n"
-        "\n"
-        '    _helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "@BINARY@")\n'
-        "    try:\n"
-        "        os.execv(_helper, sys.argv)\n"
-        "    except OSError as _error:\n"
-        '        sys.stderr.write("%s: cannot run %s: %s\\n" % (os.path.basename(sys.argv[0]), _helper, _error))\n'
-        "        raise SystemExit(1)\n"
-        "# --- end rust-helpers launcher ---\n"
-    ).replace("@BINARY@", binary).encode("ascii")
+PYTHON_LAUNCHER = '''
+# Run as a program (`python <this file> ...` or `python -m <module> ...`),
+# this release hands the whole command to the Rust helper built for this host
+# (`@BINARY@-<platform>` beside this file): the same arguments (argv[0] stays
+# this file's path), environment, open descriptors and ignored signals. Where
+# none fits this host (another system or CPU, an older glibc or macOS, a file
+# missing, damaged or not executable) or exec fails, the original code below
+# runs unchanged. Importing the module is unaffected.
+if __name__ == "__main__":
+    def _rust_helper_launch(binary, platforms):
+        import os
+        import sys
+
+        host = os.uname()
+        fit = platforms.get((host.sysname, host.machine))
+        if fit is None:
+            return
+        tag, header, minimum = fit
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), binary + "-" + tag)
+        try:
+            with open(path, "rb") as stream:
+                head = stream.read(64)
+            if not os.access(path, os.X_OK):
+                return
+            if minimum[0] == "glibc":
+                if not os.path.exists(minimum[2]):
+                    return
+                found = os.confstr("CS_GNU_LIBC_VERSION").split()
+                if found[0] != "glibc" or tuple(int(part) for part in found[1].split(".")[:2]) < minimum[1]:
+                    return
+            elif int(host.release.split(".")[0]) < minimum[1]:
+                return
+        except (OSError, ValueError, AttributeError, IndexError):
+            return
+        if any(head[offset:offset + len(expected)] != expected for offset, expected in header):
+            return
+        try:
+            os.execv(path, sys.argv)
+        except OSError:
+            return
+
+    _rust_helper_launch("@BINARY@", @PLATFORMS@)
+    del _rust_helper_launch
+'''
+
+SHELL_LAUNCHER = '''\
+# Run as a program, this release hands the whole command to the Rust helper
+# `@BINARY@-<platform>` beside this script that is built for this host: the
+# same arguments, environment, terminal and exit codes, with this script's
+# path as argv[0]. Where none fits this host (another system or CPU, an older
+# glibc or macOS, a file missing, damaged or not executable) or exec fails,
+# the original script below runs unchanged.
+_rust_helper_launch() {
+  local tag binary head version major minor
+  case "$(uname -s 2>/dev/null)/$(uname -m 2>/dev/null)" in
+@SYSTEMS@
+    *) return 0 ;;
+  esac
+  binary="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" 2>/dev/null && pwd -P)/@BINARY@-$tag" || return 0
+  [[ -f "$binary" && -x "$binary" ]] || return 0
+  head="$(od -An -tx1 -N20 -- "$binary" 2>/dev/null | tr -d ' \\n')" || return 0
+  case "$tag" in
+@HEADERS@
+  esac
+  case "$tag" in
+    linux-*)
+      version="$(getconf GNU_LIBC_VERSION 2>/dev/null)" || return 0
+      [[ "$version" =~ ^glibc\\ ([0-9]+)\\.([0-9]+) ]] || return 0
+      major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}"
+      ;;
+    *)
+      version="$(uname -r 2>/dev/null)" || return 0
+      [[ "$version" =~ ^([0-9]+) ]] || return 0
+      major="${BASH_REMATCH[1]}" minor=0
+      ;;
+  esac
+  case "$tag" in
+@MINIMUMS@
+  esac
+  shopt -s execfail
+  exec -a "$0" "$binary" "$@"
+  shopt -u execfail
+}
+_rust_helper_launch "$@"
+unset -f _rust_helper_launch
+'''
 
 
-def uninstall_wrapper() -> bytes:
-    """The uninstall.sh that replaces the script: same options, environment and exit codes."""
-    return (
-        "#!/usr/bin/env bash\n"
-        "# AgentsServer uninstaller (added by scripts/migration-kit.sh).\n"
-        "#\n"
-        "# The `uninstall` binary beside this script is the port of the original\n"
-        "# uninstall.sh and of execution_uninstall.py: the same options (--yes,\n"
-        "# --purge-state, -h/--help), the same environment (HOME,\n"
-        "# AGENTS_SERVER_INSTALL_DIR, AGENTS_SERVER_CONFIG_DIR, AGENTSDOCK_STATE_DIR,\n"
-        "# AGENTS_SERVER_STATE_DIR, ZENITHBOT_AGENT_DIR), prompts on this terminal,\n"
-        "# output and exit codes. exec keeps stdin, the environment and this\n"
-        "# script's path as argv[0].\n"
-        "set -euo pipefail\n"
-        'uninstall_binary="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)/uninstall"\n'
-        'if [[ ! -f "$uninstall_binary" || ! -x "$uninstall_binary" ]]; then\n'
-        '  echo "The AgentsServer uninstall helper $uninstall_binary is unavailable; nothing was changed." >&2\n'
-        "  exit 1\n"
-        "fi\n"
-        'exec -a "$0" "$uninstall_binary" "$@"\n'
-    ).encode("ascii")
+def header_checks(platform):
+    """(offset, bytes) pairs a binary's first bytes must hold: format, class, byte order, CPU, kind."""
+    if platform.binary_format == "elf":
+        return ((0, b"\x7fELF\x02\x01"), (18, platform.machine_code.to_bytes(2, "little")))
+    return ((0, b"\xcf\xfa\xed\xfe" + platform.machine_code.to_bytes(4, "little")), (12, b"\x02\x00\x00\x00"))
 
 
-def sha256(data: bytes) -> str:
+def minimum_check(platform):
+    """What the launcher checks: glibc's (major, minor) and the loader, or Darwin's kernel major."""
+    if platform.binary_format == "elf":
+        return ("glibc", platform.minimum, GLIBC_LOADERS[platform.tag])
+    return ("darwin", platform.kernel_major, None)
+
+
+def python_launcher(binary, platforms):
+    table = "{\n%s    }" % "".join(
+        "        (%r, %r): (%r, %r, %r),\n" % (p.system, p.machine, p.tag, header_checks(p), minimum_check(p))
+        for p in platforms)
+    body = PYTHON_LAUNCHER.replace("@BINARY@", binary).replace("@PLATFORMS@", table)
+    return b"\n" + START_MARKER + body.lstrip("\n").encode("ascii") + END_MARKER
+
+
+def shell_launcher(binary, platforms):
+    systems, headers, minimums = [], [], []
+    for p in platforms:
+        systems.append("    %s/%s) tag=%s ;;" % (p.system, p.machine, p.tag))
+        tests = " && ".join('"${head:%d:%d}" == %s' % (2 * offset, 2 * len(expected), expected.hex())
+                            for offset, expected in header_checks(p))
+        headers.append("    %s) [[ %s ]] || return 0 ;;" % (p.tag, tests))
+        kind, minimum, loader = minimum_check(p)
+        if kind == "glibc":
+            condition = "[[ -e %s ]] && ((major > %d || (major == %d && minor >= %d)))" % (
+                loader, minimum[0], minimum[0], minimum[1])
+        else:
+            condition = "((major >= %d))" % minimum
+        minimums.append("    %s) %s || return 0 ;;" % (p.tag, condition))
+    body = (SHELL_LAUNCHER.replace("@BINARY@", binary).replace("@SYSTEMS@", "\n".join(systems))
+            .replace("@HEADERS@", "\n".join(headers)).replace("@MINIMUMS@", "\n".join(minimums)))
+    return START_MARKER + body.encode("ascii") + END_MARKER
+
+
+def launcher(name, platforms):
+    """The exact text the kit inserts into entry point `name`."""
+    if name in SHELL_ENTRY_POINTS:
+        return shell_launcher(LAUNCHERS[name], platforms)
+    return python_launcher(LAUNCHERS[name], platforms)
+
+
+def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def recognised_digest(name: str, data: bytes) -> str:
+def recognised_digest(name, data):
     """The digest compared with PORTED_SOURCES (update_runner.py's registry host masked)."""
     if name == "update_runner.py":
         masked, count = NPM_REGISTRY_LINE.subn(NPM_REGISTRY_MASK, data)
@@ -146,7 +247,7 @@ def recognised_digest(name: str, data: bytes) -> str:
     return sha256(data)
 
 
-def read_regular(path: str, what: str) -> tuple:
+def read_regular(path, what):
     """Bytes and permission bits of a regular, non-symlink file."""
     try:
         info = os.lstat(path)
@@ -158,8 +259,12 @@ def read_regular(path: str, what: str) -> tuple:
         return stream.read(), stat.S_IMODE(info.st_mode)
 
 
-def future_line_end(name: str, data: bytes) -> int:
-    """Where the launcher goes: right after the single `from __future__` line."""
+def insertion_point(name, data):
+    """Where the launcher goes: after the single `from __future__` line, or after the `#!` line."""
+    if name in SHELL_ENTRY_POINTS:
+        if not data.startswith(SHEBANG_LINE):
+            raise Refusal("%s does not start with %r" % (name, SHEBANG_LINE.decode("ascii")))
+        return len(SHEBANG_LINE)
     starts = [match.start() for match in re.finditer(re.escape(FUTURE_LINE), data)
               if match.start() == 0 or data[match.start() - 1:match.start()] == b"\n"]
     if len(starts) != 1:
@@ -167,20 +272,27 @@ def future_line_end(name: str, data: bytes) -> int:
     return starts[0] + len(FUTURE_LINE)
 
 
-def original_module(name: str, data: bytes):
-    """The original module text of `data`, and whether `data` already carries the launcher."""
-    block = launcher(LAUNCHERS[name])
-    if data.count(block) == 0:
-        original, migrated = data, False
-    elif data.count(block) == 1:
-        at = data.index(block)
-        original, migrated = data[:at] + data[at + len(block):], True
-        if future_line_end(name, original) != at:
-            raise Refusal("%s carries the launcher in an unexpected place" % name)
-    else:
-        raise Refusal("%s carries the launcher more than once" % name)
-    future_line_end(name, original)
-    if not original.endswith(ENTRY_POINTS[name]):
+def without_launcher(name, data):
+    """`data` with the kit's launcher removed, and whether it had one."""
+    if data.count(START_MARKER) == 0 and data.count(END_MARKER) == 0:
+        return data, False
+    if data.count(START_MARKER) != 1 or data.count(END_MARKER) != 1:
+        raise Refusal("%s carries the launcher more than once, or only in part" % name)
+    start = data.index(START_MARKER)
+    end = data.index(END_MARKER) + len(END_MARKER)
+    if name not in SHELL_ENTRY_POINTS:
+        start -= 1  # the blank line the kit puts before the block
+    original = data[:start] + data[end:]
+    if end < start or insertion_point(name, original) != start:
+        raise Refusal("%s carries the launcher in an unexpected place" % name)
+    return original, True
+
+
+def original_entry_point(name, data):
+    """The original text of entry point `name` in `data`, and whether `data` is already migrated."""
+    original, migrated = without_launcher(name, data)
+    insertion_point(name, original)
+    if name in ENTRY_POINTS and not original.endswith(ENTRY_POINTS[name]):
         raise Refusal("%s does not end with its expected `__main__` entry point" % name)
     if b"\r" in original:
         raise Refusal("%s has carriage returns; the kit only edits LF sources" % name)
@@ -190,18 +302,25 @@ def original_module(name: str, data: bytes):
     return original, migrated
 
 
-def migrated_module(name: str, original: bytes) -> bytes:
-    at = future_line_end(name, original)
-    return original[:at] + launcher(LAUNCHERS[name]) + original[at:]
+def migrated_entry_point(name, original, platforms):
+    at = insertion_point(name, original)
+    return original[:at] + launcher(name, platforms) + original[at:]
 
 
-def install_script_plan(data: bytes):
+def split_list(words, kit_word):
+    """(the original words, the kit's trailing words) of a RELEASE_FILES or chmod list."""
+    end = len(words)
+    while end > 0 and kit_word(words[end - 1]):
+        end -= 1
+    return words[:end], words[end:]
+
+
+def install_script_plan(data, staged_names, staged_binaries):
     """(original install.sh, migrated install.sh, already migrated?) after checking its shape."""
     release_lines = list(RELEASE_FILES_LINE.finditer(data))
     # install.sh has other `chmod 755 "$STAGE_DIR/..."` lines (directories):
     # the one to extend is the one that makes update_runner.py executable.
-    chmod_lines = [line for line in CHMOD_LINE.finditer(data)
-                   if CHMOD_ANCHOR in line.group(1).split()]
+    chmod_lines = [line for line in CHMOD_LINE.finditer(data) if CHMOD_ANCHOR in line.group(1).split()]
     if len(release_lines) != 1:
         raise Refusal("install.sh does not have exactly one `RELEASE_FILES=(...)` line (found %d)"
                       % len(release_lines))
@@ -212,15 +331,14 @@ def install_script_plan(data: bytes):
         raise Refusal("install.sh does not copy each RELEASE_FILES entry into the stage with mode 644")
     names = [word.decode("ascii", "replace") for word in release_lines[0].group(1).split()]
     paths = [word.decode("ascii", "replace") for word in chmod_lines[0].group(1).split()]
-    added_paths = ['"$STAGE_DIR/%s"' % name for name in BINARIES]
-    names_migrated = names[-len(ADDED_RELEASE_FILES):] == list(ADDED_RELEASE_FILES)
-    paths_migrated = paths[-len(BINARIES):] == added_paths
-    if names_migrated != paths_migrated:
+    base_names, kit_names = split_list(names, lambda word: word in KIT_NAMES)
+    base_paths, kit_paths = split_list(
+        paths, lambda word: word.startswith('"$STAGE_DIR/') and word[12:-1] in KIT_NAMES)
+    added_paths = ['"$STAGE_DIR/%s"' % name for name in staged_binaries]
+    if bool(kit_names) != bool(kit_paths):
         raise Refusal("install.sh is only partly migrated (RELEASE_FILES and its chmod 755 list disagree)")
-    base_names = names[:-len(ADDED_RELEASE_FILES)] if names_migrated else names
-    base_paths = paths[:-len(BINARIES)] if paths_migrated else paths
-    for name in ADDED_RELEASE_FILES:
-        if name in base_names:
+    for name in base_names:
+        if name in KIT_NAMES:
             raise Refusal("install.sh already lists %s in an unexpected place" % name)
     for name in REQUIRED_RELEASE_FILES:
         if name not in base_names:
@@ -228,36 +346,138 @@ def install_script_plan(data: bytes):
     for name in REQUIRED_EXECUTABLES:
         if '"$STAGE_DIR/%s"' % name not in base_paths:
             raise Refusal("install.sh does not make %s executable in the stage" % name)
-    release_line = release_lines[0]
-    chmod_line = chmod_lines[0]
-    original_release = b"RELEASE_FILES=(" + " ".join(base_names).encode("ascii") + b")"
-    original_chmod = b"chmod 755 " + " ".join(base_paths).encode("ascii")
-    migrated_release = b"RELEASE_FILES=(" + " ".join(base_names + list(ADDED_RELEASE_FILES)).encode("ascii") + b")"
-    migrated_chmod = b"chmod 755 " + " ".join(base_paths + added_paths).encode("ascii")
-    if (release_line.group(0) != (migrated_release if names_migrated else original_release)
-            or chmod_line.group(0) != (migrated_chmod if paths_migrated else original_chmod)):
+    release_line, chmod_line = release_lines[0], chmod_lines[0]
+
+    def lines(release_words, chmod_words):
+        return (b"RELEASE_FILES=(" + " ".join(release_words).encode("ascii") + b")",
+                b"chmod 755 " + " ".join(chmod_words).encode("ascii"))
+
+    if (release_line.group(0), chmod_line.group(0)) != lines(names, paths):
         raise Refusal("install.sh's RELEASE_FILES or chmod 755 line is not a plain space-separated list")
 
-    def with_lines(release: bytes, chmod: bytes) -> bytes:
+    def with_lines(release, chmod):
         first, second = sorted([(release_line, release), (chmod_line, chmod)], key=lambda item: item[0].start())
         return (data[:first[0].start()] + first[1] + data[first[0].end():second[0].start()]
                 + second[1] + data[second[0].end():])
 
-    original = with_lines(original_release, original_chmod)
-    migrated = with_lines(migrated_release, migrated_chmod)
-    return original, migrated, names_migrated
+    original = with_lines(*lines(base_names, base_paths))
+    migrated = with_lines(*lines(base_names + staged_names, base_paths + added_paths))
+    return original, migrated, bool(kit_names)
 
 
-def check_binary(path: str, name: str) -> bytes:
-    data, mode = read_regular(path, "the %s binary" % name)
-    if not data.startswith(b"\x7fELF"):
-        raise Refusal("the %s binary is not an ELF executable: %s" % (name, path))
+def dist_platforms(dist):
+    """The platforms whose folders `dist` holds, in the kit's order."""
+    if not os.path.isdir(dist):
+        raise Refusal("not a dist directory: %s" % dist)
+    folders = sorted(os.listdir(dist))
+    unknown = [folder for folder in folders if folder not in BY_TARGET]
+    if unknown:
+        raise Refusal("%s holds %s, which is not a supported target (supported: %s)"
+                      % (dist, ", ".join(unknown), ", ".join(p.target for p in PLATFORMS)))
+    platforms = [p for p in PLATFORMS if p.target in folders]
+    if not platforms:
+        raise Refusal("%s holds no platform folder (%s)" % (dist, ", ".join(p.target for p in PLATFORMS)))
+    return platforms
+
+
+def check_binary(path, binary, platform):
+    data, mode = read_regular(path, "the %s binary for %s" % (binary, platform.target))
     if not mode & 0o100:
-        raise Refusal("the %s binary is not executable: %s" % (name, path))
+        raise Refusal("the %s binary for %s is not executable: %s" % (binary, platform.target, path))
+    found = header_platform(data[:64])
+    if found is not platform:
+        raise Refusal("the %s binary for %s is %s: %s" % (
+            binary, platform.target, "built for %s" % found.target if found else "not an executable of any "
+            "supported platform", path))
     return data
 
 
-def atomic_write(path: str, data: bytes, mode: int) -> None:
+def binary_writes(release, dist, platforms):
+    """The binaries to stage and their manifest entries."""
+    writes, manifest = [], {}
+    for platform in platforms:
+        entries = {}
+        for binary in BINARIES:
+            data = check_binary(os.path.join(dist, platform.target, binary), binary, platform)
+            name = platform.staged_name(binary)
+            target = os.path.join(release, name)
+            if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
+                raise Refusal("%s exists and is not a regular file" % target)
+            writes.append((name, data, 0o755, "binary    %s  sha256 %s" % (name, sha256(data))))
+            entries[name] = {"mode": "0755", "sha256": sha256(data), "size": len(data)}
+        manifest[platform.tag] = {"target": platform.target, "requires": "%s %s, %s" % (
+            platform.system, platform.machine, platform.requirement()), "binaries": entries}
+    staged = {name for name, _data, _mode, _summary in writes}
+    stale = sorted(name for name in KIT_NAMES - staged - {MANIFEST_NAME}
+                   if os.path.lexists(os.path.join(release, name)))
+    if stale:
+        raise Refusal("%s already carries %s, which this run does not stage; migrate the unpacked release "
+                      "again from its archive" % (release, ", ".join(stale)))
+    return writes, manifest
+
+
+def entry_point_writes(release, platforms):
+    writes, files = [], {}
+    for name, binary in LAUNCHERS.items():
+        data, mode = read_regular(os.path.join(release, name), name)
+        original, migrated = original_entry_point(name, data)
+        result = migrated_entry_point(name, original, platforms)
+        writes.append((name, result, mode, "launcher  %s -> %s%s" % (
+            name, binary, " (already)" if migrated and result == data else "")))
+        files[name] = {"change": "launcher", "runs": binary,
+                       "original_sha256": sha256(original), "sha256": sha256(result)}
+    for name in IMPORTED_ONLY:
+        data, _mode = read_regular(os.path.join(release, name), name)
+        if recognised_digest(name, data) != PORTED_SOURCES[name]:
+            raise Refusal("%s is not the %s source the Rust helper ports" % (name, HELPERS_RELEASE))
+        files[name] = {"change": "none", "sha256": sha256(data)}
+    return writes, files
+
+
+def manifest_bytes(platforms, files):
+    value = {"format": MANIFEST_FORMAT, "helpers_release": HELPERS_RELEASE, "platforms": platforms, "files": files}
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("ascii")
+
+
+def plan(release, dist):
+    """Every write the migration needs, as (name, bytes, mode, summary); writes nothing."""
+    if not os.path.isdir(release) or os.path.islink(release):
+        raise Refusal("not a release directory: %s" % release)
+    if os.path.lexists(os.path.join(release, ".venv")):
+        raise Refusal("%s holds a .venv, so it is an installed runtime; migrate the unpacked release "
+                      "before install.sh stages it" % release)
+    platforms = dist_platforms(dist)
+    writes, manifest_platforms = binary_writes(release, dist, platforms)
+    staged_binaries = [name for name, _data, _mode, _summary in writes]
+    launcher_writes, files = entry_point_writes(release, platforms)
+    writes += launcher_writes
+    data, mode = read_regular(os.path.join(release, INSTALL_SCRIPT), INSTALL_SCRIPT)
+    staged_names = staged_binaries + [MANIFEST_NAME]
+    original, result, migrated = install_script_plan(data, staged_names, staged_binaries)
+    writes.append((INSTALL_SCRIPT, result, mode,
+                   "staged    install.sh lists the binaries in RELEASE_FILES and chmod 755%s"
+                   % (" (already)" if migrated and result == data else "")))
+    files[INSTALL_SCRIPT] = {"change": "release-files", "added": staged_names,
+                             "original_sha256": sha256(original), "sha256": sha256(result)}
+    writes.append((MANIFEST_NAME, manifest_bytes(manifest_platforms, files), 0o644,
+                   "manifest  %s" % MANIFEST_NAME))
+    return platforms, writes
+
+
+def check_manifest_target(release):
+    path = os.path.join(release, MANIFEST_NAME)
+    if not os.path.lexists(path):
+        return
+    data, _mode = read_regular(path, MANIFEST_NAME)
+    try:
+        value = json.loads(data)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or value.get("format") != MANIFEST_FORMAT:
+        raise Refusal("%s exists but is not a migration kit manifest" % path)
+
+
+def atomic_write(path, data, mode):
     """Writes a sibling temporary file, fsyncs it and renames it over `path`."""
     directory, name = os.path.split(path)
     descriptor, temporary = tempfile.mkstemp(prefix=".%s." % name, suffix=".rust-helpers.tmp", dir=directory)
@@ -276,7 +496,7 @@ def atomic_write(path: str, data: bytes, mode: int) -> None:
         raise
 
 
-def fsync_directory(path: str) -> None:
+def fsync_directory(path):
     descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(descriptor)
@@ -284,138 +504,75 @@ def fsync_directory(path: str) -> None:
         os.close(descriptor)
 
 
-def manifest_bytes(binaries: dict, files: dict) -> bytes:
-    value = {
-        "format": MANIFEST_FORMAT,
-        "helpers_release": HELPERS_RELEASE,
-        "binaries": binaries,
-        "files": files,
-    }
-    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("ascii")
+def host_platform():
+    """The shipped platform of this machine (the kit's own check of what it built), or None."""
+    host = os.uname()
+    return next((p for p in PLATFORMS if (p.system, p.machine) == (host.sysname, host.machine)), None)
 
 
-def plan(release: str, binaries_dir: str) -> list:
-    """Every write the migration needs, as (name, bytes, mode, summary); writes nothing."""
-    if not os.path.isdir(release) or os.path.islink(release):
-        raise Refusal("not a release directory: %s" % release)
-    if os.path.lexists(os.path.join(release, ".venv")):
-        raise Refusal("%s holds a .venv, so it is an installed runtime; migrate the unpacked release "
-                      "before install.sh stages it" % release)
-    writes = []
-    manifest_binaries = {}
-    manifest_files = {}
-    for name in BINARIES:
-        data = check_binary(os.path.join(binaries_dir, name), name)
-        target = os.path.join(release, name)
-        if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
-            raise Refusal("%s exists and is not a regular file" % target)
-        writes.append((name, data, 0o755, "binary    %s  sha256 %s" % (name, sha256(data))))
-        manifest_binaries[name] = {"mode": "0755", "sha256": sha256(data), "size": len(data)}
-    for name, binary in LAUNCHERS.items():
-        data, mode = read_regular(os.path.join(release, name), name)
-        original, migrated = original_module(name, data)
-        result = migrated_module(name, original)
-        if migrated and result != data:
-            raise Refusal("%s is not exactly its migrated form" % name)
-        writes.append((name, result, mode, "launcher  %s -> %s%s" % (name, binary, " (already)" if migrated else "")))
-        manifest_files[name] = {"change": "launcher", "runs": binary,
-                                "original_sha256": sha256(original), "sha256": sha256(result)}
-    for name in IMPORTED_ONLY:
-        data, _mode = read_regular(os.path.join(release, name), name)
-        if recognised_digest(name, data) != PORTED_SOURCES[name]:
-            raise Refusal("%s is not the %s source the Rust helper ports" % (name, HELPERS_RELEASE))
-        manifest_files[name] = {"change": "none", "sha256": sha256(data)}
-    data, mode = read_regular(os.path.join(release, UNINSTALL_SCRIPT), UNINSTALL_SCRIPT)
-    wrapper = uninstall_wrapper()
-    # The only original accepted is the pinned script, so its digest is known
-    # even when an interrupted run already replaced it.
-    if data == wrapper:
-        summary = "wrapper   uninstall.sh -> uninstall (already)"
-    elif recognised_digest(UNINSTALL_SCRIPT, data) == PORTED_SOURCES[UNINSTALL_SCRIPT]:
-        summary = "wrapper   uninstall.sh -> uninstall"
-    else:
-        raise Refusal("uninstall.sh is neither the %s script nor the kit's wrapper" % HELPERS_RELEASE)
-    writes.append((UNINSTALL_SCRIPT, wrapper, mode, summary))
-    manifest_files[UNINSTALL_SCRIPT] = {"change": "wrapper", "runs": "uninstall",
-                                        "original_sha256": PORTED_SOURCES[UNINSTALL_SCRIPT],
-                                        "sha256": sha256(wrapper)}
-    data, mode = read_regular(os.path.join(release, INSTALL_SCRIPT), INSTALL_SCRIPT)
-    original, result, migrated = install_script_plan(data)
-    writes.append((INSTALL_SCRIPT, result, mode,
-                   "staged    install.sh lists the binaries in RELEASE_FILES and chmod 755%s"
-                   % (" (already)" if migrated else "")))
-    manifest_files[INSTALL_SCRIPT] = {"change": "release-files", "added": list(ADDED_RELEASE_FILES),
-                                      "original_sha256": sha256(original), "sha256": sha256(result)}
-    writes.append((MANIFEST_NAME, manifest_bytes(manifest_binaries, manifest_files), 0o644,
-                   "manifest  %s" % MANIFEST_NAME))
-    return writes
-
-
-def check_manifest_target(release: str) -> None:
-    path = os.path.join(release, MANIFEST_NAME)
-    if not os.path.lexists(path):
-        return
-    data, _mode = read_regular(path, MANIFEST_NAME)
-    try:
-        value = json.loads(data)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or value.get("format") != MANIFEST_FORMAT:
-        raise Refusal("%s exists but is not a migration kit manifest" % path)
-
-
-def verify(release: str, writes: list) -> None:
-    """Re-reads every written file and proves the launchers compile and the binaries run."""
+def verify(release, writes):
+    """Re-reads every written file, proves the launchers parse and this host's binaries run."""
     for name, data, mode, _summary in writes:
         written, written_mode = read_regular(os.path.join(release, name), name)
         if written != data or written_mode != mode:
             raise Refusal("%s does not hold what the kit wrote" % name)
     for name in LAUNCHERS:
-        data, _mode = read_regular(os.path.join(release, name), name)
+        path = os.path.join(release, name)
+        if name in SHELL_ENTRY_POINTS:
+            result = subprocess.run(["bash", "-n", path], stderr=subprocess.PIPE, check=False)
+            if result.returncode != 0:
+                raise Refusal("%s does not parse after migration: %s" % (name, result.stderr.decode("utf-8", "replace")))
+            continue
         try:
-            compile(data, os.path.join(release, name), "exec", dont_inherit=True)
+            compile(read_regular(path, name)[0], path, "exec", dont_inherit=True)
         except SyntaxError as error:
             raise Refusal("%s does not compile after migration: %s" % (name, error)) from None
     with tempfile.TemporaryDirectory(prefix="migration-kit-home.") as home:
         environment = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C"}
-        for name in BINARIES:
-            result = subprocess.run([os.path.join(release, name), "--help"], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment,
-                                    cwd=home, check=False)
+        platform = host_platform()
+        staged = {name for name, _data, _mode, _summary in writes}
+        for binary in BINARIES if platform else ():
+            path = os.path.join(release, platform.staged_name(binary))
+            if os.path.basename(path) not in staged:
+                continue
+            result = subprocess.run([path, "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, env=environment, cwd=home, check=False)
             if result.returncode != 0:
                 raise Refusal("%s --help failed (%d): %s"
-                              % (name, result.returncode, result.stderr.decode("utf-8", "replace").strip()))
+                              % (path, result.returncode, result.stderr.decode("utf-8", "replace").strip()))
 
 
-def main(argv: list) -> int:
-    if len(argv) != 3 or argv[0] != "--binaries":
-        sys.stderr.write("usage: migration_kit.py --binaries DIR RELEASE_DIR\n")
+def migrate(release, dist):
+    check_manifest_target(release)
+    platforms, writes = plan(release, dist)
+    shipped = ", ".join(p.tag for p in platforms)
+    print("%s: migrating %s to the Rust helpers of AgentsServer %s" % (PROGRAM, release, HELPERS_RELEASE))
+    print("  platforms %s (any other host runs the Python originals)" % shipped)
+    # Binaries first and the manifest last: install.sh only lists the
+    # binaries once they exist, and the manifest describes a finished run.
+    for name, data, mode, summary in writes:
+        path = os.path.join(release, name)
+        try:
+            unchanged = read_regular(path, name) == (data, mode)
+        except Refusal:
+            unchanged = False
+        if not unchanged:
+            atomic_write(path, data, mode)
+        print("  %s" % summary)
+    fsync_directory(release)
+    verify(release, writes)
+    print("%s: verified %d files; see %s" % (PROGRAM, len(writes), MANIFEST_NAME))
+
+
+def main(argv):
+    if len(argv) != 3 or argv[0] != "--dist":
+        sys.stderr.write("usage: migration_kit.py --dist DIR RELEASE_DIR\n")
         return 2
-    binaries_dir, release = argv[1], os.path.abspath(argv[2])
     try:
-        check_manifest_target(release)
-        writes = plan(release, binaries_dir)
-        print("%s: migrating %s to the Rust helpers of AgentsServer %s" % (PROGRAM, release, HELPERS_RELEASE))
-        # Binaries first and the manifest last: install.sh only lists the
-        # binaries once they exist, and the manifest describes a finished run.
-        for name, data, mode, summary in writes:
-            path = os.path.join(release, name)
-            try:
-                unchanged = read_regular(path, name) == (data, mode)
-            except Refusal:
-                unchanged = False
-            if not unchanged:
-                atomic_write(path, data, mode)
-            print("  %s" % summary)
-        fsync_directory(release)
-        verify(release, writes)
-    except Refusal as refusal:
-        sys.stderr.write("%s: %s\n" % (PROGRAM, refusal))
-        return 1
-    except OSError as error:
+        migrate(os.path.abspath(argv[2]), argv[1])
+    except (Refusal, OSError) as error:
         sys.stderr.write("%s: %s\n" % (PROGRAM, error))
         return 1
-    print("%s: verified %d files; see %s" % (PROGRAM, len(writes), MANIFEST_NAME))
     return 0
 
 

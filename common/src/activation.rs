@@ -30,7 +30,9 @@ pub mod volume;
 
 pub use config::{config_path_matches_desired, config_staging_paths};
 pub use handoff::read_update_handoff;
-pub use invocation::{execution_context, validate_invocation, ActivationInvocation};
+pub use invocation::{
+    execution_context, execution_context_on, validate_invocation, ActivationInvocation,
+};
 pub use io::{
     read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,
     ACTIVATION_CONTROL_LIMIT,
@@ -45,5 +47,5 @@ pub use recovery::{
 pub use release::{link_state, locate_release, release_identity, release_matches};
 pub use volume::{
     check_binding, check_binding_on, directory_binding, directory_binding_on, volume_uuid,
-    SystemVolumes, VolumeProbe, VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE,
+    SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };

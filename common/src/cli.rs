@@ -345,16 +345,43 @@ fn clap_command(spec: &'static CommandSpec) -> Command {
 /// Name of the subcommand choice in messages (the seeds' `dest="command"`).
 pub(crate) const SUBCOMMAND_DEST: &str = "command";
 
-fn prog(top: &CommandSpec, spec: &CommandSpec) -> String {
-    if std::ptr::eq(top, spec) {
-        top.name.to_string()
-    } else {
-        format!("{} {}", top.name, spec.name)
+/// The command line being parsed: its spec and the program name argparse
+/// shows (`prog`, the base name of `sys.argv[0]`).
+#[derive(Clone, Copy)]
+struct Program<'a> {
+    top: &'static CommandSpec,
+    name: &'a str,
+}
+
+impl Program<'_> {
+    /// `prog` of the parser of `spec`: `name`, or `name sub` for a subcommand.
+    fn prog(&self, spec: &CommandSpec) -> String {
+        if std::ptr::eq(self.top, spec) {
+            self.name.to_string()
+        } else {
+            format!("{} {}", self.name, spec.name)
+        }
+    }
+
+    fn usage_error(&self, spec: &CommandSpec, message: &str) -> CommandLineExit {
+        CommandLineExit::Usage(text::usage_error(spec, &self.prog(spec), message))
     }
 }
 
-fn usage_error(top: &CommandSpec, spec: &CommandSpec, message: &str) -> CommandLineExit {
-    CommandLineExit::Usage(text::usage_error(spec, &prog(top, spec), message))
+/// `os.path.basename(sys.argv[0])`: what follows the last `/` (empty after a
+/// trailing one), the spec's own name when the process has no argv[0].
+fn program_name(top: &CommandSpec) -> String {
+    match std::env::args_os().next() {
+        Some(argv0) => {
+            let bytes = argv0.as_encoded_bytes();
+            let start = bytes
+                .iter()
+                .rposition(|byte| *byte == b'/')
+                .map_or(0, |at| at + 1);
+            String::from_utf8_lossy(&bytes[start..]).into_owned()
+        }
+        None => top.name.to_string(),
+    }
 }
 
 fn context_text(error: &clap::Error, kind: ContextKind) -> String {
@@ -376,10 +403,11 @@ fn argument_name(flag: &str) -> String {
 
 /// Renders clap's refusal as argparse words it.
 fn refusal(
-    top: &'static CommandSpec,
+    program: Program<'_>,
     canonical: &classify::Canonical,
     error: clap::Error,
 ) -> CommandLineExit {
+    let top = program.top;
     // clap names an option `--bind <bind>`; argparse names it `--bind`.
     let flag = context_text(&error, ContextKind::InvalidArg)
         .split(' ')
@@ -403,7 +431,7 @@ fn refusal(
     let message = match error.kind() {
         ErrorKind::DisplayHelp => {
             let spec = canonical.help_of.unwrap_or(top);
-            return CommandLineExit::Help(text::help(spec, &prog(top, spec)));
+            return CommandLineExit::Help(text::help(spec, &program.prog(spec)));
         }
         ErrorKind::ValueValidation if error.get(ContextKind::Custom).is_some() => {
             context_text(&error, ContextKind::Custom)
@@ -428,7 +456,7 @@ fn refusal(
         // Not reached through the classifying pass; kept readable anyway.
         kind => kind.as_str().unwrap_or("invalid arguments").to_string(),
     };
-    usage_error(top, owner, &message)
+    program.usage_error(owner, &message)
 }
 
 /// argparse's final check: every required argument of `spec` was given.
@@ -469,15 +497,29 @@ pub fn try_parse_command_line<S: AsRef<OsStr>>(
     top: &'static CommandSpec,
     words: &[S],
 ) -> std::result::Result<ParsedArgs, CommandLineExit> {
+    parse_words(
+        Program {
+            top,
+            name: top.name,
+        },
+        words,
+    )
+}
+
+fn parse_words<S: AsRef<OsStr>>(
+    program: Program<'_>,
+    words: &[S],
+) -> std::result::Result<ParsedArgs, CommandLineExit> {
+    let top = program.top;
     let words: Vec<OsString> = words
         .iter()
         .map(|word| word.as_ref().to_os_string())
         .collect();
     let canonical = classify::canonicalize(top, &words)
-        .map_err(|ambiguous| usage_error(top, ambiguous.spec, &ambiguous.message))?;
+        .map_err(|ambiguous| program.usage_error(ambiguous.spec, &ambiguous.message))?;
     let matches = clap_command(top)
         .try_get_matches_from(&canonical.words)
-        .map_err(|error| refusal(top, &canonical, error))?;
+        .map_err(|error| refusal(program, &canonical, error))?;
     // A subcommand's parser finishes (and checks) before its parent's.
     let (spec, chosen) = match matches.subcommand() {
         Some((name, sub_matches)) => {
@@ -491,7 +533,7 @@ pub fn try_parse_command_line<S: AsRef<OsStr>>(
         None => (top, &matches),
     };
     if let Some((owner, message)) = &canonical.stopped {
-        return Err(usage_error(top, owner, message));
+        return Err(program.usage_error(owner, message));
     }
     for (spec, matches) in [(spec, chosen), (top, &matches)] {
         let missing = missing_required(spec, matches);
@@ -500,7 +542,7 @@ pub fn try_parse_command_line<S: AsRef<OsStr>>(
                 "the following arguments are required: {}",
                 missing.join(", ")
             );
-            return Err(usage_error(top, spec, &message));
+            return Err(program.usage_error(spec, &message));
         }
     }
     if !canonical.extras.is_empty() {
@@ -510,7 +552,7 @@ pub fn try_parse_command_line<S: AsRef<OsStr>>(
             .map(|word| word.to_string_lossy().into_owned())
             .collect();
         let message = format!("unrecognized arguments: {}", extras.join(" "));
-        return Err(usage_error(top, top, &message));
+        return Err(program.usage_error(top, &message));
     }
     let positional = spec.positional.as_ref().and_then(|positional| {
         match chosen.get_one::<Value>(positional.dest) {
@@ -532,12 +574,14 @@ pub fn try_parse_command_line<S: AsRef<OsStr>>(
 }
 
 /// Parses this process's arguments against `top`; prints help (exit 0) or a
-/// usage error (exit 2) instead of returning. The program name never
-/// influences parsing or messages (the update runner may be started as
-/// `update_runner.py` for the server's liveness check).
+/// usage error (exit 2) instead of returning. Help and usage name the
+/// program as argparse does, by the base name of argv[0]: a migrated
+/// release's launcher keeps argv[0] the script's path, so a helper run as
+/// `update_runner.py` says `usage: update_runner.py`, as the original does.
 pub fn parse_command_line(top: &'static CommandSpec) -> ParsedArgs {
     let words: Vec<OsString> = std::env::args_os().skip(1).collect();
-    try_parse_command_line(top, &words).unwrap_or_else(|exit| exit.exit())
+    let name = program_name(top);
+    parse_words(Program { top, name: &name }, &words).unwrap_or_else(|exit| exit.exit())
 }
 
 /// The exit status of a helper's `run`: 0, or the Python exception line

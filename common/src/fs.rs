@@ -25,8 +25,11 @@ use rustix::io::Errno;
 use crate::error::{Error, Result};
 use crate::python::hex::hex;
 
+mod entries;
 mod secret;
 mod snapshot;
+
+pub use entries::each_entry_name;
 
 // The Python path rules and OS wrappers other modules share with `_path`.
 pub(crate) use crate::python::path as python_path;
@@ -182,7 +185,7 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let fd = open(
         &temporary,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(mode),
+        permission_mode(mode),
     )?;
     let published = publish_temporary(fd, data, mode, &temporary, &path);
     if published.is_err() {
@@ -201,7 +204,7 @@ fn publish_temporary(
     temporary: &Path,
     path: &Path,
 ) -> Result<()> {
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    rustix::fs::fchmod(&fd, permission_mode(mode))?;
     write_all(&fd, data)?;
     rustix::fs::fsync(&fd)?;
     drop(fd);
@@ -405,7 +408,27 @@ pub fn is_type(info: &Stat, kind: FileType) -> bool {
 
 /// `stat.S_IMODE`: permission, set-id and sticky bits.
 pub fn permission_bits(info: &Stat) -> u32 {
-    info.st_mode & 0o7777
+    mode_word(info) & 0o7777
+}
+
+/// `st_mode` widened to Python's int: `mode_t` is 32 bits on Linux, 16 on macOS.
+#[allow(clippy::unnecessary_cast)]
+pub fn mode_word(info: &Stat) -> u32 {
+    info.st_mode as u32
+}
+
+/// `(st_dev, st_ino)`: the identity Python compares. `dev_t` is unsigned 64
+/// bits on Linux and signed 32 on macOS, where real device numbers are
+/// positive; both widen to the same `u64` a Linux `stat` gives.
+#[allow(clippy::unnecessary_cast)]
+pub fn file_identity(info: &Stat) -> (u64, u64) {
+    (info.st_dev as u64, info.st_ino as u64)
+}
+
+/// A Python mode int as the platform's `mode_t` (32 bits on Linux, 16 on macOS).
+#[allow(clippy::unnecessary_cast)]
+pub fn permission_mode(mode: u32) -> Mode {
+    Mode::from_raw_mode(mode as rustix::fs::RawMode)
 }
 
 /// Reads until `limit` bytes or end of file, as Python's buffered `read(n)`;

@@ -391,7 +391,7 @@ fn entries(directory: &OwnedFd) -> Result<Vec<String>> {
 }
 
 fn identity(info: &Stat) -> (u64, u64) {
-    (info.st_dev, info.st_ino)
+    crate::fs::file_identity(info)
 }
 
 /// True for the two errors `rename(2)` gives when the lock directory is populated.

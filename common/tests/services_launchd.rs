@@ -1,75 +1,51 @@
-//! NativeServices on launchd, replaying realistic `launchctl print-disabled`,
-//! `print`, `bootstrap` and `bootout` output through the injected runner
-//! (launchd cannot run here). Every observation branch, every command with
-//! its arguments and timeout, and the rule that output is never echoed.
+//! NativeServices and RecoveryService on launchd, replaying recorded
+//! `launchctl print-disabled`, `print`, `bootstrap` and `bootout` output
+//! (tests/fixtures/launchd, whose README says where each shape comes from)
+//! through the injected runner, since launchd cannot run here. Every
+//! observation branch, every command with its arguments and timeout, every
+//! refusal, and the rule that output is never echoed.
 
 use std::time::{Duration, Instant};
 
-use agents_common::{Error, ErrorClass, ServiceRunState, ServiceState};
-use agents_tests::recorded_commands::{
-    domain, expect, failure, layout, place_service_file, reply, services, Exchange, Recorded,
+use agents_common::{
+    current_uid, Error, ErrorClass, RecoveryService, ServiceRunState, ServiceState,
 };
-use agents_tests::{assert_error_is, make_dir, set_mode, TempDir};
+use agents_tests::recorded_commands::{
+    domain, expect, failure, launchd_fixture, launchd_output, launchd_print_disabled, reply,
+    services, Exchange, Recorded, ServiceHome, LAUNCHD_SECRET,
+};
+use agents_tests::{assert_error_is, set_mode, TempDir};
 
 const WORKER: &str = "com.agentsdock.server";
 const GATEWAY: &str = "com.agentsdock.gateway";
+const SECRET: &str = LAUNCHD_SECRET;
 
-/// `launchctl print-disabled gui/501` of a macOS 14 host (enabled/disabled
-/// spelling) with our worker's entry set to `value`, or none when `None`.
+/// The recorded output `name` for `label` with process `pid`.
+fn fixture(name: &str, label: &str, pid: &str) -> String {
+    launchd_fixture(name, label, pid)
+}
+
+/// `launchctl print-disabled gui/<uid>` with our worker's entry set to
+/// `value`, or none when `None`.
 fn print_disabled(worker_value: Option<&str>) -> String {
-    let mut text = String::from(
-        "disabled services = {\n\t\"com.apple.ScreenReaderUIServer\" => disabled\n\t\"com.apple.FolderActionsDispatcher\" => enabled\n",
-    );
-    if let Some(value) = worker_value {
-        text.push_str(&format!("\t\"{WORKER}\" => {value}\n"));
+    match worker_value {
+        Some(value) => launchd_print_disabled(&[(WORKER, value)]),
+        None => launchd_print_disabled(&[]),
     }
-    text.push_str(
-        "\t\"com.agentsdock.gatewayx\" => disabled\n}\n\nlogin item associations = {\n}\n",
-    );
-    text
 }
 
-/// `launchctl print gui/501/<label>` of a loaded agent; `pid_lines` are put
-/// where launchd prints the process (none while it is not running).
-fn print_loaded(label: &str, state: &str, pid_lines: &str) -> String {
-    format!(
-        "gui/501/{label} = {{
-\tactive count = 1
-\tpath = /Users/alice/Library/LaunchAgents/{label}.plist
-\ttype = LaunchAgent
-\tstate = {state}
-
-\tprogram = /usr/bin/env
-\targuments = {{
-\t\t/usr/bin/env
-\t\tAGENTS_SERVER_INSTALL_DIR=/Users/alice/.local/share/agents-server
-\t\t/Users/alice/.local/share/agents-server/releases/1.0.7/.venv/bin/python
-\t}}
-
-\tworking directory = /Users/alice/.local/share/agents-server/releases/1.0.7
-
-\tenvironment = {{
-\t\tAGENTSDOCK_AGENT_TOKEN => token-must-never-be-echoed
-\t\tXPC_SERVICE_NAME => {label}
-\t}}
-
-\tdomain = gui/501 [100005]
-\tminimum runtime = 10
-\texit timeout = 0
-\truns = 1
-{pid_lines}\timmediate reason = speculative
-\tforks = 0
-\texecs = 1
-\tlast exit code = (never exited)
-
-\tproperties = keepalive | runatload | inferred program
-}}
-"
-    )
+/// `launchctl print gui/<uid>/<label>` of a loaded agent without a process,
+/// with `pid_lines` put where launchd prints the process.
+fn print_loaded_with(label: &str, pid_lines: &str) -> String {
+    let text = fixture("print-not-running.txt", label, "");
+    let runs = "\truns = 2\n";
+    assert!(text.contains(runs));
+    text.replacen(runs, &format!("{runs}{pid_lines}"), 1)
 }
 
-const NOT_FOUND: &str =
-    "Bad request.\nCould not find service \"com.agentsdock.server\" in domain for uid: 501\n";
+fn not_found_stderr(label: &str) -> String {
+    fixture("print-not-found.stderr", label, "")
+}
 
 fn disabled_call(worker_value: Option<&str>) -> Exchange {
     expect(
@@ -91,34 +67,19 @@ fn running(label: &str, pid: u32) -> Exchange {
         label,
         reply(
             0,
-            &print_loaded(label, "running", &format!("\tpid = {pid}\n")),
+            &fixture("print-running.txt", label, &pid.to_string()),
             "",
         ),
     )
 }
 
 fn not_found(label: &str) -> Exchange {
-    print_call(label, reply(113, "", NOT_FOUND))
-}
-
-struct Host {
-    _temp: TempDir,
-    layout: agents_common::ExecutionLayout,
+    print_call(label, reply(113, "", &not_found_stderr(label)))
 }
 
 /// A Darwin layout whose LaunchAgents directory exists, with plists for `roles`.
-fn host(roles: &[&str]) -> Host {
-    let temp = TempDir::new("agents-fs-test");
-    let home = temp.join("home");
-    make_dir(&home, 0o755);
-    let layout = layout("Darwin", &home);
-    for role in roles {
-        place_service_file(&layout, role);
-    }
-    Host {
-        _temp: temp,
-        layout,
-    }
+fn host(roles: &[&str]) -> ServiceHome {
+    ServiceHome::with_files("Darwin", roles)
 }
 
 #[test]
@@ -208,24 +169,30 @@ fn an_unloaded_agent_is_stopped_with_its_plist_and_absent_without() {
 
 #[test]
 fn a_failed_print_without_could_not_find_service_is_unknown_ownership() {
-    let host = host(&["worker"]);
-    let recorded = Recorded::new(vec![
-        disabled_call(None),
-        print_call(
-            WORKER,
-            reply(
-                64,
-                "token-must-never-be-echoed",
-                "Unrecognized target specifier.\n",
-            ),
+    // A session without a GUI domain (ssh, no login) and a refused target:
+    // neither says the job is absent, so ownership is unknown; the output,
+    // whatever it holds, is not repeated.
+    let no_domain = format!("Could not find domain for user gui: {}\n", current_uid());
+    for (status, stdout, stderr) in [
+        (113, String::new(), no_domain),
+        (
+            64,
+            fixture("print-running.txt", WORKER, "4242"),
+            "Unrecognized target specifier.\n".to_string(),
         ),
-    ]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
-    assert_error_is(
-        &err,
-        ErrorClass::Runtime,
-        "launchd service ownership is unknown",
-    );
+    ] {
+        let host = host(&["worker"]);
+        let recorded = Recorded::new(vec![
+            disabled_call(None),
+            print_call(WORKER, reply(status, &stdout, &stderr)),
+        ]);
+        let err = failure(services(&host.layout, &recorded).observe("worker"));
+        assert_error_is(
+            &err,
+            ErrorClass::Runtime,
+            "launchd service ownership is unknown",
+        );
+    }
 }
 
 #[test]
@@ -253,10 +220,7 @@ fn only_exactly_one_positive_pid_line_means_running() {
         let host = host(&["worker"]);
         let recorded = Recorded::new(vec![
             disabled_call(None),
-            print_call(
-                WORKER,
-                reply(0, &print_loaded(WORKER, "not running", pid_lines), ""),
-            ),
+            print_call(WORKER, reply(0, &print_loaded_with(WORKER, pid_lines), "")),
         ]);
         let state = services(&host.layout, &recorded).observe("worker").unwrap();
         let expected = match pid {
@@ -274,7 +238,7 @@ fn snapshot_refuses_a_transitioning_agent() {
         disabled_call(None),
         print_call(
             WORKER,
-            reply(0, &print_loaded(WORKER, "spawn scheduled", ""), ""),
+            reply(0, &fixture("print-spawn-scheduled.txt", WORKER, ""), ""),
         ),
         disabled_call(None),
         not_found(GATEWAY),
@@ -292,11 +256,7 @@ fn a_failing_command_is_reported_without_its_output() {
     let host = host(&["worker"]);
     let recorded = Recorded::new(vec![expect(
         &["/bin/launchctl", "print-disabled", &domain()],
-        reply(
-            1,
-            "AGENTSDOCK_AGENT_TOKEN => token-must-never-be-echoed",
-            "token-must-never-be-echoed",
-        ),
+        reply(1, &fixture("print-running.txt", WORKER, "4242"), SECRET),
     )]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
     assert_error_is(
@@ -304,6 +264,7 @@ fn a_failing_command_is_reported_without_its_output() {
         ErrorClass::Runtime,
         "native service command failed (/bin/launchctl print-disabled)",
     );
+    assert!(!err.python_line().contains(SECRET));
 }
 
 #[test]
@@ -449,34 +410,18 @@ fn stopping_a_stopped_or_absent_agent_does_nothing() {
 #[test]
 fn start_enables_then_bootstraps_the_plist() {
     let host = host(&["worker"]);
-    let plist = host.layout.service_path("worker").unwrap();
     let target = format!("{}/{WORKER}", domain());
     let recorded = Recorded::new(vec![
         expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(0, "", ""),
-        ),
+        host.bootstrap("worker", reply(0, "", "")),
     ]);
     services(&host.layout, &recorded).start("worker").unwrap();
     assert_eq!(recorded.unused(), 0);
 
+    let refused = fixture("bootstrap-io-error.stderr", WORKER, "");
     let recorded = Recorded::new(vec![
         expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(5, "", "Bootstrap failed: 5: Input/output error\n"),
-        ),
+        host.bootstrap("worker", reply(5, "", &refused)),
     ]);
     let err = failure(services(&host.layout, &recorded).start("worker"));
     assert_error_is(
@@ -503,21 +448,10 @@ fn start_without_a_plist_runs_nothing() {
 #[test]
 fn restore_returns_each_recorded_state() {
     let host = host(&["worker"]);
-    let plist = host.layout.service_path("worker").unwrap();
     let target = format!("{}/{WORKER}", domain());
     let enable = || expect(&["/bin/launchctl", "enable", &target], reply(0, "", ""));
     let disable = || expect(&["/bin/launchctl", "disable", &target], reply(0, "", ""));
-    let bootstrap = || {
-        expect(
-            &[
-                "/bin/launchctl",
-                "bootstrap",
-                &domain(),
-                plist.to_str().unwrap(),
-            ],
-            reply(0, "", ""),
-        )
-    };
+    let bootstrap = || host.bootstrap("worker", reply(0, "", ""));
     let cases: Vec<(ServiceState, Vec<Exchange>)> = vec![
         (ServiceState::absent(), vec![]),
         (ServiceState::running(true, 5), vec![enable(), bootstrap()]),
@@ -555,4 +489,172 @@ fn runner_errors_propagate_unchanged() {
     )]);
     let err = failure(services(&host.layout, &recorded).observe("worker"));
     assert_eq!(err, timeout);
+}
+
+#[test]
+fn the_older_true_false_spelling_of_print_disabled_is_read_too() {
+    for (value, enabled) in [(Some("true"), false), (Some("false"), true), (None, true)] {
+        let host = host(&["worker"]);
+        let entries = value
+            .map(|value| format!("\t\"{WORKER}\" => {value}\n"))
+            .unwrap_or_default();
+        let output = launchd_output("print-disabled-boolean.txt", &[("entries", &entries)]);
+        let recorded = Recorded::new(vec![
+            expect(
+                &["/bin/launchctl", "print-disabled", &domain()],
+                reply(0, &output, ""),
+            ),
+            print_call(WORKER, reply(113, "", &not_found_stderr(WORKER))),
+        ]);
+        let state = services(&host.layout, &recorded).observe("worker").unwrap();
+        assert_eq!(state, ServiceState::stopped(enabled), "{value:?}");
+    }
+}
+
+#[test]
+fn a_refused_bootout_fails_the_stop_without_polling_or_echoing() {
+    // launchd refusing the bootout (exit 5), or the job gone between the
+    // observation and the bootout (exit 3): the seed does not read the
+    // reason, it fails the stop as a failed command.
+    for (status, stderr) in [
+        (5, "bootout-io-error.stderr"),
+        (3, "bootout-no-such-process.stderr"),
+    ] {
+        let host = host(&["worker"]);
+        let target = format!("{}/{WORKER}", domain());
+        let recorded = Recorded::new(vec![
+            disabled_call(Some("enabled")),
+            running(WORKER, 4242),
+            expect(
+                &["/bin/launchctl", "bootout", &target],
+                reply(status, "", &fixture(stderr, WORKER, "")),
+            ),
+        ]);
+        let err = failure(services(&host.layout, &recorded).stop("worker"));
+        assert_error_is(
+            &err,
+            ErrorClass::Runtime,
+            "native service command failed (/bin/launchctl bootout)",
+        );
+        assert_eq!(recorded.unused(), 0);
+        assert_eq!(recorded.calls().len(), 3, "no poll after a refused bootout");
+    }
+}
+
+#[test]
+fn a_refused_enable_or_disable_is_a_failed_command() {
+    let host = host(&["worker"]);
+    let target = format!("{}/{GATEWAY}", domain());
+    for (enabled, action) in [(true, "enable"), (false, "disable")] {
+        let recorded = Recorded::new(vec![expect(
+            &["/bin/launchctl", action, &target],
+            reply(1, "", &format!("Could not {action} service: {SECRET}\n")),
+        )]);
+        let err = failure(services(&host.layout, &recorded).set_enabled("gateway", enabled));
+        assert_error_is(
+            &err,
+            ErrorClass::Runtime,
+            &format!("native service command failed (/bin/launchctl {action})"),
+        );
+        assert_eq!(recorded.calls()[0].1, Duration::from_secs(10));
+    }
+    // start stops at a refused enable: nothing is bootstrapped.
+    let recorded = Recorded::new(vec![expect(
+        &[
+            "/bin/launchctl",
+            "enable",
+            &format!("{}/{WORKER}", domain()),
+        ],
+        reply(1, "", ""),
+    )]);
+    failure(services(&host.layout, &recorded).start("worker"));
+    assert_eq!(recorded.calls().len(), 1);
+}
+
+/// The recovery owner of this transaction, as `execution_recovery` names
+/// its launchd job.
+const TRANSACTION: &str = "activation-0123456789abcdef01234567";
+const RECOVERY_LABEL: &str = "com.agentsdock.recovery.0123456789abcdef01234567";
+
+fn recovery_print(reply_value: agents_common::Result<agents_common::CommandCapture>) -> Exchange {
+    let target = format!("{}/{RECOVERY_LABEL}", domain());
+    expect(&["/bin/launchctl", "print", &target], reply_value)
+}
+
+#[test]
+fn a_recovery_job_is_absent_only_when_launchd_cannot_find_it() {
+    let temp = TempDir::new("agents-fs-test");
+    let plist = agents_common::recovery_service_path(TRANSACTION, "Darwin", &temp.join("home"));
+    assert_eq!(
+        plist,
+        temp.join("home/Library/LaunchAgents")
+            .join(format!("{RECOVERY_LABEL}.plist"))
+    );
+    let absent = Recorded::new(vec![recovery_print(reply(
+        113,
+        "",
+        &not_found_stderr(RECOVERY_LABEL),
+    ))]);
+    RecoveryService::new(TRANSACTION, "Darwin", &absent)
+        .assert_absent(&plist)
+        .unwrap();
+    assert_eq!(absent.calls()[0].1, Duration::from_secs(20));
+    let loaded = "a native recovery job is loaded without its owned registration";
+    let no_domain = format!("Could not find domain for user gui: {}\n", current_uid());
+    for reply_value in [
+        reply(0, &fixture("print-running.txt", RECOVERY_LABEL, "812"), ""),
+        reply(0, &fixture("print-not-running.txt", RECOVERY_LABEL, ""), ""),
+        reply(113, "", &no_domain),
+    ] {
+        let recorded = Recorded::new(vec![recovery_print(reply_value)]);
+        let err = RecoveryService::new(TRANSACTION, "Darwin", &recorded)
+            .assert_absent(&plist)
+            .unwrap_err();
+        assert_error_is(&err, ErrorClass::Runtime, loaded);
+    }
+}
+
+#[test]
+fn a_recovery_job_runs_only_with_a_positive_pid_line() {
+    let plist = std::path::Path::new("/Users/alice/Library/LaunchAgents/x.plist");
+    let cases = [
+        (
+            reply(0, &fixture("print-running.txt", RECOVERY_LABEL, "812"), ""),
+            true,
+        ),
+        (
+            reply(0, &fixture("print-not-running.txt", RECOVERY_LABEL, ""), ""),
+            false,
+        ),
+        (
+            reply(
+                0,
+                &fixture("print-spawn-scheduled.txt", RECOVERY_LABEL, ""),
+                "",
+            ),
+            false,
+        ),
+        (
+            reply(0, &fixture("print-running.txt", RECOVERY_LABEL, "0"), ""),
+            false,
+        ),
+        (reply(113, "", &not_found_stderr(RECOVERY_LABEL)), false),
+    ];
+    for (reply_value, expected) in cases {
+        let recorded = Recorded::new(vec![recovery_print(reply_value)]);
+        let running = RecoveryService::new(TRANSACTION, "Darwin", &recorded)
+            .running(plist)
+            .unwrap();
+        assert_eq!(running, expected);
+    }
+    let no_domain = format!("Could not find domain for user gui: {}\n", current_uid());
+    let recorded = Recorded::new(vec![recovery_print(reply(113, "", &no_domain))]);
+    let err = RecoveryService::new(TRANSACTION, "Darwin", &recorded)
+        .running(plist)
+        .unwrap_err();
+    assert_error_is(
+        &err,
+        ErrorClass::Runtime,
+        "cannot inspect native recovery process ownership",
+    );
 }

@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use agents_common::{ErrorClass, ServiceRunState, ServiceState};
+use agents_tests::assert_error_is;
 use agents_tests::recorded_commands::{
-    expect, failure, layout, place_service_file, reply, services, Exchange, Recorded,
+    expect, failure, reply, services, Exchange, Recorded, ServiceHome,
 };
-use agents_tests::{assert_error_is, make_dir, TempDir};
 
 const WORKER_UNIT: &str = "agents-server.service";
 const GATEWAY_UNIT: &str = "agents-server-gateway.service";
@@ -35,23 +35,8 @@ fn show(unit: &str, stdout: &str) -> Exchange {
     )
 }
 
-struct Host {
-    _temp: TempDir,
-    layout: agents_common::ExecutionLayout,
-}
-
-fn host(roles: &[&str]) -> Host {
-    let temp = TempDir::new("agents-fs-test");
-    let home = temp.join("home");
-    make_dir(&home, 0o755);
-    let layout = layout("Linux", &home);
-    for role in roles {
-        place_service_file(&layout, role);
-    }
-    Host {
-        _temp: temp,
-        layout,
-    }
+fn host(roles: &[&str]) -> ServiceHome {
+    ServiceHome::with_files("Linux", roles)
 }
 
 /// Observes the worker with `stdout` as the `show` output.

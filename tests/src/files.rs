@@ -35,14 +35,17 @@ pub fn write_file(path: &Path, data: &[u8], mode: u32) {
 /// Creates a FIFO at `path` (mode 0600): a file a plain open for reading
 /// would wait on for ever, for the tests of bounded reads.
 pub fn make_fifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("a path without NUL");
+    // SAFETY: a NUL-terminated path; mkfifo (POSIX, unlike mknod for FIFOs
+    // on macOS) reads it only.
+    if unsafe { libc::mkfifo(name.as_ptr(), 0o600) } != 0 {
+        panic!(
+            "mkfifo {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// Like [`write_file`], creating missing parent directories first.

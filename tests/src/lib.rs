@@ -28,6 +28,8 @@
 //! - [`golden_path`]: the upstream bytes under `tests/fixtures/golden/`.
 //! - [`ReleaseHost`]: signed releases (real Ed25519 key, tar.gz archives,
 //!   schema-1 manifests) on 127.0.0.1 for `update-runner`.
+//! - [`test_tls`]: a test CA and server certificates for HTTPS release
+//!   hosts; [`forward_proxy`]: a real forward proxy (tinyproxy) on loopback.
 //!
 //! ```no_run
 //! use agents_tests::{free_port, Installation, Role, Sandbox, Switches};
@@ -59,6 +61,7 @@ pub mod crash_points;
 mod files;
 mod fixture;
 mod fixtures;
+pub mod forward_proxy;
 mod http_client;
 mod install_base;
 pub mod install_lock_fixtures;
@@ -79,6 +82,7 @@ mod sandbox;
 mod skip;
 pub mod suite;
 mod tempdir;
+pub mod test_tls;
 pub mod upstream;
 pub mod worker_double;
 mod worker_files;

@@ -136,6 +136,45 @@ pub fn place_service_file(layout: &ExecutionLayout, role: &str) -> PathBuf {
     path
 }
 
+/// A home in a private temporary directory and the layout of it for one
+/// platform, with the service files (units or plists) of some roles placed.
+pub struct ServiceHome {
+    _temp: crate::TempDir,
+    pub layout: ExecutionLayout,
+}
+
+impl ServiceHome {
+    /// A `platform` (`Linux`, `Darwin`) layout whose service files of
+    /// `roles` (`worker`, `gateway`) exist, 0600.
+    pub fn with_files(platform: &str, roles: &[&str]) -> ServiceHome {
+        let temp = crate::TempDir::new("agents-service-home");
+        let home = temp.join("home");
+        crate::make_dir(&home, 0o755);
+        let layout = layout(platform, &home);
+        for role in roles {
+            place_service_file(&layout, role);
+        }
+        ServiceHome {
+            _temp: temp,
+            layout,
+        }
+    }
+
+    /// `launchctl bootstrap gui/<uid> <plist of role>` answering `reply`.
+    pub fn bootstrap(&self, role: &str, reply: Result<CommandCapture>) -> Exchange {
+        let plist = self.layout.service_path(role).unwrap();
+        expect(
+            &[
+                "/bin/launchctl",
+                "bootstrap",
+                &domain(),
+                plist.to_str().unwrap(),
+            ],
+            reply,
+        )
+    }
+}
+
 /// NativeServices on `layout` answering through `recorded`.
 pub fn services(layout: &ExecutionLayout, recorded: &Recorded) -> NativeServices {
     NativeServices::with_runner(layout, recorded.boxed())
@@ -144,6 +183,57 @@ pub fn services(layout: &ExecutionLayout, recorded: &Recorded) -> NativeServices
 /// `gui/<uid>` of the current user, as the launchd commands name the domain.
 pub fn domain() -> String {
     format!("gui/{}", current_uid())
+}
+
+/// A recorded `launchctl` output from `tests/fixtures/launchd/<name>` (its
+/// README says where each shape comes from) with each `{key}` placeholder
+/// replaced by its value; a placeholder left over fails the test, so no
+/// fixture is replayed half filled in.
+#[track_caller]
+pub fn launchd_output(name: &str, values: &[(&str, &str)]) -> String {
+    let path = crate::fixture_path("launchd").join(name);
+    let mut text = fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("launchd fixture {}: {err}", path.display()));
+    for (key, value) in values {
+        text = text.replace(&format!("{{{key}}}"), value);
+    }
+    for key in ["uid", "label", "home", "pid", "secret", "entries"] {
+        assert!(
+            !text.contains(&format!("{{{key}}}")),
+            "launchd fixture {name}: {{{key}}} was not given"
+        );
+    }
+    text
+}
+
+/// A provider key a plist's environment carries: `launchctl print` shows
+/// it, and no refusal may repeat it.
+pub const LAUNCHD_SECRET: &str = "sk-proj-token-must-never-be-echoed";
+
+/// [`launchd_output`] `name` for `label` in this user's GUI domain, with
+/// process `pid`, a home under `/Users` and [`LAUNCHD_SECRET`].
+#[track_caller]
+pub fn launchd_fixture(name: &str, label: &str, pid: &str) -> String {
+    launchd_output(
+        name,
+        &[
+            ("uid", &current_uid().to_string()),
+            ("label", label),
+            ("home", "/Users/alice"),
+            ("pid", pid),
+            ("secret", LAUNCHD_SECRET),
+        ],
+    )
+}
+
+/// `launchctl print-disabled gui/<uid>` (macOS 13+ spelling) holding
+/// `entries` (`"<label>" => <value>` lines) among Apple's own.
+pub fn launchd_print_disabled(entries: &[(&str, &str)]) -> String {
+    let mut lines = String::new();
+    for (label, value) in entries {
+        lines.push_str(&format!("\t\"{label}\" => {value}\n"));
+    }
+    launchd_output("print-disabled.txt", &[("entries", &lines)])
 }
 
 /// The error of a call that must fail.

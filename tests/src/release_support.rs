@@ -443,66 +443,110 @@ impl Reply {
 
 type Handler = dyn Fn(&SeenRequest) -> Reply + Send + Sync;
 
-/// A real HTTP/1.1 server on 127.0.0.1 (one response per connection) that
-/// records every request; it stops when dropped.
+/// A real HTTP/1.1 server on 127.0.0.1 (one response per connection), over
+/// plain TCP or TLS, that records every request; it stops when dropped.
 pub struct TestServer {
     pub port: u16,
+    /// The host name its URLs use (`127.0.0.1` unless a test changes it).
+    pub host_name: String,
     pub requests: std::sync::Arc<std::sync::Mutex<Vec<SeenRequest>>>,
+    tls: bool,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl TestServer {
     pub fn start(handler: impl Fn(&SeenRequest) -> Reply + Send + Sync + 'static) -> TestServer {
+        TestServer::serve(None, std::sync::Arc::new(handler))
+    }
+
+    /// An HTTPS server presenting `config`'s certificate; raw replies are
+    /// plain-TCP only.
+    pub fn start_tls(
+        config: std::sync::Arc<rustls::ServerConfig>,
+        handler: impl Fn(&SeenRequest) -> Reply + Send + Sync + 'static,
+    ) -> TestServer {
+        TestServer::serve(Some(config), std::sync::Arc::new(handler))
+    }
+
+    fn serve(
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+        handler: std::sync::Arc<Handler>,
+    ) -> TestServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let handler: std::sync::Arc<Handler> = std::sync::Arc::new(handler);
         let (seen, stopping) = (requests.clone(), stop.clone());
+        let secure = tls.is_some();
         let thread = std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if stopping.load(std::sync::atomic::Ordering::SeqCst) {
                     break;
                 }
                 let Ok(mut stream) = stream else { continue };
-                let Some(request) = read_request(&mut stream) else {
+                let Some(config) = &tls else {
+                    if let Some(raw) = answer(&mut stream, handler.as_ref(), &seen) {
+                        raw(&mut stream);
+                    }
                     continue;
                 };
-                seen.lock().unwrap().push(request.clone());
-                let reply = handler(&request);
-                if let Some(raw) = &reply.raw {
-                    raw(&mut stream);
+                // A client that refuses the certificate closes the handshake.
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                let Ok(connection) = rustls::ServerConnection::new(config.clone()) else {
                     continue;
-                }
-                let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reply.reason);
-                for (key, value) in &reply.headers {
-                    head.push_str(&format!("{key}: {value}\r\n"));
-                }
-                if let Some(length) = reply.content_length {
-                    head.push_str(&format!("Content-Length: {length}\r\n"));
-                }
-                head.push_str("Connection: close\r\n\r\n");
-                let _ = stream.write_all(head.as_bytes());
-                let _ = stream.write_all(&reply.body);
-                let _ = stream.flush();
+                };
+                let mut secured = rustls::StreamOwned::new(connection, stream);
+                let _ = answer(&mut secured, handler.as_ref(), &seen);
+                secured.conn.send_close_notify();
+                let _ = secured.flush();
             }
         });
         TestServer {
             port,
+            host_name: "127.0.0.1".to_string(),
             requests,
+            tls: secure,
             stop,
             thread: Some(thread),
         }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}:{}{path}", self.host_name, self.port)
     }
 
     pub fn seen(&self) -> Vec<SeenRequest> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// Read one request on `stream`, record it and write the handler's reply;
+/// a raw reply is returned for the caller to write on the plain socket.
+fn answer(
+    stream: &mut (impl Read + Write),
+    handler: &Handler,
+    seen: &std::sync::Mutex<Vec<SeenRequest>>,
+) -> Option<RawResponder> {
+    let request = read_request(stream)?;
+    seen.lock().unwrap().push(request.clone());
+    let reply = handler(&request);
+    if reply.raw.is_some() {
+        return reply.raw;
+    }
+    let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reply.reason);
+    for (key, value) in &reply.headers {
+        head.push_str(&format!("{key}: {value}\r\n"));
+    }
+    if let Some(length) = reply.content_length {
+        head.push_str(&format!("Content-Length: {length}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(&reply.body);
+    let _ = stream.flush();
+    None
 }
 
 impl Drop for TestServer {
@@ -515,7 +559,7 @@ impl Drop for TestServer {
     }
 }
 
-fn read_request(stream: &mut std::net::TcpStream) -> Option<SeenRequest> {
+fn read_request(stream: &mut impl Read) -> Option<SeenRequest> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {

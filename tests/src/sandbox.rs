@@ -187,6 +187,7 @@ impl Sandbox {
         unsafe {
             command.pre_exec(move || {
                 rustix::process::setsid()?;
+                #[cfg(target_os = "linux")]
                 rustix::process::set_parent_process_death_signal(Some(Signal::TERM))?;
                 // Joined before exec, so the manager starts in its own groups.
                 joiner.join()

@@ -220,6 +220,14 @@ fn unsafe_roots_are_refused_before_options() {
             "AGENTSDOCK_STATE_DIR",
             format!("{home_text}/Library/LaunchAgents"),
         ),
+        // The macOS system and per-user roots the script refuses on any host.
+        ("AGENTS_SERVER_INSTALL_DIR", "/Applications".into()),
+        ("AGENTS_SERVER_INSTALL_DIR", "/Library".into()),
+        ("AGENTS_SERVER_CONFIG_DIR", "/System".into()),
+        ("AGENTS_SERVER_CONFIG_DIR", "/Users".into()),
+        ("AGENTSDOCK_STATE_DIR", "/Volumes/".into()),
+        ("AGENTSDOCK_STATE_DIR", "/private".into()),
+        ("AGENTS_SERVER_INSTALL_DIR", format!("{home_text}/Library")),
         (
             "AGENTSDOCK_STATE_DIR",
             scene.path("linked-root").to_str().unwrap().into(),

@@ -88,6 +88,38 @@ fn publish_refuses_a_layout_for_another_host_platform() {
 }
 
 #[test]
+fn publish_writes_the_golden_plists_of_a_launchd_layout_privately() {
+    // On macOS publish renders launchd plists and journals them 0600 (the
+    // 0644 mode is systemd's). The binary refuses a launchd layout here, so
+    // publish runs in-process, past the host check, as it would on a Mac.
+    let case = case("darwin-basic");
+    let release = case.install.release_dir(&case.version);
+    let layout = agents_common::ExecutionLayout {
+        install_root: case.install.root(),
+        config_root: case.install.config_root(),
+        state_root: case.install.state_root(),
+        home: case.install.home(),
+        platform: "Darwin".into(),
+        worker_release: release.clone(),
+        gateway_release: release,
+        bind: case.bind.clone(),
+        port: Json::from(case.port),
+        environment: Json::Object(agents_common::JsonObject::new()),
+    };
+    execution_activation::publish::publish(&layout).unwrap();
+    case.assert_published();
+    let manifest = case.install.manifest();
+    for kind in ["service", "gateway"] {
+        let desired = manifest.get(&format!("desired_{kind}")).unwrap();
+        assert_eq!(desired.get("mode"), Some(&Json::from(0o600)), "{kind}");
+    }
+    assert!(case
+        .install
+        .service_path()
+        .starts_with(case.install.home().join("Library/LaunchAgents")));
+}
+
+#[test]
 fn publish_resumes_after_a_crash_at_each_step_of_each_kind() {
     let steps = [
         ReplaceConfigStep::JournalWritten,

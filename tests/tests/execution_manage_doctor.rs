@@ -497,6 +497,12 @@ fn missing_legacy_and_half_removed_installations_are_named() {
         .wait_for_unit(WORKER_UNIT, SERVICE_TIMEOUT, "running", |state| {
             state.is_running()
         });
+    // Running is systemd's word once it has started the process; the server
+    // takes its state lock and then listens, so doctor's before-and-after
+    // comparison starts once it listens.
+    agents_tests::poll_until(SERVICE_TIMEOUT, "the legacy server to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", site.port)).ok()
+    });
     let legacy = doctor(&site);
     legacy.assert_healthy();
     assert_eq!(legacy.kind(), "legacy");

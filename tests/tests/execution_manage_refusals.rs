@@ -351,3 +351,54 @@ fn a_layout_for_the_other_platform_is_refused_under_the_lock() {
 
     assert!(state.assert_unchanged(&site).is_empty());
 }
+
+#[test]
+fn a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host() {
+    // A journal staged for a macOS layout names plists; inspect reads it on
+    // any host, recover needs the layout's own service manager and refuses
+    // here under the lock, touching nothing.
+    let Some(site) =
+        Site::empty("a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host")
+    else {
+        return;
+    };
+    let mut layout = site.layout(NEW, NEW);
+    layout.platform = "Darwin".to_string();
+    let absent = agents_common::json_object! { "state" => "absent", "enabled" => false };
+    let prior = Json::Object(agents_common::json_object! {
+        "worker" => absent.clone(), "gateway" => absent,
+    });
+    let staged = execution_manage::ExecutionTransaction::stage(&layout, "migration", &prior, None)
+        .expect("a launchd journal stages on any host");
+    let plist = site
+        .installation
+        .home
+        .join("Library/LaunchAgents/com.agentsdock.server.plist");
+    assert_eq!(
+        staged.get("paths").unwrap().get("worker"),
+        Some(&Json::from(plist.to_str().unwrap()))
+    );
+    let journal = std::fs::read(
+        site.installation
+            .install_root
+            .join(".execution-transaction/manifest.json"),
+    )
+    .unwrap();
+
+    let inspected = site.inspect().assert_ok_json();
+    assert_eq!(inspected.get("id"), staged.get("id"));
+    assert_eq!(inspected.get("scope"), Some(&Json::from("migration")));
+    assert_eq!(inspected.get("phase"), Some(&Json::from("prepared")));
+
+    site.recover()
+        .assert_refused("ValueError: native execution platform does not match this host");
+    site.assert_unlocked();
+    let after = std::fs::read(
+        site.installation
+            .install_root
+            .join(".execution-transaction/manifest.json"),
+    )
+    .unwrap();
+    assert_eq!(after, journal);
+    assert!(!plist.exists());
+}

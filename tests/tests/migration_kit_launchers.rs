@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agents_tests::{poll_until, Originals, Outcome, TempDir, HELPERS};
-use migration_kit_support::FakeRelease;
+use migration_kit_support::{dist, foreign_executable, staged, FakeRelease, HOST_TARGET};
 
 /// The interpreter install.sh would find for `detect` under an older release:
 /// the system python3, not the staged runtime's.
@@ -48,9 +48,19 @@ struct Runtime {
 }
 
 impl Runtime {
+    /// A release migrated with the built helpers for this host (and stand-ins
+    /// for the other platforms), staged by its install.sh.
     fn new(originals: &Originals) -> Runtime {
+        Runtime::staged(originals, Some(&[HOST_TARGET, "aarch64-apple-darwin"]))
+    }
+
+    /// A release migrated with the platforms `targets` (None: not migrated),
+    /// staged by its install.sh.
+    fn staged(originals: &Originals, targets: Option<&[&str]>) -> Runtime {
         let release = FakeRelease::new(originals);
-        release.migrate();
+        if let Some(targets) = targets {
+            release.migrate_with(&dist(release.temp(), targets));
+        }
         let stage = release.stage();
         let home = release.temp().join("home");
         fs::create_dir(&home).unwrap();
@@ -85,10 +95,12 @@ impl Runtime {
         command
     }
 
-    /// The binary itself, from the same runtime.
-    fn binary(&self, directory: &Path, name: &str, args: &[&OsStr]) -> Command {
-        let mut command = command(directory.join(name), &self.home);
-        command.args(args);
+    /// The binary for this host itself (`name` is the helper), from the
+    /// same runtime, with the argv[0] its launcher gives it: the path of the
+    /// entry point `entry_point` beside it.
+    fn binary(&self, directory: &Path, name: &str, entry_point: &str, args: &[&OsStr]) -> Command {
+        let mut command = command(directory.join(staged(name, HOST_TARGET)), &self.home);
+        command.arg0(directory.join(entry_point)).args(args);
         command
     }
 
@@ -125,7 +137,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
 
     // The stage got every binary, executable, through RELEASE_FILES + chmod 755.
     for helper in HELPERS {
-        let meta = fs::metadata(stage.join(helper)).unwrap();
+        let meta = fs::metadata(stage.join(staged(helper, HOST_TARGET))).unwrap();
         assert_eq!(
             meta.permissions().mode() & 0o777,
             0o755,
@@ -152,7 +164,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let script = same(
             what,
             runtime.script("execution_activation.py", &args),
-            runtime.binary(stage, "execution-activation", &args),
+            runtime.binary(
+                stage,
+                "execution-activation",
+                "execution_activation.py",
+                &args,
+            ),
         );
         assert_eq!(script.code, *code, "{what}: {script:?}");
         // The -m form under the system interpreter runs the unpacked
@@ -160,7 +177,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let module = same(
             what,
             runtime.module("execution_activation", &args),
-            runtime.binary(&runtime.release.source, "execution-activation", &args),
+            runtime.binary(
+                &runtime.release.source,
+                "execution-activation",
+                "execution_activation.py",
+                &args,
+            ),
         );
         assert_eq!(module, script, "{what}: -m and script forms agree");
     }
@@ -206,7 +228,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     let outcome = same(
         "stop with install.sh's arguments",
         runtime.script("execution_activation.py", &refs(&stop)),
-        runtime.binary(stage, "execution-activation", &refs(&stop)),
+        runtime.binary(
+            stage,
+            "execution-activation",
+            "execution_activation.py",
+            &refs(&stop),
+        ),
     );
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     assert!(
@@ -227,7 +254,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let outcome = same(
             what,
             runtime.script("execution_manage.py", &args),
-            runtime.binary(stage, "execution-manage", &args),
+            runtime.binary(stage, "execution-manage", "execution_manage.py", &args),
         );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
     }
@@ -245,7 +272,7 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         let outcome = same(
             what,
             runtime.script("update_runner.py", &args),
-            runtime.binary(stage, "update-runner", &args),
+            runtime.binary(stage, "update-runner", "update_runner.py", &args),
         );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
     }
@@ -266,7 +293,12 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     let outcome = same(
         "the split uninstall helper without a layout",
         runtime.script("execution_uninstall.py", &refs(&helper_args)),
-        runtime.binary(stage, "uninstall", &refs(&helper_args)),
+        runtime.binary(
+            stage,
+            "uninstall",
+            "execution_uninstall.py",
+            &refs(&helper_args),
+        ),
     );
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     assert!(
@@ -286,16 +318,20 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         ),
     ] {
         let args = refs(&args);
-        let mut wrapper = command("bash", &runtime.home);
-        wrapper.arg(stage.join("uninstall.sh")).args(&args);
-        let outcome = same(what, wrapper, runtime.binary(stage, "uninstall", &args));
+        let mut launcher = command("bash", &runtime.home);
+        launcher.arg(stage.join("uninstall.sh")).args(&args);
+        let outcome = same(
+            what,
+            launcher,
+            runtime.binary(stage, "uninstall", "uninstall.sh", &args),
+        );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
         let mut original = command("bash", &runtime.home);
         original.arg(originals.file("uninstall.sh")).args(&args);
         assert_eq!(
             Outcome::of(&mut original),
             outcome,
-            "{what}: the wrapper answers as the original script"
+            "{what}: the launcher answers as the original script"
         );
     }
 
@@ -335,19 +371,6 @@ sys.stdout.write('imported in %s\\n' % os.path.basename(os.readlink('/proc/self/
         "{imported:?}"
     );
     assert_eq!(imported.code, Some(0), "{imported:?}");
-
-    // A runtime that lost its binary fails closed, with one line, status 1.
-    fs::remove_file(stage.join("execution-manage")).unwrap();
-    let missing = Outcome::of(&mut runtime.script("execution_manage.py", &[OsStr::new("--help")]));
-    assert_eq!(missing.code, Some(1), "{missing:?}");
-    assert!(
-        missing
-            .stderr
-            .starts_with("execution_manage.py: cannot run "),
-        "{missing:?}"
-    );
-    assert_eq!(missing.stderr.lines().count(), 1, "{missing:?}");
-    assert_eq!(missing.stdout, "");
 }
 
 /// The server's liveness matcher: the command line (arguments joined by
@@ -553,7 +576,8 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     pipe.attach(&mut launcher);
     let mut child = spawn_masked(launcher);
     let pid = child.id();
-    let binary = fs::canonicalize(runtime.stage.join("update-runner")).unwrap();
+    let binary =
+        fs::canonicalize(runtime.stage.join(staged("update-runner", HOST_TARGET))).unwrap();
     poll_until(
         Duration::from_secs(10),
         "the launcher to exec update-runner",
@@ -610,11 +634,554 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     }
 
     let pipe = FullPipe::new(false);
-    let mut direct = runtime.binary(&runtime.stage, "update-runner", &args);
+    let mut direct = runtime.binary(&runtime.stage, "update-runner", "update_runner.py", &args);
     pipe.attach(&mut direct);
     let mut child = spawn_masked(direct);
     let output = pipe.drain();
     let direct_status = child.wait().unwrap();
     assert_eq!(launched.code(), direct_status.code());
     assert_eq!(launched_output, output.join().unwrap());
+}
+
+/// A host as the launchers see it: `uname -s`, `uname -m`, `uname -r`, what
+/// glibc reports (None: not glibc, as on musl), and whether the glibc
+/// platform's dynamic loader exists.
+struct FakeHost {
+    system: &'static str,
+    machine: &'static str,
+    release: &'static str,
+    libc: Option<&'static str>,
+    loader: bool,
+}
+
+/// What each launcher must choose on each host: the staged name's platform
+/// tag, or None for the original.
+const HOST_CHOICES: [(FakeHost, Option<&str>); 14] = [
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "x86_64",
+            release: "5.10.0",
+            libc: Some("glibc 2.17"),
+            loader: true,
+        },
+        Some("linux-x86_64"),
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "x86_64",
+            release: "6.1.0",
+            libc: Some("glibc 3.0"),
+            loader: true,
+        },
+        Some("linux-x86_64"),
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "x86_64",
+            release: "3.10.0",
+            libc: Some("glibc 2.16"),
+            loader: true,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "x86_64",
+            release: "3.10.0",
+            libc: Some("glibc 2.9"),
+            loader: true,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "x86_64",
+            release: "6.6.0",
+            libc: None,
+            loader: true,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "x86_64",
+            release: "6.6.0",
+            libc: Some("glibc 2.36"),
+            loader: false,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "aarch64",
+            release: "6.1.0",
+            libc: Some("glibc 2.31"),
+            loader: true,
+        },
+        Some("linux-aarch64"),
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "aarch64",
+            release: "6.1.0",
+            libc: Some("glibc 2.31"),
+            loader: false,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Darwin",
+            machine: "arm64",
+            release: "20.1.0",
+            libc: None,
+            loader: false,
+        },
+        Some("darwin-arm64"),
+    ),
+    (
+        FakeHost {
+            system: "Darwin",
+            machine: "arm64",
+            release: "19.6.0",
+            libc: None,
+            loader: false,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Darwin",
+            machine: "x86_64",
+            release: "16.0.0",
+            libc: None,
+            loader: false,
+        },
+        Some("darwin-x86_64"),
+    ),
+    (
+        FakeHost {
+            system: "Darwin",
+            machine: "x86_64",
+            release: "15.6.0",
+            libc: None,
+            loader: false,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "Linux",
+            machine: "riscv64",
+            release: "6.1.0",
+            libc: Some("glibc 2.36"),
+            loader: true,
+        },
+        None,
+    ),
+    (
+        FakeHost {
+            system: "FreeBSD",
+            machine: "amd64",
+            release: "14.0-RELEASE",
+            libc: None,
+            loader: false,
+        },
+        None,
+    ),
+];
+
+/// Runs a migrated Python entry point's launcher block as `__main__` with the
+/// host faked (`os.uname`, `os.confstr`, the loader's `os.path.exists`) and
+/// `os.execv` recording its choice: `EXEC <path>` or `ORIGINAL`.
+fn python_choice(block: &str, module: &Path, host: &FakeHost) -> String {
+    let harness = r##"
+import os, sys
+system, machine, release, libc, loader, module = sys.argv[1:7]
+block = sys.stdin.read()
+real_exists = os.path.exists
+os.uname = lambda: os.uname_result((system, "host", release, "#1", machine))
+def confstr(name):
+    if name != "CS_GNU_LIBC_VERSION" or libc == "-":
+        raise ValueError("unrecognized configuration name")
+    return libc
+os.confstr = confstr
+os.path.exists = lambda path: (loader == "yes") if path.startswith(("/lib/ld-", "/lib64/ld-")) else real_exists(path)
+def execv(path, argv):
+    print("EXEC " + path)
+    sys.exit(0)
+os.execv = execv
+exec(compile(block, module, "exec"), {"__name__": "__main__", "__file__": module})
+print("ORIGINAL")
+"##;
+    let mut child = Command::new("python3")
+        .args(["-B", "-c", harness, host.system, host.machine, host.release])
+        .arg(host.libc.unwrap_or("-"))
+        .arg(if host.loader { "yes" } else { "no" })
+        .arg(module)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(block.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim_end()
+        .to_string()
+}
+
+/// Runs uninstall.sh's launcher block from a script beside it with `uname`
+/// and `getconf` faked as shell functions and `exec` recording its choice.
+/// The loader check reads the real file system (bash cannot fake `[[ -e ]]`).
+fn shell_choice(block: &str, stage: &Path, host: &FakeHost) -> String {
+    let probe = stage.join("launcher-probe.sh");
+    let script = format!(
+        "uname() {{ case \"$1\" in -s) echo '{}' ;; -m) echo '{}' ;; -r) echo '{}' ;; esac; }}\n\
+         getconf() {{ {} }}\n\
+         exec() {{ echo \"EXEC $3\"; exit 0; }}\n\
+         {block}echo ORIGINAL\n",
+        host.system,
+        host.machine,
+        host.release,
+        host.libc
+            .map(|libc| format!("echo '{libc}';"))
+            .unwrap_or_else(|| "return 1;".to_string()),
+    );
+    fs::write(&probe, script).unwrap();
+    let output = Command::new("bash").arg(&probe).output().unwrap();
+    fs::remove_file(&probe).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim_end()
+        .to_string()
+}
+
+#[test]
+fn each_launcher_chooses_the_binary_built_for_the_host() {
+    let originals = agents_tests::require_originals!();
+    let all = migration_kit_support::all_targets();
+    let runtime = Runtime::staged(&originals, Some(&all));
+    let stage = &runtime.stage;
+    let expected = |tag: Option<&str>, binary: &str| match tag {
+        Some(tag) => format!("EXEC {}", stage.join(format!("{binary}-{tag}")).display()),
+        None => "ORIGINAL".to_string(),
+    };
+    for (module, binary) in [
+        ("execution_activation.py", "execution-activation"),
+        ("execution_manage.py", "execution-manage"),
+        ("update_runner.py", "update-runner"),
+        ("execution_uninstall.py", "uninstall"),
+    ] {
+        let text = fs::read_to_string(stage.join(module)).unwrap();
+        let block = migration_kit_support::launcher_block(&text).unwrap();
+        for (host, tag) in &HOST_CHOICES {
+            assert_eq!(
+                python_choice(block, &stage.join(module), host),
+                expected(*tag, binary),
+                "{module} on {} {} {} {:?} loader {}",
+                host.system,
+                host.machine,
+                host.release,
+                host.libc,
+                host.loader
+            );
+        }
+    }
+    let text = fs::read_to_string(stage.join("uninstall.sh")).unwrap();
+    let block = migration_kit_support::launcher_block(&text).unwrap();
+    let real_loader = |tag: &str| match tag {
+        "linux-x86_64" => Path::new("/lib64/ld-linux-x86-64.so.2").exists(),
+        "linux-aarch64" => Path::new("/lib/ld-linux-aarch64.so.1").exists(),
+        _ => true,
+    };
+    for (host, tag) in &HOST_CHOICES {
+        // The loader of a Linux host is this machine's: a row that needs it
+        // absent, or present where this machine lacks it, is not one bash
+        // can be shown.
+        let linux_tag = match host.machine {
+            "x86_64" => "linux-x86_64",
+            _ => "linux-aarch64",
+        };
+        if host.system == "Linux" && host.loader != real_loader(linux_tag) {
+            continue;
+        }
+        assert_eq!(
+            shell_choice(block, stage, host),
+            expected(*tag, "uninstall"),
+            "uninstall.sh on {} {} {} {:?}",
+            host.system,
+            host.machine,
+            host.release,
+            host.libc
+        );
+    }
+}
+
+/// Ways the binary for this host can fail to fit or run.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Missing,
+    NotExecutable,
+    /// Another CPU's Linux executable in this host's slot.
+    WrongArchitecture,
+    /// This CPU's macOS executable in this host's slot.
+    WrongSystem,
+    /// This host's header on a file the kernel refuses to load.
+    Unloadable,
+}
+
+impl Damage {
+    fn apply(self, path: &Path) {
+        let other_cpu = if HOST_TARGET.starts_with("x86_64") {
+            "aarch64-unknown-linux-gnu"
+        } else {
+            "x86_64-unknown-linux-gnu"
+        };
+        let same_cpu_mac = if HOST_TARGET.starts_with("x86_64") {
+            "x86_64-apple-darwin"
+        } else {
+            "aarch64-apple-darwin"
+        };
+        let replace = |bytes: Vec<u8>| {
+            fs::remove_file(path).unwrap();
+            fs::write(path, bytes).unwrap();
+            fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        match self {
+            Damage::Missing => fs::remove_file(path).unwrap(),
+            Damage::NotExecutable => {
+                fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap()
+            }
+            Damage::WrongArchitecture => replace(foreign_executable(other_cpu)),
+            Damage::WrongSystem => replace(foreign_executable(same_cpu_mac)),
+            Damage::Unloadable => replace(foreign_executable(HOST_TARGET)),
+        }
+    }
+}
+
+/// The runs that tell the original from the binary, in install.sh's, the
+/// server's, support staff's and uninstall.sh's forms, each with whether its
+/// outcome differs between them (so it proves which one ran), and the
+/// outcomes with this runtime's private directory written `<temp>`.
+fn probes(runtime: &Runtime) -> Vec<(&'static str, bool, Outcome)> {
+    let scratch = |name: &str| {
+        let path = runtime.scratch(name);
+        fs::create_dir_all(&path).unwrap();
+        path.into_os_string()
+    };
+    let legacy = [os(&["detect", "--root"]), vec![scratch("legacy-root")]].concat();
+    let split_root = scratch("split-root");
+    fs::write(Path::new(&split_root).join("execution-layout.json"), "{}\n").unwrap();
+    let helper = [
+        os(&["--root"]),
+        vec![scratch("empty-root")],
+        os(&["--config-root"]),
+        vec![scratch("config")],
+        os(&["--state-root"]),
+        vec![scratch("state")],
+        os(&["--home"]),
+        vec![runtime.home.clone().into()],
+        os(&["--yes"]),
+    ]
+    .concat();
+    let uninstall = |args: &[&str]| {
+        let mut command = command("bash", &runtime.home);
+        command
+            .arg(runtime.stage.join("uninstall.sh"))
+            .args(args)
+            .env("AGENTS_SERVER_INSTALL_DIR", &split_root)
+            .env("AGENTS_SERVER_CONFIG_DIR", scratch("config"))
+            .env("AGENTSDOCK_STATE_DIR", scratch("state"));
+        command
+    };
+    let temp = runtime.release.temp().to_str().unwrap().to_string();
+    let mut runs: Vec<(&str, bool, Command)> = vec![
+        (
+            "detect as install.sh runs it",
+            true,
+            runtime.script("execution_activation.py", &refs(&legacy)),
+        ),
+        (
+            "detect under the previous interpreter",
+            true,
+            runtime.module("execution_activation", &refs(&legacy)),
+        ),
+        (
+            "support staff's execution_manage.py",
+            false,
+            runtime.script("execution_manage.py", &refs(&os(&["--help"]))),
+        ),
+        (
+            "the server's update_runner.py",
+            false,
+            runtime.script("update_runner.py", &refs(&os(&["--port", "1"]))),
+        ),
+        (
+            "the split uninstall helper",
+            true,
+            runtime.script("execution_uninstall.py", &refs(&helper)),
+        ),
+        (
+            "uninstall.sh on a split layout",
+            true,
+            uninstall(&["--yes"]),
+        ),
+        (
+            "uninstall.sh with an unknown option",
+            false,
+            uninstall(&["--bogus"]),
+        ),
+    ];
+    runs.iter_mut()
+        .map(|(what, tells, command)| {
+            let mut outcome = Outcome::of(command);
+            outcome.stderr = as_published(runtime, &outcome.stderr);
+            outcome.stdout = outcome.stdout.replace(&temp, "<temp>");
+            outcome.stderr = outcome.stderr.replace(&temp, "<temp>");
+            (*what, *tells, outcome)
+        })
+        .collect()
+}
+
+/// A traceback's `File "<path>", line N` lines with N counted as in the
+/// published file: a migrated entry point has the launcher's lines before the
+/// original code, so the same original line has a higher number there.
+fn as_published(runtime: &Runtime, stderr: &str) -> String {
+    let shift = |path: &str, line: usize| {
+        let Ok(text) = fs::read_to_string(path) else {
+            return line;
+        };
+        let Some(block) = migration_kit_support::launcher_block(&text) else {
+            return line;
+        };
+        let before = text[..text.find(block).unwrap()].matches('\n').count();
+        let added = block.matches('\n').count();
+        if line > before + added {
+            line - added
+        } else {
+            line
+        }
+    };
+    let mut lines = Vec::new();
+    for line in stderr.split_inclusive('\n') {
+        let located = line
+            .strip_prefix("  File \"")
+            .and_then(|rest| rest.split_once("\", line "))
+            .and_then(|(path, rest)| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                let number: usize = digits.parse().ok()?;
+                Some((path, number, &rest[digits.len()..]))
+            });
+        match located {
+            Some((path, number, rest))
+                if path.starts_with(runtime.release.temp().to_str().unwrap()) =>
+            {
+                lines.push(format!(
+                    "  File \"{path}\", line {}{rest}",
+                    shift(path, number)
+                ));
+            }
+            _ => lines.push(line.to_string()),
+        }
+    }
+    lines.concat()
+}
+
+/// Applies `damage` to this host's five binaries in the stage and in the
+/// unpacked release (where `-m` finds them).
+fn damage_host_binaries(runtime: &Runtime, damage: Damage) {
+    for directory in [&runtime.stage, &runtime.release.source] {
+        for helper in HELPERS {
+            damage.apply(&directory.join(staged(helper, HOST_TARGET)));
+        }
+    }
+}
+
+#[test]
+fn every_fallback_runs_the_original_with_the_originals_result() {
+    let originals = agents_tests::require_originals!();
+    let unmigrated = probes(&Runtime::staged(&originals, None));
+    let migrated = probes(&Runtime::new(&originals));
+    for ((what, tells, original), (_, _, binary)) in unmigrated.iter().zip(&migrated) {
+        if *tells {
+            assert_ne!(
+                original, binary,
+                "{what}: the probe tells the original from the binary"
+            );
+        }
+    }
+    for damage in [
+        Damage::Missing,
+        Damage::NotExecutable,
+        Damage::WrongArchitecture,
+        Damage::WrongSystem,
+        Damage::Unloadable,
+    ] {
+        let runtime = Runtime::new(&originals);
+        damage_host_binaries(&runtime, damage);
+        for ((what, _, original), (_, _, mut fallen_back)) in
+            unmigrated.iter().zip(probes(&runtime))
+        {
+            if matches!(damage, Damage::Unloadable) && what.starts_with("uninstall.sh") {
+                // bash reports a failed exec on stderr (in two lines: the
+                // exec error, then a spurious "Success") before going on with
+                // the original script; the Python launchers are silent.
+                let binary = format!("/{}: ", staged("uninstall", HOST_TARGET));
+                let reported: Vec<&str> = fallen_back
+                    .stderr
+                    .lines()
+                    .take_while(|line| {
+                        line.starts_with("<temp>/stage/uninstall.sh: line ")
+                            && line.contains(&binary)
+                    })
+                    .collect();
+                assert!(!reported.is_empty(), "{what}: {fallen_back:?}");
+                let skipped: usize = reported.iter().map(|line| line.len() + 1).sum();
+                fallen_back.stderr = fallen_back.stderr[skipped..].to_string();
+            }
+            assert_eq!(&fallen_back, original, "{what} with the binary {damage:?}");
+        }
+    }
+}
+
+#[test]
+fn a_release_without_a_binary_for_this_host_answers_as_an_unmigrated_one() {
+    let originals = agents_tests::require_originals!();
+    let unmigrated = probes(&Runtime::staged(&originals, None));
+    let elsewhere: Vec<&str> = migration_kit_support::all_targets()
+        .into_iter()
+        .filter(|target| *target != HOST_TARGET)
+        .collect();
+    let runtime = Runtime::staged(&originals, Some(&elsewhere));
+    assert!(!runtime
+        .stage
+        .join(staged("uninstall", HOST_TARGET))
+        .exists());
+    assert_eq!(probes(&runtime), unmigrated);
 }

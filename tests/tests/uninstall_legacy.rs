@@ -778,3 +778,276 @@ fn a_missing_install_root_is_created_for_the_lock_and_removed() {
         }
     }
 }
+
+// uninstall.sh's Darwin branch (`stop_launchd`), run side by side on a
+// recorded macOS host: `uname` and `launchctl` found on PATH first, as the
+// script and the port both find them (tests/tests/uninstall_support/darwin.rs).
+
+use uninstall_support::darwin::{Bootout, DarwinCase, DarwinHost, LABEL};
+
+/// One implementation's Darwin case after its run.
+struct DarwinRan {
+    case: DarwinCase,
+    before: BTreeMap<PathBuf, Entry>,
+    outcome: Outcome,
+}
+
+impl DarwinRan {
+    fn stdout(&self) -> Vec<String> {
+        let base = self.case.base().to_string_lossy().into_owned();
+        self.outcome
+            .stdout_lines()
+            .iter()
+            .map(|line| line.replace(&base, "<BASE>"))
+            .collect()
+    }
+}
+
+/// Runs the seed and then the port on identical fresh Darwin cases with
+/// `--yes`, and checks that status, output, trees and the `launchctl` calls
+/// agree.
+fn darwin_side_by_side(test: &str, host: DarwinHost) -> Option<[DarwinRan; 2]> {
+    let originals = Originals::require(test)?;
+    let run_one = |implementation| {
+        let case = DarwinCase::start(host);
+        let before = case.home_tree();
+        let outcome = run(implementation, &case.env(), &["--yes"], Input::Null);
+        DarwinRan {
+            case,
+            before,
+            outcome,
+        }
+    };
+    let seed = run_one(Implementation::Seed(&originals));
+    let port = run_one(Implementation::Port);
+    assert_eq!(
+        seed.outcome.normalized(seed.case.base()),
+        port.outcome.normalized(port.case.base()),
+        "{test}: the port's status and output differ from the seed's"
+    );
+    assert_eq!(seed.before, port.before, "{test}: the fixtures differ");
+    assert_eq!(
+        seed.case.home_tree(),
+        port.case.home_tree(),
+        "{test}: the port left a different tree than the seed"
+    );
+    assert_eq!(
+        seed.case.launchctl_calls(),
+        port.case.launchctl_calls(),
+        "{test}: the port asked launchd differently"
+    );
+    Some([seed, port])
+}
+
+/// The lines of a successful Darwin run, normalised to `<BASE>`.
+fn darwin_success_lines(stopping: bool) -> Vec<String> {
+    let home = "<BASE>/home";
+    let mut lines = vec![
+        "This will stop and remove the AgentsServer service, release runtime at".to_string(),
+        format!(
+            "{home}/.local/share/agents-server, and configuration at {home}/.config/agents-server \
+             (including the access token)."
+        ),
+    ];
+    if stopping {
+        lines.push(format!("Stopping {LABEL}"));
+    }
+    lines.extend([
+        format!("Removing {home}/Library/LaunchAgents/{LABEL}.plist"),
+        format!("Removing {home}/Library/Logs/AgentsServer"),
+        format!("Removing release runtime at {home}/.local/share/agents-server"),
+        format!("Removing configuration at {home}/.config/agents-server"),
+        format!(
+            "Preserved chat history, jobs, files, tokens, and secure-peer credentials at \
+             {home}/.agentsdock."
+        ),
+        PRESERVED_TAIL.to_string(),
+    ]);
+    lines.extend(FINAL_LINES.map(String::from));
+    lines
+}
+
+#[track_caller]
+fn assert_darwin_unchanged(ran: &DarwinRan) {
+    let changes = differences(&ran.before, &ran.case.home_tree());
+    assert!(changes.is_empty(), "files changed: {changes:?}");
+}
+
+/// `launchctl <verb> gui/<uid>/com.agentsdock.server`.
+fn agent_call(verb: &str) -> String {
+    format!("{verb} gui/{}/{LABEL}", agents_common::current_uid())
+}
+
+#[track_caller]
+fn assert_darwin_removed(ran: &DarwinRan) {
+    let home = &ran.case.roots.home;
+    assert!(!ran.case.plist().exists() && !ran.case.logs().exists());
+    assert!(!ran.case.roots.install.exists() && !ran.case.roots.config.exists());
+    // Only the agent's own plist and logs go; the state stays.
+    assert!(home
+        .join("Library/LaunchAgents/com.example.other.plist")
+        .exists());
+    assert!(home.join("Library/Logs/other.log").exists());
+    assert!(ran.case.roots.state.join("sessions.json").exists());
+}
+
+#[test]
+fn darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go() {
+    let test = "darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go";
+    let Some(runs) = darwin_side_by_side(test, DarwinHost::default()) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(true));
+        assert_eq!(ran.outcome.stderr, "");
+        assert_darwin_removed(ran);
+        // Loaded; booted out; then polled until launchd no longer finds it.
+        let print = agent_call("print");
+        assert_eq!(
+            ran.case.launchctl_calls(),
+            [
+                print.clone(),
+                agent_call("bootout"),
+                print.clone(),
+                print.clone(),
+                print
+            ]
+        );
+    }
+}
+
+#[test]
+fn darwin_without_a_loaded_agent_only_files_are_removed() {
+    let test = "darwin_without_a_loaded_agent_only_files_are_removed";
+    let host = DarwinHost {
+        loaded: false,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(false));
+        assert_darwin_removed(ran);
+        assert_eq!(ran.case.launchctl_calls(), [agent_call("print")]);
+    }
+}
+
+#[test]
+fn darwin_an_agent_gone_before_its_bootout_is_not_a_failure() {
+    // `Boot-out failed: 3: No such process`, and print no longer finds it.
+    let test = "darwin_an_agent_gone_before_its_bootout_is_not_a_failure";
+    let host = DarwinHost {
+        bootout: Bootout::AlreadyGone,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(true));
+        assert_darwin_removed(ran);
+        let print = agent_call("print");
+        assert_eq!(
+            ran.case.launchctl_calls(),
+            [print.clone(), agent_call("bootout"), print.clone(), print]
+        );
+    }
+}
+
+#[test]
+fn darwin_a_refused_bootout_keeps_every_file() {
+    // `Boot-out failed: 5: Input/output error` and the agent still loaded.
+    let test = "darwin_a_refused_bootout_keeps_every_file";
+    let host = DarwinHost {
+        bootout: Bootout::Refused,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout()[2], format!("Stopping {LABEL}"));
+        assert_eq!(
+            ran.outcome.stderr,
+            format!("Could not stop {LABEL}; no files were removed.\n")
+        );
+        assert_darwin_unchanged(ran);
+        let print = agent_call("print");
+        assert_eq!(
+            ran.case.launchctl_calls(),
+            [print.clone(), agent_call("bootout"), print]
+        );
+    }
+}
+
+#[test]
+fn darwin_an_agent_that_never_unloads_keeps_every_file() {
+    // The bootout is accepted, yet launchd keeps printing the agent: 50
+    // polls 0.1 s apart, then the refusal.
+    let test = "darwin_an_agent_that_never_unloads_keeps_every_file";
+    let host = DarwinHost {
+        bootout: Bootout::Ignored,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1, "{:?}", ran.outcome);
+        assert_eq!(
+            ran.outcome.stderr,
+            format!("{LABEL} did not stop; no files were removed.\n")
+        );
+        assert_darwin_unchanged(ran);
+        let calls = ran.case.launchctl_calls();
+        assert_eq!(calls.len(), 2 + 50);
+        assert_eq!(calls[1], agent_call("bootout"));
+    }
+}
+
+#[test]
+fn darwin_another_kernel_is_refused_after_the_prompt() {
+    let test = "darwin_another_kernel_is_refused_after_the_prompt";
+    let host = DarwinHost {
+        os_name: "FreeBSD",
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 1, "{:?}", ran.outcome);
+        assert_eq!(ran.stdout(), darwin_success_lines(false)[..2]);
+        assert_eq!(
+            ran.outcome.stderr,
+            "Unsupported host OS: FreeBSD; no files were removed.\n"
+        );
+        assert_darwin_unchanged(ran);
+        assert!(ran.case.launchctl_calls().is_empty());
+    }
+}
+
+#[test]
+fn a_failing_uname_ends_the_run_before_anything() {
+    // `OS_NAME="$(uname -s)"` is the script's first command, under set -e.
+    let test = "a_failing_uname_ends_the_run_before_anything";
+    let host = DarwinHost {
+        uname_status: 3,
+        ..DarwinHost::default()
+    };
+    let Some(runs) = darwin_side_by_side(test, host) else {
+        return;
+    };
+    for ran in &runs {
+        assert_eq!(ran.outcome.code(), 3, "{:?}", ran.outcome);
+        assert_eq!(ran.outcome.stdout, "");
+        assert_eq!(ran.outcome.stderr, "uname: cannot get system name\n");
+        assert_darwin_unchanged(ran);
+        assert!(!ran.case.roots.install.join(".install-lock").exists());
+    }
+}

@@ -21,10 +21,17 @@ struct SplitFiles {
 
 impl SplitFiles {
     fn new() -> SplitFiles {
+        SplitFiles::on("Linux")
+    }
+
+    /// The installation as `platform` has it (launchd plists under
+    /// `~/Library/LaunchAgents` on Darwin).
+    fn on(platform: &str) -> SplitFiles {
         let installation = Installation::in_temp();
         let worker = installation.add_release("1.0.0");
         let gateway = installation.add_release("1.1.0");
-        let layout = installation.layout(&worker, &gateway, free_port());
+        let mut layout = installation.layout(&worker, &gateway, free_port());
+        layout.platform = platform.to_string();
         installation.install_split(&layout);
         for root in [&installation.install_root, &installation.config_root] {
             fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
@@ -209,6 +216,36 @@ fn provenance_is_checked_before_any_prompt() {
             "installed execution layout changed",
         );
     }
+}
+
+#[test]
+fn a_launchd_layout_is_refused_on_this_host_before_any_change() {
+    // execution_uninstall constructs NativeServices(layout) under the lock,
+    // after provenance and the recovery owners; on a Linux host a layout
+    // installed for macOS is refused there, in both forms.
+    let files = SplitFiles::on("Darwin");
+    let plists = files.installation.home.join("Library/LaunchAgents");
+    for name in [
+        "com.agentsdock.server.plist",
+        "com.agentsdock.gateway.plist",
+    ] {
+        let plist = std::fs::read_to_string(plists.join(name)).unwrap();
+        assert!(plist.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"));
+    }
+    for helper_form in [false, true] {
+        assert_refused(
+            &files,
+            helper_form,
+            &["--yes"],
+            Input::Null,
+            "native execution platform does not match this host",
+        );
+    }
+    assert!(!files
+        .installation
+        .install_root
+        .join(".install-lock")
+        .exists());
 }
 
 #[test]

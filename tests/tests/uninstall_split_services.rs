@@ -958,6 +958,12 @@ fn sha256_hex(data: &[u8]) -> String {
 /// pinning the root, payload digests and interpreter, and a terminal proof.
 /// Returns the owner directory.
 fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
+    arm_recovery_owner_on(case, name, "Linux")
+}
+
+/// [`arm_recovery_owner`] for an owner whose native job is `platform`'s
+/// (a systemd unit on Linux, a launchd plist on Darwin).
+fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::path::PathBuf {
     use agents_common::{directory_binding, encode_indented, json_object, Json, RECOVERY_PAYLOAD};
     let i = &case.installation;
     let parent = i.install_root.join(".activation-recovery");
@@ -979,7 +985,7 @@ fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
         "root_binding" => directory_binding(&i.install_root).unwrap(),
         "transaction_id" => name, "version" => "1.1.0", "api_contract" => 1,
         "source_binding" => Json::Null, "source_inventory" => agents_common::JsonObject::new(),
-        "home" => text(&i.home), "platform" => "Linux",
+        "home" => text(&i.home), "platform" => platform,
         "config_root" => text(&i.config_root), "state_root" => text(&i.state_root),
         "bind" => "127.0.0.1", "port" => 7850, "expected_server_identity" => "",
         "managed_update_id" => "", "interpreter" => text(&interpreter),
@@ -1019,17 +1025,21 @@ fn retire_owner(directory: &std::path::Path, name: &str) {
 /// Registers the owner's native unit as `arm` leaves it before retirement:
 /// the owner's own rendering, private.
 fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
-    let unit = agents_common::recovery_service_path(name, "Linux", &case.installation.home);
     let directory = case
         .installation
         .install_root
         .join(agents_common::RECOVERY_DIRECTORY)
         .join(name);
     let owner = agents_common::recovery_evidence(&directory.join("owner.json")).unwrap();
+    let platform = owner.get("platform").and_then(|p| p.as_str()).unwrap();
+    let unit = agents_common::recovery_service_path(name, platform, &case.installation.home);
     let rendered = agents_common::render_recovery_service(&directory, &owner).unwrap();
-    assert!(
-        String::from_utf8_lossy(&rendered).contains(&format!("\"--transaction-id\" \"{name}\"\n"))
-    );
+    let argument = if platform == "Darwin" {
+        format!("<string>{name}</string>")
+    } else {
+        format!("\"--transaction-id\" \"{name}\"\n")
+    };
+    assert!(String::from_utf8_lossy(&rendered).contains(&argument));
     agents_tests::write_file_making_parents(&unit, &rendered, 0o600);
     unit
 }
@@ -1088,6 +1098,54 @@ fn an_unretired_recovery_owner_keeps_everything() {
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(outcome.stderr, "");
     case.assert_removed(&outcome, true);
+}
+
+#[test]
+fn a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl() {
+    // An owner armed for a macOS home names a launchd job: its plist under
+    // ~/Library/LaunchAgents and `/bin/launchctl print` (an absolute path,
+    // which this Linux host does not have, as the original finds too).
+    let Some(case) =
+        SplitCase::start("a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl")
+    else {
+        return;
+    };
+    let directory = arm_recovery_owner_on(&case, OWNER, "Darwin");
+    let plist = agents_common::recovery_service_path(OWNER, "Darwin", &case.installation.home);
+    assert_eq!(
+        plist.strip_prefix(&case.installation.home).unwrap(),
+        std::path::Path::new(
+            "Library/LaunchAgents/com.agentsdock.recovery.0123456789abcdef01234567.plist"
+        )
+    );
+    // Armed, not yet registered: reading its registration fails.
+    assert_kept(
+        &case,
+        &format!("[Errno 2] No such file or directory: '{}'", plist.display()),
+    );
+    // Registered with the owner's own plist: a live recovery.
+    register_owner(&case, OWNER);
+    assert_kept(&case, "a durable activation recovery owner has not retired");
+    let registered = std::fs::read(&plist).unwrap();
+    let edited = String::from_utf8(registered.clone())
+        .unwrap()
+        .replace("<integer>30</integer>", "<integer>1</integer>");
+    assert_ne!(edited.as_bytes(), registered.as_slice());
+    agents_tests::write_file_making_parents(&plist, edited.as_bytes(), 0o600);
+    assert_kept(&case, "recovery native registration changed");
+    // Retired, but its plist still registered.
+    agents_tests::write_file_making_parents(&plist, &registered, 0o600);
+    retire_owner(&directory, OWNER);
+    assert_kept(
+        &case,
+        "a durable activation recovery job is still registered or running",
+    );
+    // Retired and unregistered: only launchd can say the job is gone.
+    std::fs::remove_file(&plist).unwrap();
+    assert_kept(
+        &case,
+        "[Errno 2] No such file or directory: '/bin/launchctl'",
+    );
 }
 
 #[test]

@@ -291,3 +291,33 @@ fn the_installed_layout_must_be_present_and_unchanged() {
     replace_file(&manifest, &original, 0o600);
     case.assert_lease_held();
 }
+
+#[test]
+fn a_layout_installed_for_macos_is_refused_before_any_request() {
+    // update_handoff builds NativeServices(layout) under the lock, after the
+    // handoff and the installed layout are read: a launchd layout is
+    // refused on this Linux host before the worker is asked anything.
+    let Some(case) = Case::start("a_layout_installed_for_macos_is_refused_before_any_request")
+    else {
+        return;
+    };
+    let manifest = case.layout.manifest_path();
+    let original = fs::read(&manifest).unwrap();
+    let mut darwin = case.layout.clone();
+    darwin.platform = "Darwin".to_string();
+    let rendered = agents_common::layout_manifest(&darwin).unwrap();
+    assert_eq!(
+        rendered
+            .get("layout")
+            .and_then(|layout| layout.get("platform")),
+        Some(&Json::from("Darwin"))
+    );
+    replace_file(&manifest, &encode_indented(&rendered), 0o600);
+    assert_refused_before_any_request(
+        &case,
+        "a launchd layout",
+        "ValueError: native execution platform does not match this host",
+    );
+    replace_file(&manifest, &original, 0o600);
+    case.assert_lease_held();
+}

@@ -25,6 +25,7 @@ use std::process::{Child, Stdio};
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject};
+use agents_tests::forward_proxy::ForwardProxy;
 use agents_tests::{binary_path, Originals, RequestRecord, Switches};
 use update_handoff_support::{
     finish, Case, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,
@@ -106,6 +107,8 @@ struct Scenario {
     releases: Fixture,
     /// The row the server admitted the update with.
     admitted: JsonObject,
+    /// Extra environment of the runner.
+    environment: Vec<(String, String)>,
 }
 
 impl Scenario {
@@ -138,6 +141,7 @@ impl Scenario {
             case,
             releases,
             admitted,
+            environment: Vec::new(),
         })
     }
 
@@ -177,6 +181,7 @@ impl Scenario {
             .env("AGENTS_SERVER_RELEASE_BASE", self.releases.release_base())
             .env("AGENTS_SERVER_RELEASES_API_URL", self.releases.api_url())
             .env("TMPDIR", self.tmp())
+            .envs(self.environment.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command.spawn().expect("spawn update-runner")
@@ -535,4 +540,59 @@ fn a_refused_release_is_reported_retryably_and_the_servers_retry_finishes_it() {
             Some(&Json::from(OPERATION))
         );
     }
+}
+
+#[test]
+fn the_worker_control_channel_never_goes_through_a_proxy() {
+    // Every proxy variable names a real proxy and no_proxy is empty: the
+    // release host is reached through it, the worker's control channel and
+    // its callback health (loopback, pinned to the worker's PID) are not.
+    let Some(proxy) = ForwardProxy::start_or_skip(agents_tests::test_name!(), None) else {
+        return;
+    };
+    let Some(mut scenario) = Scenario::start("runner_handoff_proxy", &well_formed()) else {
+        return;
+    };
+    let url = proxy.url();
+    scenario.environment = ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"]
+        .iter()
+        .map(|name| (name.to_string(), url.clone()))
+        .chain([
+            ("no_proxy".to_string(), String::new()),
+            ("NO_PROXY".to_string(), String::new()),
+        ])
+        .collect();
+    scenario
+        .releases
+        .serve(SIGNATURE_PATH, Served::ok(vec![7u8; 64]));
+    let case = &scenario.case;
+    let mark = case.mark();
+
+    assert_silent_failure(&scenario.run_runner(Runner::Port));
+
+    assert_eq!(
+        normalised(scenario.row()),
+        scenario.released_row(Runner::Port.bad_signature_message())
+    );
+    assert_one_release(&case.requests_since(mark), 200);
+    assert!(
+        case.worker_lease().is_null(),
+        "the worker released its hold"
+    );
+    let release_host = scenario
+        .releases
+        .release_base()
+        .trim_end_matches("/releases")
+        .to_string();
+    let requests = proxy.requests();
+    assert!(
+        requests.iter().any(|line| line.contains(SIGNATURE_PATH)),
+        "the release host was reached through the proxy: {requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|line| line.starts_with(&format!("GET {release_host}/"))),
+        "only the release host went through the proxy: {requests:?}"
+    );
 }

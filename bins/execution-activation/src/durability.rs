@@ -11,7 +11,7 @@
 #![allow(clippy::unnecessary_cast)]
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -48,10 +48,46 @@ fn identity(info: &Stat) -> Identity {
     )
 }
 
+/// How a full barrier drains the device's write cache after `fsync`.
+///
+/// The seed adds `fcntl(F_FULLFSYNC)` when `sys.platform == "darwin"`;
+/// [`SystemSync`] does so on macOS, and tests observe which files get it.
+pub trait FullSync {
+    /// `sys.platform == "darwin"`.
+    fn host_is_darwin(&self) -> bool;
+    /// `fcntl(file, F_FULLFSYNC)`.
+    fn full_fsync(&self, file: BorrowedFd<'_>) -> rustix::io::Result<()>;
+}
+
+/// The host's own barrier: `F_FULLFSYNC` on macOS, nothing more elsewhere.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemSync;
+
+impl FullSync for SystemSync {
+    fn host_is_darwin(&self) -> bool {
+        cfg!(target_os = "macos")
+    }
+
+    fn full_fsync(&self, _file: BorrowedFd<'_>) -> rustix::io::Result<()> {
+        #[cfg(any(target_os = "macos", target_os = "ios"))]
+        rustix::fs::fcntl_fullfsync(_file)?;
+        Ok(())
+    }
+}
+
 /// `flush_activation(root, value)`: the durability barrier install.sh runs
 /// (through `execution-activation durability`) before quiescing: flush the
 /// candidate, the rollback release and the pinned old worker, then the root.
 pub fn flush_activation(root: &Path, value: &ActivationManifest) -> Result<()> {
+    flush_activation_on(root, value, &SystemSync)
+}
+
+/// [`flush_activation`] with the full barriers made through `sync`.
+pub fn flush_activation_on(
+    root: &Path,
+    value: &ActivationManifest,
+    sync: &dyn FullSync,
+) -> Result<()> {
     let info = lstat(root)?;
     if !is_type(&info, FileType::Directory)
         || info.st_uid != current_uid()
@@ -86,9 +122,9 @@ pub fn flush_activation(root: &Path, value: &ActivationManifest) -> Result<()> {
             continue;
         }
         seen.push(path.clone());
-        flush_tree(&path, false)?;
+        flush_tree(&path, false, sync)?;
         fsync_directory_nofollow(&agents_common::activation::io::parent_of(&path))?;
-        full_barrier(&path.join("VERSION"))?;
+        full_barrier(&path.join("VERSION"), sync)?;
         if !release_matches(&path, release)? {
             return Err(Error::runtime("durability runtime identity changed"));
         }
@@ -99,7 +135,7 @@ pub fn flush_activation(root: &Path, value: &ActivationManifest) -> Result<()> {
 /// `flush_tree(root, dependency_prefix=...)`: fsync every regular file and
 /// directory of an owned tree on one device; a link may leave the tree only
 /// as `.venv/bin/python*`, whose interpreter then gets its own barrier.
-pub(crate) fn flush_tree(root: &Path, dependency_prefix: bool) -> Result<()> {
+pub(crate) fn flush_tree(root: &Path, dependency_prefix: bool, sync: &dyn FullSync) -> Result<()> {
     let resolved =
         std::fs::canonicalize(root).map_err(|error| Error::from_io_path(&error, root))?;
     if !root.has_root() || !same_path(&resolved, root) {
@@ -128,7 +164,7 @@ pub(crate) fn flush_tree(root: &Path, dependency_prefix: bool) -> Result<()> {
     external.sort_by(|a, b| a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes()));
     external.dedup();
     for interpreter in external {
-        flush_interpreter(&interpreter)?;
+        flush_interpreter(&interpreter, sync)?;
     }
     for (path, expected) in &walk.observed {
         if identity(&lstat(path)?) != *expected {
@@ -289,7 +325,7 @@ impl Walk<'_> {
 }
 
 /// One external interpreter a `.venv/bin/python*` link resolves to.
-fn flush_interpreter(interpreter: &Path) -> Result<()> {
+fn flush_interpreter(interpreter: &Path, sync: &dyn FullSync) -> Result<()> {
     let info = lstat(interpreter)?;
     if !is_type(&info, FileType::RegularFile)
         || (info.st_uid != 0 && info.st_uid != current_uid())
@@ -328,10 +364,10 @@ fn flush_interpreter(interpreter: &Path) -> Result<()> {
                 "owned uv Python has no bounded standalone runtime",
             ));
         }
-        flush_tree(&prefix, true)?;
+        flush_tree(&prefix, true, sync)?;
         fsync_directory_nofollow(&agents_common::activation::io::parent_of(&prefix))?;
     }
-    full_barrier(interpreter)?;
+    full_barrier(interpreter, sync)?;
     if identity(&info) != identity(&lstat(interpreter)?) {
         return Err(Error::runtime("external durability interpreter changed"));
     }
@@ -340,14 +376,15 @@ fn flush_interpreter(interpreter: &Path) -> Result<()> {
 
 /// `_full_barrier(path)`: fsync a regular file, plus `F_FULLFSYNC` on macOS
 /// where fsync alone need not drain the device cache.
-fn full_barrier(path: &Path) -> Result<()> {
+fn full_barrier(path: &Path, sync: &dyn FullSync) -> Result<()> {
     let (descriptor, info) = open_leaf(path, OFlags::RDONLY)?;
     if !is_type(&info, FileType::RegularFile) {
         return Err(Error::runtime("durability anchor is not a regular file"));
     }
     rustix::fs::fsync(&descriptor)?;
-    #[cfg(any(target_os = "macos", target_os = "ios"))]
-    rustix::fs::fcntl_fullfsync(&descriptor)?;
+    if sync.host_is_darwin() {
+        sync.full_fsync(descriptor.as_fd())?;
+    }
     Ok(())
 }
 

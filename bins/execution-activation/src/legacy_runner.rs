@@ -36,12 +36,15 @@ use agents_common::{CommandCapture, RUNNER_OWNED_ACTIVE_PHASES};
 use agents_common::{Error, Result};
 use agents_common::{Json, JsonObject};
 
+// Facts, each checked against the headers; Linux builds use only some.
+#[allow(dead_code)]
+mod darwin_abi;
 mod kernel;
 mod pins;
 mod system;
 mod tmux;
 
-pub use kernel::BSD_INFO_SIZE as PROC_BSDINFO_SIZE;
+pub use darwin_abi::PROC_BSDINFO_SIZE;
 pub use system::SystemLegacyProbe;
 pub use tmux::PANE_FORMAT as TMUX_PANE_FORMAT;
 
@@ -518,7 +521,7 @@ fn queued_sum(queued: Option<&Json>) -> Option<Json> {
 
 /// `_options(argv)`: `--key value` pairs, no `=` in a key, no repeats.
 fn options(argv: &[String]) -> Result<Vec<(String, String)>> {
-    if !argv.len().is_multiple_of(2) {
+    if argv.len() % 2 != 0 {
         return Err(Error::runtime("legacy runner options are malformed"));
     }
     let mut values: Vec<(String, String)> = Vec::new();

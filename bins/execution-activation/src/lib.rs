@@ -19,7 +19,7 @@ pub mod environment;
 pub mod legacy_runner;
 mod native;
 mod operations;
-mod publish;
+pub mod publish;
 mod python_source;
 mod recovery_state;
 pub mod replace_config;

@@ -71,7 +71,13 @@ impl ServiceSnapshot for Snapshots<'_> {
 /// host's, as the seed's constructor does for every operation after
 /// `detect` and `candidate-api-contract`.
 pub fn connect(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
-    Ok(Box::new(Manager(NativeServices::new(layout)?)))
+    Ok(managed(NativeServices::new(layout)?))
+}
+
+/// The operations' view of `services`: the host's manager from [`connect`],
+/// or (in tests) one whose commands replay recorded launchd output.
+pub(crate) fn managed(services: NativeServices) -> Box<dyn Native> {
+    Box::new(Manager(services))
 }
 
 /// The shared crate's `NativeServices` in the dict shape the operations

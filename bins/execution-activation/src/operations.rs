@@ -153,3 +153,7 @@ pub fn release(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "operations_tests.rs"]
+mod tests;

@@ -13,7 +13,6 @@
 
 use std::path::Path;
 
-use rustix::fs::Mode;
 use sha2::{Digest, Sha256};
 
 use agents_common::activation::config::{
@@ -174,7 +173,7 @@ pub fn replace_config_on(
     }
     replace_private(&directory.join("manifest.json"), &value.canonical_bytes())?;
     checkpoint(ReplaceConfigStep::JournalWritten)?;
-    rustix::fs::fchmod(&opened.descriptor, Mode::from_raw_mode(mode))?;
+    rustix::fs::fchmod(&opened.descriptor, agents_common::fs::permission_mode(mode))?;
     rustix::fs::fsync(&opened.descriptor)?;
     checkpoint(ReplaceConfigStep::ModeSet)?;
     hard_link(&source, &secured)?;

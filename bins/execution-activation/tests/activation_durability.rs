@@ -7,7 +7,7 @@ use std::os::unix::fs::symlink;
 use agents_common::{ActivationManifest, ErrorClass};
 use agents_tests::journal_writer::{Begin, Install};
 use agents_tests::{assert_error, set_mode, write_file};
-use execution_activation::durability::flush_activation;
+use execution_activation::durability::{flush_activation, flush_activation_on, FullSync};
 
 /// An update journal in `prepared` with old and candidate releases.
 fn prepared(tag: &str) -> Install {
@@ -131,4 +131,88 @@ fn a_release_that_left_the_journal_is_not_retained() {
         ErrorClass::Runtime,
         "durability runtime is not retained by the journal",
     );
+}
+
+/// A host's full-barrier call, recorded: which files got `F_FULLFSYNC`
+/// (by device and inode), failing with `errno` when set.
+struct RecordedSync {
+    darwin: bool,
+    errno: Option<rustix::io::Errno>,
+    files: std::cell::RefCell<Vec<(u64, u64)>>,
+}
+
+impl RecordedSync {
+    fn on(darwin: bool) -> RecordedSync {
+        RecordedSync {
+            darwin,
+            errno: None,
+            files: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl FullSync for RecordedSync {
+    fn host_is_darwin(&self) -> bool {
+        self.darwin
+    }
+
+    fn full_fsync(&self, file: std::os::fd::BorrowedFd<'_>) -> rustix::io::Result<()> {
+        let info = rustix::fs::fstat(file)?;
+        #[allow(clippy::unnecessary_cast)]
+        self.files
+            .borrow_mut()
+            .push((info.st_dev as u64, info.st_ino as u64));
+        self.errno.map_or(Ok(()), Err)
+    }
+}
+
+fn identity(path: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let info = fs::metadata(path).unwrap();
+    (info.dev(), info.ino())
+}
+
+fn flush_with(install: &Install, sync: &RecordedSync) -> agents_common::Result<()> {
+    let (_directory, manifest) = ActivationManifest::read(&install.root(), false).unwrap();
+    flush_activation_on(&install.root(), &manifest, sync)
+}
+
+#[test]
+fn on_macos_each_retained_release_version_gets_a_full_fsync() {
+    // fsync alone need not drain a Mac's volatile write cache: the seed adds
+    // F_FULLFSYNC for each release's VERSION anchor, once per release, and
+    // for nothing else the walk flushes.
+    let install = prepared("fullfsync");
+    let sync = RecordedSync::on(true);
+    flush_with(&install, &sync).unwrap();
+    let candidate = install.releases().join(".staging-1.1.0-4242/VERSION");
+    let old = install.release_dir("1.0.0").join("VERSION");
+    assert_eq!(
+        sync.files.borrow().as_slice(),
+        [identity(&candidate), identity(&old)]
+    );
+    // Off macOS there is no such call.
+    let linux = RecordedSync::on(false);
+    flush_with(&install, &linux).unwrap();
+    assert!(linux.files.borrow().is_empty());
+}
+
+#[test]
+fn a_refused_full_fsync_fails_the_barrier() {
+    // A volume that cannot drain its cache (F_FULLFSYNC refused, as on some
+    // network filesystems) fails durability with the OS error, as
+    // fcntl.fcntl raises it; nothing vouches for the release.
+    let install = prepared("fullfsync-refused");
+    let sync = RecordedSync {
+        errno: Some(rustix::io::Errno::NOTSUP),
+        ..RecordedSync::on(true)
+    };
+    let error = flush_with(&install, &sync).unwrap_err();
+    let errno = rustix::io::Errno::NOTSUP.raw_os_error();
+    assert_eq!(error.errno(), Some(errno));
+    assert_eq!(
+        error.python_line(),
+        format!("OSError: [Errno {errno}] Operation not supported")
+    );
+    assert_eq!(sync.files.borrow().len(), 1, "the first anchor fails it");
 }

@@ -86,7 +86,7 @@ fn procargs(exec: &Path, argv: &[String]) -> Vec<u8> {
     let mut raw = (argv.len() as i32).to_ne_bytes().to_vec();
     raw.extend_from_slice(exec.to_str().unwrap().as_bytes());
     raw.push(0);
-    while !raw.len().is_multiple_of(8) {
+    while raw.len() % 8 != 0 {
         raw.push(0);
     }
     let tail = [
@@ -1150,7 +1150,6 @@ fn the_pane_started_the_runner_and_holds_this_installer() {
     let (head, command) = row.trim_end().rsplit_once('|').unwrap();
     let with_command = |command: &str| format!("{head}|{command}\n");
     for command in [
-        String::new(),
         format!("{command} \"--extra\""),
         command.replacen(&format!("\"{}\"", scenario.runner_argv[0]), "python3", 1),
         command.replacen(
@@ -1167,6 +1166,18 @@ fn the_pane_started_the_runner_and_holds_this_installer() {
         scenario.verify().unwrap_err().python_line(),
         "ValueError: No closing quotation"
     );
+    // A display that decodes to fewer than two words, even after the one
+    // extra layer of quoting newer tmux adds, is no launch command.
+    let program = format!("\"{}\"", scenario.runner_argv[0]);
+    let nested = format!("'\"{}\"'", scenario.runner_argv.join(" "));
+    for display in [String::new(), program, nested] {
+        scenario.set_pane(&with_command(&display));
+        scenario.refused("legacy tmux launch display is missing arguments or nested");
+    }
+    for control in ['\t', '\x7f', '\x01'] {
+        scenario.set_pane(&with_command(&format!("{command}{control}")));
+        scenario.refused("legacy tmux launch display contains control characters");
+    }
     // The pane's process is not in this installer's ancestry.
     scenario.set_pane(&row.replace(&format!("|{RUNNER}|"), &format!("|{NATIVE}|")));
     scenario.refused("legacy updater is outside its admitted tmux pane");
@@ -1176,6 +1187,23 @@ fn the_pane_started_the_runner_and_holds_this_installer() {
     // The pane is the runner's child, not its ancestor.
     scenario.set_pane(&row.replace(&format!("|{RUNNER}|"), &format!("|{INSTALLER}|")));
     scenario.refused("legacy updater is outside its admitted tmux pane");
+}
+
+#[test]
+fn newer_tmux_quoting_the_whole_command_is_decoded_once_more() {
+    // tmux 3.x displays the single command argument of `new-session` quoted
+    // as one word: `"<python> <update_runner.py> --status-file ..."`.
+    let scenario = Scenario::new();
+    let row = scenario.pane_row();
+    let (head, _command) = row.trim_end().rsplit_once('|').unwrap();
+    let command = scenario.runner_argv.join(" ");
+    // Nothing in it that double quotes would have to escape.
+    assert!(!command.contains(['"', '\\', '$', '`']), "{command}");
+    scenario.set_pane(&format!("{head}|\"{command}\"\n"));
+    assert_eq!(scenario.verify().unwrap(), UPDATE);
+    // The decoded words are still compared with the kernel's arguments.
+    scenario.set_pane(&format!("{head}|\"{command} --extra\"\n"));
+    scenario.refused("legacy updater launch command does not match kernel arguments");
 }
 
 /// What a change between the two passes may touch.

@@ -240,6 +240,47 @@ fn rollback_removes_what_a_migration_published() {
 }
 
 #[test]
+fn a_launchd_migration_publishes_the_golden_plists_and_rolls_them_back() {
+    // execution_install renders plists for a Darwin layout and journals
+    // them exactly like units: 0600, in ~/Library/LaunchAgents (created
+    // private when missing), and rollback removes them again.
+    let install = Install::new("txn-launchd", &["0.1.25"]);
+    let value = Json::Object(install.base.layout("Darwin", "0.1.25", "0.1.25"));
+    let layout = ExecutionLayout::from_dict(&value).expect("valid layout");
+    let agents = install.base.join("home/Library/LaunchAgents");
+    assert!(!agents.exists());
+    let staged =
+        ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+    let paths = staged.get("paths").unwrap();
+    let golden = golden_case("darwin-basic");
+    for (role, file, key) in [
+        ("worker", "com.agentsdock.server.plist", "worker_service"),
+        ("gateway", "com.agentsdock.gateway.plist", "gateway_service"),
+    ] {
+        let path = agents.join(file);
+        assert_eq!(
+            paths.get(role).and_then(Json::as_str),
+            Some(path.to_str().unwrap())
+        );
+        let desired = staged.get("after").unwrap().get(role).unwrap();
+        assert_eq!(desired.get("mode"), Some(&Json::from(0o600)));
+        ExecutionTransaction::publish(&install.root()).unwrap();
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            golden_text(&golden, key, &install.base),
+            "{file}"
+        );
+        assert_eq!(mode(&path), 0o600);
+    }
+    assert_eq!(mode(&agents), 0o700);
+    assert_eq!(mode(agents.parent().unwrap()), 0o700);
+    ExecutionTransaction::rollback(&install.root()).unwrap();
+    ExecutionTransaction::finish(&install.root()).unwrap();
+    assert_eq!(fs::read_dir(&agents).unwrap().count(), 0);
+    assert!(!install.root().join("execution-layout.json").exists());
+}
+
+#[test]
 fn worker_update_restores_the_previous_unit_with_its_mode() {
     let install = Install::new("txn-worker", &["1.0.0", "1.1.0"]);
     let old = migrate(&install, "1.0.0");

@@ -77,6 +77,10 @@ fn hand_over(roots: &roots::ManagedRoots, assume_yes: bool, purge_state: bool) -
 /// `uninstall.sh` from its first line to its hand-over or legacy path: its
 /// exit status.
 pub fn run_script(words: &[OsString]) -> u8 {
+    let os = match legacy::os_name() {
+        Ok(os) => os,
+        Err(legacy::Exit(status)) => return status,
+    };
     let roots = match roots::managed_roots(&roots::ProcessEnvironment) {
         Ok(roots) => roots,
         Err(refusal) => {
@@ -122,6 +126,7 @@ pub fn run_script(words: &[OsString]) -> u8 {
             assume_yes,
             purge_state,
         },
+        &os,
         &mut legacy::RealHost,
     )
 }

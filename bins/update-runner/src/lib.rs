@@ -10,11 +10,13 @@ mod cli;
 mod failure;
 pub mod installer;
 mod prepared;
-mod recovery;
+pub mod proxy;
+pub mod recovery;
 pub mod release;
 pub mod server_health;
 mod team_hub;
 pub mod team_hub_fence;
+pub mod trust_store;
 mod update;
 mod urllib;
 

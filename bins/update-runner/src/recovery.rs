@@ -14,10 +14,11 @@ use crate::server_health::{
     consume_auth_token_file, resolve_user_path, PostUpdateIdentity, RepairedHubIdentity,
     ServerHealth,
 };
+use agents_common::activation::{check_binding_on, execution_context_on};
 use agents_common::{
-    check_binding, entry_present, execution_context, json_object, read_status_unlocked,
-    update_status, utc_now, ActivationManifest, Error, Json, JsonObject, Result, StatusLock,
-    INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
+    entry_present, json_object, read_status_unlocked, update_status, utc_now, ActivationManifest,
+    Error, Json, JsonObject, Result, StatusLock, SystemVolumes, VolumeProbe, INTENT_KEYS,
+    RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 use crate::cli::Args;
@@ -210,6 +211,18 @@ pub fn recovery_context(
     status: &JsonObject,
     server_identity: &str,
 ) -> Result<Option<ActivationManifest>> {
+    recovery_context_on(root, status, server_identity, &SystemVolumes)
+}
+
+/// [`recovery_context`] with the host's volumes seen through `volumes`: on
+/// macOS the journal's device numbers are rebased and directories are bound
+/// by their volume's UUID, elsewhere by device number.
+pub fn recovery_context_on(
+    root: &Path,
+    status: &JsonObject,
+    server_identity: &str,
+    volumes: &dyn VolumeProbe,
+) -> Result<Option<ActivationManifest>> {
     let root = preparation_path(root)?;
     if !entry_present(&root.join(".activation-transaction"))? {
         return Ok(None);
@@ -223,8 +236,8 @@ pub fn recovery_context(
         ));
     };
     let field = |name: &str| intent.get(name).unwrap_or(&Json::Null);
-    check_binding(&root, field("root_binding"))?;
-    let value = execution_context(&root)?;
+    check_binding_on(volumes, &root, field("root_binding"))?;
+    let value = execution_context_on(&root, volumes)?;
     let value = value.filter(|value| {
         value.get("release_version") == field("version")
             && value.execution_field("api_contract") == field("api_contract")
@@ -253,7 +266,17 @@ pub fn recovery_context(
             "activation journal candidate identity changed",
         ));
     }
-    if saved.get("volume_uuid") != Some(&Json::Null)
+    // The journal's device numbers were rebased by execution_context; on
+    // macOS the candidate and the root share one volume, named by its UUID.
+    if volumes.host_is_darwin() {
+        let uuid = saved.get("volume_uuid").unwrap_or(&Json::Null);
+        let root_uuid = field("root_binding")
+            .get("volume_uuid")
+            .unwrap_or(&Json::Null);
+        if !agents_common::python_truthy(uuid) || uuid != root_uuid {
+            return Err(Error::runtime("activation candidate volume changed"));
+        }
+    } else if saved.get("volume_uuid") != Some(&Json::Null)
         || saved.get("device") != Some(candidate.get("device").unwrap_or(&Json::Null))
     {
         return Err(Error::runtime("activation candidate filesystem changed"));

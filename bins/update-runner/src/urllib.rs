@@ -1,5 +1,7 @@
 //! One HTTP/1.1 GET as `urllib.request.urlopen` performs it, over TCP or TLS,
-//! for the release host and the server's health endpoint.
+//! for the release host and the server's health endpoint: straight to the
+//! host or through the proxy the environment names ([`crate::proxy`]; the
+//! health endpoint is always reached directly), see [`connect`].
 //!
 //! The seed reads every response through `http.client`, and its limits and
 //! error texts reach the status row the server shows: a status line over
@@ -16,11 +18,14 @@
 //! control character is refused before anything is sent, without repeating
 //! the value (urllib echoes it, a credential included).
 
+mod connect;
+mod tls;
+
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::{Arc, OnceLock};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::proxy::{self, ProxyEnvironment, RequestScheme, Route};
 use agents_common::python::int::PythonInt;
 use agents_common::{Error, ErrorClass};
 
@@ -97,23 +102,7 @@ impl Target {
             None => (rest, "/".to_string()),
         };
         let authority = authority.rsplit('@').next().unwrap_or("");
-        let (host, port) = match authority.strip_prefix('[') {
-            Some(bracketed) => {
-                let (host, after) = bracketed.split_once(']').ok_or_else(unknown)?;
-                (host, after.strip_prefix(':'))
-            }
-            None => match authority.rsplit_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (authority, None),
-            },
-        };
-        let default = if tls { 443 } else { 80 };
-        let port = match port {
-            None | Some("") => PythonInt::Small(default),
-            Some(digits) => PythonInt::parse(digits).ok_or_else(|| {
-                Failure::Protocol(Error::value(format!("nonnumeric port: '{digits}'")))
-            })?,
-        };
+        let (host, port) = connect::host_port(authority, if tls { 443 } else { 80 })?;
         if host.is_empty() {
             return Err(Failure::Protocol(Error::new(
                 ErrorClass::Os,
@@ -122,7 +111,7 @@ impl Target {
         }
         Ok(Target {
             tls,
-            host: host.to_string(),
+            host,
             port,
             selector,
         })
@@ -143,42 +132,39 @@ impl Target {
         }
     }
 
-    /// The port getaddrinfo(3) resolves for Python's int: CPython passes it
-    /// as a C long's decimal text (`OverflowError` beyond), and glibc reads
-    /// that with `strtoul` into an `int`: a negative result is an unknown
-    /// service name, anything else keeps its low 16 bits (port 70000
-    /// connects to 4464, as Python's does).
-    fn service_port(&self) -> Result<u16, Failure> {
-        let value = self
-            .port
-            .as_i128()
-            .and_then(|value| i64::try_from(value).ok())
-            .ok_or_else(|| {
-                Failure::Protocol(Error::new(
-                    ErrorClass::Runtime,
-                    "Python int too large to convert to C long",
-                ))
-            })?;
-        // strtoul negates a leading minus in unsigned arithmetic.
-        let service = value as u64 as u32 as i32;
-        if service < 0 {
-            return Err(Failure::Protocol(
-                Error::new(
-                    ErrorClass::Os,
-                    "[Errno -8] Servname not supported for ai_socktype",
-                )
-                .into_url_error(),
-            ));
+    /// How urllib's `ProxyHandler` sends a request to this URL under
+    /// `routing`.
+    fn route(&self, url: &str, routing: Routing) -> Result<Route, Failure> {
+        match routing {
+            Routing::Direct => Ok(Route::Direct),
+            Routing::Environment => {
+                let scheme = if self.tls {
+                    RequestScheme::Https
+                } else {
+                    RequestScheme::Http
+                };
+                ProxyEnvironment::of_process()
+                    .route(scheme, &proxy::request_host(url))
+                    .map_err(Failure::Protocol)
+            }
         }
-        Ok(service as u16)
     }
 }
 
-/// The connection: plain TCP, or TLS verified against the bundled Mozilla
-/// roots (urllib used OpenSSL's defaults).
+/// Whether a request may go through a proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Routing {
+    /// As urllib routes it: the `*_proxy` environment decides (release hosts).
+    Environment,
+    /// Never through a proxy (the server's own loopback endpoints).
+    Direct,
+}
+
+/// The connection: plain TCP, or TLS verified against the system trust
+/// store (see [`tls`]).
 enum Stream {
     Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    Tls(Box<tls::TlsStream>),
 }
 
 impl Stream {
@@ -215,28 +201,6 @@ impl Write for Stream {
     }
 }
 
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add_trust_anchors(webpki_roots::TLS_SERVER_ROOTS.iter().map(|anchor| {
-                rustls::OwnedTrustAnchor::from_subject_spki_name_constraints(
-                    anchor.subject,
-                    anchor.spki,
-                    anchor.name_constraints,
-                )
-            }));
-            Arc::new(
-                rustls::ClientConfig::builder()
-                    .with_safe_defaults()
-                    .with_root_certificates(roots)
-                    .with_no_client_auth(),
-            )
-        })
-        .clone()
-}
-
 /// What remains of the request's one deadline, as a socket timeout; an
 /// elapsed deadline is a `TimeoutError`.
 fn remaining(deadline: Instant) -> io::Result<Duration> {
@@ -244,21 +208,6 @@ fn remaining(deadline: Instant) -> io::Result<Duration> {
         .checked_duration_since(Instant::now())
         .filter(|left| !left.is_zero())
         .ok_or_else(timed_out)
-}
-
-/// `socket.create_connection`: each resolved address in turn until one
-/// connects; the last error otherwise.
-fn connect(target: &Target, port: u16, deadline: Instant) -> io::Result<TcpStream> {
-    let mut last = None;
-    for address in (target.host.as_str(), port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&address, remaining(deadline)?) {
-            Ok(socket) => return Ok(socket),
-            Err(error) => last = Some(error),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, "getaddrinfo returns an empty list")
-    }))
 }
 
 /// An open response whose status is known and whose body has not been read.
@@ -388,6 +337,20 @@ struct LineReader {
 }
 
 impl LineReader {
+    fn new(stream: Stream, deadline: Instant) -> Self {
+        LineReader {
+            stream,
+            buffer: Vec::new(),
+            start: 0,
+            deadline,
+        }
+    }
+
+    /// The connection back; bytes read but not consumed are dropped.
+    fn into_stream(self) -> Stream {
+        self.stream
+    }
+
     fn buffered(&self) -> &[u8] {
         &self.buffer[self.start..]
     }
@@ -484,13 +447,14 @@ impl LineReader {
 }
 
 /// `GET url` with `headers` (after `Host` and `Accept-Encoding: identity`,
-/// before `Connection: close`), the whole exchange bounded by `deadline`;
-/// returns the response once its status line and headers are read, whatever
-/// the status.
+/// before `Connection: close`), sent along the route `routing` allows, the
+/// whole exchange bounded by `deadline`; returns the response once its
+/// status line and headers are read, whatever the status.
 pub(crate) fn get(
     url: &str,
     headers: &[(&str, &str)],
     deadline: Instant,
+    routing: Routing,
 ) -> Result<Response, Failure> {
     let target = Target::parse(url)?;
     for (name, value) in headers {
@@ -502,31 +466,32 @@ pub(crate) fn get(
             ))));
         }
     }
-    let port = target.service_port()?;
-    let socket = connect(&target, port, deadline).map_err(Failure::Connect)?;
-    let mut stream = if target.tls {
-        let name = rustls::ServerName::try_from(target.host.as_str()).map_err(|_| {
-            Failure::Connect(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("invalid TLS server name: {}", target.host),
-            ))
-        })?;
-        let connection = rustls::ClientConnection::new(tls_config(), name)
-            .map_err(|error| Failure::Connect(io::Error::other(error)))?;
-        Stream::Tls(Box::new(rustls::StreamOwned::new(connection, socket)))
-    } else {
-        Stream::Plain(socket)
-    };
+    let route = target.route(url, routing)?;
+    let connection = connect::open(url, &target, &route, deadline)?;
+    let reader = send(connection, &target, headers, deadline)?;
+    read_response(reader)
+}
+
+/// Write the request on `connection`: the proxy's credentials, when it
+/// needs them, after the caller's headers, as urllib orders them.
+fn send(
+    connection: connect::Connection,
+    target: &Target,
+    headers: &[(&str, &str)],
+    deadline: Instant,
+) -> Result<LineReader, Failure> {
     let mut request = format!(
         "GET {} HTTP/1.1\r\nAccept-Encoding: identity\r\nHost: {}\r\n",
-        target.selector,
+        connection.request_target,
         target.host_header()
     );
-    for (name, value) in headers {
+    let proxy_authorization = connection.proxy_authorization.as_deref();
+    let proxy_header = proxy_authorization.map(|value| ("Proxy-Authorization", value));
+    for (name, value) in headers.iter().copied().chain(proxy_header) {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("Connection: close\r\n\r\n");
-    // The TLS handshake reads and writes inside the first write.
+    let mut stream = connection.stream;
     let timeout = remaining(deadline).map_err(Failure::Connect)?;
     let socket = stream.socket();
     socket
@@ -537,12 +502,12 @@ pub(crate) fn get(
         .write_all(request.as_bytes())
         .and_then(|()| stream.flush())
         .map_err(Failure::Connect)?;
-    let mut reader = LineReader {
-        stream,
-        buffer: Vec::new(),
-        start: 0,
-        deadline,
-    };
+    Ok(LineReader::new(stream, deadline))
+}
+
+/// `HTTPResponse.begin`: the status (a `100 Continue` skipped), the
+/// headers, and how the body ends.
+fn read_response(mut reader: LineReader) -> Result<Response, Failure> {
     let (code, reason) = loop {
         let (code, reason) = read_status(&mut reader)?;
         if code != 100 {

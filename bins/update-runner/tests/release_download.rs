@@ -374,21 +374,56 @@ except Exception as exc:
     assert_eq!(error.message(), "npm release archive size changed");
 }
 
-#[test]
-fn https_release_hosts_are_reachable_through_tls() {
-    // Production endpoints are https; a peer that closes the connection must
-    // fail the TLS handshake, not fail because TLS is missing from the build.
+/// A loopback peer for one connection: it reads what the client sends
+/// first, then writes `reply` (nothing: it just closes) and closes.
+fn one_shot_peer(reply: &'static [u8]) -> (u16, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let closer = std::thread::spawn(move || drop(listener.accept()));
-    let url = format!("https://127.0.0.1:{port}/");
-    let FetchError::Failed(error) = download_bytes(&url, 100).unwrap_err() else {
-        panic!("a TLS failure is not an HTTP status")
-    };
-    closer.join().unwrap();
-    assert!(
-        !error.message().contains("feature is not enabled"),
-        "{}",
-        error.message()
-    );
+    let peer = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let _ = stream.read(&mut [0u8; 4096]);
+            let _ = stream.write_all(reply);
+        }
+    });
+    (port, peer)
 }
+
+#[test]
+fn failed_handshakes_are_worded_as_cpython_words_them() {
+    // Production endpoints are https: a peer that closes during the
+    // handshake, or answers in plain HTTP, fails the request with the
+    // exception text CPython 3.11's urlopen gives for the same peer.
+    for reply in [&b""[..], b"HTTP/1.1 400 Bad Request\r\n\r\n"] {
+        let (port, peer) = one_shot_peer(reply);
+        let output = std::process::Command::new("python3")
+            .args([
+                "-B",
+                "-c",
+                PYTHON_URLOPEN,
+                &format!("https://127.0.0.1:{port}/"),
+            ])
+            .output()
+            .expect("python3 (scripts/setup.sh installs it)");
+        peer.join().unwrap();
+        let python = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        assert!(python.starts_with("<urlopen error [SSL: "), "{python}");
+        let (port, peer) = one_shot_peer(reply);
+        let FetchError::Failed(error) =
+            download_bytes(&format!("https://127.0.0.1:{port}/"), 100).unwrap_err()
+        else {
+            panic!("a TLS failure is not an HTTP status")
+        };
+        peer.join().unwrap();
+        assert_eq!(error.message(), python);
+    }
+}
+
+/// Prints `str()` of what `urlopen(sys.argv[1])` raises.
+const PYTHON_URLOPEN: &str = r#"
+import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=10)
+except Exception as exc:
+    print(exc)
+"#;

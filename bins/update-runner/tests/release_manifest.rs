@@ -790,7 +790,7 @@ fn npm_envelopes_match_the_seed() {
     // Bytes whose length is a multiple of 3 encode without padding, so a
     // trailing "=" exercises Python's lenient acceptance.
     let mut padded_bytes = bytes.clone();
-    while !padded_bytes.len().is_multiple_of(3) {
+    while padded_bytes.len() % 3 != 0 {
         padded_bytes.insert(padded_bytes.len() - 1, b' ');
     }
     let padded_signature = f.key.sign(&padded_bytes);

@@ -11,6 +11,7 @@ use super::io::lstat_if_present;
 use super::manifest::{same_path, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 use super::paths::absolute_path;
 use super::release::{link_points_to, link_state, locate_release, release_matches};
+use super::volume::{SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
 use crate::json::json_object;
 use crate::json::{Json, JsonObject};
@@ -70,8 +71,17 @@ impl ActivationInvocation {
 /// `root` (read without cleanup), or `None` for a format 1/2 journal. A
 /// missing journal is FileNotFoundError, as in Python.
 pub fn execution_context(root: &Path) -> Result<Option<ActivationManifest>> {
+    execution_context_on(root, &SystemVolumes)
+}
+
+/// [`execution_context`] with the host's volumes seen through `volumes`
+/// (a macOS journal rebases its device numbers on every read).
+pub fn execution_context_on(
+    root: &Path,
+    volumes: &dyn VolumeProbe,
+) -> Result<Option<ActivationManifest>> {
     let root = absolute_path(root);
-    let (_directory, manifest) = ActivationManifest::read(&root, false)?;
+    let (_directory, manifest) = ActivationManifest::read_on(&root, false, volumes)?;
     if !manifest.is_execution() {
         return Ok(None);
     }

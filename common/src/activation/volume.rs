@@ -29,10 +29,7 @@ use crate::json::{Json, JsonObject};
 use crate::python::uuid::is_canonical_uuid;
 use crate::python::uuid::uuid_text;
 
-/// `ATTR_VOL_INFO | ATTR_VOL_UUID` of `sys/attr.h`.
-pub const VOLUME_UUID_ATTRIBUTES: u32 = 0x8004_0000;
-/// The size of the attribute reply: a u32 length, then the 16-byte UUID.
-pub const VOLUME_UUID_REPLY_SIZE: usize = 20;
+pub use crate::darwin_abi::VOLUME_UUID_REPLY_SIZE;
 
 /// How the journal learns which volume a directory lives on.
 pub trait VolumeProbe {
@@ -383,19 +380,9 @@ mod darwin {
     use std::ffi::{c_int, c_uint, c_void};
     use std::os::fd::{AsRawFd, BorrowedFd};
 
-    use super::{VOLUME_UUID_ATTRIBUTES, VOLUME_UUID_REPLY_SIZE};
-
-    /// `struct attrlist` of `sys/attr.h`.
-    #[repr(C)]
-    struct AttrList {
-        bitmapcount: u16,
-        reserved: u16,
-        commonattr: u32,
-        volattr: u32,
-        dirattr: u32,
-        fileattr: u32,
-        forkattr: u32,
-    }
+    use crate::darwin_abi::{
+        AttrList, ATTR_BIT_MAP_COUNT, ATTR_VOL_INFO_UUID, VOLUME_UUID_REPLY_SIZE,
+    };
 
     extern "C" {
         fn fgetattrlist(
@@ -409,10 +396,10 @@ mod darwin {
 
     pub fn volume_attributes(directory: BorrowedFd<'_>) -> Result<Vec<u8>, i32> {
         let mut request = AttrList {
-            bitmapcount: 5, // ATTR_BIT_MAP_COUNT
+            bitmapcount: ATTR_BIT_MAP_COUNT,
             reserved: 0,
             commonattr: 0,
-            volattr: VOLUME_UUID_ATTRIBUTES,
+            volattr: ATTR_VOL_INFO_UUID,
             dirattr: 0,
             fileattr: 0,
             forkattr: 0,

@@ -17,13 +17,12 @@
 //! handler only over the default disposition. One lock per process is armed at
 //! a time (the helpers take one).
 
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::identity;
 
@@ -245,18 +244,21 @@ fn only_owner_file(lock: BorrowedFd<'_>) -> Result<bool, Stop> {
         Mode::empty(),
     )
     .map_err(|_| Stop::Failed)?;
-    let mut buffer = [MaybeUninit::<u8>::uninit(); 4096];
-    let mut entries = RawDir::new(&listing, &mut buffer);
     let mut owner_seen = false;
-    while let Some(entry) = entries.next() {
-        let entry = entry.map_err(|_| Stop::Failed)?;
-        match entry.file_name().to_bytes() {
-            b"." | b".." => {}
-            b"pid" => owner_seen = true,
-            _ => return Ok(false),
+    let mut only_owner = true;
+    crate::fs::each_entry_name(&listing, |name| match name {
+        b"." | b".." => true,
+        b"pid" => {
+            owner_seen = true;
+            true
         }
-    }
-    Ok(owner_seen)
+        _ => {
+            only_owner = false;
+            false
+        }
+    })
+    .map_err(|_| Stop::Failed)?;
+    Ok(owner_seen && only_owner)
 }
 
 fn write_stderr(message: &[u8]) {

@@ -34,12 +34,13 @@ pub const STAND_INS: [&str; 7] = [
     "execution_uninstall.py",
     "VERSION",
 ];
-/// The Python entry points the kit redirects, and the binary each runs.
-pub const LAUNCHERS: [(&str, &str); 4] = [
+/// The entry points the kit gives a launcher, and the binary each runs.
+pub const LAUNCHERS: [(&str, &str); 5] = [
     ("execution_activation.py", "execution-activation"),
     ("execution_manage.py", "execution-manage"),
     ("update_runner.py", "update-runner"),
     ("execution_uninstall.py", "uninstall"),
+    ("uninstall.sh", "uninstall"),
 ];
 /// The kit's manifest.
 pub const MANIFEST: &str = "rust-helpers.json";
@@ -67,6 +68,101 @@ pub fn binaries_dir() -> PathBuf {
         binary_path(helper);
     }
     profile_dir()
+}
+
+/// The four Rust targets the kit ships, and each one's staged-name tag.
+pub const TARGETS: [(&str, &str); 4] = [
+    ("x86_64-unknown-linux-gnu", "linux-x86_64"),
+    ("aarch64-unknown-linux-gnu", "linux-aarch64"),
+    ("x86_64-apple-darwin", "darwin-x86_64"),
+    ("aarch64-apple-darwin", "darwin-arm64"),
+];
+/// The target of the machine running the tests: its folder holds the built
+/// helpers, which the launchers really run here.
+pub const HOST_TARGET: &str = if cfg!(target_arch = "aarch64") {
+    "aarch64-unknown-linux-gnu"
+} else {
+    "x86_64-unknown-linux-gnu"
+};
+
+/// The staged-name tag of `target` (`linux-x86_64`, ...).
+pub fn tag(target: &str) -> &'static str {
+    TARGETS
+        .iter()
+        .find(|(name, _)| *name == target)
+        .map(|(_, tag)| *tag)
+        .unwrap_or_else(|| panic!("unknown target {target}"))
+}
+
+/// The name the kit stages `helper` under for `target`.
+pub fn staged(helper: &str, target: &str) -> String {
+    format!("{helper}-{}", tag(target))
+}
+
+/// The first bytes of an executable for `target` that cannot run here: a
+/// 64-bit little-endian ELF executable header with the target's e_machine,
+/// or a Mach-O MH_EXECUTE header with its cputype, then a note. It stands
+/// for another platform's binary, which this machine never executes.
+pub fn foreign_executable(target: &str) -> Vec<u8> {
+    let mut bytes = match target {
+        "x86_64-unknown-linux-gnu" | "aarch64-unknown-linux-gnu" => {
+            let machine: u16 = if target.starts_with("x86_64") {
+                62
+            } else {
+                183
+            };
+            let mut header = b"\x7fELF\x02\x01\x01\x00".to_vec();
+            header.resize(16, 0);
+            header.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+            header.extend_from_slice(&machine.to_le_bytes());
+            header.extend_from_slice(&1u32.to_le_bytes()); // EV_CURRENT
+            header
+        }
+        _ => {
+            let cputype: u32 = if target.starts_with("x86_64") {
+                0x0100_0007
+            } else {
+                0x0100_000c
+            };
+            let mut header = vec![0xcf, 0xfa, 0xed, 0xfe];
+            header.extend_from_slice(&cputype.to_le_bytes());
+            header.extend_from_slice(&0u32.to_le_bytes());
+            header.extend_from_slice(&2u32.to_le_bytes()); // MH_EXECUTE
+            header
+        }
+    };
+    bytes.resize(64, 0);
+    bytes.extend_from_slice(format!("test stand-in for a {target} executable\n").as_bytes());
+    bytes
+}
+
+/// A dist folder as `scripts/build-release.sh` leaves it: `<target>/<helper>`.
+/// The host's folder holds the built helpers (hard links, or copies across
+/// filesystems); every other target's holds [`foreign_executable`]s.
+pub fn dist(parent: &Path, targets: &[&str]) -> PathBuf {
+    let dist = parent.join("dist");
+    for target in targets {
+        let folder = dist.join(target);
+        fs::create_dir_all(&folder).unwrap();
+        for helper in HELPERS {
+            let to = folder.join(helper);
+            if *target == HOST_TARGET {
+                let from = binaries_dir().join(helper);
+                if fs::hard_link(&from, &to).is_err() {
+                    fs::copy(&from, &to).unwrap();
+                }
+            } else {
+                fs::write(&to, foreign_executable(target)).unwrap();
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+    }
+    dist
+}
+
+/// Every target name, in the kit's order.
+pub fn all_targets() -> Vec<&'static str> {
+    TARGETS.iter().map(|(target, _)| *target).collect()
 }
 
 /// An unpacked release in a private temp directory.
@@ -108,17 +204,27 @@ impl FakeRelease {
         self.source.join(name)
     }
 
-    /// Runs the kit on the release with the built helpers.
-    pub fn run_kit(&self) -> Output {
-        self.run_kit_with(&binaries_dir())
+    /// The dist the default run stages: the built helpers for this host and
+    /// stand-ins for the three other platforms (made once per release).
+    pub fn default_dist(&self) -> PathBuf {
+        let dist = self.temp().join("dist");
+        if !dist.exists() {
+            self::dist(self.temp(), &all_targets());
+        }
+        dist
     }
 
-    /// Runs the kit on the release with the binaries of `binaries`.
-    pub fn run_kit_with(&self, binaries: &Path) -> Output {
+    /// Runs the kit on the release with [`FakeRelease::default_dist`].
+    pub fn run_kit(&self) -> Output {
+        self.run_kit_with(&self.default_dist())
+    }
+
+    /// Runs the kit on the release with the dist folder `dist`.
+    pub fn run_kit_with(&self, dist: &Path) -> Output {
         Command::new("bash")
             .arg(kit_script())
-            .arg("--binaries")
-            .arg(binaries)
+            .arg("--dist")
+            .arg(dist)
             .arg(&self.source)
             .stdin(Stdio::null())
             .output()
@@ -127,7 +233,12 @@ impl FakeRelease {
 
     /// Runs the kit and fails the test unless it succeeds.
     pub fn migrate(&self) -> String {
-        let output = self.run_kit();
+        self.migrate_with(&self.default_dist())
+    }
+
+    /// Runs the kit with `dist` and fails the test unless it succeeds.
+    pub fn migrate_with(&self, dist: &Path) -> String {
+        let output = self.run_kit_with(dist);
         assert!(
             output.status.success(),
             "the kit failed ({}):\n{}{}",
@@ -202,9 +313,15 @@ pub fn sha256_file(path: &Path) -> String {
     String::from_utf8(output.stdout).unwrap()[..64].to_string()
 }
 
-/// The text a launcher must contain: the inserted block between its markers.
+/// The text the kit inserted into an entry point: the block between its
+/// markers, with the blank line put before it in a Python module.
 pub fn launcher_block(text: &str) -> Option<&str> {
-    let start = text.find("\n# --- rust-helpers launcher")?;
+    let marker = text.find("# --- rust-helpers launcher")?;
+    let start = if text[..marker].ends_with("\n\n") {
+        marker - 1
+    } else {
+        marker
+    };
     let end_marker = "# --- end rust-helpers launcher ---\n";
     let end = text.find(end_marker)? + end_marker.len();
     Some(&text[start..end])

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod darwin;
 pub mod pty;
 pub mod split;
 
@@ -335,6 +336,24 @@ fn walk(root: &Path, relative: &Path, entries: &mut BTreeMap<PathBuf, Entry>) {
     entries.insert(relative.to_path_buf(), entry);
 }
 
+/// [`snapshot`] of `root` with `base` in symlink targets replaced by
+/// `<BASE>`, so trees built under different bases compare.
+pub fn snapshot_under(root: &Path, base: &Path) -> BTreeMap<PathBuf, Entry> {
+    let base = base.to_string_lossy().into_owned();
+    snapshot(root)
+        .into_iter()
+        .map(|(path, entry)| match entry {
+            Entry::Link(target) => (
+                path,
+                Entry::Link(PathBuf::from(
+                    target.to_string_lossy().replace(&base, "<BASE>"),
+                )),
+            ),
+            other => (path, other),
+        })
+        .collect()
+}
+
 /// The legacy unit name.
 pub const LEGACY_UNIT: &str = "agents-server.service";
 
@@ -489,19 +508,7 @@ impl LegacyCase {
     /// The home directory's files by relative path, with the sandbox base
     /// in symlink targets replaced by `<BASE>` so cases compare.
     pub fn home_tree(&self) -> BTreeMap<PathBuf, Entry> {
-        let base = self.sandbox.base().to_string_lossy().into_owned();
-        snapshot(&self.roots.home)
-            .into_iter()
-            .map(|(path, entry)| match entry {
-                Entry::Link(target) => (
-                    path,
-                    Entry::Link(PathBuf::from(
-                        target.to_string_lossy().replace(&base, "<BASE>"),
-                    )),
-                ),
-                other => (path, other),
-            })
-            .collect()
+        snapshot_under(&self.roots.home, self.sandbox.base())
     }
 }
 

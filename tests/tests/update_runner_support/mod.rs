@@ -11,6 +11,7 @@
 
 pub use agents_tests::release_support;
 
+pub mod network;
 pub mod prepared;
 pub mod recovery;
 
@@ -171,6 +172,9 @@ pub struct Fixture {
     pub behaviour: Option<String>,
     /// Extra environment of both runners.
     pub environment: Vec<(String, String)>,
+    /// Variables removed from both runners' environment (before
+    /// `environment` applies).
+    pub unset: Vec<String>,
     /// Health requests each run gets 503 for before the server is ready.
     pub unready_requests: usize,
     /// The one-time health credential, instead of `<side>-token`.
@@ -183,11 +187,25 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new(name: &str) -> Self {
+        Fixture::with_host(name, TestServer::start)
+    }
+
+    /// A fixture whose release host speaks HTTPS with `config`'s certificate.
+    pub fn new_tls(name: &str, config: Arc<rustls::ServerConfig>) -> Self {
+        Fixture::with_host(name, |handler| TestServer::start_tls(config, handler))
+    }
+
+    fn with_host(
+        name: &str,
+        start_host: impl FnOnce(
+            Box<dyn Fn(&release_support::SeenRequest) -> Reply + Send + Sync>,
+        ) -> TestServer,
+    ) -> Self {
         let root = TempDir::new(&format!("h15-{name}"));
         let key = TestKey::generate(root.path(), "release-public-key.pem");
         let files: Files = Arc::default();
         let served = files.clone();
-        let host = TestServer::start(move |request| {
+        let host = start_host(Box::new(move |request| {
             let files = served.lock().unwrap();
             let Some(found) = files.get(&request.path) else {
                 return Reply::status(404, "Not Found");
@@ -206,7 +224,7 @@ impl Fixture {
                 reply.content_length = length;
             }
             reply
-        });
+        }));
         let health_state: Arc<Mutex<HealthState>> = Arc::default();
         let state = health_state.clone();
         let health = TestServer::start(move |request| {
@@ -269,10 +287,17 @@ impl Fixture {
             raw_options: Vec::new(),
             behaviour: None,
             environment: Vec::new(),
+            unset: Vec::new(),
             unready_requests: 0,
             token: None,
             upstream: None,
         }
+    }
+
+    /// Name the release host `name` in its URLs (it still listens on
+    /// 127.0.0.1); before anything is published.
+    pub fn set_host_name(&mut self, name: &str) {
+        self.host.host_name = name.to_string();
     }
 
     pub fn release_base(&self) -> String {
@@ -325,6 +350,11 @@ impl Fixture {
             .into_iter()
             .map(|request| request.path)
             .collect()
+    }
+
+    /// Every request the release host received, with its headers.
+    pub fn host_seen(&self) -> Vec<release_support::SeenRequest> {
+        self.host.seen()
     }
 
     /// The header lines of every request the health endpoint received, one
@@ -546,6 +576,9 @@ impl Fixture {
                 command
             }
         };
+        for name in &self.unset {
+            command.env_remove(name);
+        }
         command
             .current_dir(&run)
             .env("TMPDIR", &tmp)
@@ -603,34 +636,41 @@ impl Fixture {
     pub fn compare(&self, originals: &Originals, port_message: Option<&str>) -> (Outcome, Outcome) {
         let seed = self.run(Side::Seed(originals));
         let port = self.run(Side::Port);
-        let mut expected = seed.clone();
-        if let Some(message) = port_message {
-            expected.row.insert("message", message);
-        }
-        assert_eq!(
-            port.exit, expected.exit,
-            "exit status; port stderr: {}",
-            port.stderr
-        );
-        assert_eq!(
-            port.row, expected.row,
-            "status rows; seed stderr: {}",
-            seed.stderr
-        );
-        assert_eq!(port.installer, expected.installer, "installer invocation");
-        assert_eq!(port.log, expected.log, "installer log");
-        assert_eq!(port.leftovers, expected.leftovers, "temporary files");
-        assert_eq!(
-            port.token_consumed, expected.token_consumed,
-            "credential file"
-        );
-        assert!(
-            port.leftovers.is_empty(),
-            "the port left {:?}",
-            port.leftovers
-        );
+        assert_same(&seed, &port, port_message);
         (seed, port)
     }
+}
+
+/// Require the port's run to have ended as the seed's: exit status, row,
+/// installer, log, leftovers, credential; where a message deliberately
+/// differs, `port_message` is the port's own text.
+pub fn assert_same(seed: &Outcome, port: &Outcome, port_message: Option<&str>) {
+    let mut expected = seed.clone();
+    if let Some(message) = port_message {
+        expected.row.insert("message", message);
+    }
+    assert_eq!(
+        port.exit, expected.exit,
+        "exit status; port stderr: {}",
+        port.stderr
+    );
+    assert_eq!(
+        port.row, expected.row,
+        "status rows; seed stderr: {}",
+        seed.stderr
+    );
+    assert_eq!(port.installer, expected.installer, "installer invocation");
+    assert_eq!(port.log, expected.log, "installer log");
+    assert_eq!(port.leftovers, expected.leftovers, "temporary files");
+    assert_eq!(
+        port.token_consumed, expected.token_consumed,
+        "credential file"
+    );
+    assert!(
+        port.leftovers.is_empty(),
+        "the port left {:?}",
+        port.leftovers
+    );
 }
 
 /// Runs the seed's `main()` with its release URLs pointed at the test host.

@@ -15,10 +15,10 @@ use agents_common::{Error, Result};
 pub const MAX_ARGUMENT_BYTES: usize = 2 * 1024 * 1024;
 /// `MAX_ANCESTORS`: how far the ancestor walk climbs.
 const MAX_ANCESTORS: usize = 24;
-/// `sizeof(struct proc_bsdinfo)` on Darwin.
-pub const BSD_INFO_SIZE: usize = 136;
-/// `SZOMB`: a zombie's `pbi_status`.
-const ZOMBIE: u32 = 5;
+use super::darwin_abi::{
+    PBI_PID, PBI_PPID, PBI_RUID, PBI_START_TVSEC, PBI_START_TVUSEC, PBI_STATUS, PBI_SVUID, PBI_UID,
+    PROC_BSDINFO_SIZE as BSD_INFO_SIZE, SZOMB as ZOMBIE,
+};
 
 /// The `proc_bsdinfo` fields the proof reads (Darwin SDK `sys/proc_info.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,18 +46,15 @@ impl BsdInfo {
         let u64_at = |offset: usize| {
             u64::from_ne_bytes(raw[offset..offset + 8].try_into().expect("8 bytes"))
         };
-        // Offsets: twelve u32 (flags, status, xstatus, pid, ppid, uid, gid,
-        // ruid, rgid, svuid, svgid, reserved), comm[16], name[32], five u32,
-        // nice (i32), then the u64 start time.
         Some(BsdInfo {
-            status: u32_at(4),
-            pid: u32_at(12),
-            ppid: u32_at(16),
-            uid: u32_at(20),
-            ruid: u32_at(28),
-            svuid: u32_at(36),
-            start_sec: u64_at(120),
-            start_usec: u64_at(128),
+            status: u32_at(PBI_STATUS),
+            pid: u32_at(PBI_PID),
+            ppid: u32_at(PBI_PPID),
+            uid: u32_at(PBI_UID),
+            ruid: u32_at(PBI_RUID),
+            svuid: u32_at(PBI_SVUID),
+            start_sec: u64_at(PBI_START_TVSEC),
+            start_usec: u64_at(PBI_START_TVUSEC),
         })
     }
 
@@ -230,7 +227,7 @@ mod tests {
         let mut raw = argc.to_ne_bytes().to_vec();
         raw.extend_from_slice(exec.as_bytes());
         raw.push(0);
-        while !raw.len().is_multiple_of(8) {
+        while raw.len() % 8 != 0 {
             raw.push(0);
         }
         for word in argv.iter().chain(env).chain(&["ptr_munge=", "main_stack="]) {

@@ -90,15 +90,10 @@ mod darwin {
 
     use std::ffi::{c_int, c_uint, c_void};
 
-    use super::super::kernel::BSD_INFO_SIZE;
-
-    /// `PROC_PIDTBSDINFO`.
-    const PROC_PIDTBSDINFO: c_int = 3;
-    /// `CTL_KERN`, `KERN_PROCARGS2`.
-    const CTL_KERN: c_int = 1;
-    const KERN_PROCARGS2: c_int = 49;
-    /// The seed's `proc_pidpath` buffer.
-    const PATH_BUFFER: usize = 4096;
+    use super::super::darwin_abi::{
+        CTL_KERN, KERN_PROCARGS2, PROC_BSDINFO_SIZE as BSD_INFO_SIZE,
+        PROC_PIDPATHINFO_MAXSIZE as PATH_BUFFER, PROC_PIDTBSDINFO,
+    };
 
     extern "C" {
         fn proc_pidinfo(

@@ -41,7 +41,7 @@ pub struct Pane {
     pub pane_pid: i128,
     /// The tmux server (`#{pid}`), which must run the pinned tmux binary.
     pub server: Process,
-    /// `shlex.split(#{pane_start_command})`.
+    /// The words of `#{pane_start_command}` ([`launch_arguments`]).
     pub launch: Vec<String>,
     socket: SocketPin,
 }
@@ -153,9 +153,32 @@ fn tmux_at(
         pane_id: fields[2].to_string(),
         pane_pid: number(fields[3]),
         server,
-        launch: shlex_split(fields[6])?,
+        launch: launch_arguments(fields[6])?,
         socket: binding,
     })
+}
+
+/// `_launch_arguments(display)`: the updater's command line from tmux's
+/// display of the one shell command the pane was started with, decoded,
+/// never evaluated. Older tmux shows the command text itself; newer tmux
+/// quotes the single argument given to `new-session`, which adds one layer
+/// of quoting. The caller compares every word with the kernel's arguments.
+fn launch_arguments(display: &str) -> Result<Vec<String>> {
+    if display.chars().any(|c| (c as u32) < 32 || c as u32 == 127) {
+        return Err(Error::runtime(
+            "legacy tmux launch display contains control characters",
+        ));
+    }
+    let mut arguments = shlex_split(display)?;
+    if let [single] = arguments.as_slice() {
+        arguments = shlex_split(single)?;
+    }
+    if arguments.len() < 2 {
+        return Err(Error::runtime(
+            "legacy tmux launch display is missing arguments or nested",
+        ));
+    }
+    Ok(arguments)
 }
 
 /// `str(Path.home())`, from `HOME` (the password database fallback of

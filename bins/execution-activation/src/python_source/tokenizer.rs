@@ -421,33 +421,37 @@ impl<'a> Tokenizer<'a> {
         }
         let top = *self.indstack.last().expect("never empty");
         let alttop = *self.altindstack.last().expect("never empty");
-        if col == top {
-            if altcol != alttop {
-                return Err(self.indent_error());
+        match col.cmp(&top) {
+            std::cmp::Ordering::Equal => {
+                if altcol != alttop {
+                    return Err(self.indent_error());
+                }
             }
-        } else if col > top {
-            if self.indstack.len() >= MAXINDENT {
-                self.cur = self.inp;
-                return Err(self.fail(TokError::TooDeep));
+            std::cmp::Ordering::Greater => {
+                if self.indstack.len() >= MAXINDENT {
+                    self.cur = self.inp;
+                    return Err(self.fail(TokError::TooDeep));
+                }
+                if altcol <= alttop {
+                    return Err(self.indent_error());
+                }
+                self.pendin += 1;
+                self.indstack.push(col);
+                self.altindstack.push(altcol);
             }
-            if altcol <= alttop {
-                return Err(self.indent_error());
-            }
-            self.pendin += 1;
-            self.indstack.push(col);
-            self.altindstack.push(altcol);
-        } else {
-            while self.indstack.len() > 1 && col < *self.indstack.last().expect("never empty") {
-                self.pendin -= 1;
-                self.indstack.pop();
-                self.altindstack.pop();
-            }
-            if col != *self.indstack.last().expect("never empty") {
-                self.cur = self.inp;
-                return Err(self.fail(TokError::Dedent));
-            }
-            if altcol != *self.altindstack.last().expect("never empty") {
-                return Err(self.indent_error());
+            std::cmp::Ordering::Less => {
+                while self.indstack.len() > 1 && col < *self.indstack.last().expect("never empty") {
+                    self.pendin -= 1;
+                    self.indstack.pop();
+                    self.altindstack.pop();
+                }
+                if col != *self.indstack.last().expect("never empty") {
+                    self.cur = self.inp;
+                    return Err(self.fail(TokError::Dedent));
+                }
+                if altcol != *self.altindstack.last().expect("never empty") {
+                    return Err(self.indent_error());
+                }
             }
         }
         Ok(())

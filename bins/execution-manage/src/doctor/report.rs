@@ -3,6 +3,7 @@
 //! action that resolves it; rendered as an aligned human summary with
 //! details, or as one JSON document with the same content.
 
+use std::fmt::Write as _;
 use std::io::Write;
 
 use agents_common::{encode_indented, json_object, Json, JsonObject};
@@ -279,9 +280,11 @@ fn details(concern: &Concern) -> String {
         None => {}
     }
     let width = rows.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
-    rows.iter()
-        .map(|(key, value)| format!("  {key:<width$}  {value}\n"))
-        .collect()
+    let mut text = String::new();
+    for (key, value) in &rows {
+        let _ = writeln!(text, "  {key:<width$}  {value}");
+    }
+    text
 }
 
 /// `shlex.quote`: a word the shell reads back unchanged.

@@ -13,10 +13,11 @@ mod lock;
 mod service;
 mod shell;
 
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-pub use service::{Host, RealHost};
+pub use service::{os_name, Host, RealHost};
 
 use crate::output::{say, warn};
 use crate::roots::ManagedRoots;
@@ -55,8 +56,9 @@ pub struct Options {
     pub purge_state: bool,
 }
 
-/// Runs the legacy uninstall and returns the exit status.
-pub fn run(roots: &ManagedRoots, options: Options, host: &mut dyn Host) -> u8 {
+/// Runs the legacy uninstall on the host `uname -s` named and returns the
+/// exit status.
+pub fn run(roots: &ManagedRoots, options: Options, os: &OsStr, host: &mut dyn Host) -> u8 {
     if refuse_execution_layout(&roots.install).is_err() {
         return 1;
     }
@@ -64,7 +66,7 @@ pub fn run(roots: &ManagedRoots, options: Options, host: &mut dyn Host) -> u8 {
         return 1;
     };
     signals::trap_exit_130();
-    let outcome = uninstall_under_lock(roots, options, host, &mut lock);
+    let outcome = uninstall_under_lock(roots, options, os, host, &mut lock);
     // The EXIT trap: a no-op when the run already released the lock.
     lock.release();
     match outcome {
@@ -76,6 +78,7 @@ pub fn run(roots: &ManagedRoots, options: Options, host: &mut dyn Host) -> u8 {
 fn uninstall_under_lock(
     roots: &ManagedRoots,
     options: Options,
+    os: &OsStr,
     host: &mut dyn Host,
     lock: &mut ScriptLock,
 ) -> Result<(), Exit> {
@@ -96,7 +99,7 @@ fn uninstall_under_lock(
         return Err(Exit(1));
     }
     checkpoint()?;
-    service::stop_and_remove(host, &service::os_name(), roots.home.as_os_str())?;
+    service::stop_and_remove(host, os, roots.home.as_os_str())?;
     remove_files(roots, options, lock)?;
     // The lock outlives every removal, so no installer can start meanwhile.
     lock.release();

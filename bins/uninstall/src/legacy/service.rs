@@ -4,11 +4,13 @@
 //! (50 polls, 0.1 s apart) and its refusal to remove files while the
 //! service may still run.
 //!
-//! The commands are looked up on PATH, as the script runs them, behind
-//! [`Host`] so the launchd path can be exercised off macOS.
+//! The commands are looked up on PATH, as the script runs them (`uname`
+//! too, so the host it names decides the branch), behind [`Host`] so the
+//! launchd path can be exercised off macOS.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -70,9 +72,40 @@ const LABEL: &str = "com.agentsdock.server";
 /// How many times the script polls for the stop (0.1 s apart).
 const STOP_POLLS: usize = 50;
 
-/// The host kernel as `uname -s` names it.
-pub fn os_name() -> OsString {
-    OsStr::from_bytes(rustix::system::uname().sysname().to_bytes()).to_os_string()
+/// `OS_NAME="$(uname -s)"`, the script's first command: the host's name as
+/// the `uname` found on PATH prints it, trailing newlines removed. Under
+/// `set -e` a `uname` that cannot run or fails ends the script at once with
+/// bash's status (127 not found, 126 not executable, else uname's own).
+pub fn os_name() -> Result<OsString, Exit> {
+    let output = Command::new("uname")
+        .arg("-s")
+        .stderr(Stdio::inherit())
+        .output();
+    let output = match output {
+        Ok(output) => output,
+        Err(err) => {
+            let (status, reason) = match err.kind() {
+                std::io::ErrorKind::NotFound => (127, "command not found".to_string()),
+                std::io::ErrorKind::PermissionDenied => (126, "Permission denied".to_string()),
+                _ => (126, err.to_string()),
+            };
+            warn(&[b"uninstall: uname: ", reason.as_bytes()]);
+            return Err(Exit(status));
+        }
+    };
+    if !output.status.success() {
+        let status = match (output.status.code(), output.status.signal()) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 1,
+        };
+        return Err(Exit(u8::try_from(status & 0xff).unwrap_or(1)));
+    }
+    let mut name = output.stdout;
+    while name.last() == Some(&b'\n') {
+        name.pop();
+    }
+    Ok(OsString::from_vec(name))
 }
 
 /// Stops the service and removes its definition (and macOS logs), or

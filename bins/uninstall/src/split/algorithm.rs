@@ -440,14 +440,14 @@ impl Uninstall<'_> {
         }
         // Python's WorkerControl reads snapshots through a NativeServices of
         // its own; it is the same manager.
-        let control = WorkerControl::new().services(native);
+        let control = WorkerControl::new().services(native.snapshots());
         let receipt = if partial_resume {
             let intent = intent.as_ref().expect("partial resume has an intent");
             self.interrupted_receipt(&layout, &control, &prior, intent)?
         } else if stopped_resume {
             JsonObject::new()
         } else {
-            control.receipt(&layout, native)?
+            control.receipt(&layout, native.snapshots())?
         };
         let worker_release = text(&layout.worker_release);
         if !stopped_resume

@@ -114,7 +114,7 @@ pub fn owned_lease(path: &Path) -> Result<OwnedLease> {
         }
         Err(errno) => return Err(errno.into()),
     }
-    if identity(path)? != (info.st_dev, info.st_ino) {
+    if identity(path)? != agents_common::fs::file_identity(&info) {
         return Err(Error::runtime("uninstall ownership lease changed"));
     }
     Ok(OwnedLease {

@@ -12,6 +12,8 @@
 
 mod algorithm;
 mod checks;
+#[cfg(test)]
+mod launchd_tests;
 mod native;
 
 use std::os::unix::ffi::OsStrExt;

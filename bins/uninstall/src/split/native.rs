@@ -14,6 +14,9 @@ pub trait Native: ServiceSnapshot {
     fn start(&self, role: &str) -> Result<()>;
     /// Makes the manager forget removed unit files.
     fn reload(&self) -> Result<()>;
+    /// The same manager seen only for its snapshots (trait upcasting needs
+    /// Rust 1.86; the workspace builds with 1.85).
+    fn snapshots(&self) -> &dyn ServiceSnapshot;
 }
 
 impl Native for NativeServices {
@@ -31,6 +34,10 @@ impl Native for NativeServices {
 
     fn reload(&self) -> Result<()> {
         NativeServices::reload(self)
+    }
+
+    fn snapshots(&self) -> &dyn ServiceSnapshot {
+        self
     }
 }
 

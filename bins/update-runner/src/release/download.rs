@@ -7,8 +7,9 @@
 //! 303, 307 and 308, as urllib does), while the npm archive refuses any.
 //!
 //! Responses are read by [`crate::urllib`] with `http.client`'s limits and
-//! words; HTTPS is verified against the bundled Mozilla roots, so the runner
-//! needs no system certificate store (urllib used OpenSSL's).
+//! words, through the proxy the environment names as urllib's `ProxyHandler`
+//! would ([`crate::proxy`]; each redirect is routed anew); HTTPS is verified
+//! against the system trust store ([`crate::trust_store`]).
 //!
 //! Deviation: urllib's timeout bounds each socket operation; here one deadline
 //! bounds the whole request. Metadata keeps the 30 s budget (its bodies are at
@@ -146,7 +147,8 @@ pub(crate) fn open(
     let mut visited: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(deadline_seconds);
     loop {
-        let response = urllib::get(&current, &[("User-Agent", UPDATER_USER_AGENT)], deadline)
+        let headers = [("User-Agent", UPDATER_USER_AGENT)];
+        let response = urllib::get(&current, &headers, deadline, urllib::Routing::Environment)
             .map_err(|failure| FetchError::Failed(failure.into_error()))?;
         let code = i32::from(response.code);
         if (200..300).contains(&code) {
