@@ -134,16 +134,43 @@ impl Scratch {
 }
 
 /// Puts the binaries into an unpacked release: the one call of the migration
-/// kit (`scripts/migration-kit.sh`).
+/// kit (`scripts/migration-kit.sh --dist`), with this build's binaries as the
+/// only platform (`<dist>/<target>/<helper>`, beside the release).
 pub fn migrate(release: &Path) {
+    let dist = release.with_extension("dist");
+    let folder = dist.join(host_target());
+    fs::create_dir_all(&folder).unwrap();
+    for binary in crate::HELPERS {
+        let staged = folder.join(binary);
+        if !staged.exists() {
+            fs::copy(profile_dir().join(binary), &staged)
+                .unwrap_or_else(|err| panic!("stage the {binary} binary: {err}"));
+        }
+    }
     let mut command = Command::new("bash");
     command
         .arg(crate::workspace_root().join("scripts/migration-kit.sh"))
-        .arg("--binaries")
-        .arg(profile_dir())
+        .arg("--dist")
+        .arg(&dist)
         .arg(release)
         .stdout(Stdio::null());
     succeed(&mut command, "scripts/migration-kit.sh");
+}
+
+/// The Rust target these tests' binaries were built for (Linux only).
+pub fn host_target() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "aarch64-unknown-linux-gnu",
+        _ => "x86_64-unknown-linux-gnu",
+    }
+}
+
+/// The kit's name tag of [`host_target`]'s binaries (`<helper>-<tag>`).
+pub fn host_tag() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "linux-aarch64",
+        _ => "linux-x86_64",
+    }
 }
 
 fn succeed(command: &mut Command, what: &str) {

@@ -24,15 +24,22 @@ use sha2::{Digest, Sha256};
 use crate::installsh::Host;
 use crate::upstream::{Normalizer, Observed, SERVICE_FILES};
 
-/// The files the migration kit adds to a release.
-pub const KIT_ADDED: [&str; 6] = [
-    "uninstall",
-    "update-runner",
-    "update-handoff",
-    "execution-activation",
-    "execution-manage",
-    "rust-helpers.json",
-];
+/// Whether `name` is a file the migration kit adds to a release: a helper
+/// binary of some platform (`<helper>-<tag>`) or its manifest.
+pub fn kit_added(name: &std::ffi::OsStr) -> bool {
+    const TAGS: [&str; 4] = [
+        "linux-x86_64",
+        "linux-aarch64",
+        "darwin-x86_64",
+        "darwin-arm64",
+    ];
+    let name = name.to_string_lossy();
+    name == "rust-helpers.json"
+        || crate::HELPERS.iter().any(|helper| {
+            TAGS.iter()
+                .any(|tag| name == format!("{helper}-{tag}").as_str())
+        })
+}
 
 /// The release files of one side, by digest.
 #[derive(Debug, Default)]
@@ -390,7 +397,7 @@ fn walk(root: &Path) -> Vec<std::path::PathBuf> {
             .collect();
         names.sort();
         for name in names {
-            if KIT_ADDED.iter().any(|added| name == *added) {
+            if kit_added(&name) {
                 continue;
             }
             let child = relative.join(&name);

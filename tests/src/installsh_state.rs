@@ -266,32 +266,38 @@ pub fn replay(sandbox: &Sandbox, port: u16, path: &Path) {
     }
 }
 
-/// The binaries, the kit's launchers and uninstall wrapper, and a `.venv`
-/// whose Python is the machine's, in `release`.
+/// The binaries (this build's, under the kit's name for this host), the
+/// kit's launcher in each entry point, and a `.venv` whose Python is the
+/// machine's, in `release`. The entry points hold no original code after
+/// the launcher (that is upstream's): where the launcher would fall back to
+/// it, they fail loudly instead.
 fn complete_release(release: &Path) {
     let profile = crate::profile_dir();
-    for binary in crate::installsh_facets::KIT_ADDED
-        .iter()
-        .filter(|name| !name.ends_with(".json"))
-    {
-        fs::copy(profile.join(binary), release.join(binary))
+    let tag = crate::installsh::host_tag();
+    for binary in crate::HELPERS {
+        let staged = release.join(format!("{binary}-{tag}"));
+        fs::copy(profile.join(binary), &staged)
             .unwrap_or_else(|err| panic!("copy the {binary} binary: {err}"));
+        fs::set_permissions(&staged, fs::Permissions::from_mode(0o755)).unwrap();
     }
     let kit = crate::workspace_root().join("scripts");
     let script = format!(
         "import sys; sys.path.insert(0, {kit:?}); import migration_kit as k\n\
-         name, binary = sys.argv[1], sys.argv[2]\n\
-         data = k.uninstall_wrapper() if name == 'uninstall.sh' else \
-         b'from __future__ import annotations\\n' + k.launcher(binary)\n\
-         sys.stdout.buffer.write(data)\n",
+         from release_platforms import BY_TARGET\n\
+         name, target = sys.argv[1], sys.argv[2]\n\
+         shell = name in k.SHELL_ENTRY_POINTS\n\
+         head = k.SHEBANG_LINE if shell else k.FUTURE_LINE\n\
+         tail = b'echo \"replay: no binary fits this host\" >&2; exit 70\\n' if shell \
+         else b'raise SystemExit(\"replay: no binary fits this host\")\\n'\n\
+         sys.stdout.buffer.write(head + k.launcher(name, [BY_TARGET[target]]) + tail)\n",
         kit = kit.to_string_lossy()
     );
-    for (name, binary) in LAUNCHERS
+    for (name, _) in LAUNCHERS
         .iter()
         .chain([("uninstall.sh", "uninstall")].iter())
     {
         let output = Command::new("python3")
-            .args(["-B", "-c", &script, name, binary])
+            .args(["-B", "-c", &script, name, crate::installsh::host_target()])
             .output()
             .expect("python3 runs");
         assert!(
