@@ -143,8 +143,7 @@ pub fn migrate(release: &Path) {
     for binary in crate::HELPERS {
         let staged = folder.join(binary);
         if !staged.exists() {
-            fs::copy(profile_dir().join(binary), &staged)
-                .unwrap_or_else(|err| panic!("stage the {binary} binary: {err}"));
+            link_or_copy(&profile_dir().join(binary), &staged);
         }
     }
     let mut command = Command::new("bash");
@@ -155,6 +154,14 @@ pub fn migrate(release: &Path) {
         .arg(release)
         .stdout(Stdio::null());
     succeed(&mut command, "scripts/migration-kit.sh");
+}
+
+/// `to` as a hard link to `from` (the kit copies it anyway), or a copy
+/// where the two are on different filesystems.
+pub fn link_or_copy(from: &Path, to: &Path) {
+    if fs::hard_link(from, to).is_err() {
+        fs::copy(from, to).unwrap_or_else(|err| panic!("copy {}: {err}", from.display()));
+    }
 }
 
 /// The Rust target these tests' binaries were built for (Linux only).

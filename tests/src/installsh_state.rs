@@ -276,9 +276,7 @@ fn complete_release(release: &Path) {
     let tag = crate::installsh::host_tag();
     for binary in crate::HELPERS {
         let staged = release.join(format!("{binary}-{tag}"));
-        fs::copy(profile.join(binary), &staged)
-            .unwrap_or_else(|err| panic!("copy the {binary} binary: {err}"));
-        fs::set_permissions(&staged, fs::Permissions::from_mode(0o755)).unwrap();
+        crate::installsh::link_or_copy(&profile.join(binary), &staged);
     }
     let kit = crate::workspace_root().join("scripts");
     let script = format!(
