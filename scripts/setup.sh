@@ -50,6 +50,12 @@ if [ ${#need_pip[@]} -gt 0 ]; then
   python3 -m pip install --quiet "${need_pip[@]}" \
     || python3 -m pip install --quiet --break-system-packages "${need_pip[@]}"
 fi
+# uv (from PyPI) builds each release's venv when the install.sh comparison
+# (scripts/installsh-compare.sh) runs upstream's installer.
+if ! python3 -c 'import uv' >/dev/null 2>&1; then
+  python3 -m pip install --quiet uv \
+    || python3 -m pip install --quiet --break-system-packages uv
+fi
 if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi

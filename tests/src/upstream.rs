@@ -580,6 +580,11 @@ impl Observed {
         self.facets.insert(facet.to_string(), value.into());
     }
 
+    /// Every facet by name.
+    pub fn facets(&self) -> &BTreeMap<String, String> {
+        &self.facets
+    }
+
     /// The facets as text: per facet a `facet <name>` line, then each line
     /// of its value behind `| `.
     pub fn to_text(&self) -> String {
@@ -1009,7 +1014,7 @@ impl SystemctlTrace {
                seen=$(( $(cat \"$log/stall-seen\" 2>/dev/null || echo 0) + 1 ))\n\
                echo $seen > \"$log/stall-seen\"\n\
                if [ \"$seen\" = \"$(cat \"$log/stall-occurrence\")\" ]; then\n\
-                 : > \"$log/stalled\"\n\
+                 echo $$ > \"$log/stalled\"\n\
                  exec sleep 600\n\
                fi\n\
              fi\n\
@@ -1067,6 +1072,15 @@ impl SystemctlTrace {
     /// Whether the stalled call was reached.
     pub fn stalled(&self) -> bool {
         self.dir.join("stalled").exists()
+    }
+
+    /// The PID of the held call (it sleeps in place of `systemctl`).
+    pub fn stalled_pid(&self) -> Option<u32> {
+        fs::read_to_string(self.dir.join("stalled"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The calls that change something (everything but `show`), one a line,

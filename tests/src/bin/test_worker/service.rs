@@ -17,6 +17,8 @@ use crate::maintenance::{blocker_counts, Maintenance};
 
 /// How long the gateway waits for the worker's health.
 const WORKER_HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The server's secure-peer control status path (upstream `control_path`).
+const SECURE_PEER_STATUS_PATH: &str = "/api/admin/secure-peers/v1/status";
 
 /// Which listener a request arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +65,7 @@ enum Route {
     Control(Result<Command, control::Refusal>),
     Health,
     UpdateStatus,
+    SecurePeerStatus,
     NotFound,
 }
 
@@ -222,6 +225,29 @@ impl Service {
         }
     }
 
+    /// The server's secure-peer status (`/api/admin/secure-peers/v1/status`)
+    /// of a server with no Teamspace pairing: install.sh reads it before an
+    /// update to bind the current client state.
+    fn secure_peer_status_reply(&self, request: &Request, switches: &Switches) -> Reply {
+        if !self.agent_authorized(request) {
+            return Reply::detail(401, "Unauthorized");
+        }
+        let identity = switches
+            .server_identity
+            .as_deref()
+            .unwrap_or(&self.facts.server_identity);
+        let body = agents_common::json_object! {
+            "version" => 1,
+            "server_identity" => identity,
+            "active_connection_id" => Json::Null,
+            "pairings" => Json::Array(Vec::new()),
+        };
+        Reply::json(
+            200,
+            encode_compact(&Json::Object(body)).expect("the status encodes"),
+        )
+    }
+
     fn worker_origin(&self) -> Option<SocketAddr> {
         let receipt = std::fs::read(self.runtime_dir.as_ref()?.join("worker.json")).ok()?;
         origin_address(
@@ -317,6 +343,13 @@ impl Service {
             {
                 Route::UpdateStatus
             }
+            _ if request.path == SECURE_PEER_STATUS_PATH
+                && request.method == "GET"
+                && listener == Listener::Public
+                && self.role != Role::Worker =>
+            {
+                Route::SecurePeerStatus
+            }
             _ => Route::NotFound,
         };
         let action = match &route {
@@ -345,6 +378,7 @@ impl Service {
             }
             Route::Health => self.health_reply(&request, &switches),
             Route::UpdateStatus => self.update_status_reply(&request, &switches),
+            Route::SecurePeerStatus => self.secure_peer_status_reply(&request, &switches),
             Route::NotFound => Reply::detail(404, "Not Found"),
         };
         if let Some(death) = death.filter(|death| death.when == DeathPoint::BeforeReply) {
