@@ -597,16 +597,6 @@ pub fn exit_status(result: Result<()>) -> ExitCode {
     }
 }
 
-/// Placeholder for an operation a later change delivers: one line on stderr,
-/// exit 1.
-pub fn not_implemented(program: &str, operation: &str) -> ! {
-    let _ = writeln!(
-        std::io::stderr(),
-        "{program}: {operation} is not implemented yet"
-    );
-    std::process::exit(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -152,7 +152,6 @@ pub mod test_support {
         canonical_manifest_bytes, check_binding_on, directory_binding_on, link_state,
         release_identity, VOLUME_UUID_REPLY_SIZE,
     };
-    pub use crate::cli::not_implemented;
     pub use crate::fs::{ensure_execution_secret, read_secret};
     pub use crate::handoff::HandoffRelease;
     pub use crate::http::{request_json, LsofRunner, PinnedRequest};
