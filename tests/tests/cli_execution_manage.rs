@@ -8,11 +8,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agents_common::{json_object, ExecutionLayout, Json, JsonObject};
+use agents_common::ExecutionLayout;
 use agents_tests::Originals;
 use agents_tests::TempDir;
 use cli_support::{assert_same_as_seed, run, text};
 use execution_manage::ExecutionTransaction;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 const PROGRAM: &str = "execution-manage";
 const SEED: &str = "execution_manage";

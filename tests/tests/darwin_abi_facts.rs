@@ -15,7 +15,7 @@ use agents_tests::{skip, test_name, workspace_root, TempDir};
 
 /// The workspace's fact modules.
 const FACT_MODULES: [&str; 2] = [
-    "common/src/darwin_abi.rs",
+    "common/agents/src/darwin_abi.rs",
     "bins/execution-activation/src/legacy_runner/darwin_abi.rs",
 ];
 /// zig's names of the two Apple targets.

@@ -10,9 +10,10 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::{Command, Stdio};
 
 use agents_common::test_support::GATEWAY_UNIT;
-use agents_common::{atomic_write, encode_line, ExecutionLayout, Json};
+use agents_common::{atomic_write, ExecutionLayout};
 use agents_tests::Role;
 use execution_manage_support::{control_requests, Disk, Serving, Site, NEW, OLD};
+use python_compat::json::{encode_line, Json};
 
 /// A running site and the state every refusal must leave exactly as found.
 struct Untouched {
@@ -364,8 +365,8 @@ fn a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host() {
     };
     let mut layout = site.layout(NEW, NEW);
     layout.platform = "Darwin".to_string();
-    let absent = agents_common::json_object! { "state" => "absent", "enabled" => false };
-    let prior = Json::Object(agents_common::json_object! {
+    let absent = python_compat::json_object! { "state" => "absent", "enabled" => false };
+    let prior = Json::Object(python_compat::json_object! {
         "worker" => absent.clone(), "gateway" => absent,
     });
     let staged = execution_manage::ExecutionTransaction::stage(&layout, "migration", &prior, None)

@@ -13,10 +13,13 @@ use crate::legacy_runner::{
 };
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
-    parse_json, pure_path_text, python_truthy, read_file, read_private_file,
-    update_status_unlocked, ActivationManifest, Error, ExecutionLayout, Json, JsonObject, Result,
-    StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    pure_path_text, read_file, read_private_file, update_status_unlocked, ActivationManifest,
+    Error, ExecutionLayout, Result, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT,
+    PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
+};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    truthy,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 
@@ -53,7 +56,7 @@ impl StopContext {
 /// A private (0600, ours, single-link) JSON control file, bounded by
 /// `maximum`: `json.loads(_read_private(path, maximum=...))`.
 fn private_json(path: &Path, maximum: u64) -> Result<Json> {
-    parse_json(&read_private_file(path, maximum)?)
+    Ok(parse_json(&read_private_file(path, maximum)?)?)
 }
 
 /// `verify_stop(args, value, services, control)`: nothing to prove unless the
@@ -153,9 +156,7 @@ fn prove_legacy_idle(args: &Args, layout: &ExecutionLayout, before: &JsonObject)
         Some(count) if !count.is_null() => Some(count.clone()),
         _ => queued_total(&health)?,
     };
-    let server_instance = health
-        .get("server_instance_id")
-        .filter(|id| python_truthy(id));
+    let server_instance = health.get("server_instance_id").filter(|id| truthy(id));
     let phase_active = |value: &Json| {
         value
             .get("phase")

@@ -14,7 +14,8 @@
 
 use std::path::Path;
 
-use agents_common::{read_owned_config, Error, ErrorClass, Result, ACTIVATION_CONFIG_LIMIT};
+use agents_common::{read_owned_config, Error, Result, ACTIVATION_CONFIG_LIMIT};
+use python_compat::ErrorClass;
 
 use crate::python_source::{self, Constant, Parsed, Refusal};
 

@@ -8,7 +8,11 @@ use std::process::Command;
 
 use agents_common::{
     execution_context, owned_directory, pure_path_text, read_owned_config, ActivationManifest,
-    Error, ErrorClass, ExecutionLayout, Json, JsonObject, Result,
+    Error, ExecutionLayout, Result,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    ErrorClass,
 };
 
 use crate::cli::Args;

@@ -17,15 +17,17 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
-use agents_common::activation::io::{ctime_ns, mtime_ns};
-use agents_common::activation::manifest::{same_path, ActivationManifest};
-use agents_common::activation::release::{locate_release, release_matches};
-use agents_common::current_uid;
-use agents_common::fs::{
-    fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits,
+use agents_common::{
+    activation::{
+        io::{ctime_ns, mtime_ns},
+        manifest::{same_path, ActivationManifest},
+        release::{locate_release, release_matches},
+    },
+    current_uid,
+    fs::{fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits},
+    Error, Result,
 };
-use agents_common::JsonObject;
-use agents_common::{Error, Result};
+use python_compat::json::JsonObject;
 
 /// Most members one tree may have.
 const MAX_ENTRIES: u64 = 250_000;

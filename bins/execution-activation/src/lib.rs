@@ -27,7 +27,8 @@ mod retired_intent;
 mod verify;
 
 use crate::durability::flush_activation;
-use agents_common::{locate_release, Error, Json, Result, SystemCommandRunner};
+use agents_common::{locate_release, Error, Result, SystemCommandRunner};
+use python_compat::json::Json;
 
 pub use cli::{Args, SPEC};
 

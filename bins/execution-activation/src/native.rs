@@ -7,9 +7,9 @@
 //! drives `systemctl --user` or `launchctl`.
 
 use agents_common::{
-    Error, ExecutionLayout, Json, JsonObject, NativeServices, Result, ServiceRunState,
-    ServiceSnapshot, ServiceState,
+    Error, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot, ServiceState,
 };
+use python_compat::json::{Json, JsonObject};
 
 /// The two service roles, in the seed's snapshot order.
 pub const ROLES: [&str; 2] = ["worker", "gateway"];

@@ -4,9 +4,9 @@
 //! [`transaction`](crate::context::transaction).
 
 use agents_common::{
-    read_update_handoff, ActivationManifest, Error, ExecutionLayout, Json, JsonObject, Result,
-    WorkerControl,
+    read_update_handoff, ActivationManifest, Error, ExecutionLayout, Result, WorkerControl,
 };
+use python_compat::json::{Json, JsonObject};
 
 use crate::admission::{seed_legacy_recovery, verify_stop, StopContext};
 use crate::cli::Args;
@@ -95,7 +95,7 @@ pub fn start(services: &dyn Native) -> Result<()> {
 pub fn restore(value: &ActivationManifest, services: &dyn Native) -> Result<()> {
     services.reload()?;
     let prior = |state: &Json, enabled: &Json| {
-        agents_common::json_object! { "state" => state.clone(), "enabled" => enabled.clone() }
+        python_compat::json_object! { "state" => state.clone(), "enabled" => enabled.clone() }
     };
     let priors = [
         (

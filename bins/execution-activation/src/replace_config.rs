@@ -15,23 +15,29 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use agents_common::activation::config::{
-    config_modes, config_path_matches_desired, config_staging_paths, identity_matches,
-    ConfigMetadata,
+use agents_common::{
+    activation::{
+        config::{
+            config_modes, config_path_matches_desired, config_staging_paths, identity_matches,
+            ConfigMetadata,
+        },
+        invocation::{validate_invocation, ActivationInvocation},
+        io::{
+            hard_link, lstat_if_present, parent_of, read_guarded, rename, replace_private, unlink,
+            ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION, STAGING_SOURCE,
+        },
+        manifest::{same_path, ActivationManifest},
+        paths::{absolute_path, pure_path_text},
+        volume::{capture_volume, SystemVolumes, VolumeProbe},
+    },
+    fs::{fsync_directory_nofollow, lstat, permission_bits},
+    Error, Result,
 };
-use agents_common::activation::invocation::{validate_invocation, ActivationInvocation};
-use agents_common::activation::io::{
-    hard_link, lstat_if_present, parent_of, read_guarded, rename, replace_private, unlink,
-    ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION, STAGING_SOURCE,
+use python_compat::{
+    hex,
+    json::{Json, JsonObject},
+    json_object,
 };
-use agents_common::activation::manifest::{same_path, ActivationManifest};
-use agents_common::activation::paths::{absolute_path, pure_path_text};
-use agents_common::activation::volume::{capture_volume, SystemVolumes, VolumeProbe};
-use agents_common::fs::{fsync_directory_nofollow, lstat, permission_bits};
-use agents_common::json_object;
-use agents_common::python::hex::hex;
-use agents_common::{Error, Result};
-use agents_common::{Json, JsonObject};
 
 /// The durable steps of a fresh publication, in order; a crash after any of
 /// them leaves a state the next call resumes from.

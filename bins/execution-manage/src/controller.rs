@@ -23,9 +23,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use agents_common::{
-    json_object, layout_manifest, maintenance_operation_id, prepare_runtime, Error,
-    ExecutionLayout, Json, JsonObject, NativeServices, Result, ServiceRunState, ServiceState,
-    ServiceStates, WorkerControl,
+    layout_manifest, maintenance_operation_id, prepare_runtime, Error, ExecutionLayout,
+    NativeServices, Result, ServiceRunState, ServiceState, ServiceStates, WorkerControl,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
 };
 
 use crate::transaction::ExecutionTransaction;

@@ -23,8 +23,11 @@ use std::io::Write;
 use std::path::Path;
 
 use agents_common::{
-    encode_line, json_object, maintenance_operation_id, parse_json, read_file, ExecutionLayout,
-    InstallationLock, Json, Result,
+    maintenance_operation_id, read_file, ExecutionLayout, InstallationLock, Result,
+};
+use python_compat::{
+    json::{encode_line, parse_json, Json},
+    json_object,
 };
 
 pub use cli::{Args, SPEC};

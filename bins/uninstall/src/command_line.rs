@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use agents_common::{CommandSpec, OptionSpec, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ValueKind};
 
 /// The helper form's parser (`execution_uninstall.main`'s argparse parser).
 pub static HELPER_SPEC: CommandSpec = CommandSpec {

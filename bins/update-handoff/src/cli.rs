@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use agents_common::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
 /// The program name in usage and error lines.
 pub const PROGRAM: &str = "update-handoff";
@@ -131,7 +131,7 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
         try_parse_command_line(&SPEC, words).map(|parsed| Args::from_parsed(&parsed))

@@ -13,13 +13,13 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use agents_common::{
-    encode_line, parse_json, release_existing_handoff, retry_failed_handoff, Error, Json, Result,
-    MAX_CONFIG_BYTES,
+    fs::{read_regular_file, BoundedRead, Leaf},
+    release_existing_handoff, retry_failed_handoff, Error, Result, MAX_CONFIG_BYTES,
 };
+use python_compat::json::{encode_line, parse_json, Json};
 
 pub use cli::{Args, SPEC};
 
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use cli::StatusSource;
 
 /// Runs one command and prints its result line; the error is the one line
@@ -73,5 +73,5 @@ fn expected_status_json(source: &StatusSource) -> Result<Json> {
             }
         }
     };
-    parse_json(&data)
+    Ok(parse_json(&data)?)
 }

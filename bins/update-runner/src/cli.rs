@@ -4,8 +4,11 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use agents_common::python::int::PythonInt;
-use agents_common::{CommandSpec, Error, OptionSpec, ParsedArgs, Result, ValueKind};
+use agents_common::{Error, Result};
+use python_compat::{
+    argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind},
+    PythonInt,
+};
 
 /// The program name in usage and error lines, whatever `argv[0]` is: the
 /// server may start the runner as `update_runner.py` for its liveness check.
@@ -236,7 +239,7 @@ pub struct UpdateId {
 impl UpdateId {
     /// Reads the argument as given.
     pub fn new(given: String) -> UpdateId {
-        let stripped = agents_common::python_strip(&given).to_string();
+        let stripped = python_compat::strip(&given).to_string();
         let well_formed = is_update_id(&stripped);
         UpdateId {
             given,
@@ -328,7 +331,7 @@ impl Args {
 mod tests {
     use super::*;
     use crate::release::RELEASE_TRACKS;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
     use std::ffi::OsString;
 
     fn parse(words: &[&str]) -> std::result::Result<Args, CommandLineExit> {

@@ -10,9 +10,12 @@ use std::path::Path;
 
 use crate::server_health::resolve_user_path;
 use agents_common::{
-    is_ownership_lost, json_object, python_str_or_empty, python_truthy, read_status_unlocked,
-    release_existing_handoff, runner_owns, update_status, update_status_unlocked, utc_now, Error,
-    Json, JsonObject, Result, StatusLock,
+    is_ownership_lost, read_status_unlocked, release_existing_handoff, runner_owns, update_status,
+    update_status_unlocked, utc_now, Error, Result, StatusLock,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, str_or_empty, truthy,
 };
 
 use crate::cli::Args;
@@ -53,11 +56,8 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
         if !runner_owns(&current, update_id) {
             return Ok(());
         }
-        let phase = current
-            .get("phase")
-            .map(python_str_or_empty)
-            .unwrap_or_default();
-        let truthy = |key: &str| current.get(key).is_some_and(python_truthy);
+        let phase = current.get("phase").map(str_or_empty).unwrap_or_default();
+        let truthy = |key: &str| current.get(key).is_some_and(truthy);
         let installing = INSTALL_PHASES.contains(&phase.as_str());
         if installing && truthy("_activation_recovery") && journal_present(&install_root()?)? {
             // The retained activation stays active for `--recover-only`.

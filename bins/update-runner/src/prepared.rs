@@ -14,13 +14,16 @@ use std::path::{Path, PathBuf};
 
 use crate::release::{ReleaseManifest, ReleaseTrust};
 use agents_common::{
-    check_binding, directory_binding, normalize_path, parse_json_unique, python_str_or_empty,
-    Error, ErrorClass, Json, JsonObject, Result,
+    activation::recovery::preparation_path, check_binding, directory_binding, normalize_path,
+    Error, Result,
+};
+use python_compat::{
+    is_lower_hex,
+    json::{parse_json_unique, Json, JsonObject},
+    str_or_empty, ErrorClass,
 };
 
 use crate::install_root;
-use agents_common::activation::recovery::preparation_path;
-use agents_common::python::is_lower_hex;
 use inventory::{
     check_file, inventory_tree, read_checked, source_inventory, CheckFailure, FileRefusal,
     FileRules,
@@ -113,12 +116,12 @@ pub fn verify_prepared_update(
         .ok_or_else(|| key_error("target_version"))?;
     let track = status.get("track").ok_or_else(|| key_error("track"))?;
     // A non-string pin can never equal a manifest version, as in Python.
-    let expected_version = (!target_version.is_null()).then(|| python_str_or_empty(target_version));
+    let expected_version = (!target_version.is_null()).then(|| str_or_empty(target_version));
     let manifest = trust.verify_manifest(
         &manifest_bytes,
         &signature,
         expected_version.as_deref(),
-        &python_str_or_empty(track),
+        &str_or_empty(track),
         true,
     )?;
     let preparation_id = status
@@ -144,7 +147,7 @@ pub fn verify_prepared_update(
     let api_contract = match manifest.document().get("api_contract_version") {
         Some(Json::Int(contract)) => *contract,
         Some(Json::Bool(flag)) => i128::from(*flag),
-        Some(Json::Str(text)) => agents_common::python_int(text).ok_or_else(|| {
+        Some(Json::Str(text)) => python_compat::python_int(text).ok_or_else(|| {
             Error::value(format!("invalid literal for int() with base 10: '{text}'"))
         })?,
         Some(Json::Float(number)) if number.is_finite() => number.trunc() as i128,
@@ -188,7 +191,7 @@ fn prepared_envelope(envelope: Option<&Json>) -> Result<(&str, &str)> {
 /// A receipt field in base64, decoded as `base64.b64decode(text,
 /// validate=True)` decodes it (Python's leniencies included).
 fn b64decode(text: &str) -> Result<Vec<u8>> {
-    agents_common::python::base64::b64decode_validate(text)
+    python_compat::base64::b64decode_validate(text)
         .ok_or_else(|| Error::value("Invalid base64-encoded string"))
 }
 
@@ -393,7 +396,7 @@ fn check_release(candidate: &Path, version: &str, api_contract: i128) -> Result<
             err.utf8_error().valid_up_to()
         ))
     })?;
-    if agents_common::python_strip(&text) != version {
+    if python_compat::strip(&text) != version {
         return Err(Error::value(
             "prepared runtime version differs from signed candidate",
         ));

@@ -137,7 +137,7 @@ impl ProxyEnvironment {
         let host = host.to_lowercase();
         let host_only = split_port(&host);
         for entry in no_proxy.split(',') {
-            let entry = agents_common::python::strip(entry);
+            let entry = python_compat::strip(entry);
             if entry.is_empty() {
                 continue;
             }
@@ -212,7 +212,7 @@ impl ProxyUrl {
             let Some(after) = rest.strip_prefix("//") else {
                 return Err(Error::value(format!(
                     "proxy URL with no authority: {}",
-                    agents_common::python::repr(proxy)
+                    python_compat::repr(proxy)
                 )));
             };
             // The authority ends at the first `/` after the credentials.

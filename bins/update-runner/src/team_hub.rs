@@ -7,9 +7,10 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::team_hub_fence::TeamHubFence;
-use agents_common::python::int::PythonInt;
-use agents_common::{
-    json_object, python_strip, read_status_unlocked, Error, Json, JsonObject, Result, StatusLock,
+use agents_common::{read_status_unlocked, Error, Result, StatusLock};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, strip, PythonInt,
 };
 
 use crate::cli::Args;
@@ -43,7 +44,7 @@ pub struct TeamHub {
 }
 
 fn stripped(value: &Option<String>) -> Option<String> {
-    value.as_deref().map(|text| python_strip(text).to_string())
+    value.as_deref().map(|text| strip(text).to_string())
 }
 
 fn non_blank(value: &Option<String>) -> Option<String> {
@@ -321,11 +322,11 @@ fn is_tailnet_hostname(host: &str) -> bool {
 /// The exact fence this update's server set on its Hub, from the raw
 /// options; `None` when the update carries no Hub rollback arguments.
 fn maintenance_fence_arguments(args: &Args) -> Result<Option<[String; 5]>> {
-    let text = |value: &Option<String>| python_strip(value.as_deref().unwrap_or("")).to_string();
+    let text = |value: &Option<String>| strip(value.as_deref().unwrap_or("")).to_string();
     let hub_id = text(&args.expected_team_hub_id);
     let snapshot = text(&args.team_hub_snapshot);
     let data_dir = text(&args.team_hub_data_dir);
-    let host_identity = python_strip(&args.expected_server_identity).to_string();
+    let host_identity = strip(&args.expected_server_identity).to_string();
     let operation_id = args.update_id.stripped().to_string();
     if hub_id.is_empty() && snapshot.is_empty() && data_dir.is_empty() {
         return Ok(None);

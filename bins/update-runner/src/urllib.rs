@@ -26,8 +26,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::proxy::{self, ProxyEnvironment, RequestScheme, Route};
-use agents_common::python::int::PythonInt;
-use agents_common::{Error, ErrorClass};
+use agents_common::Error;
+use python_compat::{ErrorClass, Exception, PythonInt};
 
 /// `http.client._MAXLINE`: the longest status, header, chunk-size or
 /// trailer line.
@@ -55,8 +55,8 @@ impl Failure {
     /// The exception the seed's `except` sees, worded as Python words it.
     pub(crate) fn into_error(self) -> Error {
         match self {
-            Failure::Connect(error) => Error::from_socket(error).into_url_error(),
-            Failure::Socket(error) => Error::from_socket(error),
+            Failure::Connect(error) => Exception::from_socket(error).into_url_error().into(),
+            Failure::Socket(error) => Exception::from_socket(error).into(),
             Failure::Protocol(error) => error,
         }
     }
@@ -287,7 +287,7 @@ impl Response {
                     let size_text = line.split(|byte| *byte == b';').next().unwrap_or(&[]);
                     let size = std::str::from_utf8(size_text)
                         .ok()
-                        .and_then(agents_common::python::int::int_hex)
+                        .and_then(python_compat::int_hex)
                         .filter(|size| *size >= 0)
                         .and_then(|size| u64::try_from(size).ok());
                     let Some(size) = size else {
@@ -527,7 +527,7 @@ fn read_response(mut reader: LineReader) -> Result<Response, Failure> {
         first("transfer-encoding").is_some_and(|value| value.eq_ignore_ascii_case("chunked"));
     let length = first("content-length")
         .filter(|value| !value.is_empty() && !chunked)
-        .and_then(agents_common::python::int)
+        .and_then(python_compat::python_int)
         .and_then(|length| u64::try_from(length).ok());
     let body = if code == 204 || code == 304 || (100..200).contains(&code) {
         Body::Length(0)
@@ -560,22 +560,19 @@ fn read_status(reader: &mut LineReader) -> Result<(u16, String), Failure> {
             "Remote end closed connection without response",
         )));
     }
-    let line = agents_common::python::text::decode_latin1(&raw);
+    let line = python_compat::decode_latin1(&raw);
     let bad = || protocol(line.clone());
-    let mut words = agents_common::python::text::split_max(&line, 2).into_iter();
+    let mut words = python_compat::split_max(&line, 2).into_iter();
     let version = words.next().unwrap_or("");
     let status = words.next().unwrap_or("");
     let reason = words.next().unwrap_or("");
     if !version.starts_with("HTTP/") {
         return Err(bad());
     }
-    let code = agents_common::python::int(status)
+    let code = python_compat::python_int(status)
         .filter(|code| (100..=999).contains(code))
         .ok_or_else(bad)?;
-    Ok((
-        code as u16,
-        agents_common::python::strip(reason).to_string(),
-    ))
+    Ok((code as u16, python_compat::strip(reason).to_string()))
 }
 
 /// `_read_headers`: the header lines up to and including the blank one,
@@ -601,7 +598,7 @@ fn read_header_lines(reader: &mut LineReader) -> Result<Vec<Vec<u8>>, Failure> {
 fn parse_headers(lines: &[Vec<u8>]) -> Vec<(String, String)> {
     let mut headers: Vec<(String, String)> = Vec::new();
     for raw in lines {
-        let line = agents_common::python::text::decode_latin1(raw);
+        let line = python_compat::decode_latin1(raw);
         let line = line.trim_end_matches(['\r', '\n']);
         if line.is_empty() {
             break;

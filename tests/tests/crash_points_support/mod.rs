@@ -8,10 +8,9 @@ use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::{
-    encode_indented, layout_manifest, parse_json, render_service, ExecutionLayout, Json,
-};
+use agents_common::{layout_manifest, render_service, ExecutionLayout};
 use agents_tests::{process_alive, write_file_making_parents, Installation, Sandbox};
+use python_compat::json::{encode_indented, parse_json, Json};
 
 use crate::execution_manage_support::Site;
 

@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agents_common::test_support::atomic_json;
-use agents_common::{
-    json_object, parse_json, read_status_unlocked, utc_now, Json, JsonObject, StatusLock,
-    RUNNER_OWNED_ACTIVE_PHASES,
-};
+use agents_common::{read_status_unlocked, utc_now, StatusLock, RUNNER_OWNED_ACTIVE_PHASES};
 use agents_tests::crash_points::{helper_injection, Injection, Traced};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::Outcome;
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    json_object,
+};
 
 use super::{assert_unlocked_or_reapable, is_temporary, sorted_names, Outside};
 use crate::update_runner_support::prepared::{Prepared, VERSION as PREPARED_VERSION};

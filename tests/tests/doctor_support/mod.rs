@@ -12,8 +12,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use agents_common::{parse_json, Json};
 use agents_tests::profile_dir;
+use python_compat::json::{parse_json, Json};
 
 use crate::execution_manage_support::{Outcome, Site};
 

@@ -9,10 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use agents_common::test_support::WORKER_UNIT;
-use agents_common::{encode_indented, json_object, Json, JsonObject};
 use agents_tests::journal_writer::Roots;
 use agents_tests::{binary_path, free_port, poll_until, Sandbox};
 use agents_tests::{make_dir, write_file};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
 
 pub const UPDATE: &str = "0123456789abcdef0123456789abcdef";
 pub const SERVER: &str = "srv-legacy-1";

@@ -14,15 +14,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{
-    encode_indented, json_object, layout_manifest, parse_json, render_service, ExecutionLayout,
-    Json,
-};
+use agents_common::{layout_manifest, render_service, ExecutionLayout};
 use agents_tests::crash_points::{helper_injection, run_traced, Traced};
 pub use agents_tests::Outcome;
 use agents_tests::{
     binary_path, free_port, poll_until, HttpRequest, Installation, RequestRecord, Role, Sandbox,
     Switches, AGENT_TOKEN, SERVICE_TIMEOUT,
+};
+use python_compat::{
+    json::{encode_indented, parse_json, Json},
+    json_object,
 };
 
 /// The release installed at the start of every test.
@@ -453,7 +454,7 @@ impl Site {
         });
         let response = HttpRequest::post_json(
             MAINTENANCE,
-            agents_common::test_support::encode_compact(&body).expect("encode"),
+            python_compat::json::encode_compact(&body).expect("encode"),
         )
         .bearer(&self.installation.control_token())
         .send(self.installation.worker_callback())

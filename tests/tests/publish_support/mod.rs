@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use agents_common::{
-    config_staging_paths, execution_context, parse_json, ActivationInvocation, ActivationManifest,
-    Json,
+    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest,
 };
 use agents_tests::binary_path;
 use agents_tests::journal_writer::{Begin, Install};
 use agents_tests::write_file;
 use execution_activation::replace_config::replace_config;
+use python_compat::json::{parse_json, Json};
 
 /// One golden layout case whose worker and gateway share a release (the
 /// only shape `execution_activation` publishes).

@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{parse_json, ExecutionLayout, Json};
+use agents_common::ExecutionLayout;
 use agents_tests::{
     free_port, poll_until, Installation, RequestRecord, Role, Sandbox, SplitServices, Switches,
     UnitState,
 };
+use python_compat::json::{parse_json, Json};
 
 use super::{
     clean_env, differences, run, snapshot, start, Entry, Implementation, Input, Outcome, Running,

@@ -15,11 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{encode_indented, json_object, parse_json, ExecutionLayout, Json, JsonObject};
+use agents_common::ExecutionLayout;
 use agents_tests::{
     binary_path, free_port, poll_until, try_poll_until, HttpRequest, Installation, RequestMatch,
     RequestRecord, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
+};
+use python_compat::{
+    json::{encode_compact, encode_indented, parse_json, Json, JsonObject},
+    json_object,
 };
 
 /// The worker's private status path.
@@ -508,7 +511,7 @@ impl Case {
     pub fn write_worker_receipt(&self, receipt: &JsonObject) {
         replace_file(
             &self.installation.runtime_dir().join("worker.json"),
-            agents_common::encode_line(&Json::Object(receipt.clone()), true).as_bytes(),
+            python_compat::json::encode_line(&Json::Object(receipt.clone()), true).as_bytes(),
             0o600,
         );
     }

@@ -22,9 +22,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use agents_common::read_status_unlocked;
 use agents_common::test_support::atomic_json;
-use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
 use base64::Engine as _;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256, Sha512};
 
 use agents_tests::Originals;
@@ -253,8 +257,7 @@ impl Fixture {
                 &state.before
             };
             Reply::ok(
-                &agents_common::test_support::encode_compact(&Json::Object(document.clone()))
-                    .unwrap(),
+                &python_compat::json::encode_compact(&Json::Object(document.clone())).unwrap(),
             )
         });
         {

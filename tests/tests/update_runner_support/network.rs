@@ -2,7 +2,7 @@
 //! for both runners, one published release, and the words the seed's
 //! Python uses for failed handshakes.
 
-use agents_common::{Json, JsonObject};
+use python_compat::json::{Json, JsonObject};
 
 use super::{Fixture, Outcome};
 

@@ -6,9 +6,11 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::test_support::encode_compact_sorted;
-use agents_common::{json_object, Json, JsonObject};
 use base64::Engine as _;
+use python_compat::{
+    json::{encode_compact_sorted, Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256};
 
 use update_runner::release::INVALID_SIGNATURE_MESSAGE;

@@ -10,10 +10,12 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use agents_common::test_support::atomic_json;
-use agents_common::{
-    activation_intent, json_object, read_status_unlocked, utc_now, Json, JsonObject, StatusLock,
-};
+use agents_common::{activation_intent, read_status_unlocked, utc_now, StatusLock};
 use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 use super::{make_executable, updated_health, Reply, TestServer, IDENTITY};
 
@@ -129,7 +131,7 @@ pub fn server_resumes(status: &Path, update_id: &str, token: &str) -> PathBuf {
     let mut row = read_status_unlocked(status).unwrap();
     let token_file = status.with_file_name(format!(
         ".server-recovery-{update_id}-{}.auth.json",
-        agents_common::token_hex(16).unwrap()
+        python_compat::token_hex(16).unwrap()
     ));
     atomic_json(&token_file, &json_object! {"token" => token}).unwrap();
     for (key, value) in json_object! {
@@ -225,9 +227,7 @@ impl Recovery {
                 // The interrupted server is not answering as the new release.
                 updated_health("1.0.0", i128::from(API_CONTRACT))
             };
-            Reply::ok(
-                &agents_common::test_support::encode_compact(&Json::Object(document)).unwrap(),
-            )
+            Reply::ok(&python_compat::json::encode_compact(&Json::Object(document)).unwrap())
         });
         Recovery {
             install,

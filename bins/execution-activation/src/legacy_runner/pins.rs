@@ -9,14 +9,17 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use agents_common::activation::io::{ctime_ns, mtime_ns};
-use agents_common::current_uid;
-use agents_common::fs::read_up_to;
-use agents_common::fs::{is_type, lstat, open_leaf, permission_bits};
-use agents_common::python::hex::hex;
-use agents_common::python::path::{parent, pure_path, resolve};
-use agents_common::{parse_json_unique, Json};
-use agents_common::{Error, Result};
+use agents_common::{
+    activation::io::{ctime_ns, mtime_ns},
+    current_uid,
+    fs::{is_type, lstat, open_leaf, permission_bits, read_up_to},
+    Error, Result,
+};
+use python_compat::{
+    hex,
+    json::{parse_json_unique, Json},
+    path::{parent, pure_path, resolve},
+};
 
 /// The largest installed file `_read` accepts (16 MiB).
 const MAX_PROOF_FILE: u64 = 16 * 1024 * 1024;

@@ -7,10 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::LegacyRunnerProbe;
-use agents_common::current_uid;
-use agents_common::python::path::resolve;
-use agents_common::Result;
-use agents_common::{CommandCapture, CommandRunner, SystemCommandRunner};
+use agents_common::{current_uid, CommandCapture, CommandRunner, Result, SystemCommandRunner};
+use python_compat::path::resolve;
 
 /// Reads the live kernel, tmux and `PATH` of this host.
 #[derive(Debug, Clone, Copy, Default)]

@@ -31,7 +31,7 @@ mod utf8;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use agents_common::ErrorClass;
+use python_compat::ErrorClass;
 
 use parser::{Const, Node, Parser, Start, Stmt};
 

@@ -9,9 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use agents_common::{
     absolute_path, entry_present, inspect_lock, installed_layout, normalize_path, owned_directory,
-    read_status_unlocked, Error, ExecutionLayout, Json, JsonObject, LockInspection, NativeServices,
-    ServiceStates, WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
+    read_status_unlocked, Error, ExecutionLayout, LockInspection, NativeServices, ServiceStates,
+    WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
 };
+use python_compat::json::{Json, JsonObject};
 
 use super::process::Process;
 
@@ -236,7 +237,7 @@ impl Context {
         self.row
             .as_ref()
             .and_then(|row| row.get(key))
-            .map(agents_common::python_str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default()
     }
 

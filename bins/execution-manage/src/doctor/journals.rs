@@ -6,8 +6,9 @@
 
 use agents_common::{
     execution_context, maintenance_operation_id, no_activation, read_uninstall_intent,
-    ActivationManifest, Json, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
+    ActivationManifest, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
 };
+use python_compat::json::Json;
 
 use super::context::{Context, Kind, INSTALLER, MANAGE, UNINSTALLER};
 use super::report::{command_line, Action, Concern, Status};
@@ -250,7 +251,7 @@ pub fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
     };
     let field = |key: &str| intent.get(key).cloned().unwrap_or(Json::Null);
     let operation = field("operation_id").as_str().map(str::to_string);
-    let phase = agents_common::python_str_or_empty(&field("phase"));
+    let phase = python_compat::str_or_empty(&field("phase"));
     let purge = field("purge_state") == Json::Bool(true);
     let found = &mut concern.found;
     found.insert("phase", phase.as_str());

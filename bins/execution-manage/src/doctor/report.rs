@@ -6,7 +6,10 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use agents_common::{encode_indented, json_object, Json, JsonObject};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
 
 /// How one concern stands. The order is the severity a summary reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -255,7 +258,7 @@ fn details(concern: &Concern) -> String {
         }
         let text = match value {
             Json::Str(text) => text.clone(),
-            other => agents_common::encode_line(other, false),
+            other => python_compat::json::encode_line(other, false),
         };
         rows.push((key.replace('_', " "), text));
     }
@@ -380,7 +383,7 @@ mod tests {
     #[test]
     fn json_has_the_same_content_with_stable_keys() {
         let document = report(&[Status::Stuck, Status::Absent]).to_json();
-        let value = agents_common::parse_json(&document).unwrap();
+        let value = python_compat::json::parse_json(&document).unwrap();
         assert_eq!(value.get("healthy"), Some(&Json::Bool(false)));
         let lock = value.get("concerns").unwrap().get("install_lock").unwrap();
         let keys: Vec<&String> = lock.as_object().unwrap().keys().collect();

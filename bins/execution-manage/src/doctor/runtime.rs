@@ -2,11 +2,12 @@
 //! their receipts, the installed layout manifest with `current` and the unit
 //! files, and the install lock that serialises every change.
 
-use agents_common::layout::{GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME};
 use agents_common::{
-    installed_service_files, parse_json, read_file, ExecutionLayout, Json, ServiceRunState,
-    ServiceState, WorkerControl,
+    installed_service_files,
+    layout::{GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME},
+    read_file, ExecutionLayout, ServiceRunState, ServiceState, WorkerControl,
 };
+use python_compat::json::{parse_json, Json};
 
 use super::context::{Context, Kind, LOCK_TAKERS};
 use super::report::{command_line, Action, Concern, Status};
@@ -60,7 +61,7 @@ fn role_json(state: Option<&ServiceState>, receipt_pid: Option<i128>) -> Json {
     let Some(state) = state else {
         return Json::Null;
     };
-    Json::Object(agents_common::json_object! {
+    Json::Object(python_compat::json_object! {
         "state" => state.state.as_str(),
         "enabled" => state.enabled,
         "main_pid" => state.pid,

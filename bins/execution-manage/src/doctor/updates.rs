@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_handoff_release, current_uid, owned_directory, parse_json, read_file,
-    read_update_handoff, Error, Json, RUNNER_OWNED_ACTIVE_PHASES,
+    check_handoff_release, current_uid, owned_directory, read_file, read_update_handoff, Error,
+    RUNNER_OWNED_ACTIVE_PHASES,
 };
+use python_compat::json::{parse_json, Json};
 
 use super::context::{present, Context, HANDOFF_RELEASERS};
 use super::process::{flock_holders, Process};
@@ -87,7 +88,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
     let mut actions: Vec<Action> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     for name in &names {
-        if !agents_common::python::is_lower_hex(name, 32) {
+        if !python_compat::is_lower_hex(name, 32) {
             refuse(
                 &mut concern,
                 Error::runtime("unknown candidate preparation directory; no files were removed"),
@@ -134,7 +135,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
             if let Some(action) = &handoff.action {
                 actions.push(action.clone());
             }
-            judged.push(Json::Object(agents_common::json_object! {
+            judged.push(Json::Object(python_compat::json_object! {
                 "file" => file.display().to_string(),
                 "update_id" => handoff.update_id.as_str(),
                 "operation_id" => handoff.operation_id.clone(),
@@ -142,7 +143,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
             }));
             handoffs.push(handoff);
         }
-        items.push(Json::Object(agents_common::json_object! {
+        items.push(Json::Object(python_compat::json_object! {
             "id" => name.as_str(),
             "runner_lock_holders" => holders,
             "handoffs" => judged,
@@ -214,7 +215,7 @@ fn handoff_files(directory: &Path) -> Vec<PathBuf> {
 fn update_of(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     let hex = name.strip_prefix("handoff-")?.strip_suffix(".json")?;
-    agents_common::python::is_lower_hex(hex, 32).then(|| hex.to_string())
+    python_compat::is_lower_hex(hex, 32).then(|| hex.to_string())
 }
 
 fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
@@ -444,7 +445,7 @@ pub fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
             return concern;
         }
         Err(error) => {
-            refuse(&mut concern, "the uninstaller", error);
+            refuse(&mut concern, "the uninstaller", error.into());
             return concern;
         }
     }

@@ -19,10 +19,11 @@ use std::path::{Path, PathBuf};
 
 use agents_common::{
     check_binding, current_uid, entry_present, fsync_directory, installed_layout, no_activation,
-    normalize_path, parse_json, read_file, read_interrupted_removal, read_uninstall_intent,
-    store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Json,
-    JsonObject, Result, SealedHold, WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
+    normalize_path, read_file, read_interrupted_removal, read_uninstall_intent,
+    store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout, InstallationLock,
+    Result, SealedHold, WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
 };
+use python_compat::json::{parse_json, Json, JsonObject};
 use sha2::{Digest, Sha256};
 
 use super::checks::{
@@ -224,7 +225,7 @@ impl Uninstall<'_> {
             }
             Err(err) => return Err(err),
         };
-        let digest = agents_common::python::hex(&Sha256::digest(&data));
+        let digest = python_compat::hex(&Sha256::digest(&data));
         if field(&intent, "layout_sha256").as_str() != Some(digest.as_str()) {
             return Err(Error::runtime(
                 "installed execution layout changed after uninstall admission",
@@ -454,7 +455,7 @@ impl Uninstall<'_> {
             && (field(&receipt, "worker_pid") != field(&role(&prior, "worker"), "pid")
                 || field(&receipt, "gateway_pid") != field(&role(&prior, "gateway"), "pid")
                 || field(&receipt, "worker_release").as_str() != Some(worker_release.as_str())
-                || !agents_common::python_truthy(&field(&receipt, "server_identity"))
+                || !python_compat::truthy(&field(&receipt, "server_identity"))
                 // The marker stores it as text; Python would store any truthy
                 // value and refuse it on the next read.
                 || field(&receipt, "server_identity").as_str().is_none())
@@ -469,7 +470,7 @@ impl Uninstall<'_> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
-            None => agents_common::uuid4()?,
+            None => python_compat::uuid::uuid4().map_err(Error::from)?,
         };
         let admitted = Admitted {
             originals,
@@ -813,7 +814,7 @@ impl Uninstall<'_> {
             for name in ROLES {
                 native.set_enabled(
                     name,
-                    agents_common::python_truthy(&field(&role(prior, name), "enabled")),
+                    python_compat::truthy(&field(&role(prior, name), "enabled")),
                 )?;
             }
         }

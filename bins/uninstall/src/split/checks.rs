@@ -10,11 +10,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_binding, current_uid, entry_present, evidence_digest, json_object, normalize_path,
-    owned_directory, parse_json, pure_path_text, read_file, recovery_directory, recovery_evidence,
-    recovery_service_path, render_recovery_service, Error, ExecutionLayout, Json, JsonObject,
-    RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
-    RECOVERY_PAYLOAD,
+    check_binding, current_uid, entry_present, evidence_digest, normalize_path, owned_directory,
+    pure_path_text, read_file, recovery_directory, recovery_evidence, recovery_service_path,
+    render_recovery_service, Error, ExecutionLayout, RecoveryService, Result, SystemCommandRunner,
+    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    json_object,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -142,7 +145,7 @@ pub fn hold_preparation_leases(root: &Path) -> Result<Vec<OwnedLease>> {
     names.sort();
     let mut leases = Vec::new();
     for name in names {
-        let well_named = agents_common::python::is_lower_hex(&name, 32);
+        let well_named = python_compat::is_lower_hex(&name, 32);
         if !well_named {
             return Err(Error::runtime(
                 "unknown candidate preparation directory; no files were removed",
@@ -403,7 +406,7 @@ fn interpreter_digest(path: &Path) -> Result<String> {
             "recovery interpreter changed while inspected",
         ));
     }
-    Ok(agents_common::python::hex(&digest.finalize()))
+    Ok(python_compat::hex(&digest.finalize()))
 }
 
 /// A validated owner's text field (`platform`, `home`).

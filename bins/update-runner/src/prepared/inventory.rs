@@ -12,11 +12,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use agents_common::{json_object, Error, Json, JsonObject, Result};
+use agents_common::{Error, Result};
+use python_compat::{
+    hex,
+    json::{Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256};
 
 use super::MAX_RECEIPT_BYTES;
-use agents_common::python::hex;
 
 /// `MAX_FILE_BYTES`: largest staged file.
 const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
@@ -233,7 +237,7 @@ pub fn check_file(
 
 /// `[0-9a-f]{64}`.
 pub fn is_sha256(text: &str) -> bool {
-    agents_common::python::is_lower_hex(text, 64)
+    python_compat::is_lower_hex(text, 64)
 }
 
 /// A validated source inventory: name to `(sha256, size)`.

@@ -15,8 +15,8 @@ use super::version::{
     normalized_release_track, release_candidates, release_track, version_is_valid,
 };
 use super::MAX_METADATA_BYTES;
-use agents_common::parse_json;
-use agents_common::{Error, ErrorClass};
+use agents_common::Error;
+use python_compat::{json::parse_json, ErrorClass, Exception};
 
 /// `ReleaseRateLimitedError`'s message: the release host asked us to wait.
 pub const RELEASE_RATE_LIMITED_MESSAGE: &str =
@@ -115,7 +115,7 @@ fn find_release(
 ) -> CheckResult<ReleaseManifest> {
     let track = normalized_release_track(Some(track))?;
     if let Some(expected) = expected_version {
-        let version = agents_common::python::strip(expected);
+        let version = python_compat::strip(expected);
         if !version_is_valid(version) {
             return Err(Error::runtime("expected release version is invalid").into());
         }
@@ -159,7 +159,7 @@ fn find_release(
     };
     let releases = parse_json(&releases).map_err(|error| {
         if is_unicode_error(&error) {
-            error
+            error.into()
         } else {
             Error::runtime("GitHub releases response is invalid JSON")
         }
@@ -205,7 +205,7 @@ fn fetch_signed_manifest(
 
 /// `json.loads` raises `UnicodeDecodeError` (not `JSONDecodeError`) for bytes
 /// that are not text; the seed lets that one through unchanged.
-fn is_unicode_error(error: &Error) -> bool {
+fn is_unicode_error(error: &Exception) -> bool {
     error.class() == ErrorClass::UnicodeDecode
 }
 
@@ -238,14 +238,12 @@ pub fn release_rate_limit_delay(status: &HttpStatusError, now_unix_seconds: f64)
     }
     let mut delays = Vec::new();
     let retry_after = header("retry-after").unwrap_or("");
-    if let Some(seconds) = agents_common::python::number::float(retry_after) {
+    if let Some(seconds) = python_compat::float(retry_after) {
         delays.push(seconds);
     } else if let Some(date) = http_date_timestamp(retry_after) {
         delays.push(date - now_unix_seconds);
     }
-    if let Some(reset) =
-        agents_common::python::number::float(header("x-ratelimit-reset").unwrap_or(""))
-    {
+    if let Some(reset) = python_compat::float(header("x-ratelimit-reset").unwrap_or("")) {
         delays.push(reset - now_unix_seconds);
     }
     let longest = delays
@@ -364,7 +362,7 @@ fn http_date_timestamp(text: &str) -> Option<f64> {
         [hour, minute, second] => (*hour, *minute, *second),
         _ => return None,
     };
-    let int = |text: &str| agents_common::python::int::python_int(text);
+    let int = |text: &str| python_compat::python_int(text);
     let mut year = int(&yy)?;
     let day = int(&dd)?;
     let (hour, minute, second) = (int(hour)?, int(minute)?, int(second)?);
@@ -449,7 +447,7 @@ fn zone_offset_seconds(zone: &str) -> Option<i128> {
         "MDT" => -600,
         "PST" => -800,
         "PDT" => -700,
-        other => match agents_common::python::int::python_int(other) {
+        other => match python_compat::python_int(other) {
             Some(0) if other.starts_with('-') => return None,
             Some(hhmm) => hhmm,
             None => return None,
@@ -477,20 +475,13 @@ mod tests {
 
     #[test]
     fn floats_parse_like_python() {
-        assert_eq!(agents_common::python::number::float(" 30 "), Some(30.0));
-        assert_eq!(
-            agents_common::python::number::float("1_000.5"),
-            Some(1000.5)
-        );
-        assert_eq!(agents_common::python::number::float("1e3"), Some(1000.0));
-        assert!(agents_common::python::number::float("-inf")
-            .unwrap()
-            .is_infinite());
-        assert!(agents_common::python::number::float("NaN")
-            .unwrap()
-            .is_nan());
+        assert_eq!(python_compat::float(" 30 "), Some(30.0));
+        assert_eq!(python_compat::float("1_000.5"), Some(1000.5));
+        assert_eq!(python_compat::float("1e3"), Some(1000.0));
+        assert!(python_compat::float("-inf").unwrap().is_infinite());
+        assert!(python_compat::float("NaN").unwrap().is_nan());
         for bad in ["", "_1", "1_", "1__0", "0x10", "1 0", "٣"] {
-            assert_eq!(agents_common::python::number::float(bad), None, "{bad}");
+            assert_eq!(python_compat::float(bad), None, "{bad}");
         }
     }
 

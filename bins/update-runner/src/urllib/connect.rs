@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use super::{protocol, read_status, remaining, tls, Failure, LineReader, Stream, Target};
 use crate::proxy::{self, Proxy, Route};
-use agents_common::python::int::PythonInt;
-use agents_common::{Error, ErrorClass};
+use agents_common::Error;
+use python_compat::{ErrorClass, Exception, PythonInt};
 
 /// `http.client.HTTP_PORT` and `HTTPS_PORT`: the ports a connection without
 /// one uses (a proxy without a port, too, by the connection's class).
@@ -70,7 +70,9 @@ pub(super) fn open(
             })
         }
         Route::UnknownScheme(scheme) => Err(Failure::Protocol(
-            Error::new(ErrorClass::Os, format!("unknown url type: {scheme}")).into_url_error(),
+            Exception::new(ErrorClass::Os, format!("unknown url type: {scheme}"))
+                .into_url_error()
+                .into(),
         )),
     }
 }
@@ -142,11 +144,12 @@ pub(super) fn service_port(port: &PythonInt) -> Result<u16, Failure> {
     let service = value as u64 as u32 as i32;
     if service < 0 {
         return Err(Failure::Protocol(
-            Error::new(
+            Exception::new(
                 ErrorClass::Os,
                 "[Errno -8] Servname not supported for ai_socktype",
             )
-            .into_url_error(),
+            .into_url_error()
+            .into(),
         ));
     }
     Ok(service as u16)

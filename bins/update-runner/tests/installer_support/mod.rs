@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{encode_indented, parse_json, Json, JsonObject, Result};
+use agents_common::Result;
 use agents_tests::{Originals, TempDir};
+use python_compat::json::{encode_compact, encode_indented, parse_json, Json, JsonObject};
 use update_runner::installer::{InstallerOutcome, InstallerRun};
 
 const STAND_IN: &str = concat!(

@@ -21,11 +21,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{
-    config_staging_paths, parse_json, ActivationInvocation, ActivationManifest, Json,
-};
+use agents_common::{config_staging_paths, ActivationInvocation, ActivationManifest};
 use agents_tests::{binary_path, test_worker_path, try_poll_until, HttpRequest, AGENT_TOKEN};
 use execution_activation::replace_config::replace_config;
+use python_compat::json::{parse_json, Json};
 
 use agents_tests::journal_writer::{Begin, Roots};
 

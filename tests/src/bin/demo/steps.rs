@@ -13,13 +13,17 @@ use std::time::{Duration, Instant};
 
 use agents_common::test_support::{atomic_json, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
-    encode_indented, json_object, parse_json, read_status_unlocked, utc_now, ExecutionLayout, Json,
-    JsonObject, NativeServices, SystemCommandRunner, WorkerControl, TRANSACTION_NAME,
+    read_status_unlocked, utc_now, ExecutionLayout, NativeServices, SystemCommandRunner,
+    WorkerControl, TRANSACTION_NAME,
 };
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
     ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
     AGENT_TOKEN,
+};
+use python_compat::{
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object,
 };
 
 use crate::installer::{interpreter, FAULT_FILE, LOG_PREFIX};

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{parse_json_unique, Json};
+use python_compat::json::{encode_compact, parse_json_unique, Json};
 
 use crate::http_server::{Body, Reply, Request};
 

@@ -4,8 +4,11 @@
 use std::fs;
 use std::path::Path;
 
-use agents_common::{json_object, Json, JsonObject};
 use agents_tests::Switches;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 /// Who answers: fixed at startup.
 #[derive(Debug, Clone)]

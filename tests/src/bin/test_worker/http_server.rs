@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::encode_compact;
-use agents_common::{json_object, Json};
+use python_compat::{
+    json::{encode_compact, Json},
+    json_object,
+};
 
 /// Longest request head accepted.
 const MAXIMUM_HEAD: usize = 64 * 1024;

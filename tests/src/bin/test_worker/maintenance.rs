@@ -8,8 +8,12 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agents_common::{current_uid, encode_line, json_object, parse_json, Json, JsonObject};
+use agents_common::current_uid;
 use agents_tests::Switches;
+use python_compat::{
+    json::{encode_line, parse_json, Json, JsonObject},
+    json_object,
+};
 use rustix::fs::OFlags;
 
 use crate::control::{is_canonical_uuid, Refusal};

@@ -7,7 +7,7 @@ pub fn uuid4_hex() -> String {
 
 /// `str(uuid.uuid4())`: canonical hyphenated form (lease ids).
 pub fn uuid4() -> String {
-    agents_common::uuid4().expect("the kernel CSPRNG is readable")
+    python_compat::uuid::uuid4().expect("the kernel CSPRNG is readable")
 }
 
 #[cfg(test)]

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{parse_json, Json};
 use agents_tests::{origin_address, Death, DeathPoint, HttpRequest, RequestRecord, Role, Switches};
+use python_compat::json::{encode_compact, parse_json, Json};
 use rustix::process::{getpid, kill_process, Signal};
 
 use crate::control::{self, Command, CONTROL_PREFIX};
@@ -164,7 +163,7 @@ impl Service {
             if let Err((status, detail)) = outcome {
                 return (
                     status,
-                    Json::Object(agents_common::json_object! {"detail" => detail}),
+                    Json::Object(python_compat::json_object! {"detail" => detail}),
                 );
             }
         }
@@ -338,7 +337,7 @@ impl Service {
                     Ok(command) => self.control_reply(command, &switches),
                     Err((status, detail)) => (
                         status,
-                        Json::Object(agents_common::json_object! {"detail" => detail}),
+                        Json::Object(python_compat::json_object! {"detail" => detail}),
                     ),
                 };
                 control::respond(status, &value, token)

@@ -1,7 +1,7 @@
 //! The `invalid_*` rules of CPython 3.11's grammar: they run in the second
 //! pass only and raise the specialized messages.
 
-use agents_common::ErrorClass;
+use python_compat::ErrorClass;
 
 use super::expressions::KwItem;
 use super::{alt, t, Kw, Node, Op, Parser, Rule, Tk, PR};

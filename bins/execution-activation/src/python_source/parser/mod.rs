@@ -28,7 +28,7 @@ mod targets;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use agents_common::ErrorClass;
+use python_compat::ErrorClass;
 
 use super::tokenizer::{RawKind, TokError, Tokenizer};
 use super::{PyException, Warnings};

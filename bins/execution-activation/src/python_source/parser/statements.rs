@@ -394,7 +394,7 @@ impl Parser<'_> {
                         return Ok(None);
                     }
                     Err(p.raise(
-                        agents_common::ErrorClass::Indentation,
+                        python_compat::ErrorClass::Indentation,
                         "expected an indented block".into(),
                     ))
                 });
@@ -1044,7 +1044,7 @@ impl Parser<'_> {
         }
         let line = self.tokens[keyword as usize].lineno;
         Err(self.raise(
-            agents_common::ErrorClass::Indentation,
+            python_compat::ErrorClass::Indentation,
             format!("expected an indented block after {what} on line {line}"),
         ))
     }
