@@ -12,9 +12,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use agents_common::{
-    current_uid, CommandCapture, CommandRunner, Error, ExecutionLayout, NativeServices, Result,
+    CommandCapture, CommandRunner, Error, ExecutionLayout, NativeServices, Result,
 };
 use python_compat::json::Json;
+use python_compat::os::current_uid;
 
 /// One recorded command: what NativeServices must run and what it printed.
 pub struct Exchange {

@@ -19,15 +19,16 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use agents_common::{
     activation::{
-        io::{ctime_ns, mtime_ns},
         manifest::{same_path, ActivationManifest},
         release::{locate_release, release_matches},
     },
-    current_uid,
-    fs::{fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits},
+    fs::{fsync_directory_nofollow, open_leaf},
     Error, Result,
 };
-use python_compat::json::JsonObject;
+use python_compat::{
+    json::JsonObject,
+    os::{ctime_ns, current_uid, is_type, lstat, mtime_ns, open, permission_bits},
+};
 
 /// Most members one tree may have.
 const MAX_ENTRIES: u64 = 250_000;

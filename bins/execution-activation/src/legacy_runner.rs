@@ -26,15 +26,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::{
-    activation::io::read_link,
-    fs::{is_type, lstat},
-    CommandCapture, Error, Result, RUNNER_OWNED_ACTIVE_PHASES,
-};
+use agents_common::{CommandCapture, Error, Result, RUNNER_OWNED_ACTIVE_PHASES};
 use python_compat::{
     decode_utf8, is_lower_hex,
     json::{Json, JsonObject},
     member_truthy,
+    os::{is_type, lstat, read_link},
     path::{pure_path, resolve},
     strict_int, strip,
 };
@@ -205,7 +202,7 @@ impl Proof {
         let current = root.join("current");
         let link_info = lstat(&current)?;
         if !is_type(&link_info, rustix::fs::FileType::Symlink)
-            || link_info.st_uid != agents_common::current_uid()
+            || link_info.st_uid != python_compat::os::current_uid()
         {
             return Err(Error::runtime(
                 "legacy current release is not an owned link",

@@ -85,10 +85,11 @@ mod tests {
 
     use std::time::Duration;
 
-    use agents_common::{current_uid, recovery_service_path, ActivationManifest, CommandCapture};
+    use agents_common::{recovery_service_path, ActivationManifest, CommandCapture};
     use agents_tests::journal_writer::Install;
     use agents_tests::recorded_commands::{domain, expect, launchd_fixture, reply, Recorded};
     use agents_tests::{assert_error, write_file_making_parents};
+    use python_compat::os::current_uid;
     use python_compat::{argparse::try_parse_command_line, ErrorClass};
 
     use super::*;

@@ -23,20 +23,21 @@ use agents_common::{
         },
         invocation::{validate_invocation, ActivationInvocation},
         io::{
-            hard_link, lstat_if_present, parent_of, read_guarded, rename, replace_private, unlink,
-            ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION, STAGING_SOURCE,
+            parent_of, read_guarded, replace_private, ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION,
+            STAGING_SOURCE,
         },
         manifest::{same_path, ActivationManifest},
         paths::{absolute_path, pure_path_text},
         volume::{capture_volume, SystemVolumes, VolumeProbe},
     },
-    fs::{fsync_directory_nofollow, lstat, permission_bits},
+    fs::fsync_directory_nofollow,
     Error, Result,
 };
 use python_compat::{
     hex,
     json::{Json, JsonObject},
     json_object,
+    os::{hard_link, lstat, lstat_if_present, permission_bits, rename, unlink},
 };
 
 /// The durable steps of a fresh publication, in order; a crash after any of
@@ -179,7 +180,7 @@ pub fn replace_config_on(
     }
     replace_private(&directory.join("manifest.json"), &value.canonical_bytes())?;
     checkpoint(ReplaceConfigStep::JournalWritten)?;
-    rustix::fs::fchmod(&opened.descriptor, agents_common::fs::permission_mode(mode))?;
+    rustix::fs::fchmod(&opened.descriptor, python_compat::os::permission_mode(mode))?;
     rustix::fs::fsync(&opened.descriptor)?;
     checkpoint(ReplaceConfigStep::ModeSet)?;
     hard_link(&source, &secured)?;
@@ -277,7 +278,7 @@ impl Staged<'_> {
                 rename(self.staged, self.source)?;
                 fsync_directory_nofollow(&source_parent)?;
             }
-            return Err(error);
+            return Err(error.into());
         }
         checkpoint(ReplaceConfigStep::Published)?;
         fsync_directory_nofollow(&parent_of(self.destination))?;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agents_common::{current_uid, CommandCapture, Result};
+use agents_common::{CommandCapture, Result};
 use execution_activation::legacy_runner::{
     verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
     PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
@@ -21,6 +21,7 @@ use execution_activation::legacy_runner::{
 use python_compat::{
     json::{encode_indented, Json, JsonObject},
     json_object,
+    os::current_uid,
 };
 
 const UPDATE: &str = "0123456789abcdef0123456789abcdef";

@@ -19,14 +19,16 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use agents_common::{
-    atomic_write, check_text, current_uid, desired, fsync_directory, layout_manifest,
-    maintenance_operation_id, normalize_path, owned_directory, read_file, remove_abandoned_drafts,
-    remove_atomic_temporaries, render_service, snapshot, Error, ExecutionLayout, Result,
-    ServiceState, FORMAT, MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
+    atomic_write, check_text, desired, fsync_directory, layout_manifest, maintenance_operation_id,
+    normalize_path, owned_directory, read_file, remove_abandoned_drafts, remove_atomic_temporaries,
+    render_service, snapshot, Error, ExecutionLayout, Result, ServiceState, FORMAT,
+    MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
 use python_compat::{
     json::{encode_indented, parse_json, Json, JsonObject},
-    json_object, token_hex,
+    json_object,
+    os::current_uid,
+    token_hex,
 };
 
 /// The three activation scopes: a first split install, or one component.

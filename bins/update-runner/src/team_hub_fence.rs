@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use agents_common::{absolute_path, current_uid, Error, Result};
+use agents_common::{absolute_path, Error, Result};
 use python_compat::{
     json::{parse_json, Json},
+    os::current_uid,
     path::pure_path,
 };
 

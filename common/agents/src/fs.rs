@@ -15,7 +15,7 @@
 //!   configuration path is refused by the regular-file check instead of hanging
 //!   the helper in `open`; the flag does not change reads of regular files.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,12 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use python_compat::hex;
+use python_compat::{
+    hex,
+    os::{
+        current_uid, is_type, lstat, open, permission_bits, permission_mode, read_up_to, write_all,
+    },
+};
 
 mod entries;
 mod secret;
@@ -350,11 +355,6 @@ pub fn remove_abandoned_drafts(
     Ok(())
 }
 
-/// The real uid, which every ownership check compares with (Python `os.getuid()`).
-pub fn current_uid() -> u32 {
-    rustix::process::getuid().as_raw()
-}
-
 /// `Path.exists()`: follows symlinks; "missing" covers the errors Python ignores.
 pub(crate) fn exists(path: &Path) -> Result<bool> {
     Ok(python_path::pathlib_test(
@@ -371,12 +371,6 @@ pub(crate) fn is_symlink(path: &Path) -> Result<bool> {
     )?)
 }
 
-/// `os.lstat` with Python's errors: NUL refused as ValueError, else raw OSError.
-pub fn lstat(path: &Path) -> Result<Stat> {
-    reject_nul(path)?;
-    rustix::fs::lstat(path).map_err(|errno| Error::from_errno(errno, path))
-}
-
 /// Opens `path` with `access` without following a leaf symlink or blocking on
 /// a FIFO, and `fstat`s what was opened: the guarded readers judge the opened
 /// inode, never the path, so a file swapped in after the check is not read.
@@ -388,67 +382,6 @@ pub fn open_leaf(path: &Path, access: OFlags) -> Result<(OwnedFd, Stat)> {
     )?;
     let info = rustix::fs::fstat(&fd)?;
     Ok((fd, info))
-}
-
-/// `os.open` with Python's errors; descriptors are close-on-exec as in Python.
-pub fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
-    reject_nul(path)?;
-    rustix::fs::open(path, flags | OFlags::CLOEXEC, mode)
-        .map_err(|errno| Error::from_errno(errno, path))
-}
-
-pub(crate) fn reject_nul(path: &Path) -> Result<()> {
-    if path.as_os_str().as_bytes().contains(&0) {
-        return Err(Error::value("embedded null byte"));
-    }
-    Ok(())
-}
-
-/// `stat.S_ISREG`/`S_ISDIR`/`S_ISLNK`...: the file type of an `lstat` or `fstat`.
-pub fn is_type(info: &Stat, kind: FileType) -> bool {
-    FileType::from_raw_mode(info.st_mode) == kind
-}
-
-/// `stat.S_IMODE`: permission, set-id and sticky bits.
-pub fn permission_bits(info: &Stat) -> u32 {
-    mode_word(info) & 0o7777
-}
-
-/// `st_mode` widened to Python's int: `mode_t` is 32 bits on Linux, 16 on macOS.
-#[allow(clippy::unnecessary_cast)]
-pub fn mode_word(info: &Stat) -> u32 {
-    info.st_mode as u32
-}
-
-/// `(st_dev, st_ino)`: the identity Python compares. `dev_t` is unsigned 64
-/// bits on Linux and signed 32 on macOS, where real device numbers are
-/// positive; both widen to the same `u64` a Linux `stat` gives.
-#[allow(clippy::unnecessary_cast)]
-pub fn file_identity(info: &Stat) -> (u64, u64) {
-    (info.st_dev as u64, info.st_ino as u64)
-}
-
-/// A Python mode int as the platform's `mode_t` (32 bits on Linux, 16 on macOS).
-#[allow(clippy::unnecessary_cast)]
-pub fn permission_mode(mode: u32) -> Mode {
-    Mode::from_raw_mode(mode as rustix::fs::RawMode)
-}
-
-/// Reads until `limit` bytes or end of file, as Python's buffered `read(n)`;
-/// memory grows with what the file holds, never with `limit`.
-pub fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
-    let mut data = Vec::new();
-    let mut chunk = vec![0u8; limit.clamp(1, 1024 * 1024)];
-    while data.len() < limit {
-        let want = chunk.len().min(limit - data.len());
-        match rustix::io::read(&fd, &mut chunk[..want]) {
-            Ok(0) => break,
-            Ok(count) => data.extend_from_slice(&chunk[..count]),
-            Err(Errno::INTR) => {}
-            Err(errno) => return Err(errno.into()),
-        }
-    }
-    Ok(data)
 }
 
 /// Whether [`read_regular_file`] accepts a symlink as the path's last
@@ -491,10 +424,10 @@ pub fn read_regular_file(path: &Path, maximum: u64, leaf: Leaf) -> Result<Bounde
         Err(err) if leaf == Leaf::Refuse && err.errno() == Some(Errno::LOOP.raw_os_error()) => {
             return match lstat(path) {
                 Ok(info) if is_type(&info, FileType::Symlink) => Ok(BoundedRead::NotRegular),
-                _ => Err(err),
+                _ => Err(err.into()),
             };
         }
-        Err(err) => return Err(err),
+        Err(err) => return Err(err.into()),
     };
     let info = rustix::fs::fstat(&fd)?;
     if is_type(&info, FileType::Directory) {
@@ -513,17 +446,4 @@ pub fn read_regular_file(path: &Path, maximum: u64, leaf: Leaf) -> Result<Bounde
         return Ok(BoundedRead::TooLarge);
     }
     Ok(BoundedRead::Contents(data))
-}
-
-/// Writes every byte, retrying interrupted and short writes (`os.write` in a
-/// loop, as the seeds write secrets and journals).
-pub fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
-    while !data.is_empty() {
-        match rustix::io::write(&fd, data) {
-            Ok(count) => data = &data[count..],
-            Err(Errno::INTR) => {}
-            Err(errno) => return Err(errno.into()),
-        }
-    }
-    Ok(())
 }

@@ -23,7 +23,7 @@ use rustix::io::Errno;
 
 use crate::activation::read_update_handoff;
 use crate::error::{Error, Result};
-use crate::fs::{current_uid, normalize_path, owned_directory, read_file};
+use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::install_lock::InstallationLock;
 use crate::layout::ExecutionLayout;
 use crate::services::NativeServices;
@@ -34,6 +34,7 @@ use crate::worker_control::{ServiceSnapshot, WorkerControl};
 use python_compat::{
     is_lower_hex,
     json::{parse_json, Json, JsonObject},
+    os::current_uid,
     uuid::python_uuid,
 };
 

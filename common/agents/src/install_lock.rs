@@ -31,10 +31,8 @@ use rustix::process::{test_kill_process, Pid};
 mod interrupt;
 
 use crate::error::{Error, Result};
-use crate::fs::{
-    atomic_write, current_uid, fsync_directory, normalize_path, owned_directory, read_file,
-};
-use python_compat::token_hex;
+use crate::fs::{atomic_write, fsync_directory, normalize_path, owned_directory, read_file};
+use python_compat::{os::current_uid, token_hex};
 
 /// Name of the lock directory inside the install root (shared with install.sh).
 const LOCK_NAME: &str = ".install-lock";
@@ -391,7 +389,7 @@ fn entries(directory: &OwnedFd) -> Result<Vec<String>> {
 }
 
 fn identity(info: &Stat) -> (u64, u64) {
-    crate::fs::file_identity(info)
+    python_compat::os::file_identity(info)
 }
 
 /// True for the two errors `rename(2)` gives when the lock directory is populated.

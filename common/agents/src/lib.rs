@@ -69,9 +69,9 @@ pub use error::{Error, Result};
 // fs (safe filesystem primitives and secrets)
 pub mod fs;
 pub use fs::{
-    atomic_write, check_text, current_uid, desired, ensure_directory, fsync_directory,
-    fsync_directory_nofollow, normalize_path, owned_directory, read_file, remove_abandoned_drafts,
-    remove_atomic_temporaries, snapshot, MAX_CONFIG_BYTES,
+    atomic_write, check_text, desired, ensure_directory, fsync_directory, fsync_directory_nofollow,
+    normalize_path, owned_directory, read_file, remove_abandoned_drafts, remove_atomic_temporaries,
+    snapshot, MAX_CONFIG_BYTES,
 };
 // layout (ExecutionLayout, unit/plist rendering, layout manifest)
 pub mod layout;

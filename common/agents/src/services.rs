@@ -26,9 +26,12 @@ use std::time::{Duration, Instant};
 pub use command::{CommandRunner, SystemCommandRunner};
 
 use crate::error::{Error, Result};
-use crate::fs::{check_text, current_uid, read_file, snapshot};
+use crate::fs::{check_text, read_file, snapshot};
 use crate::layout::{ExecutionLayout, GATEWAY_LABEL, GATEWAY_UNIT, WORKER_LABEL, WORKER_UNIT};
-use python_compat::json::{Json, JsonObject};
+use python_compat::{
+    json::{Json, JsonObject},
+    os::current_uid,
+};
 
 /// The seed's default bound for a worker stop (and a launchd worker bootout).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);

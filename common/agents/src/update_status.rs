@@ -177,7 +177,7 @@ impl StatusLock {
         let info = rustix::fs::fstat(&fd)?;
         if FileType::from_raw_mode(info.st_mode) != FileType::RegularFile
             || info.st_nlink != 1
-            || info.st_uid != crate::fs::current_uid()
+            || info.st_uid != python_compat::os::current_uid()
         {
             return Err(Error::permission("server update status lock is unsafe"));
         }

@@ -7,13 +7,13 @@
 
 use std::time::{Duration, Instant};
 
-use agents_common::{current_uid, Error, RecoveryService, ServiceRunState, ServiceState};
+use agents_common::{Error, RecoveryService, ServiceRunState, ServiceState};
 use agents_tests::recorded_commands::{
     domain, expect, failure, launchd_fixture, launchd_output, launchd_print_disabled, reply,
     services, Exchange, Recorded, ServiceHome, LAUNCHD_SECRET,
 };
 use agents_tests::{assert_error_is, set_mode, TempDir};
-use python_compat::ErrorClass;
+use python_compat::{os::current_uid, ErrorClass};
 
 const WORKER: &str = "com.agentsdock.server";
 const GATEWAY: &str = "com.agentsdock.gateway";

@@ -33,6 +33,8 @@
 //! - [`json`]: `json.loads` and the `json.dumps` styles ([`json_object!`]
 //!   builds an object literal);
 //! - [`argparse`]: the seeds' command lines, their usage and error lines;
+//! - [`os`]: the `os` and `stat` functions the seeds call, with their
+//!   exception classes and words (`os.replace`'s two-path message);
 //! - [`path`]: `os.path`/`posixpath` and `pathlib.PurePosixPath`;
 //! - [`ipaddress`], [`shlex`], [`uuid`], [`base64`]: the functions of those
 //!   modules the seeds call.
@@ -40,7 +42,7 @@
 //! # Why some modules are public
 //!
 //! A Python module whose name is part of how the seeds spell the call
-//! (`json.loads`, `shlex.split`, `uuid.uuid4`, `ipaddress.ip_address`) is a public module of the same name, so a reader finds the
+//! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`) is a public module of the same name, so a reader finds the
 //! original by the path and names like `split` or `resolve` keep the
 //! meaning their module gives them. Built-in functions and methods of
 //! built-in types (`int()`, `str.strip`, `bytes.hex()`) and the exception
@@ -51,6 +53,7 @@ mod exception;
 mod hex;
 mod int;
 mod number;
+pub mod os;
 mod random;
 mod socket;
 mod text;

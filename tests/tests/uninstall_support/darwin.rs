@@ -139,7 +139,7 @@ impl DarwinCase {
             fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
         }
         let values = [
-            ("uid", agents_common::current_uid().to_string()),
+            ("uid", python_compat::os::current_uid().to_string()),
             ("label", LABEL.to_string()),
             ("home", home.to_string_lossy().into_owned()),
             ("pid", "4242".to_string()),

@@ -7,8 +7,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::LegacyRunnerProbe;
-use agents_common::{current_uid, Error, Result};
-use python_compat::decode_utf8;
+use agents_common::{Error, Result};
+use python_compat::{decode_utf8, os::current_uid};
 
 /// `MAX_ARGUMENT_BYTES`: the largest `KERN_PROCARGS2` buffer accepted.
 pub const MAX_ARGUMENT_BYTES: usize = 2 * 1024 * 1024;

@@ -9,15 +9,11 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use agents_common::{
-    activation::io::{ctime_ns, mtime_ns},
-    current_uid,
-    fs::{is_type, lstat, open_leaf, permission_bits, read_up_to},
-    Error, Result,
-};
+use agents_common::{fs::open_leaf, Error, Result};
 use python_compat::{
     hex,
     json::{parse_json_unique, Json},
+    os::{ctime_ns, current_uid, is_type, lstat, mtime_ns, permission_bits, read_up_to},
     path::{parent, pure_path, resolve},
 };
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::LegacyRunnerProbe;
-use agents_common::{current_uid, CommandCapture, CommandRunner, Result, SystemCommandRunner};
-use python_compat::path::resolve;
+use agents_common::{CommandCapture, CommandRunner, Result, SystemCommandRunner};
+use python_compat::{os::current_uid, path::resolve};
 
 /// Reads the live kernel, tmux and `PATH` of this host.
 #[derive(Debug, Clone, Copy, Default)]

@@ -9,13 +9,10 @@ use rustix::fs::{Access, FileType};
 use super::kernel::{process, Process};
 use super::pins::{directory_pin, resolve_strict};
 use super::LegacyRunnerProbe;
-use agents_common::{
-    current_uid,
-    fs::{is_type, lstat, permission_bits},
-    Error, Result,
-};
+use agents_common::{Error, Result};
 use python_compat::{
     decode_utf8,
+    os::{current_uid, is_type, lstat, permission_bits},
     path::{pure_path, resolve},
     shlex, splitlines,
 };

@@ -5,10 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_handoff_release, current_uid, owned_directory, read_file, read_update_handoff, Error,
+    check_handoff_release, owned_directory, read_file, read_update_handoff, Error,
     RUNNER_OWNED_ACTIVE_PHASES,
 };
-use python_compat::json::{parse_json, Json};
+use python_compat::{
+    json::{parse_json, Json},
+    os::current_uid,
+};
 
 use super::context::{present, Context, HANDOFF_RELEASERS};
 use super::process::{flock_holders, Process};

@@ -18,12 +18,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_binding, current_uid, entry_present, fsync_directory, installed_layout, no_activation,
-    normalize_path, read_file, read_interrupted_removal, read_uninstall_intent,
-    store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout, InstallationLock,
-    Result, SealedHold, WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
+    check_binding, entry_present, fsync_directory, installed_layout, no_activation, normalize_path,
+    read_file, read_interrupted_removal, read_uninstall_intent, store_uninstall_intent,
+    write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Result, SealedHold,
+    WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
 };
-use python_compat::json::{parse_json, Json, JsonObject};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    os::current_uid,
+};
 use sha2::{Digest, Sha256};
 
 use super::checks::{

@@ -10,14 +10,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_binding, current_uid, entry_present, evidence_digest, normalize_path, owned_directory,
-    pure_path_text, read_file, recovery_directory, recovery_evidence, recovery_service_path,
+    check_binding, entry_present, evidence_digest, normalize_path, owned_directory, pure_path_text,
+    read_file, recovery_directory, recovery_evidence, recovery_service_path,
     render_recovery_service, Error, ExecutionLayout, RecoveryService, Result, SystemCommandRunner,
     RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
     json_object,
+    os::current_uid,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -117,7 +118,7 @@ pub fn owned_lease(path: &Path) -> Result<OwnedLease> {
         }
         Err(errno) => return Err(errno.into()),
     }
-    if identity(path)? != agents_common::fs::file_identity(&info) {
+    if identity(path)? != python_compat::os::file_identity(&info) {
         return Err(Error::runtime("uninstall ownership lease changed"));
     }
     Ok(OwnedLease {

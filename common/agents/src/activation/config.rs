@@ -8,14 +8,12 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::io::{
-    file_name, lstat, lstat_if_present, parent_of, permission_bits, read_guarded,
-    ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR,
-};
+use super::io::{file_name, parent_of, read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
 use crate::error::{Error, Result};
 use python_compat::{
     hex,
     json::{Json, JsonObject},
+    os::{lstat, lstat_if_present, permission_bits},
 };
 
 /// The kinds of formats 1 and 2.

@@ -14,11 +14,13 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::fs::{current_uid, read_up_to, reject_nul};
-pub(crate) use crate::fs::{
-    fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits, write_all,
+use crate::fs::{fsync_directory_nofollow, open_leaf};
+use python_compat::{
+    os::{
+        current_uid, is_type, lstat, mtime_ns, open, permission_bits, read_up_to, rename, write_all,
+    },
+    token_hex,
 };
-use python_compat::token_hex;
 
 /// `MAX_CONTROL_BYTES`: the default limit of the private reader (256 KiB).
 pub const ACTIVATION_CONTROL_LIMIT: u64 = 256 * 1024;
@@ -191,7 +193,7 @@ pub fn replace_private(path: &Path, data: &[u8]) -> Result<()> {
     name.extend_from_slice(format!(".{}.tmp", token_hex(12)?).as_bytes());
     let temporary = parent.join(std::ffi::OsStr::from_bytes(&name));
     let result = write_new_private(&temporary, data)
-        .and_then(|()| rename(&temporary, path))
+        .and_then(|()| Ok(rename(&temporary, path)?))
         .and_then(|()| fsync_directory_nofollow(&parent));
     match rustix::fs::unlink(&temporary) {
         Ok(()) | Err(Errno::NOENT) => {}
@@ -199,55 +201,6 @@ pub fn replace_private(path: &Path, data: &[u8]) -> Result<()> {
         Err(_) => {}
     }
     result
-}
-
-/// `os.replace(source, destination)` with Python's two-path error text.
-pub fn rename(source: &Path, destination: &Path) -> Result<()> {
-    rustix::fs::rename(source, destination)
-        .map_err(|errno| two_path_error(errno, source, destination))
-}
-
-/// `os.link(source, destination, follow_symlinks=False)`.
-pub fn hard_link(source: &Path, destination: &Path) -> Result<()> {
-    rustix::fs::linkat(
-        rustix::fs::CWD,
-        source,
-        rustix::fs::CWD,
-        destination,
-        rustix::fs::AtFlags::empty(),
-    )
-    .map_err(|errno| two_path_error(errno, source, destination))
-}
-
-/// Python words a two-path OSError as `[Errno n] text: 'src' -> 'dst'`.
-fn two_path_error(errno: Errno, source: &Path, destination: &Path) -> Error {
-    let both = format!("{}' -> '{}", source.display(), destination.display());
-    Error::from_errno(errno, Path::new(&both))
-}
-
-/// `os.unlink(path)`.
-pub fn unlink(path: &Path) -> Result<()> {
-    reject_nul(path)?;
-    rustix::fs::unlink(path).map_err(|errno| Error::from_errno(errno, path))
-}
-
-/// `Path.lstat()` where only FileNotFoundError means "absent".
-pub fn lstat_if_present(path: &Path) -> Result<Option<Stat>> {
-    match lstat(path) {
-        Ok(info) => Ok(Some(info)),
-        Err(error) if error.is_not_found() => Ok(None),
-        Err(error) => Err(error),
-    }
-}
-
-/// `os.readlink(path)` as text (paths in journals are JSON strings).
-pub fn read_link(path: &Path) -> Result<String> {
-    reject_nul(path)?;
-    let target =
-        rustix::fs::readlink(path, Vec::new()).map_err(|errno| Error::from_errno(errno, path))?;
-    // Python decodes with surrogateescape; a non-UTF-8 target cannot be stored
-    // in the journal and never compares equal to a stored one.
-    Ok(String::from_utf8_lossy(target.as_bytes()).into_owned())
 }
 
 /// The (dev, ino, size, mtime_ns) a guarded read requires to be stable.
@@ -258,16 +211,6 @@ fn change_identity(info: &Stat) -> (u64, u64, i64, i128) {
         info.st_size as i64,
         mtime_ns(info),
     )
-}
-
-/// `st_mtime_ns`.
-pub fn mtime_ns(info: &Stat) -> i128 {
-    info.st_mtime as i128 * 1_000_000_000 + info.st_mtime_nsec as i128
-}
-
-/// `st_ctime_ns`.
-pub fn ctime_ns(info: &Stat) -> i128 {
-    info.st_ctime as i128 * 1_000_000_000 + info.st_ctime_nsec as i128
 }
 
 /// An owned directory without group/other write (`_validate_root`,

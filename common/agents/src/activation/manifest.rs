@@ -9,20 +9,21 @@ use sha2::{Digest, Sha256};
 
 use super::config::{config_kinds, config_modes, config_staging_paths};
 use super::io::{
-    fsync_directory_nofollow, is_owned_safe_directory, is_type, lstat, permission_bits,
-    read_private_file, unlink, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    is_owned_safe_directory, read_private_file, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
 };
 use super::paths::{absolute_path, is_strict_ancestor, pure_path_text};
 use super::text::{has_exact_keys, is_one_of, safe_text};
 use super::volume::{rebase_volume_bindings, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
-use crate::fs::current_uid;
+use crate::fs::fsync_directory_nofollow;
 use python_compat::{
     hex,
     ipaddress::ip_address,
     is_lower_hex, is_prefixed_hex,
     json::{encode_compact_sorted, parse_json, Json, JsonObject},
-    loose_int, member_truthy, strict_int,
+    loose_int, member_truthy,
+    os::{current_uid, is_type, lstat, permission_bits, unlink},
+    strict_int,
     uuid::is_canonical_uuid,
 };
 

@@ -295,7 +295,7 @@ impl<'a> RecoveryService<'a> {
     fn launchd_target(&self) -> String {
         format!(
             "gui/{}/{}",
-            crate::fs::current_uid(),
+            python_compat::os::current_uid(),
             recovery_label(&self.transaction_id, &self.platform)
         )
     }

@@ -9,18 +9,15 @@ use std::path::{Path, PathBuf};
 use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
 
-use super::io::{
-    is_owned_safe_directory, is_type, lstat, lstat_if_present, parent_of, read_guarded, read_link,
-    RELEASE_VERSION_FILE,
-};
+use super::io::{is_owned_safe_directory, parent_of, read_guarded, RELEASE_VERSION_FILE};
 use super::paths::absolute_path;
 use super::text::safe_text;
 use crate::error::{Error, Result};
-use crate::fs::current_uid;
 use python_compat::{
     hex,
     json::{Json, JsonObject},
     json_object,
+    os::{current_uid, is_type, lstat, lstat_if_present, read_link},
 };
 
 /// The digest that identifies a release by its `VERSION` file (private,

@@ -20,13 +20,13 @@ use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 
-use super::io::{is_owned_safe_directory, is_type, lstat, open, permission_bits};
+use super::io::is_owned_safe_directory;
 use super::paths::{absolute_path, pure_path_text};
 use super::text::{has_exact_keys, safe_text};
 use crate::error::{Error, Result};
-use crate::fs::current_uid;
 use python_compat::{
     json::{Json, JsonObject},
+    os::{current_uid, is_type, lstat, open, permission_bits},
     uuid::{is_canonical_uuid, uuid_text},
 };
 

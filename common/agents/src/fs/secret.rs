@@ -14,10 +14,12 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use super::write_all;
-use super::{current_uid, is_type, lstat, open, open_leaf, permission_bits, python_path};
+use super::{open_leaf, python_path};
 use crate::error::{Error, Result};
-use python_compat::token_hex;
+use python_compat::{
+    os::{current_uid, is_type, lstat, open, permission_bits, write_all},
+    token_hex,
+};
 
 /// `_read_secret`: the 64 lowercase hex characters of a token that is an owned,
 /// exactly 0600, singly linked regular file in an owned 0700 directory reached
@@ -100,7 +102,7 @@ pub fn ensure_execution_secret(path: &Path) -> Result<String> {
         Err(error) if error.class() == python_compat::ErrorClass::FileExists => {
             return read_secret(&path);
         }
-        Err(error) => return Err(error),
+        Err(error) => return Err(error.into()),
     };
     write_all(&token, token_hex(32)?.as_bytes())?;
     rustix::fs::fsync(&token)?;

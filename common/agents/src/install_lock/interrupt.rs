@@ -77,7 +77,7 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) -> Option<Arma
     let armed = Box::into_raw(Box::new(Armed {
         root: root_fd,
         identity,
-        uid: crate::fs::current_uid(),
+        uid: python_compat::os::current_uid(),
         owner: format!("{}\n", std::process::id()).into_bytes(),
         directory_not_owned: line(format!(
             "PermissionError: execution directory is not an owned directory: {}",

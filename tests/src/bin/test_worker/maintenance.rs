@@ -8,8 +8,8 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agents_common::current_uid;
 use agents_tests::Switches;
+use python_compat::os::current_uid;
 use python_compat::{
     json::{encode_line, parse_json, Json, JsonObject},
     json_object,

@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use agents_common::current_uid;
+use python_compat::os::current_uid;
 use rustix::fs::{flock, FlockOperation};
 
 use crate::private_files::open_lock;

@@ -8,9 +8,9 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agents_common::current_uid;
 use agents_common::test_support::ensure_execution_secret;
 use python_compat::json::{encode_line, parse_json, Json, JsonObject};
+use python_compat::os::current_uid;
 use rustix::fs::{flock, FlockOperation};
 
 use crate::private_files::{open_lock, publish_private};
