@@ -13,12 +13,13 @@ use crate::legacy_runner::{
 };
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
-    pure_path_text, read_file, read_private_file, update_status_unlocked, ActivationManifest,
-    Error, ExecutionLayout, Result, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT,
-    PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
+    read_file, read_private_file, update_status_unlocked, ActivationManifest, Error,
+    ExecutionLayout, Result, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
+    RUNNER_OWNED_ACTIVE_PHASES,
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
+    path::pure_path_text,
     truthy,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};

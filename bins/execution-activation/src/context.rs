@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agents_common::{
-    execution_context, owned_directory, pure_path_text, read_owned_config, ActivationManifest,
-    Error, ExecutionLayout, Result,
+    execution_context, owned_directory, read_owned_config, ActivationManifest, Error,
+    ExecutionLayout, Result,
 };
 use python_compat::{
     json::{Json, JsonObject},
+    path::pure_path_text,
     ErrorClass,
 };
 

@@ -49,7 +49,7 @@ pub fn preflight(args: &Args, layout: &ExecutionLayout, services: &dyn Native) -
         _ => Json::from(""),
     };
     let value = StopContext {
-        release_dir: agents_common::pure_path_text(&layout.worker_release),
+        release_dir: python_compat::path::pure_path_text(&layout.worker_release),
         operation_id,
         handoff,
     };

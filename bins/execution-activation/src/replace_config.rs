@@ -27,7 +27,6 @@ use agents_common::{
             STAGING_SOURCE,
         },
         manifest::{same_path, ActivationManifest},
-        paths::{absolute_path, pure_path_text},
         volume::{capture_volume, SystemVolumes, VolumeProbe},
     },
     fs::fsync_directory_nofollow,
@@ -38,6 +37,7 @@ use python_compat::{
     json::{Json, JsonObject},
     json_object,
     os::{hard_link, lstat, lstat_if_present, permission_bits, rename, unlink},
+    path::{absolute_path, pure_path_text},
 };
 
 /// The durable steps of a fresh publication, in order; a crash after any of

@@ -10,7 +10,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use agents_common::{
-    check_binding, entry_present, evidence_digest, normalize_path, owned_directory, pure_path_text,
+    check_binding, entry_present, evidence_digest, normalize_path, owned_directory,
     recovery_directory, recovery_evidence, recovery_service_path, Error, ExecutionLayout,
     RecoveryService, Result, SystemCommandRunner, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
     RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, TRANSACTION_NAME,
@@ -18,6 +18,7 @@ use agents_common::{
 use python_compat::{
     hex,
     json::{encode_indented, Json, JsonObject},
+    path::pure_path_text,
 };
 
 /// Most historical owners the check walks.

@@ -659,21 +659,7 @@ pub fn resolve_user_path(path: &Path) -> Result<PathBuf> {
 
 /// `Path(text).expanduser()` made absolute against the working directory.
 fn expand_user_absolute(path: &Path) -> Result<Vec<u8>> {
-    let raw = path.as_os_str().as_bytes();
-    let expanded: Vec<u8> = match (raw.strip_prefix(b"~"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with(b"/") => {
-            let home = home.as_bytes();
-            let trimmed =
-                &home[..home.len() - home.iter().rev().take_while(|b| **b == b'/').count()];
-            let joined = [trimmed, rest].concat();
-            if joined.is_empty() {
-                b"/".to_vec()
-            } else {
-                joined
-            }
-        }
-        _ => raw.to_vec(),
-    };
+    let expanded = python_compat::path::expanduser(path.as_os_str().as_bytes());
     if expanded.starts_with(b"/") {
         return Ok(expanded);
     }

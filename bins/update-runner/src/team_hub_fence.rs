@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use agents_common::{absolute_path, Error, Result};
+use agents_common::{Error, Result};
 use python_compat::{
     json::{parse_json, Json},
     os::current_uid,
-    path::pure_path,
+    path::{absolute_path, pure_path},
 };
 
 /// The fence marker in the Hub data directory.

@@ -22,7 +22,6 @@ pub mod handoff;
 pub mod invocation;
 pub mod io;
 pub mod manifest;
-pub mod paths;
 pub mod recovery;
 pub mod release;
 pub mod text;
@@ -38,7 +37,6 @@ pub use io::{
     ACTIVATION_CONTROL_LIMIT,
 };
 pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
-pub use paths::{absolute_path, pure_path_text};
 pub use recovery::{
     activation_intent, evidence_digest, recovery_directory, recovery_evidence, recovery_label,
     recovery_service_path, render_recovery_service, RecoveryService, INTENT_KEYS,

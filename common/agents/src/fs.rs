@@ -36,9 +36,8 @@ mod snapshot;
 
 pub use entries::each_entry_name;
 
-// The Python path rules and OS wrappers other modules share with `_path`.
-pub(crate) use python_compat::path as python_path;
-pub(crate) use python_compat::path::{normpath, pure_path};
+// Named apart from the `path` arguments every function here takes.
+use python_compat::path as python_path;
 
 pub use secret::{ensure_execution_secret, read_secret};
 pub use snapshot::{desired, snapshot};

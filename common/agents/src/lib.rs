@@ -101,12 +101,12 @@ pub use update_status::{
 // activation (install.sh's .activation-transaction journal and replace_config)
 pub mod activation;
 pub use activation::{
-    absolute_path, activation_intent, check_binding, config_path_matches_desired,
-    config_staging_paths, directory_binding, evidence_digest, execution_context, locate_release,
-    pure_path_text, read_owned_config, read_private_file, read_update_handoff, recovery_directory,
-    recovery_evidence, recovery_service_path, release_matches, render_recovery_service,
-    validate_invocation, volume_uuid, write_new_private, ActivationInvocation, ActivationManifest,
-    RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    activation_intent, check_binding, config_path_matches_desired, config_staging_paths,
+    directory_binding, evidence_digest, execution_context, locate_release, read_owned_config,
+    read_private_file, read_update_handoff, recovery_directory, recovery_evidence,
+    recovery_service_path, release_matches, render_recovery_service, validate_invocation,
+    volume_uuid, write_new_private, ActivationInvocation, ActivationManifest, RecoveryService,
+    SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
     ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
     RECOVERY_PAYLOAD,
 };

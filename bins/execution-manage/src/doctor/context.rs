@@ -8,11 +8,14 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agents_common::{
-    absolute_path, entry_present, inspect_lock, installed_layout, normalize_path, owned_directory,
+    entry_present, inspect_lock, installed_layout, normalize_path, owned_directory,
     read_status_unlocked, Error, ExecutionLayout, LockInspection, NativeServices, ServiceStates,
     WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
 };
-use python_compat::json::{Json, JsonObject};
+use python_compat::{
+    json::{Json, JsonObject},
+    path::absolute_path,
+};
 
 use super::process::Process;
 

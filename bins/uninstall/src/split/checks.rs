@@ -10,15 +10,16 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_binding, entry_present, evidence_digest, normalize_path, owned_directory, pure_path_text,
-    read_file, recovery_directory, recovery_evidence, recovery_service_path,
-    render_recovery_service, Error, ExecutionLayout, RecoveryService, Result, SystemCommandRunner,
-    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+    check_binding, entry_present, evidence_digest, normalize_path, owned_directory, read_file,
+    recovery_directory, recovery_evidence, recovery_service_path, render_recovery_service, Error,
+    ExecutionLayout, RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY,
+    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
     json_object,
     os::current_uid,
+    path::pure_path_text,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;

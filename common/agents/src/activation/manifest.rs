@@ -11,7 +11,6 @@ use super::config::{config_kinds, config_modes, config_staging_paths};
 use super::io::{
     is_owned_safe_directory, read_private_file, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
 };
-use super::paths::{absolute_path, is_strict_ancestor, pure_path_text};
 use super::text::{has_exact_keys, is_one_of, safe_text};
 use super::volume::{rebase_volume_bindings, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
@@ -23,6 +22,7 @@ use python_compat::{
     json::{encode_compact_sorted, parse_json, Json, JsonObject},
     loose_int, member_truthy,
     os::{current_uid, is_type, lstat, permission_bits, unlink},
+    path::{absolute_path, is_strict_ancestor, pure_path_text},
     strict_int,
     uuid::is_canonical_uuid,
 };

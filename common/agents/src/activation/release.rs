@@ -10,7 +10,6 @@ use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
 
 use super::io::{is_owned_safe_directory, parent_of, read_guarded, RELEASE_VERSION_FILE};
-use super::paths::absolute_path;
 use super::text::safe_text;
 use crate::error::{Error, Result};
 use python_compat::{
@@ -18,6 +17,7 @@ use python_compat::{
     json::{Json, JsonObject},
     json_object,
     os::{current_uid, is_type, lstat, lstat_if_present, read_link},
+    path::absolute_path,
 };
 
 /// The digest that identifies a release by its `VERSION` file (private,
@@ -35,8 +35,8 @@ pub fn release_identity(source: &Path, target: &Path) -> Result<Json> {
         return Err(Error::permission("activation rollback release is unsafe"));
     }
     Ok(Json::Object(json_object! {
-        "source" => super::paths::pure_path_text(source),
-        "target" => super::paths::pure_path_text(target),
+        "source" => python_compat::path::pure_path_text(source),
+        "target" => python_compat::path::pure_path_text(target),
         "device" => info.st_dev as u64,
         "inode" => info.st_ino as u64,
         "version_sha256" => version_sha256(source)?,

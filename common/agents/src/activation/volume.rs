@@ -21,12 +21,12 @@ use std::path::Path;
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 use super::io::is_owned_safe_directory;
-use super::paths::{absolute_path, pure_path_text};
 use super::text::{has_exact_keys, safe_text};
 use crate::error::{Error, Result};
 use python_compat::{
     json::{Json, JsonObject},
     os::{current_uid, is_type, lstat, open, permission_bits},
+    path::{absolute_path, pure_path_text},
     uuid::{is_canonical_uuid, uuid_text},
 };
 

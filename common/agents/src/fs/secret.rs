@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use super::{open_leaf, python_path};
+use super::open_leaf;
 use crate::error::{Error, Result};
+use python_compat::path as python_path;
 use python_compat::{
     os::{current_uid, is_type, lstat, open, permission_bits, write_all},
     token_hex,
