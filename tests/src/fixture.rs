@@ -11,9 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::{read_secret, service_arguments, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
     atomic_write, layout_manifest, prepare_runtime, render_service, ExecutionLayout,
+};
+use agents_common::{
+    test_support::{read_secret, service_arguments},
+    GATEWAY_UNIT, WORKER_UNIT,
 };
 use python_compat::{
     json::{encode_indented, parse_json, Json},

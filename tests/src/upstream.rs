@@ -550,7 +550,7 @@ pub fn json_text(value: &python_compat::json::Json) -> String {
 /// lease is asked for once the receipt names the unit's MainPID (or after
 /// 20 s, when the receipt is what it is).
 pub fn lease_text(sandbox: &Sandbox, installation: &crate::Installation) -> String {
-    let unit = agents_common::test_support::WORKER_UNIT;
+    let unit = agents_common::WORKER_UNIT;
     if !sandbox.unit_state(unit).is_running() {
         return "worker not running".to_string();
     }

@@ -18,7 +18,7 @@ mod uninstall_support;
 mod update_handoff_support;
 mod update_runner_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::crash_points::{
     helper_injection, run_traced, run_traced_with_stdin, Campaign, DurableCall, Injection,
     PointResult, Traced,

@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Output, Stdio};
 
-use agents_common::test_support::WORKER_UNIT;
+use agents_common::WORKER_UNIT;
 use agents_tests::{binary_path, poll_until, Sandbox};
 use execution_activation_support::{write_json, Monolith, SERVER, UPDATE};
 use python_compat::{

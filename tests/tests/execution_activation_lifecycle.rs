@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
     config_staging_paths, ActivationInvocation, ActivationManifest, ExecutionLayout,
     NativeServices, ServiceSnapshot, SystemCommandRunner, WorkerControl,
 };
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::write_file;
 use agents_tests::{

@@ -16,7 +16,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Stdio};
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     binary_path, descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT,
 };

@@ -18,7 +18,7 @@ mod execution_manage_support;
 
 use std::process::Child;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT};
 use execution_manage_support::{
     control_requests, instances, receipt_line, rolled_back_line, Outcome, Site, NEW, OLD,

@@ -12,7 +12,7 @@
 
 mod execution_manage_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{RequestMatch, Role, Stall, Switches};
 use execution_manage_support::{control_requests, finish, instances, Disk, Site, NEW, OLD, STATUS};
 use python_compat::json::Json;

@@ -7,8 +7,11 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use agents_common::test_support::{request_json, PinnedRequest, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{maintenance_operation_id, ExecutionLayout};
+use agents_common::{
+    test_support::{request_json, PinnedRequest},
+    GATEWAY_UNIT, WORKER_UNIT,
+};
 use agents_tests::{
     free_port, poll_until, HttpRequest, Installation, ProcessIdentity, Role, Sandbox,
     SplitServices, AGENT_TOKEN,

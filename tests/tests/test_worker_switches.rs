@@ -5,7 +5,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     free_port, poll_until, process_alive, Death, DeathPoint, HttpRequest, HttpResponse,
     Installation, ProcessIdentity, RequestMatch, Role, Sandbox, SplitServices, Stall, Switches,

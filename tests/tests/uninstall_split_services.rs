@@ -5,7 +5,7 @@
 
 mod uninstall_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::Role;
 use uninstall_support::split::*;
 use uninstall_support::*;

@@ -9,8 +9,8 @@ mod update_handoff_support;
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use agents_common::test_support::WORKER_UNIT;
 use agents_common::UNINSTALL_INTENT_NAME;
+use agents_common::WORKER_UNIT;
 use agents_tests::{Death, DeathPoint, RequestMatch, Stall, Switches, SERVICE_TIMEOUT};
 use python_compat::json::{encode_indented, Json};
 use update_handoff_support::{replace_file, Case, Outcome, HEALTH, OPERATION};

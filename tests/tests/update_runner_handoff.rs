@@ -23,7 +23,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::forward_proxy::ForwardProxy;
 use agents_tests::{binary_path, Originals, RequestRecord, Switches};
 use python_compat::{

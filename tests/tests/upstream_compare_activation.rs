@@ -16,7 +16,7 @@ mod execution_activation_support;
 use std::fs;
 
 use agents_common::activation_intent;
-use agents_common::test_support::WORKER_UNIT;
+use agents_common::WORKER_UNIT;
 use agents_tests::journal_writer::Begin;
 use agents_tests::upstream::{
     check_scenarios_recorded, compare_scenarios, finish, Helper, Normalizer, Observed, Side,

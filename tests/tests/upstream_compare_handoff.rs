@@ -12,8 +12,8 @@ use std::fs;
 use std::io::Write;
 use std::process::Stdio;
 
-use agents_common::test_support::WORKER_UNIT;
 use agents_common::UNINSTALL_INTENT_NAME;
+use agents_common::WORKER_UNIT;
 use agents_tests::upstream::{
     check_scenarios_recorded, compare_scenarios, finish, lease_text, Helper, Normalizer, Observed,
     Side, Upstream,

@@ -18,16 +18,13 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use agents_common::{
-    activation::{
-        manifest::{same_path, ActivationManifest},
-        release::{locate_release, release_matches},
-    },
-    fs::{fsync_directory_nofollow, open_leaf},
+    fsync_directory_nofollow, locate_release, open_leaf, release_matches, ActivationManifest,
     Error, Result,
 };
 use python_compat::{
     json::JsonObject,
     os::{ctime_ns, current_uid, is_type, lstat, mtime_ns, open, permission_bits},
+    path::same_path,
 };
 
 /// Most members one tree may have.
@@ -126,7 +123,7 @@ pub fn flush_activation_on(
         }
         seen.push(path.clone());
         flush_tree(&path, false, sync)?;
-        fsync_directory_nofollow(&agents_common::activation::io::parent_of(&path))?;
+        fsync_directory_nofollow(&agents_common::parent_of(&path))?;
         full_barrier(&path.join("VERSION"), sync)?;
         if !release_matches(&path, release)? {
             return Err(Error::runtime("durability runtime identity changed"));
@@ -344,8 +341,8 @@ fn flush_interpreter(interpreter: &Path, sync: &dyn FullSync) -> Result<()> {
         // traverse an OS-managed installation.
         return Ok(());
     }
-    let bin = agents_common::activation::io::parent_of(interpreter);
-    let prefix = agents_common::activation::io::parent_of(&bin);
+    let bin = agents_common::parent_of(interpreter);
+    let prefix = agents_common::parent_of(&bin);
     let version = interpreter
         .file_name()
         .and_then(|name| name.to_str())
@@ -368,7 +365,7 @@ fn flush_interpreter(interpreter: &Path, sync: &dyn FullSync) -> Result<()> {
             ));
         }
         flush_tree(&prefix, true, sync)?;
-        fsync_directory_nofollow(&agents_common::activation::io::parent_of(&prefix))?;
+        fsync_directory_nofollow(&agents_common::parent_of(&prefix))?;
     }
     full_barrier(interpreter, sync)?;
     if identity(&info) != identity(&lstat(interpreter)?) {

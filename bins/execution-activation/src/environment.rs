@@ -9,9 +9,7 @@
 use std::path::Path;
 
 use agents_common::{
-    activation::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, PRIVATE},
-    layout::is_variable_name,
-    Error, Result,
+    is_variable_name, read_guarded, Error, ReadPolicy, Result, ACTIVATION_CONFIG_LIMIT,
 };
 use python_compat::{decode_utf8, is_space, json::JsonObject, shlex, splitlines, strip};
 
@@ -19,7 +17,7 @@ use python_compat::{decode_utf8, is_space, json::JsonObject, shlex, splitlines, 
 /// runtime env file, in file order (a repeated key keeps its first position
 /// and its last value, like a dict).
 pub fn runtime_environment(path: &Path) -> Result<JsonObject> {
-    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, PRIVATE)?.data;
+    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, ReadPolicy::PRIVATE)?.data;
     let mut result = JsonObject::new();
     for line in splitlines(decode_utf8(&data)?) {
         if strip(line).is_empty() || line.trim_start_matches(is_space).starts_with('#') {

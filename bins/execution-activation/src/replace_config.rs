@@ -16,28 +16,40 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use agents_common::{
-    activation::{
-        config::{
-            config_modes, config_path_matches_desired, config_staging_paths, identity_matches,
-            ConfigMetadata,
-        },
-        invocation::{validate_invocation, ActivationInvocation},
-        io::{
-            parent_of, read_guarded, replace_private, ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION,
-            STAGING_SOURCE,
-        },
-        manifest::{same_path, ActivationManifest},
-        volume::{capture_volume, SystemVolumes, VolumeProbe},
-    },
-    fs::fsync_directory_nofollow,
-    Error, Result,
+    capture_volume, config_modes, config_path_matches_desired, config_staging_paths,
+    fsync_directory_nofollow, identity_matches, parent_of, read_guarded, replace_private,
+    validate_invocation, ActivationInvocation, ActivationManifest, ConfigMetadata, Error,
+    ReadPolicy, Result, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT,
 };
 use python_compat::{
     hex,
     json::{Json, JsonObject},
     json_object,
     os::{hard_link, lstat, lstat_if_present, permission_bits, rename, unlink},
-    path::{absolute_path, pure_path_text},
+    path::{absolute_path, pure_path_text, same_path},
+};
+
+/// `_open_config_staging_source`: the `.source` file, opened read-write.
+const STAGING_SOURCE: ReadPolicy = ReadPolicy {
+    write: true,
+    exact_mode: None,
+    links: &[1],
+    minimum: 0,
+    exact_length: false,
+    unsafe_message: "activation configuration staging file is unsafe",
+    changed_message: "activation configuration staging file changed",
+};
+
+/// `_staged_config_metadata`: a `.publication` (or source) that may still
+/// share its inode with the other staging name.
+const STAGED_PUBLICATION: ReadPolicy = ReadPolicy {
+    write: false,
+    exact_mode: None,
+    links: &[1, 2],
+    minimum: 0,
+    exact_length: false,
+    unsafe_message: "activation configuration publication is unsafe",
+    changed_message: "activation configuration publication changed",
 };
 
 /// The durable steps of a fresh publication, in order; a crash after any of

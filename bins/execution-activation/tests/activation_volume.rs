@@ -15,10 +15,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    config_staging_paths,
-    test_support::{check_binding_on, directory_binding_on, VOLUME_UUID_REPLY_SIZE},
-    validate_invocation, volume_uuid, ActivationInvocation, ActivationManifest, SystemVolumes,
-    VolumeProbe,
+    check_binding_on, config_staging_paths, directory_binding_on, validate_invocation, volume_uuid,
+    ActivationInvocation, ActivationManifest, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };
 use agents_tests::journal_writer::{Install, Roots};
 use agents_tests::{assert_error, make_dir, write_file};

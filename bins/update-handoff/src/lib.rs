@@ -13,8 +13,8 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use agents_common::{
-    fs::{read_regular_file, BoundedRead, Leaf},
-    release_existing_handoff, retry_failed_handoff, Error, Result, MAX_CONFIG_BYTES,
+    read_regular_file, release_existing_handoff, retry_failed_handoff, BoundedRead, Error, Leaf,
+    Result, MAX_CONFIG_BYTES,
 };
 use python_compat::json::{encode_line, parse_json, Json};
 

@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::release::{ReleaseManifest, ReleaseTrust};
 use agents_common::{
-    activation::recovery::preparation_path, check_binding, directory_binding, normalize_path,
-    Error, Result,
+    check_binding, directory_binding, normalize_path, preparation_path, Error, Result,
 };
 use python_compat::{
     is_lower_hex,

@@ -15,9 +15,9 @@ use crate::server_health::{
     ServerHealth,
 };
 use agents_common::{
-    activation::{check_binding_on, execution_context_on, recovery::preparation_path},
-    entry_present, read_status_unlocked, update_status, utc_now, ActivationManifest, Error, Result,
-    StatusLock, SystemVolumes, VolumeProbe, INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
+    check_binding_on, entry_present, execution_context_on, preparation_path, read_status_unlocked,
+    update_status, utc_now, ActivationManifest, Error, Result, StatusLock, SystemVolumes,
+    VolumeProbe, INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
 };
 use python_compat::{
     is_lower_hex,

@@ -22,10 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::release::MAX_METADATA_BYTES;
-use agents_common::{
-    fs::{read_regular_file, BoundedRead, Leaf},
-    update_status, utc_now, Error, Result,
-};
+use agents_common::{read_regular_file, update_status, utc_now, BoundedRead, Error, Leaf, Result};
 use python_compat::{
     json::{parse_json, Json, JsonObject},
     json_object, str_or_empty, strip, truthy, ErrorClass, PythonInt,

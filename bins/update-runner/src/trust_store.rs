@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
+use agents_common::{read_regular_file, BoundedRead, Leaf};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;

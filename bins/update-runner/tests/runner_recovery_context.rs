@@ -10,8 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use agents_common::{
-    test_support::{directory_binding_on, VOLUME_UUID_REPLY_SIZE},
-    Result, SystemVolumes, VolumeProbe,
+    directory_binding_on, Result, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };
 use agents_tests::assert_error;
 use agents_tests::journal_writer::{Install, API_CONTRACT};

@@ -17,33 +17,36 @@
 // st_dev on macOS); the casts that are no-ops here are not elsewhere.
 #![allow(clippy::unnecessary_cast)]
 
-pub mod config;
-pub mod handoff;
-pub mod invocation;
-pub mod io;
-pub mod manifest;
-pub mod recovery;
-pub mod release;
-pub mod text;
-pub mod volume;
+mod config;
+mod handoff;
+mod invocation;
+mod io;
+mod manifest;
+mod recovery;
+mod release;
+mod text;
+mod volume;
 
-pub use config::{config_path_matches_desired, config_staging_paths};
+pub use config::{
+    config_modes, config_path_matches_desired, config_staging_paths, identity_matches,
+    ConfigMetadata,
+};
 pub use handoff::read_update_handoff;
 pub use invocation::{
     execution_context, execution_context_on, validate_invocation, ActivationInvocation,
 };
 pub use io::{
-    read_owned_config, read_private_file, write_new_private, ACTIVATION_CONFIG_LIMIT,
-    ACTIVATION_CONTROL_LIMIT,
+    parent_of, read_guarded, read_owned_config, read_private_file, replace_private,
+    write_new_private, GuardedRead, ReadPolicy, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
 };
 pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 pub use recovery::{
-    activation_intent, evidence_digest, recovery_directory, recovery_evidence, recovery_label,
+    activation_intent, evidence_digest, preparation_path, recovery_directory, recovery_evidence,
     recovery_service_path, render_recovery_service, RecoveryService, INTENT_KEYS,
     RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 pub use release::{link_state, locate_release, release_identity, release_matches};
 pub use volume::{
-    check_binding, check_binding_on, directory_binding, directory_binding_on, volume_uuid,
-    SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
+    capture_volume, check_binding, check_binding_on, directory_binding, directory_binding_on,
+    volume_uuid, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };

@@ -28,6 +28,7 @@ use python_compat::{
     os::{
         current_uid, is_type, lstat, open, permission_bits, permission_mode, read_up_to, write_all,
     },
+    path as python_path,
 };
 
 mod entries;
@@ -37,7 +38,6 @@ mod snapshot;
 pub use entries::each_entry_name;
 
 // Named apart from the `path` arguments every function here takes.
-use python_compat::path as python_path;
 
 pub use secret::{ensure_execution_secret, read_secret};
 pub use snapshot::{desired, snapshot};

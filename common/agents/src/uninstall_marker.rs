@@ -26,7 +26,7 @@ use python_compat::{
     uuid::python_uuid,
 };
 
-use crate::activation::volume::{check_binding, directory_binding};
+use crate::activation::{check_binding, directory_binding};
 
 use crate::error::{Error, Result};
 use crate::fs::{atomic_write, normalize_path, owned_directory, read_file};

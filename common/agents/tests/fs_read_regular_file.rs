@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::time::{Duration, Instant};
 
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
+use agents_common::{read_regular_file, BoundedRead, Leaf};
 use agents_tests::TempDir;
 use python_compat::ErrorClass;
 

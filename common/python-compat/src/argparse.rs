@@ -6,7 +6,7 @@
 //! abbreviations, negative numbers and `--opt ""` as values, the last
 //! repetition winning, `int()` conversion), prints argparse's usage and error
 //! lines, and exits 2 on a usage error or 0 after `-h/--help`, before the
-//! helper does anything. clap does the parsing; [`classify`] first rewrites
+//! helper does anything. clap does the parsing; `classify` first rewrites
 //! each word the way argparse reads it, because clap's rules differ for
 //! abbreviations and for values that start with `-`.
 
@@ -573,8 +573,8 @@ fn parse_words<S: AsRef<OsStr>>(
 
 /// Parses this process's arguments against `top`; prints help (exit 0) or a
 /// usage error (exit 2) instead of returning. Help and usage name the
-/// program as argparse does, by the base name of argv[0]: a migrated
-/// release's launcher keeps argv[0] the script's path, so a helper run as
+/// program as argparse does, by the base name of `argv[0]`: a migrated
+/// release's launcher keeps `argv[0]` the script's path, so a helper run as
 /// `update_runner.py` says `usage: update_runner.py`, as the original does.
 pub fn parse_command_line(top: &'static CommandSpec) -> ParsedArgs {
     let words: Vec<OsString> = std::env::args_os().skip(1).collect();

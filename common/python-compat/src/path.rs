@@ -362,6 +362,11 @@ pub fn pure_path_text(path: impl AsRef<Path>) -> String {
     pure_path(path.as_ref()).to_string_lossy().into_owned()
 }
 
+/// Compare two paths as `pathlib` does (`Path(a) == Path(b)`).
+pub fn same_path(a: &Path, b: &Path) -> bool {
+    pure_path_text(a) == pure_path_text(b)
+}
+
 /// `ancestor in path.parents` (or `ancestor == path.parent`) for lexically
 /// normalised paths.
 pub fn is_strict_ancestor(ancestor: &Path, path: &Path) -> bool {

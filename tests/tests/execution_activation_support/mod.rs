@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use agents_common::test_support::WORKER_UNIT;
+use agents_common::WORKER_UNIT;
 use agents_tests::journal_writer::Roots;
 use agents_tests::{binary_path, free_port, poll_until, Sandbox};
 use agents_tests::{make_dir, write_file};

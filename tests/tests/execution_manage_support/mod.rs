@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{layout_manifest, render_service, ExecutionLayout};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::crash_points::{helper_injection, run_traced, Traced};
 pub use agents_tests::Outcome;
 use agents_tests::{

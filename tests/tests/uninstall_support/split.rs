@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::ExecutionLayout;
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     free_port, poll_until, Installation, RequestRecord, Role, Sandbox, SplitServices, Switches,
     UnitState,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use agents_common::{fs::open_leaf, Error, Result};
+use agents_common::{open_leaf, Error, Result};
 use python_compat::{
     hex,
     json::{parse_json_unique, Json},

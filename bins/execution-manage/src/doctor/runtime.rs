@@ -3,9 +3,8 @@
 //! files, and the install lock that serialises every change.
 
 use agents_common::{
-    installed_service_files,
-    layout::{GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME},
-    read_file, ExecutionLayout, ServiceRunState, ServiceState, WorkerControl,
+    installed_service_files, read_file, ExecutionLayout, ServiceRunState, ServiceState,
+    WorkerControl, GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME,
 };
 use python_compat::json::{parse_json, Json};
 

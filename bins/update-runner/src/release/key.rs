@@ -7,10 +7,7 @@ use ed25519_dalek::pkcs8::spki::der::Decode as _;
 use ed25519_dalek::pkcs8::spki::SubjectPublicKeyInfoRef;
 use ed25519_dalek::VerifyingKey;
 
-use agents_common::{
-    fs::{read_regular_file, BoundedRead, Leaf},
-    Error, Result,
-};
+use agents_common::{read_regular_file, BoundedRead, Error, Leaf, Result};
 
 /// cryptography's text for a file without a well-formed PEM block.
 const PEM_FRAMING_ERROR: &str = "Unable to load PEM file. See https://cryptography.io/en/latest/faq/#why-can-t-i-import-my-pem-file for more details. MalformedFraming";

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::io::{file_name, parent_of, read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
+use super::io::{file_name, parent_of, read_guarded, ReadPolicy, ACTIVATION_CONFIG_LIMIT};
 use crate::error::{Error, Result};
 use python_compat::{
     hex,
@@ -95,7 +95,7 @@ pub(crate) fn current_config_metadata(path: &Path) -> Result<Option<ConfigMetada
     let Some(info) = lstat_if_present(path)? else {
         return Ok(None);
     };
-    let payload = read_guarded(path, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR)?.data;
+    let payload = read_guarded(path, ACTIVATION_CONFIG_LIMIT, ReadPolicy::OWNED_REGULAR)?.data;
     let linked = lstat(path)?;
     if (info.st_dev, info.st_ino) != (linked.st_dev, linked.st_ino) {
         return Err(Error::runtime(

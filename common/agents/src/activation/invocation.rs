@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::config::{
     config_modes, config_path_matches_desired, current_config_metadata, ConfigMetadata,
 };
-use super::manifest::{same_path, ActivationManifest, ACTIVATION_JOURNAL_NAME};
+use super::manifest::{ActivationManifest, ACTIVATION_JOURNAL_NAME};
 use super::release::{link_points_to, link_state, locate_release, release_matches};
 use super::volume::{SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
@@ -15,7 +15,7 @@ use python_compat::{
     json::{Json, JsonObject},
     json_object, member_truthy,
     os::lstat_if_present,
-    path::absolute_path,
+    path::{absolute_path, same_path},
 };
 
 /// The caller's side of a journal operation (activation_transaction's

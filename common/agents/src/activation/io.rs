@@ -47,61 +47,40 @@ pub struct ReadPolicy {
     pub changed_message: &'static str,
 }
 
-/// `_read_private`: exactly 0600, one link.
-pub const PRIVATE: ReadPolicy = ReadPolicy {
-    write: false,
-    exact_mode: Some(0o600),
-    links: &[1],
-    minimum: 0,
-    exact_length: false,
-    unsafe_message: "activation transaction file is unsafe",
-    changed_message: "activation transaction file changed while reading",
-};
+impl ReadPolicy {
+    /// `_read_private`: exactly 0600, one link.
+    pub const PRIVATE: ReadPolicy = ReadPolicy {
+        write: false,
+        exact_mode: Some(0o600),
+        links: &[1],
+        minimum: 0,
+        exact_length: false,
+        unsafe_message: "activation transaction file is unsafe",
+        changed_message: "activation transaction file changed while reading",
+    };
 
-/// `_read_owned_regular`: no group/other write, one link.
-pub(crate) const OWNED_REGULAR: ReadPolicy = ReadPolicy {
-    write: false,
-    exact_mode: None,
-    links: &[1],
-    minimum: 0,
-    exact_length: false,
-    unsafe_message: "activation configuration file is unsafe",
-    changed_message: "activation configuration changed while reading",
-};
+    /// `_read_owned_regular`: no group/other write, one link.
+    pub(crate) const OWNED_REGULAR: ReadPolicy = ReadPolicy {
+        write: false,
+        exact_mode: None,
+        links: &[1],
+        minimum: 0,
+        exact_length: false,
+        unsafe_message: "activation configuration file is unsafe",
+        changed_message: "activation configuration changed while reading",
+    };
 
-/// `_owned_regular_sha256`: a release's VERSION, 1..=4096 bytes.
-pub(crate) const RELEASE_VERSION_FILE: ReadPolicy = ReadPolicy {
-    write: false,
-    exact_mode: None,
-    links: &[1],
-    minimum: 1,
-    exact_length: true,
-    unsafe_message: "activation release identity is unsafe",
-    changed_message: "activation release identity changed while reading",
-};
-
-/// `_open_config_staging_source`: the `.source` file, opened read-write.
-pub const STAGING_SOURCE: ReadPolicy = ReadPolicy {
-    write: true,
-    exact_mode: None,
-    links: &[1],
-    minimum: 0,
-    exact_length: false,
-    unsafe_message: "activation configuration staging file is unsafe",
-    changed_message: "activation configuration staging file changed",
-};
-
-/// `_staged_config_metadata`: a `.publication` (or source) that may still
-/// share its inode with the other staging name.
-pub const STAGED_PUBLICATION: ReadPolicy = ReadPolicy {
-    write: false,
-    exact_mode: None,
-    links: &[1, 2],
-    minimum: 0,
-    exact_length: false,
-    unsafe_message: "activation configuration publication is unsafe",
-    changed_message: "activation configuration publication changed",
-};
+    /// `_owned_regular_sha256`: a release's VERSION, 1..=4096 bytes.
+    pub(crate) const RELEASE_VERSION_FILE: ReadPolicy = ReadPolicy {
+        write: false,
+        exact_mode: None,
+        links: &[1],
+        minimum: 1,
+        exact_length: true,
+        unsafe_message: "activation release identity is unsafe",
+        changed_message: "activation release identity changed while reading",
+    };
+}
 
 /// One guarded read: the open descriptor, its `fstat` before reading, and the
 /// bytes (at most `maximum`).
@@ -160,13 +139,13 @@ pub fn read_guarded(path: &Path, maximum: u64, policy: ReadPolicy) -> Result<Gua
 /// `_read_private(path, maximum=...)`: a private (0600, one link) control or
 /// evidence file, such as the journal manifest, a backup or a health body.
 pub fn read_private_file(path: &Path, maximum: u64) -> Result<Vec<u8>> {
-    Ok(read_guarded(path, maximum, PRIVATE)?.data)
+    Ok(read_guarded(path, maximum, ReadPolicy::PRIVATE)?.data)
 }
 
 /// `_read_owned_regular(path, maximum=...)`: an installer-owned file that may be
 /// 0644 (a unit, `agent_server.py`, a VERSION, the install lock's pid).
 pub fn read_owned_config(path: &Path, maximum: u64) -> Result<Vec<u8>> {
-    Ok(read_guarded(path, maximum, OWNED_REGULAR)?.data)
+    Ok(read_guarded(path, maximum, ReadPolicy::OWNED_REGULAR)?.data)
 }
 
 /// `_write_new_private`: creates `path` exclusively (never through a symlink)

@@ -22,7 +22,7 @@ use python_compat::{
     json::{encode_compact_sorted, parse_json, Json, JsonObject},
     loose_int, member_truthy,
     os::{current_uid, is_type, lstat, permission_bits, unlink},
-    path::{absolute_path, is_strict_ancestor, pure_path_text},
+    path::{absolute_path, is_strict_ancestor, pure_path_text, same_path},
     strict_int,
     uuid::is_canonical_uuid,
 };
@@ -296,11 +296,6 @@ fn cleanup_manifest_temporaries(directory: &Path) -> Result<()> {
 
 fn invalid(message: &str) -> Error {
     Error::runtime(format!("activation transaction {message}"))
-}
-
-/// Compare two paths as `pathlib` does (`Path(a) == Path(b)`).
-pub fn same_path(a: &Path, b: &Path) -> bool {
-    pure_path_text(a) == pure_path_text(b)
 }
 
 fn validate(

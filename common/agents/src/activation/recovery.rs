@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR};
+use super::io::{read_guarded, ReadPolicy, ACTIVATION_CONFIG_LIMIT};
 use crate::activation::volume::directory_binding;
 use crate::error::{Error, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
@@ -217,7 +217,7 @@ pub fn recovery_evidence(path: &Path) -> Result<JsonObject> {
 
 /// `_digest(path)`: SHA-256 of an owned file that may be 0644.
 pub fn evidence_digest(path: &Path) -> Result<String> {
-    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, OWNED_REGULAR)?.data;
+    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, ReadPolicy::OWNED_REGULAR)?.data;
     Ok(hex(&Sha256::digest(data)))
 }
 

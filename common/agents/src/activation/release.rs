@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
 
-use super::io::{is_owned_safe_directory, parent_of, read_guarded, RELEASE_VERSION_FILE};
+use super::io::{is_owned_safe_directory, parent_of, read_guarded, ReadPolicy};
 use super::text::safe_text;
 use crate::error::{Error, Result};
 use python_compat::{
@@ -23,7 +23,11 @@ use python_compat::{
 /// The digest that identifies a release by its `VERSION` file (private,
 /// regular, ours): `_owned_regular_sha256(release / "VERSION")`.
 fn version_sha256(release: &Path) -> Result<String> {
-    let read = read_guarded(&release.join("VERSION"), 4096, RELEASE_VERSION_FILE)?;
+    let read = read_guarded(
+        &release.join("VERSION"),
+        4096,
+        ReadPolicy::RELEASE_VERSION_FILE,
+    )?;
     Ok(hex(&Sha256::digest(&read.data)))
 }
 

@@ -16,10 +16,9 @@ use rustix::io::Errno;
 
 use super::open_leaf;
 use crate::error::{Error, Result};
-use python_compat::path as python_path;
 use python_compat::{
     os::{current_uid, is_type, lstat, open, permission_bits, write_all},
-    token_hex,
+    path as python_path, token_hex,
 };
 
 /// `_read_secret`: the 64 lowercase hex characters of a token that is an owned,

@@ -20,8 +20,8 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{config_staging_paths, ActivationInvocation, ActivationManifest};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{binary_path, test_worker_path, try_poll_until, HttpRequest, AGENT_TOKEN};
 use execution_activation::replace_config::replace_config;
 use python_compat::json::{parse_json, Json};

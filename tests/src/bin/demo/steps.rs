@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::{atomic_json, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
     read_status_unlocked, utc_now, ExecutionLayout, NativeServices, SystemCommandRunner,
     WorkerControl, TRANSACTION_NAME,
 };
+use agents_common::{test_support::atomic_json, GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
     ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
