@@ -37,12 +37,15 @@
 //!   exception classes and words (`os.replace`'s two-path message);
 //! - [`path`]: `os.path`/`posixpath` and `pathlib.PurePosixPath`;
 //! - [`ipaddress`], [`shlex`], [`uuid`], [`base64`]: the functions of those
-//!   modules the seeds call.
+//!   modules the seeds call;
+//! - [`http_client`]: how `http.client` reads a response (status line,
+//!   headers, `Content-Length` and chunked bodies, `IncompleteRead`) and
+//!   splits `host:port`.
 //!
 //! # Why some modules are public
 //!
 //! A Python module whose name is part of how the seeds spell the call
-//! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`) is a public module of the same name, so a reader finds the
+//! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`, `http.client`) is a public module of the same name, so a reader finds the
 //! original by the path and names like `split` or `resolve` keep the
 //! meaning their module gives them. Built-in functions and methods of
 //! built-in types (`int()`, `str.strip`, `bytes.hex()`) and the exception
@@ -61,6 +64,7 @@ mod values;
 
 pub mod argparse;
 pub mod base64;
+pub mod http_client;
 pub mod ipaddress;
 pub mod json;
 pub mod path;

@@ -133,7 +133,7 @@ impl OpenResponse {
     pub(crate) fn copy_body(mut self, max_bytes: u64, sink: &mut dyn Write) -> Result<u64> {
         self.response
             .read(max_bytes, sink)
-            .map_err(urllib::Failure::into_error)
+            .map_err(|failure| urllib::Failure::from(failure).into_error())
     }
 }
 

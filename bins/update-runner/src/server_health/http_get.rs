@@ -82,6 +82,8 @@ pub(crate) fn get(
         return Err(GetFailure::status(response.code, &response.reason));
     }
     let mut body = Vec::new();
-    response.read(limit as u64 + 1, &mut body)?;
+    response
+        .read(limit as u64 + 1, &mut body)
+        .map_err(Failure::from)?;
     Ok(body)
 }
