@@ -40,12 +40,15 @@
 //!   modules the seeds call;
 //! - [`http_client`]: how `http.client` reads a response (status line,
 //!   headers, `Content-Length` and chunked bodies, `IncompleteRead`) and
-//!   splits `host:port`.
+//!   splits `host:port`;
+//! - [`email_utils`]: `parsedate_to_datetime(text).timestamp()`, for HTTP
+//!   dates.
 //!
 //! # Why some modules are public
 //!
 //! A Python module whose name is part of how the seeds spell the call
-//! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`, `http.client`) is a public module of the same name, so a reader finds the
+//! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`, `http.client`,
+//! `email.utils`) is a public module of the same name, so a reader finds the
 //! original by the path and names like `split` or `resolve` keep the
 //! meaning their module gives them. Built-in functions and methods of
 //! built-in types (`int()`, `str.strip`, `bytes.hex()`) and the exception
@@ -64,6 +67,7 @@ mod values;
 
 pub mod argparse;
 pub mod base64;
+pub mod email_utils;
 pub mod http_client;
 pub mod ipaddress;
 pub mod json;

@@ -100,3 +100,20 @@ fn strip_fraction_zeros(number: &str) -> &str {
         number
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::float;
+
+    #[test]
+    fn floats_parse_like_python() {
+        assert_eq!(float(" 30 "), Some(30.0));
+        assert_eq!(float("1_000.5"), Some(1000.5));
+        assert_eq!(float("1e3"), Some(1000.0));
+        assert!(float("-inf").unwrap().is_infinite());
+        assert!(float("NaN").unwrap().is_nan());
+        for bad in ["", "_1", "1_", "1__0", "0x10", "1 0", "٣"] {
+            assert_eq!(float(bad), None, "{bad}");
+        }
+    }
+}
