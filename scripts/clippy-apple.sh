@@ -17,7 +17,7 @@ for tool in "$rustc_for_release" "$clippy_driver"; do
 done
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-packages=(-p python-compat -p agents-common -p uninstall -p update-runner -p update-handoff -p execution-activation -p execution-manage)
+packages=(-p python-compat -p python-source -p agents-common -p uninstall -p update-runner -p update-handoff -p execution-activation -p execution-manage)
 for target in aarch64-apple-darwin x86_64-apple-darwin; do
   # clippy-driver as the workspace wrapper is what `cargo clippy` runs;
   # CLIPPY_ARGS carries `-D warnings` the way cargo-clippy passes it.

@@ -20,7 +20,6 @@ pub mod legacy_runner;
 mod native;
 mod operations;
 pub mod publish;
-mod python_source;
 mod recovery_state;
 pub mod replace_config;
 mod retired_intent;

@@ -31,7 +31,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use python_compat::ErrorClass;
 
 use super::tokenizer::{RawKind, TokError, Tokenizer};
-use super::{PyException, Warnings};
+use super::{syntax_error, Warnings};
+use python_compat::Exception;
 
 /// Deepest nesting of statements, expressions, targets and patterns the
 /// parser follows; deeper sources are refused with CPython's
@@ -436,7 +437,7 @@ pub(super) struct Parser<'a> {
     pub(super) buf: &'a [u8],
     pub(super) tokens: Vec<Token>,
     pub(super) pos: usize,
-    pub(super) error: Option<PyException>,
+    pub(super) error: Option<Exception>,
     /// Second pass (`p->call_invalid_rules`): alternatives that are a lone
     /// `invalid_*` rule run.
     pub(super) invalid: bool,
@@ -472,13 +473,13 @@ impl<'a> Parser<'a> {
 
     /// `_PyPegen_run_parser`: the first pass, and on failure the second pass
     /// and the choice of the error. On success, the module's statements.
-    pub(super) fn run(&mut self) -> Result<Vec<u32>, PyException> {
+    pub(super) fn run(&mut self) -> Result<Vec<u32>, Exception> {
         let first = self.start_rule();
         if let Ok(Some(statements)) = first {
             return Ok(statements);
         }
         if let Some(error) = &self.error {
-            if !error.class.is_a(ErrorClass::Syntax) {
+            if !error.class().is_a(ErrorClass::Syntax) {
                 return Err(self.error.take().expect("checked"));
             }
         }
@@ -493,7 +494,7 @@ impl<'a> Parser<'a> {
         Err(self
             .error
             .take()
-            .unwrap_or_else(|| PyException::syntax("invalid syntax")))
+            .unwrap_or_else(|| syntax_error("invalid syntax")))
     }
 
     fn start_rule(&mut self) -> PR<Vec<u32>> {
@@ -506,7 +507,7 @@ impl<'a> Parser<'a> {
     /// `_PyPegen_set_syntax_error`.
     fn set_syntax_error(&mut self, last_token: usize) {
         if let Some(error) = &self.error {
-            if self.tok.is_ok() && error.class.is_a(ErrorClass::Syntax) {
+            if self.tok.is_ok() && error.class().is_a(ErrorClass::Syntax) {
                 self.scan_rest_for_errors();
             }
             return;
@@ -544,10 +545,10 @@ impl<'a> Parser<'a> {
                 Err(error) => {
                     match error {
                         TokError::Syntax(message) => {
-                            self.error = Some(PyException::new(ErrorClass::Syntax, message));
+                            self.error = Some(Exception::new(ErrorClass::Syntax, message));
                         }
                         TokError::Decode(message) => {
-                            self.error = Some(PyException::new(ErrorClass::UnicodeDecode, message));
+                            self.error = Some(Exception::new(ErrorClass::UnicodeDecode, message));
                         }
                         _ => {
                             if let Some((paren, line)) = self.tok.innermost_paren() {
@@ -575,7 +576,7 @@ impl<'a> Parser<'a> {
                 Start::FString => format!("f-string: {message}"),
                 Start::File => message,
             };
-            self.error = Some(PyException::new(class, message));
+            self.error = Some(Exception::new(class, message));
         }
         Abort
     }
@@ -585,7 +586,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Keeps an exception raised elsewhere (a nested parser) as it is.
-    pub(super) fn raise_exception(&mut self, error: PyException) -> Abort {
+    pub(super) fn raise_exception(&mut self, error: Exception) -> Abort {
         if self.error.is_none() {
             self.error = Some(error);
         }
@@ -627,7 +628,7 @@ impl<'a> Parser<'a> {
     fn tokenizer_error(&mut self, error: TokError) -> Abort {
         match error {
             TokError::Syntax(message) => {
-                self.raise_exception(PyException::new(ErrorClass::Syntax, message))
+                self.raise_exception(Exception::new(ErrorClass::Syntax, message))
             }
             TokError::Decode(message) => {
                 self.raise(ErrorClass::Syntax, format!("(unicode error) {message}"))
@@ -832,7 +833,7 @@ impl<'a> Parser<'a> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             self.depth -= 1;
-            return Err(self.raise_exception(PyException::new(
+            return Err(self.raise_exception(Exception::new(
                 ErrorClass::Recursion,
                 "maximum recursion depth exceeded during ast construction",
             )));

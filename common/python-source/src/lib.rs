@@ -5,12 +5,29 @@
 //! `agent_server.py` to `ast.parse`, so the source goes through CPython's
 //! bytes path: a coding cookie or BOM decides the encoding and, with no
 //! cookie, nothing checks that bytes outside identifiers and string
-//! literals (comments) are UTF-8 ([`source`]). Then come CPython's
-//! tokenizer ([`tokenizer`]) and parser ([`parser`]), including the string
-//! checks CPython makes while building constants ([`literals`]); a refused
-//! source yields the exception class and message CPython's traceback ends
-//! with. Lines CPython warns about on stderr (`SyntaxWarning: invalid
-//! decimal literal`) are returned too.
+//! literals (comments) are UTF-8. Then come CPython's tokenizer and
+//! parser, including the string checks CPython makes while building
+//! constants; a refused source yields the exception class and message
+//! CPython's traceback ends with ([`python_compat::Exception`]). Lines
+//! CPython warns about on stderr (`SyntaxWarning: invalid decimal literal`)
+//! are returned too.
+//!
+//! It tracks CPython 3.11 rather than the helpers' domain, and is the
+//! largest single piece of Python compatibility, so it is a crate of its
+//! own; execution-activation's `candidate-api-contract` is its one user.
+//! [`module_constants`] is the whole surface.
+//!
+//! # Map by concern
+//!
+//! - `source`, `codecs`, `utf8`: the bytes path (BOM, coding cookie, the
+//!   single-byte codecs, strict UTF-8 with CPython's error words);
+//! - `tokenizer`: CPython's tokenizer, indentation and bracket errors;
+//! - `parser` (`expressions`, `statements`, `targets`, `patterns`,
+//!   `invalid`): the PEG grammar and its `invalid_*` rules, which pick
+//!   CPython's `SyntaxError` messages;
+//! - `literals`: strings, bytes, f-strings and numbers as the AST builds them;
+//! - `unicode`, `tables`: identifier characters and NFKC, generated from
+//!   CPython 3.11 by `scripts/gen-python-source-tables.py`.
 //!
 //! Known differences from CPython, all documented in the README: an
 //! unknown but well-formed `\N{name}` escape is accepted, a coding cookie
@@ -31,45 +48,30 @@ mod utf8;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use python_compat::ErrorClass;
+use python_compat::{ErrorClass, Exception};
 
 use parser::{Const, Node, Parser, Start, Stmt};
 
 /// Warning lines CPython prints on stderr while parsing, in order.
 pub(crate) type Warnings = Rc<RefCell<Vec<String>>>;
 
-/// A Python exception: its class and `str(exception)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PyException {
-    pub class: ErrorClass,
-    pub message: String,
-}
-
-impl PyException {
-    pub(crate) fn new(class: ErrorClass, message: impl Into<String>) -> Self {
-        PyException {
-            class,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn syntax(message: impl Into<String>) -> Self {
-        Self::new(ErrorClass::Syntax, message)
-    }
+/// The `SyntaxError` the tokenizer, the decoder and the grammar raise most.
+pub(crate) fn syntax_error(message: impl Into<String>) -> Exception {
+    Exception::new(ErrorClass::Syntax, message)
 }
 
 /// Why a source yields no module.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// What `ast.parse` raises.
-    Python(PyException),
+    Python(Exception),
     /// A coding cookie naming a codec this port does not implement.
     UnsupportedEncoding(String),
 }
 
 /// The value of a module-level constant assignment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Constant {
+pub enum Constant {
     /// An integer literal, in decimal without leading zeros.
     Int(String),
     /// Any other constant (float, complex, str, bytes, True, None, ...).
@@ -78,18 +80,45 @@ pub(crate) enum Constant {
 
 /// The outcome of parsing one module.
 #[derive(Debug)]
-pub(crate) struct Parsed {
+pub struct Parsed {
     /// `<unknown>:LINE: SyntaxWarning: ...` lines, as CPython prints them.
     pub warnings: Vec<String>,
     /// The constants assigned to `name` at module level, in order.
     pub outcome: Result<Vec<Constant>, Refusal>,
 }
 
+/// The stack of the thread the parser runs on. The parser recurses once per
+/// grammar rule, and the deepest sources it accepts (see `MAX_DEPTH` in the
+/// parser) are chains of `lambda:` or `if`/`else` inside 199 nested brackets
+/// such as `f(a=1 if 1 else f(a=...`. Measured on x86_64 (Rust 1.95) with a
+/// thread of decreasing stack size until it overflowed: the worst of 40
+/// such shapes (every bracket kind, unary and ternary chains, targets,
+/// patterns, each at its deepest accepted depth, one past it and with a
+/// `SyntaxError` at the bottom, which reruns the grammar with the
+/// `invalid_*` rules) needs 4.2 MiB in a debug build and 0.8 MiB in a
+/// release build. 16 MiB leaves four times the debug figure; only the
+/// pages the parse touches are ever committed.
+const PARSER_STACK_BYTES: usize = 16 << 20;
+
 /// Parses `source` as `ast.parse(source)` does and collects the constant
 /// values of module-level assignments `name = <constant>` (any target of a
 /// multiple assignment counts; the name is compared after NFKC
-/// normalization, as the AST stores identifiers).
-pub(crate) fn module_constants(source: &[u8], name: &str) -> Parsed {
+/// normalization, as the AST stores identifiers). The parse runs on a
+/// thread of its own whose stack holds the deepest nesting the parser
+/// accepts.
+pub fn module_constants(source: &[u8], name: &str) -> Parsed {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("ast-parse".into())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn_scoped(scope, || parse_module(source, name))
+            .expect("a thread for the parser")
+            .join()
+            .expect("the parser does not panic")
+    })
+}
+
+fn parse_module(source: &[u8], name: &str) -> Parsed {
     let warnings: Warnings = Rc::new(RefCell::new(Vec::new()));
     let outcome = parse(source, name, &warnings);
     let warnings = warnings.borrow().clone();

@@ -5,7 +5,7 @@ use python_compat::ErrorClass;
 
 use super::expressions::KwItem;
 use super::{alt, t, Kw, Node, Op, Parser, Rule, Tk, PR};
-use crate::python_source::unicode;
+use crate::unicode;
 
 /// `TARGETS_TYPE`: what an invalid target was meant for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,6 @@
 //! bytes, then the contract check) run on the same source, the last line of
 //! its traceback, and the warning lines it printed.
 
-use agents_common::Error;
-
 use super::*;
 
 /// What the binary prints: the contract, or the refusal's `Class: message`.
@@ -15,7 +13,7 @@ fn outcome(source: &[u8]) -> (String, Vec<String>) {
             [Constant::Int(digits)] if digits != "0" => digits.clone(),
             _ => "RuntimeError: candidate API contract is not one positive literal integer".into(),
         },
-        Err(Refusal::Python(error)) => Error::new(error.class, error.message).python_line(),
+        Err(Refusal::Python(error)) => error.python_line(),
         Err(Refusal::UnsupportedEncoding(name)) => format!("unsupported {name}"),
     };
     (line, parsed.warnings)
@@ -167,5 +165,52 @@ fn unsupported_codecs_are_named() {
     assert_eq!(
         outcome(b"# coding: shift_jis\nAPI_CONTRACT_VERSION = 7\n").0,
         "unsupported shift_jis"
+    );
+}
+
+/// The shapes that need the most stack (see `PARSER_STACK_BYTES`), each at
+/// the deepest nesting the parser accepts and with a `SyntaxError` at the
+/// bottom: a stack too small for them ends this test process with a stack
+/// overflow. The outcomes are the port's own (CPython's parser gives up
+/// earlier on such sources, with `MemoryError`).
+#[test]
+fn the_deepest_accepted_nesting_fits_the_parser_stack() {
+    let inside_brackets = |opening: &str, chain: &str, depth: usize, bottom: &str| {
+        format!(
+            "x = {}{}{bottom}{}\nAPI_CONTRACT_VERSION = 7\n",
+            opening.repeat(199),
+            chain.repeat(depth),
+            ")".repeat(199)
+        )
+    };
+    let comma = "SyntaxError: invalid syntax. Perhaps you forgot a comma?";
+    for (source, expected) in [
+        (
+            inside_brackets("f(a=1 if 1 else ", "1 if 1 else ", 2191, "1"),
+            "7",
+        ),
+        (
+            inside_brackets("f(a=1 if 1 else ", "1 if 1 else ", 2191, "1 1"),
+            comma,
+        ),
+        (inside_brackets("f(a=lambda: ", "lambda: ", 2191, "1"), "7"),
+        (
+            inside_brackets("f(a=lambda: ", "lambda: ", 2191, "1 1"),
+            comma,
+        ),
+        (
+            format!(
+                "x = {}1\nAPI_CONTRACT_VERSION = 7\n",
+                "1 if 1 else ".repeat(2985)
+            ),
+            "7",
+        ),
+    ] {
+        assert_eq!(outcome(source.as_bytes()).0, expected);
+    }
+    let past = inside_brackets("f(a=1 if 1 else ", "1 if 1 else ", 2192, "1");
+    assert_eq!(
+        outcome(past.as_bytes()).0,
+        "RecursionError: maximum recursion depth exceeded during ast construction"
     );
 }

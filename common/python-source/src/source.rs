@@ -8,12 +8,12 @@
 //! byte.
 
 use super::codecs::{self, DecodeFailure};
-use super::{PyException, Refusal};
+use super::{syntax_error, Refusal};
 
 /// The text the tokenizer reads (not necessarily valid UTF-8).
 pub(super) fn decode_source(input: &[u8]) -> Result<Vec<u8>, Refusal> {
     if input.contains(&0) {
-        return Err(Refusal::Python(PyException::syntax(
+        return Err(Refusal::Python(syntax_error(
             "source code string cannot contain null bytes",
         )));
     }
@@ -34,12 +34,12 @@ pub(super) fn decode_source(input: &[u8]) -> Result<Vec<u8>, Refusal> {
         }
     }
     match cookie {
-        Some(name) if bom && name != "utf-8" => Err(Refusal::Python(PyException::syntax(format!(
+        Some(name) if bom && name != "utf-8" => Err(Refusal::Python(syntax_error(format!(
             "encoding problem: {name} with BOM"
         )))),
         Some(name) if name != "utf-8" => {
             codecs::decode(&name, body).map_err(|failure| match failure {
-                DecodeFailure::Python(message) => Refusal::Python(PyException::syntax(message)),
+                DecodeFailure::Python(message) => Refusal::Python(syntax_error(message)),
                 DecodeFailure::Unsupported(name) => Refusal::UnsupportedEncoding(name),
             })
         }
@@ -169,7 +169,7 @@ mod tests {
 
     fn decoded(input: &[u8]) -> Result<Vec<u8>, String> {
         decode_source(input).map_err(|refusal| match refusal {
-            Refusal::Python(error) => error.message,
+            Refusal::Python(error) => error.message().to_string(),
             Refusal::UnsupportedEncoding(name) => format!("unsupported {name}"),
         })
     }
