@@ -31,7 +31,8 @@ struct Fact {
 }
 
 /// The facts of one module: a `/// C: `expr` in `header`...` line followed
-/// (after more doc lines) by `pub const NAME: TYPE = VALUE;`.
+/// (after more doc lines) by `pub const NAME: TYPE = VALUE;` (or
+/// `pub(crate) const`).
 fn facts_of(source: &str) -> Vec<Fact> {
     let mut facts = Vec::new();
     let mut pending: Option<(String, String)> = None;
@@ -44,7 +45,10 @@ fn facts_of(source: &str) -> Vec<Fact> {
                 .map(|(header, _)| header)
                 .expect("C: `expr` in `header`");
             pending = Some((expression.to_string(), header.to_string()));
-        } else if let Some(rest) = line.strip_prefix("pub const ") {
+        } else if let Some(rest) = line
+            .strip_prefix("pub const ")
+            .or_else(|| line.strip_prefix("pub(crate) const "))
+        {
             let (expression, header) = pending.take().expect("a fact constant has a C: line");
             let (name, typed) = rest.split_once(':').expect("NAME: TYPE = VALUE;");
             let value = typed

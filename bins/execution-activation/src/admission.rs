@@ -34,7 +34,7 @@ const BODY_LIMIT: u64 = 1024 * 1024;
 
 /// What the stop proof needs from the journal (or, at preflight, from the
 /// admitted handoff before any journal exists).
-pub struct StopContext {
+pub(crate) struct StopContext {
     /// The candidate release (`value["release_dir"]`).
     pub release_dir: String,
     /// `value["execution"]["operation_id"]`.
@@ -45,7 +45,7 @@ pub struct StopContext {
 
 impl StopContext {
     /// The stop context of a journal.
-    pub fn of(value: &ActivationManifest) -> StopContext {
+    pub(crate) fn of(value: &ActivationManifest) -> StopContext {
         StopContext {
             release_dir: value.text("release_dir").to_string(),
             operation_id: value.execution_field("operation_id").clone(),
@@ -62,7 +62,7 @@ fn private_json(path: &Path, maximum: u64) -> Result<Json> {
 
 /// `verify_stop(args, value, services, control)`: nothing to prove unless the
 /// worker role runs.
-pub fn verify_stop(
+pub(crate) fn verify_stop(
     args: &Args,
     layout: &ExecutionLayout,
     value: &StopContext,
@@ -228,7 +228,7 @@ fn queued_total(health: &Json) -> Result<Option<Json>> {
 /// `admitted_update_id(args, status)`: the managed update this installer
 /// runs for, proven by the explicit `--managed-update-id` or by descent from
 /// the admitted runner process.
-pub fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
+pub(crate) fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
     admitted_update_id_with(args, status, &SystemLegacyProbe)
 }
 
@@ -318,7 +318,7 @@ fn is_hex32(text: &str) -> bool {
 /// when its worker is dead, its lease is unheld (this process holds it for
 /// the duration) and authenticated legacy health names no split components;
 /// all of that is re-proved after the body. Nothing is removed.
-pub fn legacy_process(
+pub(crate) fn legacy_process(
     args: &Args,
     layout: &ExecutionLayout,
     services: &dyn Native,
@@ -513,7 +513,7 @@ fn stat_following(path: &Path) -> Result<Stat> {
 
 /// `seed_legacy_recovery(args, services)`: after a legacy preflight, record
 /// the admitted recovery intent for the managed update.
-pub fn seed_legacy_recovery(
+pub(crate) fn seed_legacy_recovery(
     args: &Args,
     layout: &ExecutionLayout,
     services: &dyn Native,

@@ -28,7 +28,7 @@ const MAX_STR_DIGITS: usize = 4300;
 /// candidate's `agent_server.py` declares (in decimal, as `print` writes
 /// it), read without running it, so install.sh can refuse a candidate the
 /// running server cannot talk to. Ports `candidate_api_contract(candidate)`.
-pub fn candidate_api_contract(candidate: &Path) -> Result<String> {
+pub(crate) fn candidate_api_contract(candidate: &Path) -> Result<String> {
     let source = read_owned_config(&candidate.join("agent_server.py"), ACTIVATION_CONFIG_LIMIT)?;
     let parsed = python_source::module_constants(&source, NAME);
     for line in &parsed.warnings {

@@ -16,7 +16,7 @@ use crate::cli::Args;
 /// `recovery-state`: tells install.sh whether a recovery owner armed for
 /// this journal is still registered or running, so it neither starts a second
 /// one nor discards a live one. Ports `recovery_state(args, value, native=...)`.
-pub fn recovery_state(
+pub(crate) fn recovery_state(
     args: &Args,
     value: &ActivationManifest,
     commands: &dyn CommandRunner,

@@ -58,7 +58,7 @@ fn is_hex32(value: Option<&Json>) -> bool {
 /// Refuses to go on while a legacy updater's recovery intent is still live:
 /// only an intent whose owner has retired may be replaced by the split
 /// layout's. Ports `require_retired_legacy_intent(layout, previous, intent)`.
-pub fn require_retired_legacy_intent(
+pub(crate) fn require_retired_legacy_intent(
     layout: &ExecutionLayout,
     previous: &Json,
     intent: &JsonObject,

@@ -22,7 +22,7 @@ const HEALTH_LIMIT: u64 = 1024 * 1024;
 /// installer fetched over its pinned connection, that the running worker and
 /// gateway are exactly the releases the journal expects before install.sh
 /// commits (or after it restored the old ones). Ports `verify_components`.
-pub fn verify_components(
+pub(crate) fn verify_components(
     args: &Args,
     layout: &ExecutionLayout,
     value: &ActivationManifest,

@@ -475,7 +475,7 @@ impl ExecutionTransaction {
 /// `_current_target`: the raw link text of `install_root/current` (possibly
 /// relative, compared as a string), after proving it is an owned symlink into
 /// `releases/`; `None` when there is no link.
-pub fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
+pub(crate) fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
     let current = layout.current();
     let info = match std::fs::symlink_metadata(&current) {
         Ok(info) => info,
@@ -502,7 +502,7 @@ pub fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
 
 /// `_service_states`: the prior native states a journal records must have
 /// exactly the shape `restore` can act on.
-pub fn check_service_states(value: &Json) -> Result<()> {
+pub(crate) fn check_service_states(value: &Json) -> Result<()> {
     let both = value.as_object().is_some_and(|states| {
         states.len() == 2 && states.contains_key("worker") && states.contains_key("gateway")
     });

@@ -35,7 +35,7 @@ const INSTALL_PHASES: [&str; 2] = ["installing", "restarting"];
 
 /// `main`'s handling of a failed `run_update`. Failures of the handling
 /// itself change nothing more; the runner exits 1 either way.
-pub fn settle_failed_update(args: &Args, error: &Error) {
+pub(crate) fn settle_failed_update(args: &Args, error: &Error) {
     let Ok(status_path) = resolve_user_path(&args.status_file) else {
         return;
     };
@@ -144,7 +144,7 @@ fn still_failed(row: &JsonObject, update_id: &str) -> bool {
 /// `main`'s handling of a failed `--recover-only` run: keep the journal and
 /// the Hub fence for install.sh, and publish a retryable recovery error while
 /// this update still owns the row.
-pub fn settle_failed_recovery(args: &Args) {
+pub(crate) fn settle_failed_recovery(args: &Args) {
     let Ok(status_path) = resolve_user_path(&args.status_file) else {
         return;
     };

@@ -29,13 +29,13 @@ use inventory::{
 };
 
 /// `execution_preparation.MAX_RECEIPT_BYTES`.
-pub const MAX_RECEIPT_BYTES: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_RECEIPT_BYTES: u64 = 32 * 1024 * 1024;
 /// Longest `manifest_base64` of a prepared envelope (`MAX_METADATA_BYTES * 2`).
 const MAX_ENVELOPE_MANIFEST_CHARS: usize = 2_000_000;
 
 /// A verified prepared release, ready for install.sh's `--activate-prepared`.
 #[derive(Debug, Clone)]
-pub struct PreparedRelease {
+pub(crate) struct PreparedRelease {
     /// The retained candidate release directory (`<root>/releases/<name>`).
     pub candidate: PathBuf,
     /// The receipt (`<root>/.prepared-receipts/<preparation id>.json`).
@@ -45,7 +45,7 @@ pub struct PreparedRelease {
 /// What `verify_prepared_status` proved: the signed manifest, and the staged
 /// release unless the preparation fell back to the legacy installer.
 #[derive(Debug, Clone)]
-pub struct VerifiedPreparation {
+pub(crate) struct VerifiedPreparation {
     /// The manifest of the admitted signed envelope.
     pub manifest: ReleaseManifest,
     /// `None` for a `legacy` preparation (no staged candidate).
@@ -56,7 +56,7 @@ impl PreparedRelease {
     /// `update_recovery.activation_intent` for this candidate under
     /// `AGENTS_SERVER_INSTALL_DIR` (taken as given, not resolved): what lets
     /// a later `--recover-only` run resume this exact activation.
-    pub fn activation_intent(
+    pub(crate) fn activation_intent(
         &self,
         version: &str,
         manifest: &ReleaseManifest,
@@ -81,7 +81,7 @@ impl PreparedRelease {
 }
 
 /// `KeyError('AGENTS_SERVER_INSTALL_DIR')` as Python words it.
-pub fn missing_install_dir() -> Error {
+pub(crate) fn missing_install_dir() -> Error {
     key_error("AGENTS_SERVER_INSTALL_DIR")
 }
 
@@ -93,7 +93,7 @@ fn key_error(name: &str) -> Error {
 /// Checks a prepared (pre-downloaded) candidate the status row names against
 /// its signed receipt and its files before the runner installs it instead of
 /// downloading. Ports `verify_prepared_status(status, root=..., public_key)`.
-pub fn verify_prepared_update(
+pub(crate) fn verify_prepared_update(
     status: &JsonObject,
     trust: &ReleaseTrust,
 ) -> Result<VerifiedPreparation> {

@@ -43,7 +43,9 @@ impl RequestScheme {
 /// URL's credentials make, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proxy {
+    /// `host[:port]`, unquoted, as urllib hands it to `http.client`.
     pub host_port: String,
+    /// The `Proxy-Authorization` value the proxy URL's credentials make.
     pub authorization: Option<String>,
 }
 
@@ -55,11 +57,19 @@ pub enum Route {
     /// An `http://` request sent whole to the proxy (`GET http://host/path`);
     /// over TLS when the proxy URL's scheme is `https` (default port 443,
     /// else 80).
-    Forward { proxy: Proxy, tls: bool },
+    Forward {
+        /// The proxy.
+        proxy: Proxy,
+        /// TLS to the proxy itself.
+        tls: bool,
+    },
     /// An `https://` request through `CONNECT host:port` on a plain
     /// connection to the proxy (default port 443), whatever the proxy URL's
     /// scheme, as `http.client` tunnels.
-    Tunnel { proxy: Proxy },
+    Tunnel {
+        /// The proxy.
+        proxy: Proxy,
+    },
     /// An `http://` request whose proxy URL names another scheme
     /// (`socks5://...`): urllib has no handler for it.
     UnknownScheme(String),

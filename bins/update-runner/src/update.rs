@@ -35,7 +35,7 @@ use crate::prepared::{verify_prepared_update, PreparedRelease};
 use crate::team_hub::TeamHub;
 
 /// `run_update`.
-pub fn run_update(args: &Args) -> Result<()> {
+pub(crate) fn run_update(args: &Args) -> Result<()> {
     let status_path = resolve_user_path(&args.status_file)?;
     let public_key = resolve_user_path(&args.public_key)?;
     let track = normalized_release_track(Some(&args.track))?;

@@ -9,40 +9,40 @@
 //! build.
 
 /// C: `sizeof(struct dirent)` in `sys/dirent.h` (the 64-bit inode layout).
-pub const DIRENT_SIZE: usize = 1048;
+pub(crate) const DIRENT_SIZE: usize = 1048;
 /// C: `offsetof(struct dirent, d_reclen)` in `sys/dirent.h`.
-pub const DIRENT_D_RECLEN: usize = 16;
+pub(crate) const DIRENT_D_RECLEN: usize = 16;
 /// C: `offsetof(struct dirent, d_namlen)` in `sys/dirent.h`.
-pub const DIRENT_D_NAMLEN: usize = 18;
+pub(crate) const DIRENT_D_NAMLEN: usize = 18;
 /// C: `offsetof(struct dirent, d_name)` in `sys/dirent.h`.
-pub const DIRENT_D_NAME: usize = 21;
+pub(crate) const DIRENT_D_NAME: usize = 21;
 /// C: `sizeof(struct attrlist)` in `sys/attr.h`.
-pub const ATTRLIST_SIZE: usize = 24;
+pub(crate) const ATTRLIST_SIZE: usize = 24;
 /// C: `ATTR_BIT_MAP_COUNT` in `sys/attr.h`.
-pub const ATTR_BIT_MAP_COUNT: u16 = 5;
+pub(crate) const ATTR_BIT_MAP_COUNT: u16 = 5;
 /// C: `ATTR_VOL_INFO | ATTR_VOL_UUID` in `sys/attr.h`.
-pub const ATTR_VOL_INFO_UUID: u32 = 0x8004_0000;
+pub(crate) const ATTR_VOL_INFO_UUID: u32 = 0x8004_0000;
 /// C: `sizeof(u_int32_t) + sizeof(uuid_t)` in `sys/attr.h` (the reply length word, then the UUID).
 pub const VOLUME_UUID_REPLY_SIZE: usize = 20;
 
 /// `struct attrlist` of `sys/attr.h`, the request `fgetattrlist` reads.
 #[repr(C)]
 #[derive(Debug)]
-pub struct AttrList {
+pub(crate) struct AttrList {
     /// `ATTR_BIT_MAP_COUNT`.
-    pub bitmapcount: u16,
+    pub(crate) bitmapcount: u16,
     /// Zero.
-    pub reserved: u16,
+    pub(crate) reserved: u16,
     /// `attrgroup_t commonattr`.
-    pub commonattr: u32,
+    pub(crate) commonattr: u32,
     /// `attrgroup_t volattr`.
-    pub volattr: u32,
+    pub(crate) volattr: u32,
     /// `attrgroup_t dirattr`.
-    pub dirattr: u32,
+    pub(crate) dirattr: u32,
     /// `attrgroup_t fileattr`.
-    pub fileattr: u32,
+    pub(crate) fileattr: u32,
     /// `attrgroup_t forkattr`.
-    pub forkattr: u32,
+    pub(crate) forkattr: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<AttrList>() == ATTRLIST_SIZE);

@@ -35,7 +35,7 @@ mod entries;
 mod secret;
 mod snapshot;
 
-pub use entries::each_entry_name;
+pub(crate) use entries::each_entry_name;
 
 // Named apart from the `path` arguments every function here takes.
 
@@ -222,7 +222,7 @@ fn publish_temporary(
 
 /// True when `name` is exactly a name [`atomic_write`] gives the temporary
 /// of a file named `target`: `.<target>.<24 lowercase hex>.tmp`.
-pub fn is_atomic_temporary(name: &[u8], target: &[u8]) -> bool {
+pub(crate) fn is_atomic_temporary(name: &[u8], target: &[u8]) -> bool {
     let Some(rest) = name
         .strip_prefix(b".")
         .and_then(|rest| rest.strip_prefix(target))
@@ -237,7 +237,7 @@ pub fn is_atomic_temporary(name: &[u8], target: &[u8]) -> bool {
 /// True when the entry `lstat` describes is a file this uid could have left
 /// as an unfinished temporary: a regular file it owns, with one link and no
 /// group or other write bit (`private`: no group or other bit at all).
-pub fn is_own_leftover_file(info: &Stat, private: bool) -> bool {
+pub(crate) fn is_own_leftover_file(info: &Stat, private: bool) -> bool {
     let forbidden = if private { 0o077 } else { 0o022 };
     is_type(info, FileType::RegularFile)
         && info.st_uid == current_uid()

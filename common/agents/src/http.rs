@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use ownership::Endpoint;
-pub use ownership::{LsofRunner, SystemLsof};
+pub use ownership::LsofRunner;
+pub(crate) use ownership::SystemLsof;
 use python_compat::{
     json::{encode_compact, parse_json, Json, JsonObject},
     python_int, ErrorClass,

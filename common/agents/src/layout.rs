@@ -37,9 +37,9 @@ pub const FORMAT: i64 = 1;
 /// Worker/helper protocol version recorded in manifests and health receipts.
 pub const PROTOCOL_VERSION: i64 = 1;
 /// launchd label of the worker job.
-pub const WORKER_LABEL: &str = "com.agentsdock.server";
+pub(crate) const WORKER_LABEL: &str = "com.agentsdock.server";
 /// launchd label of the gateway job.
-pub const GATEWAY_LABEL: &str = "com.agentsdock.gateway";
+pub(crate) const GATEWAY_LABEL: &str = "com.agentsdock.gateway";
 /// systemd user unit of the worker.
 pub const WORKER_UNIT: &str = "agents-server.service";
 /// systemd user unit of the gateway.

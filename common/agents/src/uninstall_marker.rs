@@ -56,7 +56,7 @@ const INTENT_KEYS: [&str; 10] = [
 
 /// The phases an intent moves through: written before the worker's hold is
 /// requested, after it was sealed, and after both services stopped.
-pub const UNINSTALL_PHASES: [&str; 3] = ["prepared", "sealed", "stopped"];
+pub(crate) const UNINSTALL_PHASES: [&str; 3] = ["prepared", "sealed", "stopped"];
 
 /// `Path.exists() or Path.is_symlink()`: true when anything, even a dangling
 /// symlink, is at `path`; the "not there" errors Python swallows are false,

@@ -16,7 +16,7 @@ use crate::http::url_split;
 use crate::http::{request_json, PinnedRequest};
 use crate::layout::{ExecutionLayout, PROTOCOL_VERSION};
 use crate::services::NativeServices;
-pub use python_compat::shlex;
+use python_compat::shlex;
 use python_compat::{
     decode_utf8, is_space,
     json::{parse_json, Json, JsonObject},

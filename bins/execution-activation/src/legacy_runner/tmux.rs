@@ -30,7 +30,7 @@ type SocketPin = (u64, u64, u32, u32);
 /// What `_tmux` proves about the session's single pane; compared whole when
 /// the proof is repeated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pane {
+pub(super) struct Pane {
     /// `#{session_name}`.
     pub session: String,
     /// `#{session_id}` (`$N`).
@@ -48,7 +48,7 @@ pub struct Pane {
 
 /// `_tmux(session)`: the pane on the default socket, queried with the
 /// `tmux` found on `PATH` (resolved).
-pub fn tmux(probe: &dyn LegacyRunnerProbe, session: &str) -> Result<Pane> {
+pub(super) fn tmux(probe: &dyn LegacyRunnerProbe, session: &str) -> Result<Pane> {
     let socket = probe.tmux_socket()?;
     let Some(program) = probe.tmux_program() else {
         return Err(Error::runtime("legacy tmux executable is unavailable"));

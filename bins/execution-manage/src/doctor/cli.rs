@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
 /// The word that selects doctor.
-pub const WORD: &str = "doctor";
+pub(super) const WORD: &str = "doctor";
 
 /// `execution-manage doctor`'s parser.
 pub static DOCTOR_SPEC: CommandSpec = CommandSpec {

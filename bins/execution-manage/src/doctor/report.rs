@@ -291,7 +291,7 @@ fn details(concern: &Concern) -> String {
 }
 
 /// `shlex.quote`: a word the shell reads back unchanged.
-pub fn quote(word: &str) -> String {
+pub(super) fn quote(word: &str) -> String {
     let safe = !word.is_empty()
         && word
             .bytes()
@@ -304,7 +304,7 @@ pub fn quote(word: &str) -> String {
 }
 
 /// A command line of quoted words.
-pub fn command_line(words: &[&str]) -> String {
+pub(super) fn command_line(words: &[&str]) -> String {
     words
         .iter()
         .map(|word| quote(word))

@@ -19,7 +19,7 @@ use super::report::{command_line, Action, Concern, Status};
 
 /// The server's grace after the row's last update before it treats a
 /// runner that is not alive as gone (`SERVER_UPDATE_START_GRACE_SECONDS`).
-pub const GRACE_SECONDS: u64 = 45;
+pub(super) const GRACE_SECONDS: u64 = 45;
 /// The error code of a failed update whose handoff was not released.
 const RELEASE_FAILED: &str = "server_update_handoff_release_failed";
 /// Phases that leave nothing pending.
@@ -36,7 +36,7 @@ const SETTLED: [&str; 8] = [
 
 /// One handoff file as judged.
 #[derive(Debug, Clone)]
-pub struct Handoff {
+pub(super) struct Handoff {
     /// The update it belongs to (from its file name).
     pub update_id: String,
     /// Its maintenance operation, when the file is readable.
@@ -62,7 +62,7 @@ fn update_running(ctx: &Context, update_id: &str) -> bool {
 /// `runner.lock` someone holds is a preparation still running; each
 /// `handoff-<update>.json` is judged by `update-handoff release`'s own
 /// checks (without its lock, without its request).
-pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
+pub(super) fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
     let mut concern = Concern::new("update_preparations", "update preparations");
     let parent = ctx.root.join(".update-preparations");
     concern.path = Some(parent.display().to_string());
@@ -397,7 +397,7 @@ fn server_origin(ctx: &Context) -> Option<String> {
 /// `state/admin/server-update.json`, read as the server and the runner
 /// read it (`read_status_unlocked`, without the status flock) and as
 /// `update-handoff retry-failed` and the uninstaller require it (private).
-pub fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
+pub(super) fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
     let mut concern = Concern::new("update_status", "update status");
     for key in [
         "phase",

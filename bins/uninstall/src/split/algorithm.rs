@@ -39,7 +39,7 @@ use crate::signals;
 
 /// Why the uninstall ended without removing the installation.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// An error with Python's class and message.
     Error(Error),
     /// SIGINT arrived (Python's `KeyboardInterrupt`): recovery ran, and the
@@ -55,7 +55,7 @@ impl From<Error> for Failure {
 
 /// The four paths the uninstall acts on, as given.
 #[derive(Debug, Clone)]
-pub struct Paths {
+pub(crate) struct Paths {
     /// `--root`.
     pub root: PathBuf,
     /// `--config-root`.
@@ -68,7 +68,7 @@ pub struct Paths {
 
 /// A completed uninstall.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Removed {
+pub(crate) struct Removed {
     /// True unless the state root was purged.
     pub state_preserved: bool,
     /// The state root, normalised.
@@ -76,7 +76,7 @@ pub struct Removed {
 }
 
 /// Builds the native service manager of the installed layout.
-pub type NativeFactory<'a> = &'a dyn Fn(&ExecutionLayout) -> Result<Box<dyn Native>>;
+pub(super) type NativeFactory<'a> = &'a dyn Fn(&ExecutionLayout) -> Result<Box<dyn Native>>;
 
 fn checkpoint() -> std::result::Result<(), Failure> {
     if signals::pending() {
@@ -97,7 +97,7 @@ fn interrupted_or(failure: Failure) -> Failure {
 }
 
 /// Runs the uninstall; see the module documentation.
-pub fn uninstall(
+pub(crate) fn uninstall(
     paths: &Paths,
     purge_state: bool,
     make_native: NativeFactory<'_>,

@@ -24,7 +24,7 @@ const DER_ERROR: &str = "Could not deserialize key data. The data may be in an i
 /// the first PEM block counts, text around it is ignored, and any other key
 /// type is refused with the seed's message.
 /// Largest public key file read.
-pub const MAX_PUBLIC_KEY_BYTES: u64 = 64 * 1024;
+pub(super) const MAX_PUBLIC_KEY_BYTES: u64 = 64 * 1024;
 
 pub(crate) fn load_release_public_key(path: &Path) -> Result<VerifyingKey> {
     // Stricter than the seed's read_bytes(), which blocks on a FIFO and

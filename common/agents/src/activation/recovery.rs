@@ -79,7 +79,7 @@ pub const INTENT_KEYS: [&str; 8] = [
 ];
 
 /// `_label(value)`: the native job label of a transaction's owner.
-pub fn recovery_label(transaction_id: &str, platform: &str) -> String {
+pub(crate) fn recovery_label(transaction_id: &str, platform: &str) -> String {
     let suffix = transaction_id
         .strip_prefix("activation-")
         .unwrap_or(transaction_id);

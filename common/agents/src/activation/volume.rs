@@ -395,7 +395,7 @@ mod darwin {
         ) -> c_int;
     }
 
-    pub fn volume_attributes(directory: BorrowedFd<'_>) -> Result<Vec<u8>, i32> {
+    pub(crate) fn volume_attributes(directory: BorrowedFd<'_>) -> Result<Vec<u8>, i32> {
         let mut request = AttrList {
             bitmapcount: ATTR_BIT_MAP_COUNT,
             reserved: 0,
@@ -431,7 +431,7 @@ mod darwin {
 
     use std::os::fd::BorrowedFd;
 
-    pub fn volume_attributes(_directory: BorrowedFd<'_>) -> Result<Vec<u8>, i32> {
+    pub(crate) fn volume_attributes(_directory: BorrowedFd<'_>) -> Result<Vec<u8>, i32> {
         Err(rustix::io::Errno::NOSYS.raw_os_error())
     }
 }

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 /// (`.` and `..` included), from its current offset, until `visit` returns
 /// false or the listing ends. Uses a 4 KiB stack buffer only.
 #[cfg(not(target_os = "macos"))]
-pub fn each_entry_name(
+pub(crate) fn each_entry_name(
     directory: impl AsFd,
     mut visit: impl FnMut(&[u8]) -> bool,
 ) -> rustix::io::Result<()> {
@@ -31,7 +31,7 @@ pub fn each_entry_name(
 /// `__getdirentries64`, which fills the buffer with `struct dirent` records
 /// (64-bit inode layout, see [`crate::darwin_abi`]).
 #[cfg(target_os = "macos")]
-pub fn each_entry_name(
+pub(crate) fn each_entry_name(
     directory: impl AsFd,
     mut visit: impl FnMut(&[u8]) -> bool,
 ) -> rustix::io::Result<()> {

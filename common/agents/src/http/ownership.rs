@@ -51,7 +51,7 @@ pub trait LsofRunner {
 
 /// The real `lsof` process runner.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemLsof;
+pub(crate) struct SystemLsof;
 
 impl LsofRunner for SystemLsof {
     fn run(&self, argv: &[String], timeout: Duration) -> Option<Vec<u8>> {

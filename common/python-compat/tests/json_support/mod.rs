@@ -12,7 +12,7 @@ use python_compat::json::{encode_indented, encode_line, parse_json, parse_json_u
 
 /// Runs `script` under `python3 -B -I` with `input` on stdin; returns stdout
 /// lines.
-pub fn run_python(script: &str, input: &str) -> Vec<String> {
+pub(crate) fn run_python(script: &str, input: &str) -> Vec<String> {
     let mut child = Command::new("python3")
         .args(["-B", "-I", "-c", script])
         .stdin(Stdio::piped())
@@ -39,18 +39,18 @@ pub fn run_python(script: &str, input: &str) -> Vec<String> {
         .collect()
 }
 
-pub fn unhex(text: &str) -> Vec<u8> {
+pub(crate) fn unhex(text: &str) -> Vec<u8> {
     (0..text.len())
         .step_by(2)
         .map(|at| u8::from_str_radix(&text[at..at + 2], 16).expect("hex from python"))
         .collect()
 }
 
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-pub fn unhex_text(text: &str) -> String {
+pub(crate) fn unhex_text(text: &str) -> String {
     String::from_utf8(unhex(text)).expect("utf-8 from python")
 }
 
@@ -59,7 +59,7 @@ pub fn unhex_text(text: &str) -> String {
 /// with a newline) and whether it is exotic (lone surrogates, ints beyond
 /// 128 bits), or `error` with the class and message; `U` parses with a
 /// duplicate-refusing hook.
-pub const OUTCOME_SCRIPT: &str = r#"
+pub(crate) const OUTCOME_SCRIPT: &str = r#"
 import json, sys
 def unique(pairs):
     value = {}
@@ -96,13 +96,13 @@ for line in sys.stdin:
 "#;
 
 /// One request line of [`OUTCOME_SCRIPT`].
-pub fn outcome_request(unique: bool, data: &[u8]) -> String {
+pub(crate) fn outcome_request(unique: bool, data: &[u8]) -> String {
     format!("{} {}\n", if unique { "U" } else { "P" }, hex(data))
 }
 
 /// What Python made of a document, when ours agreed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Agreed {
+pub(crate) enum Agreed {
     Parsed = 0,
     Refused = 1,
     ParsedExotic = 2,
@@ -110,7 +110,7 @@ pub enum Agreed {
 
 /// Asserts our parser's outcome for `data` is Python's `line`: the same
 /// value written the same way, or the same class and message.
-pub fn check_outcome(unique: bool, data: &[u8], line: &str) -> Agreed {
+pub(crate) fn check_outcome(unique: bool, data: &[u8], line: &str) -> Agreed {
     let ours = if unique {
         parse_json_unique(data, "duplicate field")
     } else {
@@ -151,14 +151,14 @@ pub fn check_outcome(unique: bool, data: &[u8], line: &str) -> Agreed {
 }
 
 /// [`OUTCOME_SCRIPT`] kept running, answering one document at a time.
-pub struct PythonJson {
+pub(crate) struct PythonJson {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl PythonJson {
-    pub fn start() -> PythonJson {
+    pub(crate) fn start() -> PythonJson {
         let mut child = Command::new("python3")
             .args(["-B", "-I", "-c", OUTCOME_SCRIPT])
             .stdin(Stdio::piped())
@@ -176,7 +176,7 @@ impl PythonJson {
     }
 
     /// Python's outcome line for one document.
-    pub fn outcome(&mut self, unique: bool, data: &[u8]) -> String {
+    pub(crate) fn outcome(&mut self, unique: bool, data: &[u8]) -> String {
         self.stdin
             .write_all(outcome_request(unique, data).as_bytes())
             .expect("python3 reads its input");

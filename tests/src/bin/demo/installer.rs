@@ -29,12 +29,12 @@ use python_compat::json::{parse_json, Json};
 use agents_tests::journal_writer::{Begin, Roots};
 
 /// The file whose presence makes a release's installer fail after start.
-pub const FAULT_FILE: &str = "DEMO_FAULT";
+pub(crate) const FAULT_FILE: &str = "DEMO_FAULT";
 /// Every line the installer prints starts with this, so the demo can find
 /// them in `server-update.log`.
-pub const LOG_PREFIX: &str = "install.sh: ";
+pub(crate) const LOG_PREFIX: &str = "install.sh: ";
 /// The payload of every demo release besides install.sh.
-pub const PAYLOAD: [&str; 3] = ["VERSION", "agent_server.py", "execution_service.py"];
+pub(crate) const PAYLOAD: [&str; 3] = ["VERSION", "agent_server.py", "execution_service.py"];
 
 /// Operations that take only install.sh's common flags.
 const NO_ARGS: &[&str] = &[];
@@ -71,7 +71,7 @@ fn parse(args: &[String]) -> Result<Arguments> {
 }
 
 /// Runs install.sh; the exit code the runner sees.
-pub fn run(args: &[String]) -> u8 {
+pub(crate) fn run(args: &[String]) -> u8 {
     match parse(args).and_then(|arguments| Installer::new(arguments)?.install()) {
         Ok(()) => 0,
         Err(message) => {
@@ -352,7 +352,7 @@ impl Installer {
 /// worker, copied once beside the roots of `install_root` under a Python
 /// name (as a real venv links its interpreter; the durability barrier
 /// accepts nothing else).
-pub fn interpreter(install_root: &Path) -> Result<PathBuf> {
+pub(crate) fn interpreter(install_root: &Path) -> Result<PathBuf> {
     let base = install_root.parent().unwrap_or(install_root);
     let interpreter = base.join("python-home/bin/python3.11");
     if !interpreter.exists() {

@@ -111,7 +111,7 @@ struct Demo {
 
 /// Runs every step; the sandbox (and with it every process) is stopped
 /// before this returns, whatever happened.
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     let started = Instant::now();
     println!(
         "demo: the AgentsServer lifecycle helpers end to end \

@@ -40,7 +40,7 @@ fn identity(info: &fs::Metadata) -> Result<(u64, u64), String> {
 
 /// Takes the state-owner lock; the returned file must stay open for the
 /// process's life.
-pub fn acquire_state_ownership(state_root: &Path) -> Result<fs::File, String> {
+pub(crate) fn acquire_state_ownership(state_root: &Path) -> Result<fs::File, String> {
     let root = state_root
         .canonicalize()
         .map_err(|err| format!("{}: {err}", state_root.display()))?;

@@ -19,7 +19,7 @@ const WORKER_HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Which listener a request arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// The worker's private `127.0.0.1:<ephemeral>` listener.
     Callback,
     /// The layout's `bind:port` (gateway or monolith).
@@ -37,7 +37,7 @@ impl Listener {
 
 /// Everything a running test worker answers with.
 #[derive(Debug)]
-pub struct Service {
+pub(crate) struct Service {
     /// The role played.
     pub role: Role,
     /// Receipt instance id (a fresh id for a monolith, for its logs).
@@ -269,7 +269,7 @@ impl Service {
     }
 
     /// Handles one request from start to reply.
-    pub fn handle(&self, listener: Listener, mut request: Request) {
+    pub(crate) fn handle(&self, listener: Listener, mut request: Request) {
         let credential = self.credential(&request);
         let log = |request: &Request, action: Option<&String>, status: u16, outcome: &str| {
             let record = RequestRecord {

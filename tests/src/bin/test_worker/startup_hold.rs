@@ -17,7 +17,7 @@ use python_compat::json::Json;
 
 /// The operation this worker generation is held for, if any; an error is
 /// the Python exception line that stops the worker.
-pub fn pending_worker_operation(
+pub(crate) fn pending_worker_operation(
     root: &Path,
     release_root: &Path,
 ) -> std::result::Result<Option<String>, String> {

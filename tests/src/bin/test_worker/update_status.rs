@@ -28,7 +28,7 @@ const ABANDONED: &str =
     "The detached updater exited before reporting completion. See server-update.log.";
 
 /// The row after the read (finalized when abandoned).
-pub fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String> {
+pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String> {
     let path = state_root.join("admin/server-update.json");
     let _lock = StatusLock::acquire(&path).map_err(|err| err.to_string())?;
     let row = read_status_unlocked(&path).map_err(|err| err.to_string())?;
