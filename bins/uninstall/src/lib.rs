@@ -6,6 +6,15 @@
 //! uninstall or, when the install root holds `execution-layout.json`, the
 //! idle-only split uninstall with the script's roots. With `--root` and the
 //! other path options it is the split helper itself.
+//!
+//! # Map by concern
+//!
+//! - `command_line`: the two command-line forms; `roots`: the three managed
+//!   roots and the refusal of unsafe ones.
+//! - `legacy`: the single-service uninstall of `uninstall.sh`; `split`: the
+//!   idle-only split uninstall of `execution_uninstall.py`.
+//! - The script's terminal behaviour: `terminal` (confirmation), `signals`
+//!   (its `trap`), `output` (its `echo`).
 
 mod command_line;
 mod legacy;

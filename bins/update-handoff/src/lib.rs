@@ -6,6 +6,12 @@
 //! a refusal prints one `Class: message` line on stderr and exits 1. Neither
 //! changes a file, a status or a process; only a release whose reply was lost
 //! may have taken effect in the worker (`retry-failed` then acknowledges it).
+//!
+//! # Map by concern
+//!
+//! - `cli`: the two subcommands ([`Args`], [`SPEC`]) and where the expected
+//!   status comes from; the release itself is the shared handoff of
+//!   `agents_common` (`release_existing_handoff`, `retry_failed_handoff`).
 
 mod cli;
 

@@ -4,7 +4,7 @@
 //! (`getproxies_environment`, `proxy_bypass_environment`, `_parse_proxy` and
 //! `ProxyHandler.proxy_open`), because the seed fetched with `urlopen`.
 //!
-//! Only the decision lives here; [`crate::urllib`] connects. Loopback
+//! Only the decision lives here; `urllib` connects. Loopback
 //! requests of the runner's own (the server's health) never ask: they are
 //! always direct (README, "Deviations": the seed sends the one-time health
 //! credential to the proxy).

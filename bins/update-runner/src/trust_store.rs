@@ -114,7 +114,7 @@ pub(crate) fn load() -> Result<RootCertStore, String> {
     load_from(|name| std::env::var_os(name))
 }
 
-/// [`load`] with an explicit environment lookup.
+/// `load` with an explicit environment lookup.
 pub fn load_from(variable: impl Fn(&str) -> Option<OsString>) -> Result<RootCertStore, String> {
     let (file, directories) = verify_paths(variable);
     let mut roots = RootCertStore::empty();
