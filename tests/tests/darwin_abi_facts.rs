@@ -31,8 +31,8 @@ struct Fact {
 }
 
 /// The facts of one module: a `/// C: `expr` in `header`...` line followed
-/// (after more doc lines) by `pub const NAME: TYPE = VALUE;` (or
-/// `pub(crate) const`).
+/// (after more doc lines) by `pub const NAME: TYPE = VALUE;` (of any
+/// visibility).
 fn facts_of(source: &str) -> Vec<Fact> {
     let mut facts = Vec::new();
     let mut pending: Option<(String, String)> = None;
@@ -45,10 +45,7 @@ fn facts_of(source: &str) -> Vec<Fact> {
                 .map(|(header, _)| header)
                 .expect("C: `expr` in `header`");
             pending = Some((expression.to_string(), header.to_string()));
-        } else if let Some(rest) = line
-            .strip_prefix("pub const ")
-            .or_else(|| line.strip_prefix("pub(crate) const "))
-        {
+        } else if let Some(rest) = constant_declaration(line) {
             let (expression, header) = pending.take().expect("a fact constant has a C: line");
             let (name, typed) = rest.split_once(':').expect("NAME: TYPE = VALUE;");
             let value = typed
@@ -69,6 +66,13 @@ fn facts_of(source: &str) -> Vec<Fact> {
         }
     }
     facts
+}
+
+/// `NAME: TYPE = VALUE;` of a `pub`, `pub(crate)` or `pub(super)` constant.
+fn constant_declaration(line: &str) -> Option<&str> {
+    ["pub const ", "pub(crate) const ", "pub(super) const "]
+        .iter()
+        .find_map(|prefix| line.strip_prefix(prefix))
 }
 
 fn all_facts() -> Vec<Fact> {
