@@ -21,7 +21,7 @@ const DECIMAL_ZEROS: [u32; 66] = [
 ];
 
 /// The value of `c` as a decimal digit of any script, like Python's `\d` and `int()`.
-pub fn decimal_digit(c: char) -> Option<u32> {
+pub(crate) fn decimal_digit(c: char) -> Option<u32> {
     let code = u32::from(c);
     let index = DECIMAL_ZEROS.partition_point(|&zero| zero <= code);
     let zero = DECIMAL_ZEROS[index.checked_sub(1)?];

@@ -26,8 +26,7 @@
 //!   [`python_int`], [`PythonInt`], [`int_hex`], [`float`], [`format_g`];
 //! - `bool()` and `str()` of JSON values: [`truthy`], [`str_or_empty`], ...;
 //! - `bytes.hex()` and the seeds' lowercase-hex checks: [`hex`],
-//!   [`is_lower_hex`]; `os.urandom` and `secrets.token_hex`: [`random_bytes`],
-//!   [`token_hex`].
+//!   [`is_lower_hex`]; `secrets.token_hex` over `os.urandom`: [`token_hex`].
 //!
 //! Standard-library modules, each under its Python name:
 //! - [`json`]: `json.loads` and the `json.dumps` styles ([`json_object!`]
@@ -77,11 +76,11 @@ pub mod uuid;
 
 pub use exception::{exit_status, DefinedClass, ErrorClass, Exception, Result};
 pub use hex::{hex, is_lower_hex, is_prefixed_hex};
-pub use int::{decimal_digit, int_hex, python_int, PythonInt};
+pub use int::{int_hex, python_int, PythonInt};
 pub use number::{float, format_g, header_int};
-pub use random::{random_bytes, token_hex};
+pub use random::token_hex;
 pub use text::{
-    decode_ascii, decode_latin1, decode_utf8, is_space, repr, repr_code_points, repr_list,
-    repr_surrogateescape, split_max, split_whitespace, splitlines, strip, strip_bytes, text_mode,
+    decode_ascii, decode_latin1, decode_utf8, is_space, repr, repr_list, repr_surrogateescape,
+    split_whitespace, splitlines, strip, strip_bytes, text_mode,
 };
 pub use values::{equals_bool, loose_int, member_truthy, str_or_empty, strict_int, to_str, truthy};

@@ -37,7 +37,7 @@ pub fn open(path: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
 
 /// Python's `ValueError: embedded null byte` for a path holding a NUL,
 /// raised before any system call sees the path.
-pub fn reject_nul(path: &Path) -> Result<()> {
+pub(crate) fn reject_nul(path: &Path) -> Result<()> {
     if path.as_os_str().as_bytes().contains(&0) {
         return Err(Exception::value("embedded null byte"));
     }
@@ -56,7 +56,7 @@ pub fn permission_bits(info: &Stat) -> u32 {
 
 /// `st_mode` widened to Python's int: `mode_t` is 32 bits on Linux, 16 on macOS.
 #[allow(clippy::unnecessary_cast)]
-pub fn mode_word(info: &Stat) -> u32 {
+pub(crate) fn mode_word(info: &Stat) -> u32 {
     info.st_mode as u32
 }
 

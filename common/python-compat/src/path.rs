@@ -156,7 +156,7 @@ fn split(p: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// `posixpath.normpath`: the lexical step of `abspath` and `realpath`.
-pub fn normpath(path: &[u8]) -> Vec<u8> {
+pub(crate) fn normpath(path: &[u8]) -> Vec<u8> {
     if path.is_empty() {
         return b".".to_vec();
     }
@@ -296,7 +296,7 @@ pub fn dirname(path: &[u8]) -> &[u8] {
 }
 
 /// `os.path.split` of a byte path.
-pub fn split_bytes(path: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split_bytes(path: &[u8]) -> (&[u8], &[u8]) {
     let index = path
         .iter()
         .rposition(|byte| *byte == b'/')

@@ -17,7 +17,7 @@ pub fn token_hex(nbytes: usize) -> Result<String> {
 /// Fills `bytes` from the kernel CSPRNG (`os.urandom`), the one random source
 /// for temporary names, transaction ids and UUIDs.
 #[cfg(not(target_os = "macos"))]
-pub fn random_bytes(bytes: &mut [u8]) -> Result<()> {
+pub(crate) fn random_bytes(bytes: &mut [u8]) -> Result<()> {
     let mut filled = 0;
     while filled < bytes.len() {
         match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
@@ -33,7 +33,7 @@ pub fn random_bytes(bytes: &mut [u8]) -> Result<()> {
 /// for temporary names, transaction ids and UUIDs. macOS has no `getrandom`;
 /// Python's `os.urandom` uses `getentropy`, which gives at most 256 bytes a call.
 #[cfg(target_os = "macos")]
-pub fn random_bytes(bytes: &mut [u8]) -> Result<()> {
+pub(crate) fn random_bytes(bytes: &mut [u8]) -> Result<()> {
     for chunk in bytes.chunks_mut(256) {
         // SAFETY: the pointer and length describe `chunk`, at most 256 bytes.
         if unsafe { libc::getentropy(chunk.as_mut_ptr().cast(), chunk.len()) } != 0 {

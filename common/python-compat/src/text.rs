@@ -48,7 +48,7 @@ pub fn split_whitespace(text: &str) -> Vec<&str> {
 
 /// `str.split(None, maxsplit)`: at most `maxsplit` splits on runs of white
 /// space; the last part keeps its trailing white space, as Python's does.
-pub fn split_max(text: &str, maxsplit: usize) -> Vec<&str> {
+pub(crate) fn split_max(text: &str, maxsplit: usize) -> Vec<&str> {
     let mut parts = Vec::new();
     let mut rest = text.trim_start_matches(is_space);
     while !rest.is_empty() {
@@ -171,7 +171,7 @@ pub fn repr_surrogateescape(bytes: &[u8]) -> String {
 
 /// Python's `repr()` of a string given as code points, lone surrogates
 /// included (printed as `\udXXX`, as Python prints them).
-pub fn repr_code_points(points: &[u32]) -> String {
+pub(crate) fn repr_code_points(points: &[u32]) -> String {
     let contains = |wanted: char| points.contains(&u32::from(wanted));
     let quote = if contains('\'') && !contains('"') {
         '"'
