@@ -432,9 +432,7 @@ impl Host<'_> {
             .services(&native)
             .seal_for_stop(&layout, &operation, i64::from(worker_pid))
             .unwrap_or_else(|err| panic!("seal the worker for the update: {err}"));
-        let field = |key: &str, object: &JsonObject| {
-            object.get(key).cloned().unwrap_or(Json::Null)
-        };
+        let field = |key: &str, object: &JsonObject| object.get(key).cloned().unwrap_or(Json::Null);
         let handoff = json_object! {
             "schema" => 1,
             "operation_id" => operation.as_str(),
