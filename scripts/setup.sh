@@ -26,10 +26,11 @@ command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
 command -v readelf >/dev/null 2>&1 || need_apt+=(binutils)
 # Real forward proxies (tinyproxy; squid, reached over TLS), started by the
 # proxy tests themselves, and the distribution's CA bundle, for update-runner's
-# proxy and HTTPS tests.
+# proxy and HTTPS tests; openssl makes their test CAs and server certificates.
 [ -x /usr/bin/tinyproxy ] || [ -x /usr/sbin/tinyproxy ] || need_apt+=(tinyproxy)
 [ -x /usr/sbin/squid ] || need_apt+=(squid)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

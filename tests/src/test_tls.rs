@@ -1,38 +1,93 @@
 //! A test certificate authority and the server identities it signs, for
 //! HTTPS release hosts on 127.0.0.1 (see [`crate::release_support::TestServer::start_tls`]).
-//! Everything is generated per test (rcgen, ECDSA P-256); nothing is
-//! installed in the system's trust store: tests hand the CA to the runners
-//! through `SSL_CERT_FILE`.
+//! Everything is generated per test by the `openssl` command (ECDSA P-256),
+//! so no certificate-building crate (and its date library) enters the lock
+//! file; nothing is installed in the system's trust store: tests hand the CA
+//! to the runners through `SSL_CERT_FILE`.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-/// A self-signed certificate authority.
+use crate::tempdir::TempDir;
+
+/// A self-signed certificate authority; its key lives in a private temp
+/// directory for as long as the CA does.
 pub struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
+    files: TempDir,
     certificate: CertificateDer<'static>,
     pem: String,
+}
+
+/// Runs `openssl` with `args` in `directory`; panics with its stderr on failure.
+fn openssl(directory: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(directory)
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run openssl (scripts/setup.sh installs it): {err}"));
+    assert!(
+        output.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The arguments of `openssl req` that make a fresh P-256 key in PKCS#8.
+const NEW_P256_KEY: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-noenc",
+];
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
+}
+
+fn certificate_der(pem: &str) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).expect("openssl wrote a PEM certificate")
+}
+
+/// `subjectAltName` entries for `names`: IP addresses as `IP:`, the rest as `DNS:`.
+fn subject_alt_names(names: &[&str]) -> String {
+    let entries: Vec<String> = names
+        .iter()
+        .map(|name| match name.parse::<std::net::IpAddr>() {
+            Ok(_) => format!("IP:{name}"),
+            Err(_) => format!("DNS:{name}"),
+        })
+        .collect();
+    entries.join(",")
 }
 
 impl TestCa {
     /// A fresh CA whose subject is `CN=<name>`.
     pub fn generate(name: &str) -> TestCa {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().unwrap();
-        let certificate = params.self_signed(&key).unwrap();
+        let files = TempDir::new("agents-test-ca");
+        let subject = format!("/CN={name}");
+        let mut args = vec!["req", "-x509", "-days", "2", "-subj", &subject];
+        args.extend(NEW_P256_KEY);
+        args.extend([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        openssl(files.path(), &args);
+        let pem = read(&files.path().join("ca.pem"));
         TestCa {
-            pem: certificate.pem(),
-            certificate: certificate.der().clone(),
-            issuer: Issuer::new(params, key),
+            certificate: certificate_der(&pem),
+            pem,
+            files,
         }
     }
 
@@ -51,18 +106,47 @@ impl TestCa {
     /// A server certificate for `names` (DNS names or IP addresses, as
     /// subject alternative names) signed by this CA, sent without the CA.
     pub fn server(&self, names: &[&str]) -> ServerIdentity {
-        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
-        let mut params = CertificateParams::new(names.clone()).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("server {}", names.join(" ")));
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let key = KeyPair::generate().unwrap();
-        let certificate = params.signed_by(&key, &self.issuer).unwrap();
+        let work = TempDir::new("agents-test-server");
+        let extensions = format!(
+            "subjectAltName={}\nextendedKeyUsage=serverAuth\n",
+            subject_alt_names(names)
+        );
+        std::fs::write(work.path().join("server.ext"), extensions).unwrap();
+        let subject = format!("/CN=server {}", names.join(" "));
+        let mut request = vec!["req", "-new", "-subj", &subject];
+        request.extend(NEW_P256_KEY);
+        request.extend(["-keyout", "server.key", "-out", "server.csr"]);
+        openssl(work.path(), &request);
+        let ca_pem = self.files.path().join("ca.pem");
+        let ca_key = self.files.path().join("ca.key");
+        let (ca_pem, ca_key) = (ca_pem.to_str().unwrap(), ca_key.to_str().unwrap());
+        openssl(
+            work.path(),
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-days",
+                "2",
+                "-CA",
+                ca_pem,
+                "-CAkey",
+                ca_key,
+                "-CAcreateserial",
+                "-extfile",
+                "server.ext",
+                "-out",
+                "server.pem",
+            ],
+        );
+        let certificate = read(&work.path().join("server.pem"));
+        let key = read(&work.path().join("server.key"));
         ServerIdentity {
-            chain: vec![certificate.der().clone()],
-            key: PrivatePkcs8KeyDer::from(key.serialize_der()),
-            pem: (certificate.pem(), key.serialize_pem()),
+            chain: vec![certificate_der(&certificate)],
+            key: PrivatePkcs8KeyDer::from_pem_slice(key.as_bytes())
+                .expect("openssl wrote a PKCS#8 key"),
+            pem: (certificate, key),
         }
     }
 
@@ -71,7 +155,6 @@ impl TestCa {
         self.certificate.clone()
     }
 }
-
 /// A server's certificate chain and key.
 pub struct ServerIdentity {
     chain: Vec<CertificateDer<'static>>,
