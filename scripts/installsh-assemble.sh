@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Assembles the scratch folder for scripts/installsh-compare.sh from a clone of
-# the public AgentsServer repository (README, "install.sh comparison"):
+# the public AgentsServer repository (docs/design/upstream-comparison.md, "install.sh comparison"):
 #
 #   git clone https://github.com/ZhengyiLuo/AgentsServer && git -C AgentsServer \
 #     checkout 61203520f1456de6b8f4c9790953a5ac7f9823a7

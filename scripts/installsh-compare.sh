@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs upstream's unmodified install.sh against the Python originals and against
-# the binaries (README, "install.sh comparison"): every #[ignore]d scenario of
+# the binaries (docs/design/upstream-comparison.md, "install.sh comparison"): every #[ignore]d scenario of
 # tests/tests/installsh_compare.rs installs, updates, rolls back, resumes and
 # uninstalls the release as published and the same release after
 # scripts/migration-kit.sh, each on a fresh identical systemd sandbox, and
 # prints one line per scenario:
 #   upstream-compare <scenario>: same
-#   upstream-compare <scenario>: same but listed deviations: <README entries>
+#   upstream-compare <scenario>: same but listed deviations: <deviation entries>
 #   upstream-compare <scenario>: differs: <facets>   (details on stderr)
 # It ends with a summary and exits 1 if any scenario differs beyond the listed
 # deviations or a comparison failed to run.
@@ -17,7 +17,7 @@
 #                   and the installation before each uninstall step to
 #                   tests/fixtures/installsh/*.state, which the normal suite's
 #                   installsh_uninstall_as_recorded replays with the binaries
-#   SCRATCH_FOLDER  the upstream release tree, outside the project (README says
+#   SCRATCH_FOLDER  the upstream release tree, outside the project (docs/design/upstream-comparison.md says
 #                   how to assemble it; scripts/installsh-assemble.sh does it
 #                   from a clone)
 #   SCENARIO_PART   run only the scenarios whose name contains it

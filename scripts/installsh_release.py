@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds one comparison release from the upstream scratch tree (README: "install.sh comparison").
+"""Builds one comparison release from the upstream scratch tree (docs/design/upstream-comparison.md, "install.sh comparison").
 
     installsh_release.py SCRATCH OUTPUT --test-worker PATH --version V --lock-dir DIR
                          [--health-status N]

@@ -3,7 +3,7 @@
 # into an unpacked AgentsServer 1.0.7-beta.5 release so install.sh,
 # uninstall.sh, the server and support staff keep calling the same files, and
 # any host without a fitting binary keeps running the Python originals
-# (docs: "Migration kit" in README.md).
+# (docs/release-engineering.md, "Migration kit").
 #
 # Usage: bash scripts/migration-kit.sh [--dist DIR] RELEASE_DIR
 #

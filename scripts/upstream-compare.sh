@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Reruns the comparison with upstream (README, Upstream comparison): every
+# Reruns the comparison with upstream (docs/design/upstream-comparison.md): every
 # #[ignore]d test tests/tests/upstream_compare_*.rs runs the Python originals
 # with the real upstream modules they import, and the binaries, on identical
 # installations (in the same private systemd --user sandbox the tests use),
 # and prints one line per scenario:
 #   upstream-compare <scenario>: same
-#   upstream-compare <scenario>: same but listed deviations: <README entries>
+#   upstream-compare <scenario>: same but listed deviations: <deviation entries>
 #   upstream-compare <scenario>: differs: <facets>   (details on stderr)
 # It ends with a summary and exits 1 if any scenario differs beyond the
-# deviations the README lists (agents_tests::upstream::LISTED_DEVIATIONS) or
+# deviations docs/design/deviations.md lists (agents_tests::upstream::LISTED_DEVIATIONS) or
 # a comparison failed to run.
 #
 # usage: scripts/upstream-compare.sh [--record] SCRATCH_FOLDER [SCENARIO_PART]
@@ -34,7 +34,7 @@ modules="$(sed -n '/^pub const UPSTREAM_MODULES/,/^];/p' tests/src/upstream.rs \
 missing=0
 for module in $modules; do
   if [ ! -f "$folder/$module" ]; then
-    echo "upstream-compare: $folder lacks $module (README, Upstream comparison)" >&2
+    echo "upstream-compare: $folder lacks $module (docs/design/upstream-comparison.md)" >&2
     missing=1
   fi
 done

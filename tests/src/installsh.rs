@@ -92,7 +92,7 @@ impl Scratch {
             .unwrap_or_else(|err| panic!("{SCRATCH_ENV}={}: {err}", dir.display()));
         assert!(
             dir.join("install.sh").is_file(),
-            "{SCRATCH_ENV}={} holds no install.sh (README, install.sh comparison)",
+            "{SCRATCH_ENV}={} holds no install.sh (docs/design/upstream-comparison.md, install.sh comparison)",
             dir.display()
         );
         Some(Scratch {

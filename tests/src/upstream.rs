@@ -14,7 +14,7 @@
 //! that differ between any two runs (PIDs, inodes, random identifiers,
 //! times) compare by where they occur, and prints one line per scenario:
 //! `upstream-compare <scenario>: same`, `... same but listed deviations:
-//! <README entries>` (only differences [`LISTED_DEVIATIONS`] explains) or
+//! <deviation entries>` (only differences [`LISTED_DEVIATIONS`] explains) or
 //! `... differs: <facets>`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -96,7 +96,7 @@ impl Upstream {
         for name in UPSTREAM_MODULES {
             assert!(
                 modules.join(name).is_file(),
-                "{UPSTREAM_DIR_ENV}={} lacks {name} (see README, Comparing with upstream)",
+                "{UPSTREAM_DIR_ENV}={} lacks {name} (see docs/design/upstream-comparison.md)",
                 modules.display()
             );
         }
@@ -718,7 +718,7 @@ fn walk(root: &Path) -> Vec<(PathBuf, fs::Metadata)> {
     entries
 }
 
-/// A difference the README lists under "Deviations from the originals":
+/// A difference docs/design/deviations.md lists:
 /// in the scenarios whose names start with `scenario`, the facets whose
 /// names start with `facet` may differ only by the port's words `port`
 /// standing where the seed has `seed`, or, where both are empty, entirely
@@ -734,7 +734,7 @@ pub struct ListedDeviation {
     pub seed: &'static str,
     /// The port's text in its place.
     pub port: &'static str,
-    /// The README's deviation entry, as the report names it.
+    /// The deviation's entry in docs/design/deviations.md, as the report names it.
     pub readme: &'static str,
 }
 
@@ -744,11 +744,11 @@ impl ListedDeviation {
     }
 }
 
-/// The README's entry for a split uninstall rerun after a kill.
+/// The entry in docs/design/deviations.md for a split uninstall rerun after a kill.
 const RERUN_FINISHES: &str =
     "uninstall: a rerun finishes a split removal a kill interrupted (Crash safety)";
 
-/// Every deviation a comparison may show (README, Deviations from the
+/// Every deviation a comparison may show (docs/design/deviations.md, Deviations from the
 /// originals): each is deliberate, and anything else is a difference.
 pub const LISTED_DEVIATIONS: [ListedDeviation; 3] = [
     ListedDeviation {
@@ -837,7 +837,7 @@ pub enum Verdict {
 }
 
 /// The facets of `scenario` in which `seed` and `port` differ beyond the
-/// listed deviations (each printed to stderr), and the README entries of
+/// listed deviations (each printed to stderr), and the deviation entries of
 /// the listed deviations found.
 fn differences(
     scenario: &str,
@@ -873,7 +873,7 @@ fn differences(
 }
 
 /// Compares the two sides of `scenario` and prints its line (`same`,
-/// `same but listed deviations: <README entries>` or `differs: <facets>`);
+/// `same but listed deviations: <deviation entries>` or `differs: <facets>`);
 /// details of each differing facet go to stderr. With [`RECORD_ENV`] set,
 /// the seed's facets of a scenario that does not differ become its
 /// recorded facts ([`check_recorded`]), the port's for a whole-facet

@@ -327,8 +327,8 @@ fn argv0_names_the_program_as_argparse_does() {
         ] {
             let ours = run_as(PROGRAM, argv0, &args);
             let seed = oracle(&originals, SEED, prog, &args);
-            // A help page is compared up to its description (see the README's
-            // deviations): the usage block argparse builds from the name.
+            // A help page is compared up to its description (see
+            // docs/design/deviations.md): the usage block argparse builds from the name.
             let usage = |page: &[u8]| {
                 text(page)
                     .split("\n\n")

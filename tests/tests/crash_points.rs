@@ -252,7 +252,7 @@ impl Pending {
 /// killed at each of its durable calls.
 fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
     let name = match scope {
-        // The figures README quotes name the worker campaigns this way.
+        // The figures docs/design/crash-safety.md quotes name the worker campaigns this way.
         Scope::Worker => format!("execution-manage recover ({})", pending.describe()),
         _ => format!(
             "execution-manage recover --scope {} ({})",

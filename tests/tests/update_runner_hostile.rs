@@ -1,5 +1,5 @@
 //! Hostile input to `update-runner`, side by side with the seed where the
-//! seed is safe, and stricter than it where it is not (README, "Security").
+//! seed is safe, and stricter than it where it is not (docs/design/security.md).
 //! Every case checks the final status row: no input may leave an admitted
 //! update unrecorded.
 

@@ -5,7 +5,7 @@
 //! the proxy URL, an unreachable proxy and proxy URLs urllib refuses. Each
 //! run's own proxy log lines are compared too: the same requests went
 //! through the proxy for both, except the seed's health checks, which the
-//! port never sends to a proxy (README, "Deviations").
+//! port never sends to a proxy (docs/design/deviations.md).
 
 mod update_runner_support;
 
@@ -306,7 +306,7 @@ fn proxy_credentials_are_sent_like_the_seed() {
 
 #[test]
 fn a_redirect_to_an_exempt_host_carries_no_proxy_credentials() {
-    // Stricter than the seed (README, "Deviations"): urllib copies the
+    // Stricter than the seed (docs/design/deviations.md): urllib copies the
     // Proxy-Authorization it added to the redirected request, and sends it
     // to the host no_proxy exempts.
     let originals = agents_tests::require_originals!();

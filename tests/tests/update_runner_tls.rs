@@ -3,7 +3,7 @@
 //! through `SSL_CERT_FILE` (OpenSSL's default verify paths), the same host
 //! with the CA absent, a chain that carries its own root, a certificate for
 //! another name, and a trust store that cannot be read at all (where the
-//! port fails closed with its own words, README "Deviations").
+//! port fails closed with its own words, docs/design/deviations.md).
 
 mod update_runner_support;
 

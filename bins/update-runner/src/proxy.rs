@@ -6,7 +6,7 @@
 //!
 //! Only the decision lives here; `urllib` connects. Loopback
 //! requests of the runner's own (the server's health) never ask: they are
-//! always direct (README, "Deviations": the seed sends the one-time health
+//! always direct (docs/design/deviations.md: the original sends the one-time health
 //! credential to the proxy).
 //!
 //! Not read, unlike Python on macOS: the system proxy settings that

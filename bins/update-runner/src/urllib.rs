@@ -8,7 +8,7 @@
 //! by [`python_compat::http_client`], over a stream whose every read is
 //! bounded by what remains of the request's deadline.
 //!
-//! Stricter than urllib (README, "Security"): the whole request shares one
+//! Stricter than urllib (docs/design/security.md): the whole request shares one
 //! deadline, so a peer that trickles a byte every few seconds cannot keep a
 //! download or a health probe open for ever; and a header value with a
 //! control character is refused before anything is sent, without repeating

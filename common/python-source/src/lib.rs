@@ -29,7 +29,7 @@
 //! - `unicode`, `tables`: identifier characters and NFKC, generated from
 //!   CPython 3.11 by `scripts/gen-python-source-tables.py`.
 //!
-//! Known differences from CPython, all documented in the README: an
+//! Known differences from CPython, all documented in docs/design/candidate-api-contract.md: an
 //! unknown but well-formed `\N{name}` escape is accepted, a coding cookie
 //! naming a multi-byte East Asian codec, UTF-7, UTF-16/32, IDNA, punycode or
 //! an escape codec is refused as unsupported, and very deep nesting is

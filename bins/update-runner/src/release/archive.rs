@@ -11,7 +11,7 @@
 //! Deviations from Python, on malformed or hostile archives only:
 //! - PAX global headers (`g`) are skipped instead of applied to later members.
 //! - Gzip and tar corruption messages name the failure in our words.
-//! - Stricter (README, "Security"): every archive has an extraction budget a
+//! - Stricter (docs/design/security.md): every archive has an extraction budget a
 //!   real release never reaches and a bomb always does: at most
 //!   [`MAX_MEMBERS`] members and [`MAX_EXTRACTED_BYTES`] of member data
 //!   (apparent sizes), extended headers (GNU long names, PAX records) of at

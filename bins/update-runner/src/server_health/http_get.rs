@@ -76,7 +76,7 @@ pub(crate) fn get(
     // takes it (see urllib::Target).
     let url = format!("http://127.0.0.1:{port}{path}");
     // Never through a proxy: the seed's urlopen would hand the one-time
-    // credential to one (README, "Deviations").
+    // credential to one (docs/design/deviations.md).
     let mut response = urllib::get(&url, &all_headers, deadline, urllib::Routing::Direct)?;
     if !(200..300).contains(&response.code) {
         return Err(GetFailure::status(response.code, &response.reason));
