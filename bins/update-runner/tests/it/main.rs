@@ -6,6 +6,7 @@ mod installer_log;
 mod installer_process;
 mod installer_support;
 mod proxy_environment;
+mod rate_limit_support;
 mod release_archive;
 mod release_archive_budget;
 mod release_archive_properties;

@@ -5,7 +5,9 @@
 use agents_tests::release_support;
 
 use python_compat::json::Json;
-use release_support::{port_rate_limit_delay, seed_rate_limit_delays, RejectedResponse};
+use release_support::{seed_rate_limit_delays, RejectedResponse};
+
+use crate::rate_limit_support::port_rate_limit_delay;
 
 /// A POSIX rule needs no zone database: UTC-5, UTC-4 in summer.
 const ZONE: &str = "EST5EDT,M3.2.0,M11.1.0";

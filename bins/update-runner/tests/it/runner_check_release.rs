@@ -10,13 +10,14 @@ use agents_tests::Originals;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::rate_limit_support::port_rate_limit_delay;
 use python_compat::{
     json::{Json, JsonObject},
     json_object,
 };
 use release_support::{
-    manifest_bytes, port_rate_limit_delay, python_oracle, seed_rate_limit_delays, RejectedResponse,
-    Reply, TempDir, TestKey, TestServer,
+    manifest_bytes, python_oracle, seed_rate_limit_delays, RejectedResponse, Reply, TempDir,
+    TestKey, TestServer,
 };
 use update_runner::release::{
     check_release, ReleaseCheckError, ReleaseEndpoints, ReleaseTrust, INVALID_SIGNATURE_MESSAGE,
