@@ -1,5 +1,6 @@
-//! The single integration-test binary of `agents-tests`: every area is a module
-//! here, so the tests link once (a test's name is `<module>::<test>`).
+//! The single integration-test binary of `agents-tests`: every area
+//! is a module here, so the tests link once (a test's name is
+//! `<module>::<test>`).
 
 mod cli_execution_activation;
 mod cli_execution_manage;

@@ -1,5 +1,6 @@
-//! The single integration-test binary of `agents-common`: every area is a module
-//! here, so the tests link once (a test's name is `<module>::<test>`).
+//! The single integration-test binary of `agents-common`: every area
+//! is a module here, so the tests link once (a test's name is
+//! `<module>::<test>`).
 
 mod activation_handoff;
 mod activation_invocation;

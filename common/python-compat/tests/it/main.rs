@@ -1,5 +1,6 @@
-//! The single integration-test binary of `python-compat`: every area is a module
-//! here, so the tests link once (a test's name is `<module>::<test>`).
+//! The single integration-test binary of `python-compat`: every area
+//! is a module here, so the tests link once (a test's name is
+//! `<module>::<test>`).
 
 mod json_golden;
 mod json_model;

@@ -2,7 +2,6 @@
 //! over hex-encoded lines, once for a batch or kept running for property
 //! tests that ask one document at a time, and Python's outcome for a
 //! document (value or exact refusal) is compared with ours.
-// Each test file uses its own subset.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
