@@ -51,3 +51,17 @@ pub fn assert_passed_alone(output: &Output) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Unless this process is already that child, runs `test` alone in a child
+/// process ([`alone`]), asserts that it passed and returns true: the caller
+/// then returns, its work done in the child. In the child, returns false.
+pub fn ran_alone(module_path: &str, test: &str) -> bool {
+    if running_alone() {
+        return false;
+    }
+    let output = alone(module_path, test)
+        .output()
+        .expect("the test binary runs");
+    assert_passed_alone(&output);
+    true
+}

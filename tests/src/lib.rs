@@ -90,7 +90,7 @@ pub mod upstream;
 pub mod worker_double;
 mod worker_files;
 
-pub use alone::{alone, assert_passed_alone, running_alone, test_name, ALONE_ENV};
+pub use alone::{alone, assert_passed_alone, ran_alone, running_alone, test_name, ALONE_ENV};
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
 pub use files::{
     chown_other, entries, make_dir, make_dirs, make_fifo, mode_of, set_mode, unique_base,

@@ -87,6 +87,14 @@ fn respond(head: Vec<u8>, body: Vec<u8>) -> impl Fn(&mut TcpStream) + Send + Syn
     }
 }
 
+/// Runs `test` alone in a fresh child process unless this is that child. A
+/// measured run's peak RSS (wait4) includes the memory high-water mark of
+/// the process that started it, which exec carries over, so the bounded
+/// tests measure from a process that runs only them, not from the suite's.
+fn measured_alone(test: &str) -> bool {
+    agents_tests::ran_alone(module_path!(), test)
+}
+
 fn expect_bounded(outcome: &update_runner_support::Outcome, seconds: u64) {
     assert!(
         outcome.peak_rss_kib < MEMORY_BOUND_KIB,
@@ -109,6 +117,9 @@ type ResponseOf = Box<dyn Fn(&[u8]) -> (Vec<u8>, Vec<u8>)>;
 
 #[test]
 fn release_host_http_edge_cases_end_as_the_seed_ends() {
+    if measured_alone("release_host_http_edge_cases_end_as_the_seed_ends") {
+        return;
+    }
     let originals = agents_tests::require_originals!();
     let header = |extra: &str| format!("HTTP/1.1 200 OK\r\n{extra}Connection: close\r\n\r\n");
     let cases: Vec<(&str, ResponseOf, Option<&str>)> = vec![
@@ -198,6 +209,9 @@ fn release_host_http_edge_cases_end_as_the_seed_ends() {
 
 #[test]
 fn header_lines_that_would_switch_minreqs_budget_off_stay_bounded() {
+    if measured_alone("header_lines_that_would_switch_minreqs_budget_off_stay_bounded") {
+        return;
+    }
     // Each line is 65535 bytes ending in a bare \n: minreq's header budget
     // subtracted len + 2 and wrapped around on exactly this line.
     let originals = agents_tests::require_originals!();
@@ -223,6 +237,9 @@ fn header_lines_that_would_switch_minreqs_budget_off_stay_bounded() {
 
 #[test]
 fn an_endless_chunk_of_health_is_refused_at_its_limit() {
+    if measured_alone("an_endless_chunk_of_health_is_refused_at_its_limit") {
+        return;
+    }
     let originals = agents_tests::require_originals!();
     let (fixture, _) = pinned("health-endless-chunk");
     fixture.set_raw_health(|stream: &mut TcpStream| {
@@ -249,6 +266,9 @@ fn an_endless_chunk_of_health_is_refused_at_its_limit() {
 
 #[test]
 fn a_trickling_health_endpoint_cannot_hold_the_runner() {
+    if measured_alone("a_trickling_health_endpoint_cannot_hold_the_runner") {
+        return;
+    }
     // The seed waits for ever here (urllib's timeout bounds each read, and
     // a byte arrives every 3 s); the port bounds each whole probe, so the
     // readiness wait retries and gives up at its own 45 s limit.
@@ -306,6 +326,11 @@ type ArchiveOf = Box<dyn Fn(&Fixture) -> Vec<u8>>;
 
 #[test]
 fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing() {
+    if measured_alone(
+        "archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing",
+    ) {
+        return;
+    }
     // The seed has no budget: it writes a terabyte-sized sparse file or
     // three gigabytes of zeros, reads a gigabyte name into memory and copies
     // it into the row. The port refuses each from its headers.
@@ -372,6 +397,11 @@ fn sparse_file(path: &std::path::Path, size: u64) {
 
 #[test]
 fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_removed() {
+    if measured_alone(
+        "a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_removed",
+    ) {
+        return;
+    }
     // The seed resolves a symlinked credential and deletes the file it
     // points at, waits for ever on a FIFO and reads any size whole.
     let (mut fixture, _) = pinned("hostile-credential");
@@ -429,6 +459,11 @@ fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_r
 
 #[test]
 fn a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waiting() {
+    if measured_alone(
+        "a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waiting",
+    ) {
+        return;
+    }
     let (mut fixture, _) = pinned("hostile-public-key");
     let planted = fixture.root.path().join("planted");
     std::fs::create_dir_all(&planted).unwrap();
@@ -460,6 +495,10 @@ fn a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waitin
 
 #[test]
 fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting() {
+    if measured_alone("a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting")
+    {
+        return;
+    }
     let (mut fixture, _) = pinned("hostile-status");
     let planted = fixture.root.path().join("planted");
     std::fs::create_dir_all(&planted).unwrap();
