@@ -3,7 +3,7 @@
 # every state-changing operation of the helpers is killed with SIGKILL on
 # entry to each of its durable system calls in turn (tests/src/bin/
 # crash_tracer.rs), then recovered as an operator or the next caller would,
-# and every invariant is checked (tests/tests/crash_points.rs). The normal
+# and every invariant is checked (tests/tests/it/crash_points.rs). The normal
 # test suite runs only a sample of the points; this runs them all
 # (AGENTS_CRASH_POINTS=all), which takes a while.
 #
@@ -12,12 +12,38 @@
 # run under the same injection (with each point where they do not converge).
 # Exits non-zero if any point of a binary does not converge or a test fails.
 #
-# Extra arguments go to the test binary (e.g. a test name filter).
+# Extra arguments go to the test binary; a name filter (an argument not
+# starting with `-`) picks among the campaign's tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 cargo build --workspace --bins
-cargo test -p agents-tests --test crash_points --no-run
+cargo test -p agents-tests --test it --no-run
+
+# The campaign is the `crash_points` module of the suite's one test binary.
+# libtest ORs its name filters, so a filter of ours is turned into the exact
+# names of the campaign's tests that contain it.
+options=()
+filters=()
+for argument in "$@"; do
+  if [[ "$argument" == -* ]]; then options+=("$argument"); else filters+=("$argument"); fi
+done
+selection=(crash_points::)
+if [[ ${#filters[@]} -gt 0 ]]; then
+  selection=(--exact)
+  while IFS= read -r name; do
+    for filter in "${filters[@]}"; do
+      if [[ "$name" == *"$filter"* ]]; then
+        selection+=("$name")
+        break
+      fi
+    done
+  done < <(cargo test -q -p agents-tests --test it -- --list crash_points:: | sed -n 's/: test$//p')
+  if [[ ${#selection[@]} -eq 1 ]]; then
+    echo "crash-points: no test of the campaign matches ${filters[*]}" >&2
+    exit 2
+  fi
+fi
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
@@ -27,8 +53,8 @@ log="$scratch/log"
 
 status=0
 AGENTS_CRASH_POINTS=all AGENTS_CRASH_REPORT="$report" \
-  cargo test -p agents-tests --test crash_points -- \
-  --test-threads="${CRASH_POINTS_THREADS:-2}" "$@" >"$log" 2>&1 || status=$?
+  cargo test -p agents-tests --test it -- \
+  --test-threads="${CRASH_POINTS_THREADS:-2}" "${selection[@]}" "${options[@]}" >"$log" 2>&1 || status=$?
 
 binaries="$(grep -v '^original ' "$report" | grep -v '^  ' | sort || true)"
 originals="$(awk '/^original /{keep=1} /^[^ ]/ && !/^original /{keep=0} keep' "$report" || true)"

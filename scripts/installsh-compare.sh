@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs upstream's unmodified install.sh against the Python originals and against
 # the binaries (docs/design/upstream-comparison.md, "install.sh comparison"): every #[ignore]d scenario of
-# tests/tests/installsh_compare.rs installs, updates, rolls back, resumes and
+# tests/tests/it/installsh_compare.rs installs, updates, rolls back, resumes and
 # uninstalls the release as published and the same release after
 # scripts/migration-kit.sh, each on a fresh identical systemd sandbox, and
 # prints one line per scenario:
@@ -46,8 +46,8 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
 # run-suite fails the run if a process the comparisons started outlives it.
-"$TARGET_DIR/debug/run-suite" -- cargo test -p agents-tests --test installsh_compare \
-  -- --ignored --test-threads=1 --nocapture | tee "$log" || status=$?
+"$TARGET_DIR/debug/run-suite" -- cargo test -p agents-tests --test it \
+  -- installsh_compare:: --ignored --test-threads=1 --nocapture | tee "$log" || status=$?
 
 lines="$(grep -o 'upstream-compare [^ ]*: .*' "$log" | grep -v ': not run: ' || true)"
 count() { if [ -z "$lines" ]; then echo 0; else grep -c "$1" <<<"$lines" || true; fi; }

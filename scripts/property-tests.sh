@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-5000}"
 echo "property tests with $PROPTEST_CASES cases each"
-cargo test --release -p python-compat --test json_properties
-cargo test --release -p agents-common --test handoff_properties
-cargo test --release -p update-runner --test release_archive_properties
-cargo test --release -p update-runner --test release_archive --test release_manifest -- generated
+# Each crate's one test binary, filtered to the property tests' modules.
+cargo test --release -p python-compat --test it -- json_properties::
+cargo test --release -p agents-common --test it -- handoff_properties::
+cargo test --release -p update-runner --test it -- release_archive_properties:: \
+  release_archive::generated release_manifest::generated

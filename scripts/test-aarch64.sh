@@ -25,8 +25,9 @@ TARGET=aarch64-unknown-linux-gnu
 export RUSTC_BOOTSTRAP=1 RUSTC="${RELEASE_RUSTC:-/usr/bin/rustc}"
 BUILD=(-Zbuild-std=std,panic_abort --target "$TARGET.2.17")
 
-# The test targets that cannot run under qemu-user, with why.
-EXCLUDED_TESTS=(
+# The integration-test modules (`<module>::` in each crate's one test binary,
+# tests/it/) that cannot run under qemu-user, with why.
+EXCLUDED_MODULES=(
   "crash_points  crash-tracer ptraces the helper: under qemu-user the traced process is the emulator"
   "migration_kit  the kit and its launchers are Python and bash choosing this machine's (x86_64) binary"
   "migration_kit_launchers  as migration_kit"
@@ -50,8 +51,8 @@ SKIPPED_TESTS=(
   "a_rerun_finishes_an_uninstall_killed_at_the_unlink_of_the_worker_unit  uses crash-tracer (ptrace)"
   "the_next_runner_removes_a_row_temporary_of_a_runner_killed_at_its_fsync  uses crash-tracer (ptrace)"
 )
-# CI's sample (--sample): each area's black-box tests, beside every unit test.
-SAMPLE_TESTS=(
+# CI's sample (--sample): each area's black-box test modules, beside every unit test.
+SAMPLE_MODULES=(
   fs_atomic_write fs_read_file install_lock_refusals install_lock_processes json_model json_golden
   layout_golden layout_validate services_launchd services_systemd_recorded update_status_races
   worker_control_admission http_pinned
@@ -73,23 +74,17 @@ TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
 cargo build --quiet -p agents-tests --bin run-suite
 cargo-zigbuild build --quiet "${BUILD[@]}" --workspace --bins
 
-selection=(--lib --bins)
-while IFS= read -r test; do
-  chosen=true
-  for name in "${EXCLUDED_TESTS[@]}"; do [[ "$test" == "${name%% *}" ]] && chosen=false; done
-  if "$sample"; then
-    chosen=false
-    for name in "${SAMPLE_TESTS[@]}"; do [[ "$test" == "$name" ]] && chosen=true; done
-  fi
-  "$chosen" && selection+=(--test "$test")
-done < <(cargo metadata --format-version 1 --no-deps | python3 -c '
-import json, sys
-for package in json.load(sys.stdin)["packages"]:
-    for target in package["targets"]:
-        if "test" in target["kind"]:
-            print(target["name"])')
 skips=()
 for name in "${SKIPPED_TESTS[@]}"; do skips+=(--skip "${name%% *}"); done
+# The unit tests run in full; the integration tests (each crate's `it` binary)
+# without the excluded modules, or only the sampled ones. A skip or filter
+# matches a substring of `<module>::<test>`, so the two kinds of test run
+# separately: `crash_points::` also names unit tests of the test support.
+modules=()
+for name in "${EXCLUDED_MODULES[@]}"; do modules+=(--skip "${name%% *}::"); done
+if "$sample"; then
+  for name in "${SAMPLE_MODULES[@]}"; do modules+=("$name::"); done
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -118,6 +113,17 @@ int main(int argc, char **argv) {
 }
 C
 cc -O2 -o "$work/qemu" "$work/qemu.c"
+# Both runs under one run-suite (one summary); the run fails if either does.
+{
+  echo 'status=0'
+  printf '%q ' cargo-zigbuild test "${BUILD[@]}" --workspace --no-fail-fast --lib --bins \
+    -- "${skips[@]}" "$@"
+  echo '|| status=$?'
+  printf '%q ' cargo-zigbuild test "${BUILD[@]}" --workspace --no-fail-fast --test it \
+    -- "${modules[@]}" "${skips[@]}" "$@"
+  echo '|| status=$?'
+  echo 'exit "$status"'
+} >"$work/run-tests.sh"
 chmod 755 "$work"
 # ELF, 64-bit, little-endian, ET_EXEC or ET_DYN, EM_AARCH64.
 rule=":agents-aarch64:M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\xb7\\x00"
@@ -130,8 +136,7 @@ unshare --user --mount --propagation private bash -c '
   printf "%s" "$2" >/proc/sys/fs/binfmt_misc/register
   shift 2
   exec "$@"' in-namespace "$ready" "$rule" \
-  "$TARGET_DIR/debug/run-suite" -- cargo-zigbuild test "${BUILD[@]}" --workspace --no-fail-fast \
-  "${selection[@]}" -- "${skips[@]}" "$@" &
+  "$TARGET_DIR/debug/run-suite" -- bash "$work/run-tests.sh" &
 namespaced=$!
 # The maps can be written once the child has its own user namespace.
 while [[ "$(readlink "/proc/$namespaced/ns/user")" == "$(readlink /proc/self/ns/user)" ]]; do sleep 0.02; done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reruns the comparison with upstream (docs/design/upstream-comparison.md): every
-# #[ignore]d test tests/tests/upstream_compare_*.rs runs the Python originals
+# #[ignore]d test in tests/tests/it/upstream_compare_*.rs runs the Python originals
 # with the real upstream modules they import, and the binaries, on identical
 # installations (in the same private systemd --user sandbox the tests use),
 # and prints one line per scenario:
@@ -48,18 +48,18 @@ bash scripts/setup.sh
 cargo build --workspace --bins
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-tests=()
-for file in tests/tests/upstream_compare_*.rs; do
-  name="$(basename "$file" .rs)"
-  tests+=(--test "$name")
+# Their modules in the suite's one test binary (`<module>::<test>`).
+modules=()
+for file in tests/tests/it/upstream_compare_*.rs; do
+  modules+=("$(basename "$file" .rs)::")
 done
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
 # run-suite fails the run if a process the comparisons started outlives it.
-"$TARGET_DIR/debug/run-suite" -- cargo test -p agents-tests "${tests[@]}" \
-  -- --ignored --test-threads=1 --nocapture | tee "$log" || status=$?
+"$TARGET_DIR/debug/run-suite" -- cargo test -p agents-tests --test it \
+  -- "${modules[@]}" --ignored --test-threads=1 --nocapture | tee "$log" || status=$?
 
 lines="$(grep -o 'upstream-compare [^ ]*: .*' "$log" | grep -v ': not run: ' || true)"
 count() { if [ -z "$lines" ]; then echo 0; else grep -c "$1" <<<"$lines" || true; fi; }

@@ -107,8 +107,8 @@ impl Drop for LiveProcess {
     }
 }
 
-/// Name of the ignored test that each lock test file declares as the entry
-/// point of its `Kind::Rust` contender processes (the test binary re-runs itself).
+/// Name of the ignored test that a test binary using `Kind::Rust` contenders
+/// declares at its root as their entry point (the test binary re-runs itself).
 pub const HOLDER_ENTRY: &str = "lock_holder_process";
 const HOLDER_ARGS: &str = "AGENTS_LOCK_HOLDER_ARGS";
 

@@ -7,7 +7,7 @@
 //!   a SHA-256 of a release file as `<sha256 of NAME>` (the kit changes the
 //!   helper entry points, so their digests differ by side);
 //! - the kit's added files (the five binaries, `rust-helpers.json`) are left
-//!   out of listings (`tests/tests/migration_kit.rs` checks them);
+//!   out of listings (`tests/tests/it/migration_kit.rs` checks them);
 //! - the contents of `.venv` (uv's output) and of `__pycache__` files (their
 //!   bytes carry source times) are left out;
 //! - install.sh's PID in staging names, a lock owner's process start time.

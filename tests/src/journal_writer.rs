@@ -21,8 +21,9 @@ use agents_common::{
     ExecutionLayout,
 };
 use python_compat::{
+    decode_utf8, is_space,
     json::{encode_indented, parse_json, Json, JsonObject},
-    json_object,
+    json_object, shlex, splitlines, strip,
     uuid::uuid5_url,
 };
 
@@ -240,7 +241,7 @@ impl Roots {
     /// assignments as environment, as `publish` renders it).
     pub fn layout(&self, version: &str) -> ExecutionLayout {
         let environment = if self.env_path().exists() {
-            execution_activation::environment::runtime_environment(&self.env_path()).unwrap()
+            environment_file(&self.env_path())
         } else {
             JsonObject::new()
         };
@@ -683,4 +684,44 @@ fn replace_symlink(link: &Path, target: &Path) {
 
 pub fn text(path: &Path) -> String {
     path.to_str().unwrap().to_string()
+}
+
+/// `execution_activation.environment_file`: the `KEY=value` assignments of
+/// the runtime env file as `publish` reads them into the layout (blank and
+/// `#` lines skipped, explicit quoting decoded, a repeated key keeping its
+/// first position and last value). Written here from the original rather
+/// than borrowed from execution-activation, whose `publish` the journals
+/// this writer stages are checked against.
+fn environment_file(path: &Path) -> JsonObject {
+    let data = fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let text = decode_utf8(&data).expect("the runtime env file is UTF-8");
+    let mut result = JsonObject::new();
+    for line in splitlines(text) {
+        if strip(line).is_empty() || line.trim_start_matches(is_space).starts_with('#') {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .filter(|(key, _)| is_assignment_name(key))
+            .unwrap_or_else(|| panic!("not a supported assignment: {line:?}"));
+        let value = if value.starts_with(['"', '\'']) {
+            match shlex::split(value).expect("valid quoting").as_slice() {
+                [word] => word.clone(),
+                words => panic!("quoting is invalid: {line:?} gives {words:?}"),
+            }
+        } else {
+            value.to_string()
+        };
+        result.insert(key, value);
+    }
+    result
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, the names `environment_file` accepts.
+fn is_assignment_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -25,6 +25,8 @@
 //!   reports itself skipped through [`skip`] (a failure under `CI=true`).
 //! - [`upstream`]: the comparison with the originals run with the real
 //!   upstream modules (`AGENTS_UPSTREAM_DIR`, `scripts/upstream-compare.sh`).
+//! - [`alone`]: one test of the running test binary run again by itself in a
+//!   child process, for a test that changes what the whole process shares.
 //! - [`golden_path`]: the upstream bytes under `tests/fixtures/golden/`.
 //! - [`ReleaseHost`]: signed releases (real Ed25519 key, tar.gz archives,
 //!   schema-1 manifests) on 127.0.0.1 for `update-runner`.
@@ -55,6 +57,7 @@
 
 #![deny(missing_docs)]
 
+mod alone;
 mod binaries;
 mod cgroup;
 pub mod crash_points;
@@ -87,6 +90,7 @@ pub mod upstream;
 pub mod worker_double;
 mod worker_files;
 
+pub use alone::{alone, assert_passed_alone, ran_alone, running_alone, test_name, ALONE_ENV};
 pub use binaries::{binary_path, profile_dir, test_worker_path, HELPERS, TEST_WORKER};
 pub use files::{
     chown_other, entries, make_dir, make_dirs, make_fifo, mode_of, set_mode, unique_base,

@@ -136,7 +136,9 @@ pub struct Measured {
 /// Runs `command` to completion like [`Command::output`] (stdin from
 /// `/dev/null` unless set), and reports the child's own peak memory and
 /// run time, so tests can prove hostile input is handled in bounded memory
-/// and time.
+/// and time. The kernel carries the starting process's memory high-water
+/// mark over exec into the child's `ru_maxrss`, so measure from a small
+/// process (a test run alone, [`crate::ran_alone`]), not from a whole suite.
 pub fn run_measured(command: &mut Command) -> Measured {
     let started = Instant::now();
     let mut child = command

@@ -128,21 +128,6 @@ print(json.dumps(out))
     seed.as_array().unwrap().to_vec()
 }
 
-/// The port's `release_rate_limit_delay` of one response at `now`, as the
-/// oracle prints it.
-pub fn port_rate_limit_delay((code, headers): &RejectedResponse<'_>, now: f64) -> Json {
-    let status = update_runner::release::HttpStatusError {
-        code: *code,
-        reason: "reason".to_string(),
-        headers: headers
-            .iter()
-            .map(|(name, value)| (name.to_ascii_lowercase(), value.to_string()))
-            .collect(),
-    };
-    update_runner::release::release_rate_limit_delay(&status, now)
-        .map_or(Json::Null, |delay| Json::Int(i128::from(delay)))
-}
-
 /// Base64 (standard, padded) for passing bytes to the oracle.
 pub fn b64(bytes: &[u8]) -> String {
     use base64::Engine as _;

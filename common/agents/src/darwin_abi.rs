@@ -4,7 +4,7 @@
 //! Each constant's doc comment starts with `C:` and names the C expression it
 //! equals and the header that defines it. The tests compile every fact as a
 //! `_Static_assert` against the Darwin headers (for arm64 and x86_64 macOS,
-//! `tests/tests/darwin_abi_facts.rs`), and the Rust declarations that use them
+//! `tests/tests/it/darwin_abi_facts.rs`), and the Rust declarations that use them
 //! are checked against them below at compile time, so a mismatch cannot
 //! build.
 

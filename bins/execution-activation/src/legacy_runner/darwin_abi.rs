@@ -4,7 +4,7 @@
 //! Each constant's doc comment starts with `C:` and names the C expression it
 //! equals and the header that defines it; the tests compile every fact as a
 //! `_Static_assert` against the Darwin headers for arm64 and x86_64 macOS
-//! (`tests/tests/darwin_abi_facts.rs`). [`ProcBsdInfo`] mirrors the header's
+//! (`tests/tests/it/darwin_abi_facts.rs`). [`ProcBsdInfo`] mirrors the header's
 //! struct field by field and is checked against the facts at compile time on
 //! every target (its fields have one layout everywhere), so the offsets the
 //! decoder reads cannot drift from the struct the kernel fills.

@@ -11,6 +11,7 @@
 
 mod args;
 mod control;
+mod execution_journal;
 mod health;
 mod http_server;
 mod maintenance;

@@ -1,9 +1,10 @@
 //! The worker's startup hold (`execution_install.pending_worker_operation`):
 //! a worker started while an activation or an uninstall is pending admits
 //! nothing until that operation's helper releases the sealed lease it holds
-//! from its first moment. The journals and the intent are read with the
-//! shared crate's validating readers, so a worker refuses to start on the
-//! same files upstream's would.
+//! from its first moment. The outer journal and the intent are read with the
+//! shared crate's validating readers and the execution journal with the
+//! worker's own (`execution_journal`, not execution-manage's), so a worker
+//! refuses to start on the same files upstream's would.
 
 use std::path::Path;
 
@@ -12,8 +13,9 @@ use agents_common::{
     entry_present, execution_context, maintenance_operation_id, normalize_path, owned_directory,
     read_file, release_matches, Error, Result, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
 };
-use execution_manage::ExecutionTransaction;
 use python_compat::json::Json;
+
+use crate::execution_journal::PendingJournal;
 
 /// The operation this worker generation is held for, if any; an error is
 /// the Python exception line that stops the worker.
@@ -48,19 +50,19 @@ fn pending_operation(root: &Path, release_root: &Path) -> Result<Option<String>>
     if !journal {
         return Ok(None);
     }
-    let (value, layout) = ExecutionTransaction::load(&root)?;
-    if value.get("scope").and_then(Json::as_str) == Some("gateway") {
+    let pending = PendingJournal::load(&root)?;
+    if pending.value.get("scope").and_then(Json::as_str) == Some("gateway") {
         return Ok(None);
     }
-    let mut retained = vec![layout.worker_release.clone()];
-    if let Some(old) = ExecutionTransaction::previous_layout(&value)? {
+    let mut retained = vec![pending.layout.worker_release.clone()];
+    if let Some(old) = pending.previous_layout()? {
         if old.install_root != root {
             return Err(Error::value(
                 "previous execution layout belongs to another installation",
             ));
         }
         retained.push(old.worker_release);
-    } else if let Some(before) = value.get("current_before").and_then(Json::as_str) {
+    } else if let Some(before) = pending.current_before() {
         let target = root.join(before);
         retained.push(
             target
@@ -75,7 +77,7 @@ fn pending_operation(root: &Path, release_root: &Path) -> Result<Option<String>>
     }
     owned_directory(&release_root, false)?;
     read_file(&release_root.join("VERSION"), false)?;
-    maintenance_operation_id(&value).map(Some)
+    maintenance_operation_id(&pending.value).map(Some)
 }
 
 /// `pending_execution_worker_operation`: only a format-3 outer journal holds

@@ -1,0 +1,650 @@
+//! `execution-manage doctor` against real states of a real installation
+//! under a real `systemd --user` manager, each produced on purpose by
+//! interrupting the helper that owns it: a killed `apply` (its journal and
+//! its lock), a corrupted journal, a stale lock of a dead PID, a live lock,
+//! an interrupted uninstall, a unit whose MainPID is not its receipt's, and
+//! legacy, missing and half-removed installations. Each test checks the
+//! status word and the suggested command, runs that command exactly as
+//! printed, and checks that doctor then reports the installation healthy.
+//! Every doctor run, including those while an owner is still running,
+//! must leave every byte, mode and mtime of the installation as it was.
+
+use crate::doctor_support;
+use crate::execution_manage_support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Stdio};
+
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_tests::{
+    binary_path, descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT,
+};
+use doctor_support::{doctor, doctor_at, run_suggested, text, Doctor, CONCERNS};
+use execution_manage_support::{finish, Outcome, Site, NEW, OLD, STATUS};
+use python_compat::json::{encode_line, parse_json, Json};
+
+/// SIGKILL a helper as a crash would (frozen first, so it cannot start
+/// another command between the listing and the kill), then wait for the
+/// commands it had already started.
+fn kill(mut child: Child) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child PID");
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP");
+    let orphans = descendants(child.id());
+    child.kill().expect("SIGKILL the helper");
+    child.wait().expect("reap the helper");
+    poll_until(SERVICE_TIMEOUT, "the killed helper's commands", || {
+        orphans
+            .iter()
+            .all(|orphan| !orphan.is_alive())
+            .then_some(())
+    });
+}
+
+fn stalled(site: &Site, role: Role, mark: usize, on: &RequestMatch) {
+    site.wait_for_request(role, mark, &format!("a stalled {on:?}"), |record| {
+        on.matches(&record.path, record.action.as_deref()) && record.outcome == "stalled"
+    });
+}
+
+/// `apply --scope worker` to [`NEW`], killed while the old worker holds back
+/// its reply to the admission `acquire`: a `prepared` journal, the worker's
+/// acquired lease and the dead helper's lock are left. Returns doctor's
+/// report while the apply was still running, before the kill.
+fn killed_apply(site: &Site) -> Doctor {
+    let on = RequestMatch::maintenance("acquire");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(on.clone(), 30.0));
+    let child = site.spawn_apply(&site.layout(NEW, OLD), "worker");
+    stalled(site, Role::Worker, mark, &on);
+    let during = doctor(site);
+    kill(child);
+    site.switch(Role::Worker, Switches::default());
+    assert_eq!(site.pending_phase().as_deref(), Some("prepared"));
+    during
+}
+
+#[test]
+fn a_healthy_split_installation_is_reported_healthy() {
+    let Some(site) = Site::running("doctor_healthy") else {
+        return;
+    };
+    let serving = site.assert_serving(&site.layout(OLD, OLD));
+    let report = doctor(&site);
+    report.assert_healthy();
+    assert_eq!(report.kind(), "split");
+    assert_eq!(report.status("services"), "healthy");
+    assert_eq!(report.status("layout"), "healthy");
+    let worker = report.found("services", "worker");
+    assert_eq!(
+        worker.get("main_pid"),
+        Some(&Json::from(serving.worker_pid))
+    );
+    assert_eq!(
+        worker.get("receipt_pid"),
+        Some(&Json::from(serving.worker_pid))
+    );
+    assert_eq!(report.found("services", "lease"), Json::Null);
+    for key in CONCERNS {
+        let concern = report.concern(key).as_object().unwrap();
+        let keys: Vec<&String> = concern.keys().collect();
+        assert_eq!(
+            keys,
+            ["action", "error", "found", "path", "status", "summary"],
+            "{key}"
+        );
+    }
+
+    // The human report: the aligned summary and the verdict; no colour on
+    // a pipe.
+    let human = site.manage(&[
+        "doctor".as_ref(),
+        "--root".as_ref(),
+        site.installation.install_root.as_os_str(),
+    ]);
+    assert_eq!(human.code, Some(0), "{human:?}");
+    let root = site.installation.install_root.display();
+    assert!(
+        human.stdout.starts_with(&format!(
+            "execution-manage doctor: split gateway/worker installation at {root} (worker \
+             {OLD}, gateway {OLD})\nstate directory {} (from the installed layout)\n\n  \
+             install lock           absent      no installer holds the installation\n",
+            site.installation.state_root.display()
+        )),
+        "{}",
+        human.stdout
+    );
+    assert!(human
+        .stdout
+        .contains("\n  services               healthy     worker PID "));
+    assert!(human.stdout.ends_with("\nAll 8 concerns are healthy.\n"));
+    assert!(!human.stdout.contains('\x1b'));
+}
+
+#[test]
+fn a_killed_apply_is_stuck_until_the_suggested_recover() {
+    let Some(site) = Site::running("doctor_killed_apply") else {
+        return;
+    };
+    let root = site.installation.install_root.display().to_string();
+    let old = site.layout(OLD, OLD);
+    let before = site.assert_serving(&old);
+
+    // While the apply waits for the worker, it owns the lock and its journal.
+    let during = killed_apply(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("execution_transaction", "in progress"),
+    ]);
+    assert_eq!(during.action_kind("install_lock"), "wait");
+    assert_eq!(during.action_kind("execution_transaction"), "wait");
+    let program = during.found("install_lock", "owner_command_line");
+    assert!(
+        program
+            .as_str()
+            .unwrap_or_default()
+            .contains("execution-manage apply"),
+        "{program:?}"
+    );
+
+    // Killed: the journal and the lock are left behind by a dead owner.
+    let report = doctor(&site);
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("execution_transaction", "stuck"),
+    ]);
+    let recover = format!("execution-manage recover --root {root}");
+    assert_eq!(report.command("execution_transaction"), recover);
+    assert_eq!(
+        report.command("install_lock"),
+        recover,
+        "recover reaps the lock"
+    );
+    assert_eq!(
+        report.found("execution_transaction", "phase"),
+        Json::from("prepared")
+    );
+    assert_eq!(
+        report.found("execution_transaction", "scope"),
+        Json::from("worker")
+    );
+    let journal = site.pending_journal().unwrap();
+    assert_eq!(
+        report.found("execution_transaction", "id"),
+        journal.get("id").cloned().unwrap()
+    );
+    assert_eq!(report.found("install_lock", "owner"), Json::from("exited"));
+    assert_eq!(report.status("services"), "healthy");
+    let operation = report.found("execution_transaction", "operation_id");
+    assert_eq!(
+        report.found("services", "lease").get("operation_id"),
+        Some(&operation)
+    );
+    let human = site.manage(&[
+        "doctor".as_ref(),
+        "--root".as_ref(),
+        site.installation.install_root.as_os_str(),
+    ]);
+    assert_eq!(human.code, Some(1));
+    assert!(
+        human
+            .stdout
+            .contains(&format!("\n  resolve       {recover}\n")),
+        "{}",
+        human.stdout
+    );
+    assert!(human
+        .stdout
+        .ends_with("\n2 of 8 concerns need attention.\n"));
+
+    let outcome = run_suggested(&site, &report.command("execution_transaction"));
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    assert!(outcome
+        .stdout
+        .starts_with("{\"ok\": true, \"phase\": \"rolled-back\""));
+
+    doctor(&site).assert_healthy();
+    let after = site.assert_serving(&old);
+    assert_eq!(after.gateway_pid, before.gateway_pid);
+    site.assert_unlocked();
+}
+
+#[test]
+fn a_corrupted_journal_is_invalid_with_recovers_own_refusal() {
+    let Some(site) = Site::running("doctor_corrupted_journal") else {
+        return;
+    };
+    let root = site.installation.install_root.display().to_string();
+    killed_apply(&site);
+    let manifest = site
+        .installation
+        .install_root
+        .join(".execution-transaction/manifest.json");
+    let original = fs::read(&manifest).unwrap();
+    fs::write(&manifest, b"{\"format\": 1, \"id\": \n").unwrap();
+
+    let report = doctor(&site);
+    // The worker's lease (acquired, not sealed) now belongs to an operation
+    // no readable journal names: it expires on its own.
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("execution_transaction", "invalid"),
+        ("services", "in progress"),
+    ]);
+    assert_eq!(
+        report.action_kind("execution_transaction"),
+        "contact-engineering"
+    );
+    // Exactly what the helper that owns it refuses with.
+    let refused = site.recover();
+    assert_eq!(refused.code, Some(1));
+    assert_eq!(
+        format!(
+            "{}\n",
+            text(report.action("execution_transaction").get("text"))
+        ),
+        refused.stderr
+    );
+    assert_eq!(
+        report.concern("execution_transaction").get("error"),
+        Some(&Json::from(refused.stderr.trim_end()))
+    );
+    // No helper takes the lock over an invalid journal: removing the lock
+    // by hand is what is left.
+    assert_eq!(
+        report.command("install_lock"),
+        format!("rm -- {root}/.install-lock/pid && rmdir -- {root}/.install-lock")
+    );
+
+    // Engineering restores the journal: recover may resolve it again.
+    fs::write(&manifest, &original).unwrap();
+    let report = doctor(&site);
+    assert_eq!(report.status("execution_transaction"), "stuck");
+    let outcome = run_suggested(&site, &report.command("execution_transaction"));
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    doctor(&site).assert_healthy();
+}
+
+#[test]
+fn a_stale_lock_of_a_dead_pid_is_removed_by_the_suggested_command() {
+    let Some(site) = Site::running("doctor_stale_lock") else {
+        return;
+    };
+    let root = site.installation.install_root.display().to_string();
+    // `apply` takes the lock first, then asks the gateway for authenticated
+    // health: killed while the gateway holds back that reply, it leaves
+    // only its lock, naming a PID that is gone.
+    let on = RequestMatch::path("/api/health");
+    let mark = site.request_mark(Role::Gateway);
+    site.switch(Role::Gateway, Switches::stalling(on.clone(), 30.0));
+    let child = site.spawn_apply(&site.layout(NEW, OLD), "worker");
+    let dead = child.id();
+    stalled(&site, Role::Gateway, mark, &on);
+    // Still waiting: its lock is in progress, nothing else is pending.
+    let during = doctor(&site);
+    during.assert_attention(&[("install_lock", "in progress")]);
+    assert_eq!(during.found("install_lock", "owner_pid"), Json::from(dead));
+    kill(child);
+    site.switch(Role::Gateway, Switches::default());
+    assert!(site.pending_journal().is_none());
+
+    let report = doctor(&site);
+    report.assert_attention(&[("install_lock", "stuck")]);
+    assert_eq!(report.found("install_lock", "owner_pid"), Json::from(dead));
+    assert_eq!(report.found("install_lock", "owner"), Json::from("exited"));
+    let command = report.command("install_lock");
+    assert_eq!(
+        command,
+        format!("rm -- {root}/.install-lock/pid && rmdir -- {root}/.install-lock")
+    );
+
+    let outcome = run_suggested(&site, &command);
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    site.assert_unlocked();
+    doctor(&site).assert_healthy();
+}
+
+#[test]
+fn a_live_lock_is_in_progress_until_its_owner_finishes() {
+    let Some(site) = Site::running("doctor_live_lock") else {
+        return;
+    };
+    // The old worker holds back its acquire reply briefly: long enough for
+    // doctor, well inside the helper's 5 s request timeout.
+    let on = RequestMatch::maintenance("acquire");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(on.clone(), 3.5));
+    let new = site.layout(NEW, OLD);
+    let child = site.spawn_apply(&new, "worker");
+    let owner = child.id();
+    stalled(&site, Role::Worker, mark, &on);
+
+    let report = doctor(&site);
+    report.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("execution_transaction", "in progress"),
+    ]);
+    assert_eq!(report.found("install_lock", "owner_pid"), Json::from(owner));
+    assert_eq!(report.found("install_lock", "owner"), Json::from("alive"));
+    assert_eq!(report.action_kind("install_lock"), "wait");
+    assert!(text(report.action("install_lock").get("text")).starts_with(&format!("PID {owner} (")));
+
+    // What the wait resolves: the owner finishes, and nothing is left.
+    let outcome = finish(child);
+    site.switch(Role::Worker, Switches::default());
+    outcome.assert_ok_json();
+    site.assert_serving(&new);
+    doctor(&site).assert_healthy();
+}
+
+/// Starts the split uninstall (its helper form, `--yes`) with the private
+/// roots it requires.
+fn spawn_uninstall(site: &Site) -> Child {
+    let installation = &site.installation;
+    for root in [
+        &installation.install_root,
+        &installation.config_root,
+        &installation.state_root,
+    ] {
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    site.sandbox
+        .command(binary_path("uninstall"))
+        .arg("--root")
+        .arg(&installation.install_root)
+        .arg("--config-root")
+        .arg(&installation.config_root)
+        .arg("--state-root")
+        .arg(&installation.state_root)
+        .arg("--home")
+        .arg(&installation.home)
+        .arg("--yes")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("uninstall starts")
+}
+
+#[test]
+fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
+    let Some(site) = Site::running("doctor_interrupted_uninstall") else {
+        return;
+    };
+    let installation = &site.installation;
+    // Sealed, the gateway stopped, then killed while it asks the worker's
+    // status before stopping it (as uninstall_split_services does).
+    let seal = RequestMatch::maintenance("seal");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
+    let child = spawn_uninstall(&site);
+    stalled(&site, Role::Worker, mark, &seal);
+    let status = RequestMatch::path(STATUS);
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
+    stalled(&site, Role::Worker, mark, &status);
+
+    let during = doctor(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("uninstall_intent", "in progress"),
+        ("services", "in progress"),
+    ]);
+    assert_eq!(
+        during.found("uninstall_intent", "phase"),
+        Json::from("sealed")
+    );
+
+    kill(child);
+    site.switch(Role::Worker, Switches::default());
+    let report = doctor(&site);
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("uninstall_intent", "stuck"),
+        ("services", "stuck"),
+    ]);
+    let command = format!(
+        "uninstall --root {} --config-root {} --state-root {} --home {} --yes",
+        installation.install_root.display(),
+        installation.config_root.display(),
+        installation.state_root.display(),
+        installation.home.display()
+    );
+    assert_eq!(report.command("uninstall_intent"), command);
+    assert_eq!(report.command("install_lock"), command);
+    assert_eq!(report.action_kind("services"), "instruction");
+    assert_eq!(
+        report.found("uninstall_intent", "purge_state"),
+        Json::Bool(false)
+    );
+    assert!(text(report.concern("services").get("summary")).contains(GATEWAY_UNIT));
+
+    let outcome = run_suggested(&site, &command);
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    assert!(outcome.stdout.starts_with(
+        "AgentsServer gateway, execution service, release runtime and configuration removed."
+    ));
+    let after = doctor(&site);
+    after.assert_healthy();
+    assert_eq!(after.kind(), "missing");
+    for unit in [WORKER_UNIT, GATEWAY_UNIT] {
+        assert_eq!(site.sandbox.unit_state(unit).load_state, "not-found");
+    }
+}
+
+#[test]
+fn a_unit_whose_main_pid_is_not_its_receipts_is_restarted() {
+    let Some(site) = Site::running("doctor_main_pid") else {
+        return;
+    };
+    let before = site.assert_serving(&site.layout(OLD, OLD));
+    // The receipt names another process than the one systemd runs.
+    let receipt_path = site.installation.runtime_dir().join("worker.json");
+    let mut receipt = site.installation.receipt(Role::Worker).unwrap();
+    let stranger = agents_tests::install_lock_fixtures::dead_pid();
+    receipt.as_object_mut().unwrap().insert("pid", stranger);
+    let temporary = receipt_path.with_extension("doctor-tmp");
+    fs::write(&temporary, encode_line(&receipt, true)).unwrap();
+    fs::set_permissions(&temporary, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::rename(&temporary, &receipt_path).unwrap();
+
+    let report = doctor(&site);
+    report.assert_attention(&[("services", "stuck")]);
+    let worker = report.found("services", "worker");
+    assert_eq!(worker.get("main_pid"), Some(&Json::from(before.worker_pid)));
+    assert_eq!(worker.get("receipt_pid"), Some(&Json::from(stranger)));
+    assert_eq!(
+        report.command("services"),
+        format!("systemctl --user restart {WORKER_UNIT}")
+    );
+    // apply refuses the same state.
+    let refused = site.apply(&site.layout(NEW, OLD), "worker");
+    assert_eq!(refused.code, Some(1));
+
+    let outcome = run_suggested(&site, &report.command("services"));
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    let after = site.assert_serving(&site.layout(OLD, OLD));
+    assert_ne!(after.worker_pid, before.worker_pid);
+    doctor(&site).assert_healthy();
+}
+
+#[test]
+fn missing_legacy_and_half_removed_installations_are_named() {
+    let Some(site) = Site::empty("doctor_kinds") else {
+        return;
+    };
+    let base = site.sandbox.base();
+
+    // Missing: nothing to do.
+    let missing = doctor_at(&site, &base.join("nowhere"));
+    missing.assert_healthy();
+    assert_eq!(missing.kind(), "missing");
+
+    // Releases but no layout, no current and no journal: half-removed.
+    let half = doctor(&site);
+    assert_eq!(half.kind(), "half-removed");
+    half.assert_attention(&[("layout", "invalid")]);
+    assert_eq!(half.action_kind("layout"), "contact-engineering");
+    assert_eq!(half.found("layout", "left"), Json::from(vec!["releases"]));
+
+    // A legacy single-service installation: current and the monolith unit.
+    let release = site.installation.release_dir(OLD);
+    site.installation.set_current(&release);
+    site.installation.write_monolith_unit(site.port);
+    site.sandbox.systemctl_ok(&["daemon-reload"]);
+    site.sandbox.systemctl_ok(&["enable", "--now", WORKER_UNIT]);
+    let running = site
+        .sandbox
+        .wait_for_unit(WORKER_UNIT, SERVICE_TIMEOUT, "running", |state| {
+            state.is_running()
+        });
+    // Running is systemd's word once it has started the process; the server
+    // takes its state lock and then listens, so doctor's before-and-after
+    // comparison starts once it listens.
+    agents_tests::poll_until(SERVICE_TIMEOUT, "the legacy server to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", site.port)).ok()
+    });
+    let legacy = doctor(&site);
+    legacy.assert_healthy();
+    assert_eq!(legacy.kind(), "legacy");
+    assert_eq!(legacy.status("services"), "healthy");
+    assert_eq!(
+        legacy.found("services", "worker").get("main_pid"),
+        Some(&Json::from(running.main_pid))
+    );
+    assert_eq!(legacy.status("layout"), "healthy");
+    site.sandbox.systemctl_ok(&["stop", WORKER_UNIT]);
+    let stopped = doctor(&site);
+    stopped.assert_attention(&[("services", "stuck")]);
+    assert_eq!(
+        stopped.command("services"),
+        format!("systemctl --user start {WORKER_UNIT}")
+    );
+    let outcome = run_suggested(&site, &stopped.command("services"));
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    site.sandbox
+        .wait_for_unit(WORKER_UNIT, SERVICE_TIMEOUT, "running again", |state| {
+            state.is_running()
+        });
+    doctor(&site).assert_healthy();
+}
+
+/// install.sh's `.activation-transaction` (written by the stand-in of its
+/// journal writer): owned by a live install.sh it is in progress; left by a
+/// dead one it is stuck, and only install.sh may resume it; a journal its
+/// reader refuses is invalid with that reader's own refusal.
+#[test]
+fn an_activation_journal_is_install_shs_to_resume() {
+    use agents_tests::journal_writer::{Begin, Roots};
+    let Some(sandbox) = agents_tests::Sandbox::start_or_skip("doctor_activation") else {
+        return;
+    };
+    let base = sandbox.base().join("installed");
+    agents_tests::make_dir(&base, 0o755);
+    let roots = Roots::create(&base, sandbox.home());
+    roots.release("1.0.0");
+    roots.write_env("AGENTSDOCK_AGENT_TOKEN=test-token\n");
+    roots.install_split("1.0.0");
+    let candidate = roots.staging("1.1.0");
+    let old = roots.release_dir("1.0.0");
+    let transaction = roots.begin(&Begin {
+        old: Some((old.clone(), old)),
+        service_state: "running".into(),
+        service_enabled: true,
+        gateway_state: "running".into(),
+        gateway_enabled: true,
+        ..Begin::split(&candidate, "1.1.0")
+    });
+    let root = roots.root();
+    let run = || {
+        let outcome = Outcome::from(
+            sandbox
+                .command(binary_path("execution-manage"))
+                .arg("doctor")
+                .arg("--root")
+                .arg(&root)
+                .arg("--json")
+                .output()
+                .unwrap(),
+        );
+        let report = parse_json(outcome.stdout.as_bytes()).expect("JSON");
+        Doctor { outcome, report }
+    };
+
+    // install.sh (by its command line) holds the lock while it activates.
+    let mut installer = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "exec -a {}/install.sh sleep 60",
+            sandbox.base().display()
+        ))
+        .spawn()
+        .unwrap();
+    roots.hold_lock(installer.id());
+    poll_until(SERVICE_TIMEOUT, "install.sh's command line", || {
+        fs::read(format!("/proc/{}/cmdline", installer.id()))
+            .ok()
+            .filter(|line| {
+                line.starts_with(format!("{}/install.sh", sandbox.base().display()).as_bytes())
+            })
+    });
+    let during = run();
+    assert_eq!(during.status("install_lock"), "in progress");
+    assert_eq!(during.status("activation_journal"), "in progress");
+    assert_eq!(
+        during.found("activation_journal", "transaction_id"),
+        Json::from(transaction.as_str())
+    );
+    assert_eq!(
+        during.found("activation_journal", "owner_pid"),
+        Json::from(installer.id())
+    );
+    assert_eq!(
+        during.status("services"),
+        "in progress",
+        "stopped for the activation"
+    );
+
+    installer.kill().unwrap();
+    installer.wait().unwrap();
+    let report = run();
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("activation_journal", "stuck"),
+        ("services", "stuck"),
+    ]);
+    assert_eq!(report.action_kind("activation_journal"), "instruction");
+    let instruction = text(report.action("activation_journal").get("text"));
+    assert!(
+        instruction.starts_with(
+            "rerun install.sh with the same arguments as the interrupted run (release 1.1.0)"
+        ),
+        "{instruction}"
+    );
+    assert!(instruction.contains(&transaction));
+    assert_eq!(
+        report.found("activation_journal", "phase"),
+        Json::from("prepared")
+    );
+
+    // A journal install.sh's reader refuses: doctor prints that refusal.
+    let manifest = root.join(".activation-transaction/manifest.json");
+    let data = fs::read_to_string(&manifest).unwrap();
+    fs::write(
+        &manifest,
+        data.replace("\"phase\":\"prepared\"", "\"phase\":\"unknown\""),
+    )
+    .unwrap();
+    let refused = agents_common::execution_context(&root)
+        .unwrap_err()
+        .python_line();
+    let report = run();
+    assert_eq!(report.status("activation_journal"), "invalid");
+    assert_eq!(
+        report.concern("activation_journal").get("error"),
+        Some(&Json::from(refused.as_str()))
+    );
+    assert_eq!(
+        report.action_kind("activation_journal"),
+        "contact-engineering"
+    );
+}

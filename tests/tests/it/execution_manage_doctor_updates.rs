@@ -1,0 +1,362 @@
+//! `execution-manage doctor` on managed updates gone wrong, produced with
+//! the real `update-runner` against a real split installation under a real
+//! `systemd --user` manager and a signed release host on loopback: a failed
+//! update whose sealed handoff could not be released, and a row stuck at
+//! `installing` whose runner died. Each test checks the status word and the
+//! suggested command, runs that command exactly as printed, and expects
+//! doctor to report the installation healthy afterwards; every doctor run,
+//! including one while the runner installs, must leave the installation
+//! exactly as it was.
+
+use crate::doctor_support;
+use crate::execution_manage_support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use agents_common::test_support::atomic_json;
+use agents_common::{read_status_unlocked, NativeServices, SystemCommandRunner, WorkerControl};
+use agents_tests::{
+    binary_path, descendants, poll_until, ReleaseFile, ReleaseHost, RequestMatch, Role, Stall,
+    Switches, AGENT_TOKEN,
+};
+use doctor_support::{doctor_finding_state as doctor, run_suggested, text};
+use execution_manage_support::{finish, Site, HELPER_TIMEOUT, OLD};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
+
+/// The server's update id (`uuid4().hex`) and its handoff operation.
+const UPDATE_ID: &str = "d0c70d0c70d04d0c8d0c70d0c70d0c70";
+const OPERATION: &str = "d0c70d0c-70d0-4d0c-8d0c-70d0c70d0c70";
+/// The release the update asks for.
+const TARGET: &str = "1.1.0";
+/// `update_runner.main`'s report of a hold it could not release.
+const NOT_RELEASED: &str = "The update failed and its execution hold could not be released safely.";
+
+fn status_path(site: &Site) -> PathBuf {
+    site.installation
+        .state_root
+        .join("admin/server-update.json")
+}
+
+fn row(site: &Site) -> JsonObject {
+    read_status_unlocked(&status_path(site)).unwrap()
+}
+
+fn private_dir(path: &Path) {
+    fs::create_dir_all(path).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// The server's part before it launches a runner for a split worker: seal
+/// the running worker's admission for the update's operation and write the
+/// handoff (`.update-preparations/<id>/handoff-<id>.json`). Returns it.
+fn seal_handoff(site: &Site) -> (PathBuf, JsonObject) {
+    let layout = site.layout(OLD, OLD);
+    let serving = site.assert_serving(&layout);
+    let runner = SystemCommandRunner::default().with_environment(site.sandbox.env());
+    let native = NativeServices::with_runner(&layout, Box::new(runner));
+    let hold = WorkerControl::new()
+        .services(&native)
+        .seal_for_stop(&layout, OPERATION, i64::from(serving.worker_pid))
+        .expect("the worker seals for the update");
+    let field = |object: &JsonObject, key: &str| object.get(key).cloned().unwrap_or(Json::Null);
+    let handoff = json_object! {
+        "schema" => 1,
+        "operation_id" => OPERATION,
+        "worker_instance_id" => field(&hold.record, "instance_id"),
+        "lease_id" => field(&hold.lease, "lease_id"),
+        "expected_server_identity" => site.server_identity(),
+    };
+    let preparations = site.installation.install_root.join(".update-preparations");
+    private_dir(&preparations);
+    private_dir(&preparations.join(UPDATE_ID));
+    let path = preparations
+        .join(UPDATE_ID)
+        .join(format!("handoff-{UPDATE_ID}.json"));
+    fs::write(&path, encode_indented(&Json::Object(handoff.clone()))).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    (path, handoff)
+}
+
+/// The server's fresh `starting` row and the runner's one-time credential.
+fn admit(site: &Site, handoff: Option<&JsonObject>) -> PathBuf {
+    let mut admitted = json_object! {
+        "phase" => "starting",
+        "update_id" => UPDATE_ID,
+        "track" => "stable",
+        "current_track" => "stable",
+        "target_version" => TARGET,
+        "latest_version" => TARGET,
+        "update_available" => true,
+        "message" => "Starting the AgentsServer update.",
+        "runner_pid" => Json::Null,
+        "started_at" => agents_common::utc_now(),
+        "finished_at" => Json::Null,
+    };
+    if let Some(handoff) = handoff {
+        admitted.insert("_execution_handoff", handoff.clone());
+    }
+    private_dir(&site.installation.state_root.join("admin"));
+    atomic_json(&status_path(site), &admitted).unwrap();
+    let token = site
+        .installation
+        .state_root
+        .join(format!("admin/.server-update-{UPDATE_ID}.auth.json"));
+    atomic_json(&token, &json_object! {"token" => AGENT_TOKEN}).unwrap();
+    token
+}
+
+/// `update-runner` with the server's argv for this update.
+fn runner(
+    site: &Site,
+    releases: &ReleaseHost,
+    token: &Path,
+    handoff: Option<&Path>,
+    tmp: &Path,
+) -> Command {
+    let mut command = site.sandbox.command(binary_path("update-runner"));
+    command
+        .arg("--status-file")
+        .arg(status_path(site))
+        .arg("--public-key")
+        .arg(releases.public_key_path())
+        .args(["--port", &site.port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--expected-version", TARGET, "--current-version", OLD])
+        .args(["--track", "stable", "--update-id", UPDATE_ID])
+        .args(["--expected-server-identity", &site.server_identity()])
+        .arg("--auth-token-file")
+        .arg(token);
+    if let Some(handoff) = handoff {
+        command.arg("--execution-handoff-file").arg(handoff);
+    }
+    command
+        .env("AGENTS_SERVER_INSTALL_DIR", &site.installation.install_root)
+        .env("AGENTS_SERVER_CONFIG_DIR", &site.installation.config_root)
+        .env("AGENTS_SERVER_STATE_DIR", &site.installation.state_root)
+        .env("AGENTS_SERVER_RELEASE_BASE", releases.release_base())
+        .env(
+            "AGENTS_SERVER_RELEASES_API_URL",
+            releases.releases_api_url(),
+        )
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+#[test]
+fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() {
+    let Some(site) = Site::running("doctor_failed_handoff") else {
+        return;
+    };
+    let root = site.installation.install_root.display().to_string();
+    let releases = ReleaseHost::start(site.sandbox.base());
+    let tmp = site.sandbox.base().join("runner-tmp");
+    fs::create_dir(&tmp).unwrap();
+    let (handoff_file, handoff) = seal_handoff(&site);
+    let token = admit(&site, Some(&handoff));
+    // The release is not published: the update fails before the installer,
+    // and the worker refuses the runner's release of its hold, after
+    // holding back that reply for a moment (well inside the runner's 5 s
+    // request timeout), while the runner holds the install lock.
+    let release = RequestMatch::maintenance("release");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(
+        Role::Worker,
+        Switches {
+            refuse: vec!["release".to_string()],
+            stall: Some(Stall {
+                on: release.clone(),
+                seconds: 4.0,
+            }),
+            ..Switches::default()
+        },
+    );
+    let child = runner(&site, &releases, &token, Some(&handoff_file), &tmp)
+        .spawn()
+        .unwrap();
+    let runner_pid = child.id();
+    site.wait_for_request(Role::Worker, mark, "the runner's release", |record| {
+        release.matches(&record.path, record.action.as_deref()) && record.outcome == "stalled"
+    });
+    let during = doctor(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("update_preparations", "in progress"),
+        ("update_status", "in progress"),
+    ]);
+    assert_eq!(
+        during.found("install_lock", "owner_pid"),
+        Json::from(runner_pid)
+    );
+    let outcome = finish(child);
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    site.switch(Role::Worker, Switches::default());
+    let failed = row(&site);
+    assert_eq!(failed.get("phase"), Some(&Json::from("failed")));
+    assert_eq!(failed.get("message"), Some(&Json::from(NOT_RELEASED)));
+    assert_eq!(
+        site.worker_lease().get("operation_id"),
+        Some(&Json::from(OPERATION))
+    );
+
+    let report = doctor(&site);
+    report.assert_attention(&[("update_preparations", "stuck"), ("update_status", "stuck")]);
+    let command = format!(
+        "update-handoff release --root {root} --handoff-file {}",
+        handoff_file.display()
+    );
+    assert_eq!(report.command("update_preparations"), command);
+    assert_eq!(report.command("update_status"), command);
+    assert_eq!(
+        report.found("update_status", "error_code"),
+        Json::from("server_update_handoff_release_failed")
+    );
+    assert_eq!(report.status("services"), "healthy");
+    assert_eq!(
+        report.found("services", "lease").get("operation_id"),
+        Some(&Json::from(OPERATION))
+    );
+    let preparation = report.found("update_preparations", "preparations");
+    assert_eq!(
+        preparation
+            .as_array()
+            .and_then(|items| items.first())
+            .and_then(|item| item.get("id")),
+        Some(&Json::from(UPDATE_ID))
+    );
+
+    let outcome = run_suggested(&site, &command);
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    assert!(outcome.stdout.contains(&format!(
+        "\"operation_id\": \"{OPERATION}\", \"released\": true"
+    )));
+    assert!(site.worker_lease().is_null());
+
+    let after = doctor(&site);
+    after.assert_attention(&[]);
+    assert_eq!(after.status("update_status"), "healthy");
+    assert!(text(after.concern("update_status").get("summary")).contains("released"));
+    // The row stays the server's: the release changes nothing in it.
+    assert_eq!(row(&site), failed);
+}
+
+#[test]
+fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
+    let Some(site) = Site::running("doctor_stuck_installing") else {
+        return;
+    };
+    let releases = ReleaseHost::start(site.sandbox.base());
+    let tmp = site.sandbox.base().join("runner-tmp");
+    fs::create_dir(&tmp).unwrap();
+    // The candidate's installer never finishes on its own.
+    let version = format!("{TARGET}\n");
+    releases.publish(
+        TARGET,
+        &[
+            ReleaseFile {
+                name: "install.sh",
+                data: b"#!/bin/sh\nexec sleep 120\n",
+                mode: 0o755,
+            },
+            ReleaseFile {
+                name: "VERSION",
+                data: version.as_bytes(),
+                mode: 0o644,
+            },
+            ReleaseFile {
+                name: "agent_server.py",
+                data: b"API_CONTRACT_VERSION = 1\n",
+                mode: 0o644,
+            },
+            ReleaseFile {
+                name: "execution_service.py",
+                data: b"# stand-in\n",
+                mode: 0o644,
+            },
+        ],
+    );
+    // An idle server, as the runner proves before it installs; the
+    // server's update status read finalizes an abandoned row at once.
+    let idle = Switches {
+        health_extra: json_object! {
+            "active_count" => 0,
+            "update_blocking_queued_count" => 0,
+            "update_service_cgroup" => json_object! {
+                "safe" => true,
+                "unknown_descendant_count" => 0,
+                "inspection" => "verified",
+            },
+        },
+        update_grace_seconds: Some(0.0),
+        ..Switches::default()
+    };
+    site.switch(Role::Worker, idle.clone());
+    site.switch(Role::Gateway, idle);
+    let token = admit(&site, None);
+    let mut child: Child = runner(&site, &releases, &token, None, &tmp)
+        .spawn()
+        .unwrap();
+    let runner_pid = child.id();
+    let installer = poll_until(HELPER_TIMEOUT, "the installer to run", || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the runner exited early ({status}): {:?}", row(&site));
+        }
+        let installing = row(&site).get("phase") == Some(&Json::from("installing"));
+        let installer = descendants(runner_pid).into_iter().next()?;
+        installing.then_some(installer)
+    });
+
+    // While the runner installs, it is in progress.
+    let during = doctor(&site);
+    during.assert_attention(&[("update_status", "in progress")]);
+    assert_eq!(
+        during.found("update_status", "runner_pid"),
+        Json::from(runner_pid)
+    );
+    assert_eq!(
+        during.found("update_status", "runner"),
+        Json::from("alive, the expected runner")
+    );
+
+    // The runner and its installer die: the row stays `installing`.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    if let Some(group) = rustix::process::Pid::from_raw(installer.pid as i32) {
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+    }
+    poll_until(HELPER_TIMEOUT, "the installer to die", || {
+        (!installer.is_alive()).then_some(())
+    });
+    assert_eq!(row(&site).get("phase"), Some(&Json::from("installing")));
+
+    let report = doctor(&site);
+    report.assert_attention(&[("update_status", "stuck")]);
+    assert_eq!(
+        report.found("update_status", "runner"),
+        Json::from("exited")
+    );
+    let command = report.command("update_status");
+    assert_eq!(
+        command,
+        format!(
+            "curl -fsS -H \"X-AgentsDock-Token: $AGENTSDOCK_AGENT_TOKEN\" \
+             http://127.0.0.1:{}/api/admin/update",
+            site.port
+        )
+    );
+
+    let outcome = run_suggested(&site, &command);
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    let finalized = row(&site);
+    assert_eq!(finalized.get("phase"), Some(&Json::from("failed")));
+    assert_eq!(finalized.get("runner_pid"), Some(&Json::Null));
+    doctor(&site).assert_attention(&[]);
+    site.switch(Role::Worker, Switches::default());
+    site.switch(Role::Gateway, Switches::default());
+}
