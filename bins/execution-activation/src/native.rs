@@ -7,7 +7,7 @@
 //! drives `systemctl --user` or `launchctl`.
 
 use agents_common::{
-    Error, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot, ServiceState,
+    Error, ErrorKind, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot, ServiceState,
 };
 use python_compat::json::{Json, JsonObject};
 
@@ -42,7 +42,8 @@ pub(crate) trait Native {
         {
             return Err(Error::runtime(
                 "native service is transitioning; retry after it settles",
-            ));
+            )
+            .with_kind(ErrorKind::ServiceTransitioning));
         }
         Ok(states)
     }

@@ -3,7 +3,7 @@
 //! files, and the install lock that serialises every change.
 
 use agents_common::{
-    installed_service_files, read_file, ExecutionLayout, ServiceRunState, ServiceState,
+    installed_service_files, read_file, ErrorKind, ExecutionLayout, ServiceRunState, ServiceState,
     WorkerControl, GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME,
 };
 use python_compat::json::{parse_json, Json};
@@ -104,7 +104,7 @@ pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
         Some(Err(error)) => {
             let line = error.python_line();
             concern.error = Some(line.clone());
-            if line.contains("transitioning") {
+            if error.kind() == Some(ErrorKind::ServiceTransitioning) {
                 concern.status = Status::InProgress;
                 concern.summary = "a native service is starting or stopping".to_string();
                 concern.action = Some(Action::Wait(

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_handoff_release, owned_directory, read_file, read_update_handoff, Error,
+    check_handoff_release, owned_directory, read_file, read_update_handoff, Error, ErrorKind,
     RUNNER_OWNED_ACTIVE_PHASES,
 };
 use python_compat::{
@@ -291,7 +291,10 @@ fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
                 Action::Wait(format!(
                     "update {update_id} is running and owns its handoff"
                 ))
-            } else if line.contains("already owns") {
+            } else if matches!(
+                error.kind(),
+                Some(ErrorKind::ActivationOwnsRecovery | ErrorKind::UninstallOwnsRecovery)
+            ) {
                 Action::Instruction(format!(
                     "update-handoff release refuses ({line}); resolve that journal or intent \
                      first (see its concern), which takes over this worker"
