@@ -380,10 +380,10 @@ impl NativeServices {
         if states.worker.state == ServiceRunState::Transitioning
             || states.gateway.state == ServiceRunState::Transitioning
         {
-            return Err(Error::runtime(
-                "native service is transitioning; retry after it settles",
-            )
-            .with_kind(ErrorKind::ServiceTransitioning));
+            return Err(
+                Error::runtime("native service is transitioning; retry after it settles")
+                    .with_kind(ErrorKind::ServiceTransitioning),
+            );
         }
         Ok(states)
     }
