@@ -269,6 +269,12 @@ impl ExecutionTransaction {
         Ok((value, layout))
     }
 
+    /// The layout the journal's `before` snapshot holds: what rolling the
+    /// journal back leaves installed.
+    pub fn prior_layout(journal: &Json) -> Result<ExecutionLayout> {
+        snapshot_layout(field(field(journal, "before"), "layout"))
+    }
+
     /// `_check_publication`: proves that every service file, the layout
     /// manifest and `current` are in a state this journal produced (before, or
     /// after for the affected keys); anything else was changed by someone else
