@@ -428,6 +428,130 @@ fn a_live_lock_is_in_progress_until_its_owner_finishes() {
     doctor(&site).assert_healthy();
 }
 
+/// The original `execution_manage.py apply --scope worker` to [`NEW`], run
+/// with the upstream modules from the releases (as an unmigrated release
+/// holds them), held in its `systemctl start` of the new worker, after its
+/// publish, then killed there. doctor names the original as the owner
+/// while it runs, says what the pending journal published and what
+/// recovery leaves, and its plan runs the original's own `recover`.
+#[test]
+fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
+    use agents_tests::upstream::{
+        kill_group, wait_reached, Helper, Side, SystemctlTrace, Upstream,
+    };
+    let Some(upstream) = Upstream::require(
+        "doctor_original_apply",
+        &[
+            "execution_install.py",
+            "execution_transport.py",
+            "execution_http.py",
+        ],
+    ) else {
+        return;
+    };
+    let Some(site) = Site::running("doctor_original_apply") else {
+        return;
+    };
+    let root = site.installation.install_root.display().to_string();
+    let old = site.layout(OLD, OLD);
+    site.assert_serving(&old);
+    for version in [OLD, NEW] {
+        upstream.install_runtime(&site.installation.release_dir(version));
+    }
+    let trace = SystemctlTrace::install(&site.sandbox.base().join("trace"));
+    trace.stall_at("--user start --no-block agents-server.service", 1);
+    let layout = site.layout_file_named(&site.layout(NEW, OLD), "layout.json");
+    let runtime = site.installation.release_dir(OLD);
+    let mut apply = upstream.command(Side::Seed, Helper::ExecutionManage, &runtime, &site.sandbox);
+    trace.wrap(&mut apply, &site.sandbox);
+    apply
+        .arg("apply")
+        .arg("--layout")
+        .arg(&layout)
+        .args(["--scope", "worker"]);
+    let mut child = apply.spawn().expect("the original apply starts");
+    let reached = wait_reached(&mut child, "the original's start of the new worker", || {
+        trace.stalled()
+    });
+    assert!(reached, "{:?}", finish(child));
+
+    let during = doctor(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("execution_transaction", "in progress"),
+        ("services", "in progress"),
+        ("layout", "in progress"),
+    ]);
+    assert_eq!(
+        during.found("install_lock", "owner_program"),
+        Json::from("execution_manage.py")
+    );
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(
+        waits_for.get("program"),
+        Some(&Json::from("execution_manage.py"))
+    );
+    assert_eq!(waits_for.get("pid"), Some(&Json::from(child.id())));
+    assert_eq!(
+        during.found("execution_transaction", "phase"),
+        Json::from("published")
+    );
+    let id = text(site.pending_journal().unwrap().get("id"));
+    assert!(
+        text(during.concern("layout").get("summary")).starts_with(&format!(
+            "worker {NEW} and gateway {OLD} published by pending {id} (phase published); \
+             recovery leaves worker {OLD} and gateway {OLD}"
+        )),
+        "{}",
+        during.outcome.stdout
+    );
+    assert_eq!(
+        text(
+            during
+                .report
+                .get("installation")
+                .and_then(|i| i.get("summary"))
+        ),
+        format!(
+            "split gateway/worker installation at {root} (worker {NEW}, gateway {OLD} \
+             published; {id} pending)"
+        )
+    );
+
+    kill_group(child.id());
+    child.wait().expect("reap the original");
+    trace.clear();
+    let report = doctor(&site);
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("execution_transaction", "stuck"),
+        ("services", "stuck"),
+        ("layout", "stuck"),
+    ]);
+    // The release is not migrated: the original's own recover, from the
+    // published release.
+    let recover = format!(
+        "python3 -B {}/execution_manage.py recover --root {root}",
+        site.installation.release_dir(NEW).display()
+    );
+    assert_eq!(text(report.step(1).get("command")), recover);
+    report.assert_plan(&[(
+        "command",
+        &[
+            "execution_transaction",
+            "install_lock",
+            "services",
+            "layout",
+        ],
+    )]);
+    let serving = |site: &Site| {
+        site.assert_serving(&site.layout(OLD, OLD));
+    };
+    let followed = follow_plan(&site, doctor, &serving, 2);
+    assert_eq!(followed.commands.len(), 1);
+    site.assert_unlocked();
+}
+
 /// Starts the split uninstall (its helper form, `--yes`) with the private
 /// roots it requires.
 fn spawn_uninstall(site: &Site) -> Child {
