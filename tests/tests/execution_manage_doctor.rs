@@ -667,6 +667,117 @@ fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
     }
 }
 
+/// The original `execution_uninstall.py --yes` (as uninstall.sh runs it
+/// from the release), killed after writing its intent while it asks the
+/// worker's status: doctor names the original as the owner, and its plan
+/// resumes the removal with the original itself, from the release.
+#[test]
+fn an_original_uninstall_killed_after_its_intent_is_resumed_by_the_plan() {
+    use agents_tests::upstream::{kill_group, Upstream};
+    use std::os::unix::process::CommandExt as _;
+    let Some(upstream) = Upstream::require(
+        "doctor_original_uninstall",
+        &[
+            "execution_install.py",
+            "execution_transport.py",
+            "execution_http.py",
+            "execution_uninstall.py",
+            "execution_preparation.py",
+            "activation_transaction.py",
+        ],
+    ) else {
+        return;
+    };
+    let Some(site) = Site::running("doctor_original_uninstall") else {
+        return;
+    };
+    let installation = &site.installation;
+    site.assert_serving(&site.layout(OLD, OLD));
+    let release = installation.release_dir(OLD);
+    upstream.install_runtime(&release);
+    for root in [
+        &installation.install_root,
+        &installation.config_root,
+        &installation.state_root,
+    ] {
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let script = release.join("execution_uninstall.py");
+    let arguments = |command: &mut std::process::Command| {
+        command
+            .arg("--root")
+            .arg(&installation.install_root)
+            .arg("--config-root")
+            .arg(&installation.config_root)
+            .arg("--state-root")
+            .arg(&installation.state_root)
+            .arg("--home")
+            .arg(&installation.home)
+            .arg("--yes");
+    };
+    let seal = RequestMatch::maintenance("seal");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
+    let mut command = site.sandbox.command("python3");
+    command.arg("-B").arg(&script);
+    arguments(&mut command);
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("the original uninstall starts");
+    stalled(&site, Role::Worker, mark, &seal);
+    let status = RequestMatch::path(STATUS);
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
+    stalled(&site, Role::Worker, mark, &status);
+
+    let during = doctor(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("uninstall_intent", "in progress"),
+        ("services", "in progress"),
+        ("layout", "in progress"),
+    ]);
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(
+        waits_for.get("program"),
+        Some(&Json::from("execution_uninstall.py"))
+    );
+    assert!(text(during.action("uninstall_intent").get("text"))
+        .contains("(execution_uninstall.py) holds the install lock"));
+
+    kill_group(child.id());
+    finish(child);
+    site.switch(Role::Worker, Switches::default());
+    let report = doctor(&site);
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("uninstall_intent", "stuck"),
+        ("services", "stuck"),
+        ("layout", "stuck"),
+    ]);
+    let resume = format!(
+        "python3 -B {} --root {} --config-root {} --state-root {} --home {} --yes",
+        script.display(),
+        installation.install_root.display(),
+        installation.config_root.display(),
+        installation.state_root.display(),
+        installation.home.display()
+    );
+    assert_eq!(text(report.step(1).get("command")), resume);
+    report.assert_plan(&[(
+        "command",
+        &["uninstall_intent", "install_lock", "services", "layout"],
+    )]);
+    let followed = follow_plan(&site, doctor, &at_once, 1);
+    assert_eq!(followed.last.kind(), "missing");
+    for unit in [WORKER_UNIT, GATEWAY_UNIT] {
+        assert_eq!(site.sandbox.unit_state(unit).load_state, "not-found");
+    }
+}
+
 #[test]
 fn a_unit_whose_main_pid_is_not_its_receipts_is_restarted() {
     let Some(site) = Site::running("doctor_main_pid") else {
