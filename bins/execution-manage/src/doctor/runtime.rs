@@ -580,7 +580,7 @@ fn split_layout(ctx: &Context, owners: &Owners, concern: &mut Concern, current: 
                 ConcernId::ActivationJournal => format!(
                     "{published} published; install.sh's pending journal decides what stays"
                 ),
-                _ => format!("{published} published, pending"),
+                _ => format!("{published} published; what recovery leaves is unknown"),
             };
             if let (ConcernId::ExecutionTransaction, Some(pending)) = (owner.id, &owners.activation)
             {
