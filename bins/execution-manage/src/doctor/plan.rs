@@ -390,11 +390,27 @@ impl Plan {
         }
     }
 
+    /// Whether step `number` is a wait.
+    fn waits(&self, number: usize) -> bool {
+        self.steps
+            .get(number.wrapping_sub(1))
+            .is_some_and(|step| matches!(step.kind, StepKind::Wait { .. }))
+    }
+
+    /// What "resolved by" says: a wait step's owner resolves it once it
+    /// ends, which the wait covers.
+    fn resolved_by_text(&self, number: usize) -> String {
+        match self.waits(number) {
+            true => format!("waits with step {number}, for its owner"),
+            false => format!("resolved by step {number}"),
+        }
+    }
+
     /// The line the details print for a concern's place in the plan.
     pub fn role_line(&self, id: ConcernId) -> Option<String> {
         Some(match self.role(id)? {
             Role::Own(number) => format!("step {number}"),
-            Role::ResolvedBy(number) => format!("resolved by step {number}"),
+            Role::ResolvedBy(number) => self.resolved_by_text(number),
             Role::Stopped(number) => {
                 format!("nothing to do: stop at step {number} and contact engineering")
             }
@@ -426,7 +442,7 @@ impl Plan {
             (Role::ResolvedBy(number), _) => (
                 "resolved-by",
                 Json::Null,
-                format!("resolved by step {number}"),
+                self.resolved_by_text(number),
                 number,
             ),
             (Role::Stopped(number), _) => (
@@ -555,6 +571,10 @@ mod tests {
             ]
         );
         assert_eq!(plan.role(ConcernId::Services), Some(Role::ResolvedBy(1)));
+        assert_eq!(
+            plan.role_line(ConcernId::Services).as_deref(),
+            Some("waits with step 1, for its owner")
+        );
         assert_eq!(plan.role(ConcernId::UpdateStatus), Some(Role::AfterWait(1)));
         assert_eq!(plan.exit_status(), 3);
     }
