@@ -552,9 +552,14 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
     site.assert_unlocked();
 }
 
-/// Starts the split uninstall (its helper form, `--yes`) with the private
-/// roots it requires.
-fn spawn_uninstall(site: &Site) -> Child {
+/// Starts the split uninstall `program` (the binary, or `python3 -B
+/// <release>/execution_uninstall.py` as uninstall.sh runs the original)
+/// with `--yes` and the private roots it requires, in its own process
+/// group, and holds it where it asks the worker's status after sealing
+/// (its intent written, the gateway stopped), as uninstall_split_services
+/// does before stopping the worker. Returns it, still running.
+fn uninstall_held_at_status(site: &Site, mut program: std::process::Command) -> Child {
+    use std::os::unix::process::CommandExt as _;
     let installation = &site.installation;
     for root in [
         &installation.install_root,
@@ -563,8 +568,10 @@ fn spawn_uninstall(site: &Site) -> Child {
     ] {
         fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
     }
-    site.sandbox
-        .command(binary_path("uninstall"))
+    let seal = RequestMatch::maintenance("seal");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
+    let child = program
         .arg("--root")
         .arg(&installation.install_root)
         .arg("--config-root")
@@ -576,8 +583,32 @@ fn spawn_uninstall(site: &Site) -> Child {
         .arg("--yes")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
-        .expect("uninstall starts")
+        .expect("uninstall starts");
+    stalled(site, Role::Worker, mark, &seal);
+    let status = RequestMatch::path(STATUS);
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
+    stalled(site, Role::Worker, mark, &status);
+    child
+}
+
+/// The concerns an interrupted uninstall holds, each `word`.
+fn held_by_uninstall(word: &'static str) -> [(&'static str, &'static str); 4] {
+    ["install_lock", "uninstall_intent", "services", "layout"].map(|key| (key, word))
+}
+
+/// The uninstall's resumption, as doctor prints it, started by `program`.
+fn resume_uninstall(site: &Site, program: &str) -> String {
+    let installation = &site.installation;
+    format!(
+        "{program} --root {} --config-root {} --state-root {} --home {} --yes",
+        installation.install_root.display(),
+        installation.config_root.display(),
+        installation.state_root.display(),
+        installation.home.display()
+    )
 }
 
 #[test]
@@ -585,26 +616,10 @@ fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
     let Some(site) = Site::running("doctor_interrupted_uninstall") else {
         return;
     };
-    let installation = &site.installation;
-    // Sealed, the gateway stopped, then killed while it asks the worker's
-    // status before stopping it (as uninstall_split_services does).
-    let seal = RequestMatch::maintenance("seal");
-    let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
-    let child = spawn_uninstall(&site);
-    stalled(&site, Role::Worker, mark, &seal);
-    let status = RequestMatch::path(STATUS);
-    let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
-    stalled(&site, Role::Worker, mark, &status);
+    let child = uninstall_held_at_status(&site, site.sandbox.command(binary_path("uninstall")));
 
     let during = doctor(&site);
-    during.assert_attention(&[
-        ("install_lock", "in progress"),
-        ("uninstall_intent", "in progress"),
-        ("services", "in progress"),
-        ("layout", "in progress"),
-    ]);
+    during.assert_attention(&held_by_uninstall("in progress"));
     assert_eq!(
         during.found("uninstall_intent", "phase"),
         Json::from("sealed")
@@ -619,20 +634,8 @@ fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
     kill(child);
     site.switch(Role::Worker, Switches::default());
     let report = doctor(&site);
-    report.assert_attention(&[
-        ("install_lock", "stuck"),
-        ("uninstall_intent", "stuck"),
-        ("services", "stuck"),
-        ("layout", "stuck"),
-    ]);
-    let command = format!(
-        "{} --root {} --config-root {} --state-root {} --home {} --yes",
-        helper("uninstall"),
-        installation.install_root.display(),
-        installation.config_root.display(),
-        installation.state_root.display(),
-        installation.home.display()
-    );
+    report.assert_attention(&held_by_uninstall("stuck"));
+    let command = resume_uninstall(&site, &helper("uninstall"));
     assert_eq!(report.command("uninstall_intent"), command);
     report.assert_plan(&[(
         "command",
@@ -674,7 +677,6 @@ fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
 #[test]
 fn an_original_uninstall_killed_after_its_intent_is_resumed_by_the_plan() {
     use agents_tests::upstream::{kill_group, Upstream};
-    use std::os::unix::process::CommandExt as _;
     let Some(upstream) = Upstream::require(
         "doctor_original_uninstall",
         &[
@@ -691,55 +693,16 @@ fn an_original_uninstall_killed_after_its_intent_is_resumed_by_the_plan() {
     let Some(site) = Site::running("doctor_original_uninstall") else {
         return;
     };
-    let installation = &site.installation;
     site.assert_serving(&site.layout(OLD, OLD));
-    let release = installation.release_dir(OLD);
+    let release = site.installation.release_dir(OLD);
     upstream.install_runtime(&release);
-    for root in [
-        &installation.install_root,
-        &installation.config_root,
-        &installation.state_root,
-    ] {
-        fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
-    }
     let script = release.join("execution_uninstall.py");
-    let arguments = |command: &mut std::process::Command| {
-        command
-            .arg("--root")
-            .arg(&installation.install_root)
-            .arg("--config-root")
-            .arg(&installation.config_root)
-            .arg("--state-root")
-            .arg(&installation.state_root)
-            .arg("--home")
-            .arg(&installation.home)
-            .arg("--yes");
-    };
-    let seal = RequestMatch::maintenance("seal");
-    let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
-    let mut command = site.sandbox.command("python3");
-    command.arg("-B").arg(&script);
-    arguments(&mut command);
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("the original uninstall starts");
-    stalled(&site, Role::Worker, mark, &seal);
-    let status = RequestMatch::path(STATUS);
-    let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
-    stalled(&site, Role::Worker, mark, &status);
+    let mut original = site.sandbox.command("python3");
+    original.arg("-B").arg(&script);
+    let child = uninstall_held_at_status(&site, original);
 
     let during = doctor(&site);
-    during.assert_attention(&[
-        ("install_lock", "in progress"),
-        ("uninstall_intent", "in progress"),
-        ("services", "in progress"),
-        ("layout", "in progress"),
-    ]);
+    during.assert_attention(&held_by_uninstall("in progress"));
     let waits_for = during.step(1).get("waits_for").cloned().unwrap();
     assert_eq!(
         waits_for.get("program"),
@@ -752,20 +715,8 @@ fn an_original_uninstall_killed_after_its_intent_is_resumed_by_the_plan() {
     finish(child);
     site.switch(Role::Worker, Switches::default());
     let report = doctor(&site);
-    report.assert_attention(&[
-        ("install_lock", "stuck"),
-        ("uninstall_intent", "stuck"),
-        ("services", "stuck"),
-        ("layout", "stuck"),
-    ]);
-    let resume = format!(
-        "python3 -B {} --root {} --config-root {} --state-root {} --home {} --yes",
-        script.display(),
-        installation.install_root.display(),
-        installation.config_root.display(),
-        installation.state_root.display(),
-        installation.home.display()
-    );
+    report.assert_attention(&held_by_uninstall("stuck"));
+    let resume = resume_uninstall(&site, &format!("python3 -B {}", script.display()));
     assert_eq!(text(report.step(1).get("command")), resume);
     report.assert_plan(&[(
         "command",

@@ -45,16 +45,7 @@ pub static DOCTOR_SPEC: CommandSpec = CommandSpec {
         },
         OptionSpec {
             long: "concern",
-            kind: ValueKind::Choice(&[
-                "install_lock",
-                "activation_journal",
-                "execution_transaction",
-                "uninstall_intent",
-                "update_preparations",
-                "update_status",
-                "services",
-                "layout",
-            ]),
+            kind: ValueKind::Choice(&ConcernId::KEYS),
             required: false,
             help: "report only this concern and the plan's steps for it (its exit status too)",
         },

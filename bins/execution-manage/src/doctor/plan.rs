@@ -659,6 +659,14 @@ mod tests {
     }
 
     #[test]
+    fn each_concern_has_its_key() {
+        for (id, key) in ConcernId::ALL.into_iter().zip(ConcernId::KEYS) {
+            assert_eq!(id.key(), key);
+            assert_eq!(ConcernId::from_key(key), Some(id));
+        }
+    }
+
+    #[test]
     fn healthy_concerns_make_no_plan() {
         let plan = Plan::of(&[concern(ConcernId::Layout, Status::Healthy, None)]);
         assert!(plan.steps.is_empty());

@@ -106,18 +106,21 @@ impl ConcernId {
         ConcernId::Layout,
     ];
 
+    /// The JSON keys (and `--concern` names), in [`ConcernId::ALL`]'s order.
+    pub const KEYS: [&'static str; 8] = [
+        "install_lock",
+        "activation_journal",
+        "execution_transaction",
+        "uninstall_intent",
+        "update_preparations",
+        "update_status",
+        "services",
+        "layout",
+    ];
+
     /// The JSON key and `--concern` name.
     pub fn key(self) -> &'static str {
-        match self {
-            ConcernId::InstallLock => "install_lock",
-            ConcernId::ActivationJournal => "activation_journal",
-            ConcernId::ExecutionTransaction => "execution_transaction",
-            ConcernId::UninstallIntent => "uninstall_intent",
-            ConcernId::UpdatePreparations => "update_preparations",
-            ConcernId::UpdateStatus => "update_status",
-            ConcernId::Services => "services",
-            ConcernId::Layout => "layout",
-        }
+        Self::KEYS[self as usize]
     }
 
     /// The human title.
