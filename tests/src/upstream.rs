@@ -106,6 +106,33 @@ impl Upstream {
         })
     }
 
+    /// The originals and the upstream modules for a test that produces a
+    /// state with the originals (not a comparison): the modules from
+    /// [`UPSTREAM_DIR_ENV`], by default `../upstream-release` beside the
+    /// checkout, holding at least `needed` (what the originals the test
+    /// runs import); `None` after reporting the test as skipped (a failure
+    /// under `CI=true`) when any is missing.
+    pub fn require(test: &str, needed: &[&str]) -> Option<Upstream> {
+        let originals = Originals::require(test)?;
+        let modules = match std::env::var_os(UPSTREAM_DIR_ENV) {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => crate::fixtures::workspace_root().join("../upstream-release"),
+        };
+        let complete = needed.iter().all(|name| modules.join(name).is_file());
+        match modules.canonicalize() {
+            Ok(modules) if complete => Some(Upstream {
+                sources: Some((originals, modules)),
+            }),
+            _ => {
+                crate::skip::skip(
+                    test,
+                    &format!("upstream modules not found (set {UPSTREAM_DIR_ENV})"),
+                );
+                None
+            }
+        }
+    }
+
     /// No sources: only [`Side::Port`] runs (the recorded facts' checks).
     pub fn port_only() -> Upstream {
         Upstream { sources: None }
@@ -136,7 +163,9 @@ impl Upstream {
     /// Fills `dir` as a release runtime holds the helpers: the five original
     /// sources and the upstream modules side by side (0644; `uninstall.sh`
     /// 0755), so `Path(__file__).parent` and `sys.path[0]` find what a real
-    /// release has beside them. Without sources the folder stays empty.
+    /// release has beside them. Without sources the folder stays empty; a
+    /// module the folder lacks is left out ([`Upstream::locate`] refuses an
+    /// incomplete folder, [`Upstream::require`] checks what its test needs).
     pub fn install_runtime(&self, dir: &Path) {
         fs::create_dir_all(dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
         let Some((originals, modules)) = &self.sources else {
@@ -145,7 +174,8 @@ impl Upstream {
         let sources = ORIGINAL_FILES
             .iter()
             .map(|name| originals.file(name))
-            .chain(UPSTREAM_MODULES.iter().map(|name| modules.join(name)));
+            .chain(UPSTREAM_MODULES.iter().map(|name| modules.join(name)))
+            .filter(|source| source.is_file());
         for source in sources {
             let name = source.file_name().expect("a file name");
             let target = dir.join(name);

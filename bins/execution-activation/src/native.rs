@@ -7,7 +7,8 @@
 //! drives `systemctl --user` or `launchctl`.
 
 use agents_common::{
-    Error, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot, ServiceState,
+    Error, ErrorKind, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot,
+    ServiceState,
 };
 use python_compat::json::{Json, JsonObject};
 
@@ -40,9 +41,10 @@ pub(crate) trait Native {
             .values()
             .any(|state| state.get("state") == Some(&Json::from("transitioning")))
         {
-            return Err(Error::runtime(
-                "native service is transitioning; retry after it settles",
-            ));
+            return Err(
+                Error::runtime("native service is transitioning; retry after it settles")
+                    .with_kind(ErrorKind::ServiceTransitioning),
+            );
         }
         Ok(states)
     }

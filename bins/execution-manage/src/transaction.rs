@@ -106,46 +106,7 @@ impl ExecutionTransaction {
             return Err(already_pending());
         }
         let prior_layout = snapshot(&layout.manifest_path())?;
-        if scope == "migration" {
-            if prior_layout.get("exists") == Some(&Json::Bool(true)) {
-                return Err(Error::value(
-                    "execution layout already exists; migration is not an update",
-                ));
-            }
-        } else {
-            if prior_layout.get("exists") != Some(&Json::Bool(true)) {
-                return Err(Error::value(
-                    "execution activation requires a previous layout",
-                ));
-            }
-            let old = snapshot_layout(&prior_layout)?;
-            let (old_fields, new_fields) = (old.to_dict(), layout.to_dict());
-            let allowed = if scope == "gateway" {
-                "gateway_release"
-            } else {
-                "worker_release"
-            };
-            let changed_elsewhere = object(&old_fields)
-                .iter()
-                .any(|(key, value)| key != allowed && new_fields.get(key) != Some(value));
-            if changed_elsewhere {
-                return Err(Error::value(format!(
-                    "{scope} activation changes another component's configuration"
-                )));
-            }
-            let retained = if scope == "gateway" {
-                "worker"
-            } else {
-                "gateway"
-            };
-            if snapshot(&layout.service_path(retained)?)?
-                != desired(&render_service(&old, retained)?)
-            {
-                return Err(Error::runtime(
-                    "retained service configuration no longer matches its layout",
-                ));
-            }
-        }
+        check_prior_layout(layout, scope, &prior_layout)?;
         let paths = journal_paths(layout)?;
         let mut before = JsonObject::new();
         for key in KEYS {
@@ -267,6 +228,12 @@ impl ExecutionTransaction {
             ));
         }
         Ok((value, layout))
+    }
+
+    /// The layout the journal's `before` snapshot holds: what rolling the
+    /// journal back leaves installed.
+    pub fn prior_layout(journal: &Json) -> Result<ExecutionLayout> {
+        snapshot_layout(field(field(journal, "before"), "layout"))
     }
 
     /// `_check_publication`: proves that every service file, the layout
@@ -665,6 +632,51 @@ fn decode_base64(data: Option<&str>) -> Result<Vec<u8>> {
 
 fn hex_digest(data: &[u8]) -> String {
     python_compat::hex(&Sha256::digest(data))
+}
+
+/// The stage's checks of the installed layout against the plan: a
+/// migration starts without one; an update changes only its own release,
+/// and the service it retains must still be exactly that layout's.
+fn check_prior_layout(layout: &ExecutionLayout, scope: &str, prior_layout: &Json) -> Result<()> {
+    if scope == "migration" {
+        if prior_layout.get("exists") == Some(&Json::Bool(true)) {
+            return Err(Error::value(
+                "execution layout already exists; migration is not an update",
+            ));
+        }
+    } else {
+        if prior_layout.get("exists") != Some(&Json::Bool(true)) {
+            return Err(Error::value(
+                "execution activation requires a previous layout",
+            ));
+        }
+        let old = snapshot_layout(prior_layout)?;
+        let (old_fields, new_fields) = (old.to_dict(), layout.to_dict());
+        let allowed = if scope == "gateway" {
+            "gateway_release"
+        } else {
+            "worker_release"
+        };
+        let changed_elsewhere = object(&old_fields)
+            .iter()
+            .any(|(key, value)| key != allowed && new_fields.get(key) != Some(value));
+        if changed_elsewhere {
+            return Err(Error::value(format!(
+                "{scope} activation changes another component's configuration"
+            )));
+        }
+        let retained = if scope == "gateway" {
+            "worker"
+        } else {
+            "gateway"
+        };
+        if snapshot(&layout.service_path(retained)?)? != desired(&render_service(&old, retained)?) {
+            return Err(Error::runtime(
+                "retained service configuration no longer matches its layout",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The layout stored in a manifest snapshot's data (the previous install).

@@ -3,8 +3,8 @@
 //! seeds do and the one line a helper prints is the seed's traceback line.
 //!
 //! Python's own rules (classes, `isinstance`, `str(OSError)`) live with the
-//! exception; this type is where the helpers' domain will add what callers
-//! branch on beyond the Python class.
+//! exception; this type adds what callers branch on beyond the Python class:
+//! an [`ErrorKind`], so no caller reads the message to decide what happened.
 
 use std::fmt;
 use std::io;
@@ -16,6 +16,22 @@ use python_compat::{ErrorClass, Exception};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     exception: Exception,
+    kind: Option<ErrorKind>,
+}
+
+/// A condition a caller branches on, beyond the Python class. The message
+/// (and so the printed line) stays the seed's; the kind only names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The service manager is starting or stopping a job (`native service
+    /// is transitioning; retry after it settles`): retrying later may pass.
+    ServiceTransitioning,
+    /// An activation journal (install.sh's or execution-manage's) owns the
+    /// installation, so handoff recovery must wait for it.
+    ActivationOwnsRecovery,
+    /// An uninstall intent owns the installation's execution recovery.
+    UninstallOwnsRecovery,
 }
 
 /// Result alias used throughout the helpers.
@@ -56,6 +72,17 @@ impl Error {
     /// A raw OS error from an errno value, about `path`.
     pub fn from_errno(errno: rustix::io::Errno, path: &Path) -> Self {
         Exception::from_errno(errno, path).into()
+    }
+
+    /// The same error, naming the condition callers branch on.
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// The condition this error names, when a caller may branch on it.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        self.kind
     }
 
     /// The Python exception the seed raises.
@@ -103,7 +130,10 @@ impl Error {
 
 impl From<Exception> for Error {
     fn from(exception: Exception) -> Self {
-        Error { exception }
+        Error {
+            exception,
+            kind: None,
+        }
     }
 }
 
@@ -158,5 +188,15 @@ mod tests {
         assert!(err.is_not_found() && err.is_os_error() && err.is_a(ErrorClass::Os));
         assert_eq!(err.to_string(), exception.to_string());
         assert_eq!(Error::value("bad").exception(), &Exception::value("bad"));
+    }
+
+    #[test]
+    fn a_kind_names_the_condition_without_changing_the_line() {
+        let plain = Error::runtime("native service is transitioning; retry after it settles");
+        let kinded = plain.clone().with_kind(ErrorKind::ServiceTransitioning);
+        assert_eq!(plain.kind(), None);
+        assert_eq!(kinded.kind(), Some(ErrorKind::ServiceTransitioning));
+        assert_eq!(kinded.python_line(), plain.python_line());
+        assert_eq!(kinded.exception(), plain.exception());
     }
 }

@@ -22,7 +22,7 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::activation::read_update_handoff;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
 use crate::install_lock::InstallationLock;
 use crate::layout::ExecutionLayout;
@@ -476,7 +476,8 @@ impl<'a> Provenance<'a> {
 fn no_handoff_recovery_overlap(root: &Path) -> Result<()> {
     no_activation(root)?;
     if entry_present(&root.join(UNINSTALL_INTENT_NAME))? {
-        return Err(Error::runtime("uninstall already owns execution recovery"));
+        return Err(Error::runtime("uninstall already owns execution recovery")
+            .with_kind(ErrorKind::UninstallOwnsRecovery));
     }
     Ok(())
 }

@@ -85,7 +85,7 @@ mod update_status;
 mod worker_control;
 
 // The error.
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 
 // Guarded files.
 pub use fs::{
@@ -128,8 +128,8 @@ pub use uninstall_marker::{
 
 // The status row.
 pub use update_status::{
-    is_ownership_lost, read_status_unlocked, runner_owns, update_status, update_status_unlocked,
-    utc_now, StatusLock, MAX_STATUS_BYTES, RUNNER_OWNED_ACTIVE_PHASES,
+    format_utc, is_ownership_lost, read_status_unlocked, runner_owns, update_status,
+    update_status_unlocked, utc_now, StatusLock, MAX_STATUS_BYTES, RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 // Native services.

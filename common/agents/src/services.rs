@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 pub use command::{CommandRunner, SystemCommandRunner};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{check_text, read_file, snapshot};
 use crate::layout::{ExecutionLayout, GATEWAY_LABEL, GATEWAY_UNIT, WORKER_LABEL, WORKER_UNIT};
 use python_compat::{
@@ -380,9 +380,10 @@ impl NativeServices {
         if states.worker.state == ServiceRunState::Transitioning
             || states.gateway.state == ServiceRunState::Transitioning
         {
-            return Err(Error::runtime(
-                "native service is transitioning; retry after it settles",
-            ));
+            return Err(
+                Error::runtime("native service is transitioning; retry after it settles")
+                    .with_kind(ErrorKind::ServiceTransitioning),
+            );
         }
         Ok(states)
     }

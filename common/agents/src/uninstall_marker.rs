@@ -28,7 +28,7 @@ use python_compat::{
 
 use crate::activation::{check_binding, directory_binding};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{atomic_write, normalize_path, owned_directory, read_file};
 use crate::layout::{
     layout_manifest, render_service, ExecutionLayout, LAYOUT_NAME, TRANSACTION_NAME,
@@ -82,7 +82,8 @@ pub fn entry_present(path: &Path) -> Result<bool> {
 pub fn no_activation(root: &Path) -> Result<()> {
     for name in [ACTIVATION_NAME, TRANSACTION_NAME] {
         if entry_present(&root.join(name))? {
-            return Err(Error::runtime("activation already owns handoff recovery"));
+            return Err(Error::runtime("activation already owns handoff recovery")
+                .with_kind(ErrorKind::ActivationOwnsRecovery));
         }
     }
     Ok(())

@@ -58,7 +58,7 @@ pub fn utc_now() -> String {
 }
 
 /// Format Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC).
-fn format_utc(seconds: i64) -> String {
+pub fn format_utc(seconds: i64) -> String {
     let days = seconds.div_euclid(86_400);
     let of_day = seconds.rem_euclid(86_400);
     // Howard Hinnant's civil_from_days.

@@ -133,6 +133,7 @@ fn doctor_leaves_the_seed_parser_untouched() {
 #[test]
 fn doctor_has_its_own_usage_and_help() {
     let usage = "usage: execution-manage doctor [-h] --root ROOT [--state-dir STATE_DIR]\n\
+                 \x20                              [--concern {install_lock,activation_journal,execution_transaction,uninstall_intent,update_preparations,update_status,services,layout}]\n\
                  \x20                              [--json]\n";
     for (args, message) in [
         (
@@ -150,6 +151,12 @@ fn doctor_has_its_own_usage_and_help() {
         (
             &["doctor", "--root", "/i", "--json=yes"],
             "argument --json: ignored explicit argument 'yes'",
+        ),
+        (
+            &["doctor", "--root", "/i", "--concern", "lock"],
+            "argument --concern: invalid choice: 'lock' (choose from 'install_lock', \
+             'activation_journal', 'execution_transaction', 'uninstall_intent', \
+             'update_preparations', 'update_status', 'services', 'layout')",
         ),
     ] {
         let output = run(PROGRAM, args);

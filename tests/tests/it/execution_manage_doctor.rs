@@ -4,10 +4,12 @@
 //! its lock), a corrupted journal, a stale lock of a dead PID, a live lock,
 //! an interrupted uninstall, a unit whose MainPID is not its receipt's, and
 //! legacy, missing and half-removed installations. Each test checks the
-//! status word and the suggested command, runs that command exactly as
-//! printed, and checks that doctor then reports the installation healthy.
-//! Every doctor run, including those while an owner is still running,
-//! must leave every byte, mode and mtime of the installation as it was.
+//! status words and the plan, then follows the plan mechanically (step 1
+//! run exactly as printed, doctor again, repeat) until doctor exits 0; an
+//! invalid state must stop the plan at a contact-engineering step with
+//! nothing run. Every doctor run, including those while an owner is still
+//! running, must leave every byte, mode and mtime of the installation as it
+//! was.
 
 use crate::doctor_support;
 use crate::execution_manage_support;
@@ -20,7 +22,9 @@ use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     binary_path, descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT,
 };
-use doctor_support::{doctor, doctor_at, run_suggested, text, Doctor, CONCERNS};
+use doctor_support::{
+    at_once, doctor, doctor_at, doctor_finding_state, follow_plan, helper, text, Doctor, CONCERNS,
+};
 use execution_manage_support::{finish, Outcome, Site, NEW, OLD, STATUS};
 use python_compat::json::{encode_line, parse_json, Json};
 
@@ -130,14 +134,25 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
     let old = site.layout(OLD, OLD);
     let before = site.assert_serving(&old);
 
-    // While the apply waits for the worker, it owns the lock and its journal.
+    // While the apply waits for the worker, it owns the lock, its journal
+    // and the layout it is changing: the plan only waits for it.
     let during = killed_apply(&site);
     during.assert_attention(&[
         ("install_lock", "in progress"),
         ("execution_transaction", "in progress"),
+        ("layout", "in progress"),
     ]);
-    assert_eq!(during.action_kind("install_lock"), "wait");
-    assert_eq!(during.action_kind("execution_transaction"), "wait");
+    during.assert_plan(&[("wait", &["execution_transaction", "install_lock", "layout"])]);
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(
+        waits_for.get("program"),
+        Some(&Json::from("execution-manage"))
+    );
+    assert_eq!(
+        waits_for.get("pid"),
+        Some(&during.found("install_lock", "owner_pid"))
+    );
+    assert!(text(waits_for.get("since")).ends_with('Z'), "{waits_for:?}");
     let program = during.found("install_lock", "owner_command_line");
     assert!(
         program
@@ -147,18 +162,35 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
         "{program:?}"
     );
 
-    // Killed: the journal and the lock are left behind by a dead owner.
+    // Killed: the journal and the lock are left behind by a dead owner;
+    // the layout says what recovery leaves.
     let report = doctor(&site);
     report.assert_attention(&[
         ("install_lock", "stuck"),
         ("execution_transaction", "stuck"),
+        ("layout", "stuck"),
     ]);
-    let recover = format!("execution-manage recover --root {root}");
+    let recover = format!("{} recover --root {root}", helper("execution-manage"));
+    report.assert_plan(&[(
+        "command",
+        &["execution_transaction", "install_lock", "layout"],
+    )]);
+    assert_eq!(text(report.step(1).get("command")), recover);
     assert_eq!(report.command("execution_transaction"), recover);
+    assert_eq!(report.action_kind("install_lock"), "resolved-by");
     assert_eq!(
-        report.command("install_lock"),
-        recover,
-        "recover reaps the lock"
+        report.action("install_lock").get("step"),
+        Some(&Json::from(1))
+    );
+    let journal = site.pending_journal().unwrap();
+    let id = text(journal.get("id"));
+    assert_eq!(
+        text(report.concern("layout").get("summary")),
+        format!(
+            "worker {OLD} and gateway {OLD} published by pending {id} (phase prepared); \
+             recovery leaves worker {OLD} and gateway {OLD} while the execution transaction \
+             is stuck"
+        )
     );
     assert_eq!(
         report.found("execution_transaction", "phase"),
@@ -168,11 +200,7 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
         report.found("execution_transaction", "scope"),
         Json::from("worker")
     );
-    let journal = site.pending_journal().unwrap();
-    assert_eq!(
-        report.found("execution_transaction", "id"),
-        journal.get("id").cloned().unwrap()
-    );
+    assert_eq!(report.found("execution_transaction", "id"), Json::from(id));
     assert_eq!(report.found("install_lock", "owner"), Json::from("exited"));
     assert_eq!(report.status("services"), "healthy");
     let operation = report.found("execution_transaction", "operation_id");
@@ -187,23 +215,52 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
     ]);
     assert_eq!(human.code, Some(1));
     assert!(
-        human
-            .stdout
-            .contains(&format!("\n  resolve       {recover}\n")),
+        human.stdout.contains(&format!(
+            "\nPlan:\n  1. {recover}\n     resolves: execution transaction, install lock, \
+             layout\n     restores the prior services, files and current, and retires the \
+             journal\n\n"
+        )),
         "{}",
         human.stdout
     );
+    assert!(
+        human
+            .stdout
+            .contains("\n  age seconds  1\n  plan         resolved by step 1\n")
+            || human
+                .stdout
+                .contains("\n  age seconds  0\n  plan         resolved by step 1\n"),
+        "{}",
+        human.stdout
+    );
+    assert!(!human.stdout.contains("resolve  "), "{}", human.stdout);
     assert!(human
         .stdout
-        .ends_with("\n2 of 8 concerns need attention.\n"));
+        .ends_with("\n3 of 8 concerns need attention.\n"));
+    // Only the lock, by itself: its place in the plan, and the step.
+    let lock = site.manage(&[
+        "doctor".as_ref(),
+        "--root".as_ref(),
+        site.installation.install_root.as_os_str(),
+        "--concern".as_ref(),
+        "install_lock".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(lock.code, Some(1), "{lock:?}");
+    let lock = parse_json(lock.stdout.as_bytes()).unwrap();
+    let concerns = lock.get("concerns").and_then(Json::as_object).unwrap();
+    assert_eq!(concerns.keys().collect::<Vec<_>>(), ["install_lock"]);
+    assert_eq!(
+        lock.get("plan").and_then(Json::as_array).map(Vec::len),
+        Some(1)
+    );
 
-    let outcome = run_suggested(&site, &report.command("execution_transaction"));
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
-    assert!(outcome
+    let followed = follow_plan(&site, doctor, &at_once, 2);
+    assert_eq!(followed.commands.len(), 1);
+    assert!(followed.commands[0]
+        .1
         .stdout
         .starts_with("{\"ok\": true, \"phase\": \"rolled-back\""));
-
-    doctor(&site).assert_healthy();
     let after = site.assert_serving(&old);
     assert_eq!(after.gateway_pid, before.gateway_pid);
     site.assert_unlocked();
@@ -214,7 +271,6 @@ fn a_corrupted_journal_is_invalid_with_recovers_own_refusal() {
     let Some(site) = Site::running("doctor_corrupted_journal") else {
         return;
     };
-    let root = site.installation.install_root.display().to_string();
     killed_apply(&site);
     let manifest = site
         .installation
@@ -230,39 +286,48 @@ fn a_corrupted_journal_is_invalid_with_recovers_own_refusal() {
         ("install_lock", "stuck"),
         ("execution_transaction", "invalid"),
         ("services", "in progress"),
+        ("layout", "invalid"),
     ]);
-    assert_eq!(
-        report.action_kind("execution_transaction"),
-        "contact-engineering"
-    );
     // Exactly what the helper that owns it refuses with.
     let refused = site.recover();
     assert_eq!(refused.code, Some(1));
     assert_eq!(
-        format!(
-            "{}\n",
-            text(report.action("execution_transaction").get("text"))
-        ),
-        refused.stderr
-    );
-    assert_eq!(
         report.concern("execution_transaction").get("error"),
         Some(&Json::from(refused.stderr.trim_end()))
     );
-    // No helper takes the lock over an invalid journal: removing the lock
-    // by hand is what is left.
-    assert_eq!(
-        report.command("install_lock"),
-        format!("rm -- {root}/.install-lock/pid && rmdir -- {root}/.install-lock")
+    // One step: stop and contact engineering. Nothing else is offered, not
+    // even removing the lock (no helper takes it over an invalid journal).
+    report.assert_stops(refused.stderr.trim_end());
+    report.assert_plan(&[("contact-engineering", &["execution_transaction"])]);
+    for key in ["install_lock", "services", "layout"] {
+        assert_eq!(report.action_kind(key), "stopped", "{key}");
+    }
+    let human = site.manage(&[
+        "doctor".as_ref(),
+        "--root".as_ref(),
+        site.installation.install_root.as_os_str(),
+    ]);
+    assert!(
+        human.stdout.contains(&format!(
+            "\nPlan:\n  1. stop here and contact engineering with: {}\n     about: execution \
+             transaction\n",
+            refused.stderr.trim_end()
+        )),
+        "{}",
+        human.stdout
+    );
+    assert!(!human.stdout.contains("rm -- "), "{}", human.stdout);
+    assert!(
+        !human.stdout.contains(" recover --root"),
+        "{}",
+        human.stdout
     );
 
-    // Engineering restores the journal: recover may resolve it again.
+    // Engineering restores the journal: the plan resolves it again.
     fs::write(&manifest, &original).unwrap();
     let report = doctor(&site);
     assert_eq!(report.status("execution_transaction"), "stuck");
-    let outcome = run_suggested(&site, &report.command("execution_transaction"));
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
-    doctor(&site).assert_healthy();
+    follow_plan(&site, doctor, &at_once, 2);
 }
 
 #[test]
@@ -297,11 +362,16 @@ fn a_stale_lock_of_a_dead_pid_is_removed_by_the_suggested_command() {
         command,
         format!("rm -- {root}/.install-lock/pid && rmdir -- {root}/.install-lock")
     );
+    report.assert_plan(&[("command", &["install_lock"])]);
+    assert_eq!(
+        report.step(1).get("argv"),
+        Some(&Json::Null),
+        "a shell line"
+    );
 
-    let outcome = run_suggested(&site, &command);
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    let followed = follow_plan(&site, doctor, &at_once, 1);
+    assert_eq!(followed.commands[0].0, command);
     site.assert_unlocked();
-    doctor(&site).assert_healthy();
 }
 
 #[test]
@@ -323,11 +393,32 @@ fn a_live_lock_is_in_progress_until_its_owner_finishes() {
     report.assert_attention(&[
         ("install_lock", "in progress"),
         ("execution_transaction", "in progress"),
+        ("layout", "in progress"),
     ]);
     assert_eq!(report.found("install_lock", "owner_pid"), Json::from(owner));
     assert_eq!(report.found("install_lock", "owner"), Json::from("alive"));
+    assert_eq!(
+        report.found("install_lock", "owner_program"),
+        Json::from("execution-manage")
+    );
     assert_eq!(report.action_kind("install_lock"), "wait");
-    assert!(text(report.action("install_lock").get("text")).starts_with(&format!("PID {owner} (")));
+    assert_eq!(
+        text(report.action("install_lock").get("text")),
+        format!(
+            "PID {owner} (execution-manage) owns the installation; run doctor again when it exits"
+        )
+    );
+    // Nothing in progress gets a command: one wait, for that PID.
+    report.assert_plan(&[("wait", &["execution_transaction", "install_lock", "layout"])]);
+    assert_eq!(report.step(1).get("command"), Some(&Json::Null));
+    let waits_for = report.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(waits_for.get("pid"), Some(&Json::from(owner)));
+    for key in CONCERNS {
+        assert_eq!(
+            report.action(key).get("command").unwrap_or(&Json::Null),
+            &Json::Null
+        );
+    }
 
     // What the wait resolves: the owner finishes, and nothing is left.
     let outcome = finish(child);
@@ -337,9 +428,138 @@ fn a_live_lock_is_in_progress_until_its_owner_finishes() {
     doctor(&site).assert_healthy();
 }
 
-/// Starts the split uninstall (its helper form, `--yes`) with the private
-/// roots it requires.
-fn spawn_uninstall(site: &Site) -> Child {
+/// The original `execution_manage.py apply --scope worker` to [`NEW`], run
+/// with the upstream modules from the releases (as an unmigrated release
+/// holds them), held in its `systemctl start` of the new worker, after its
+/// publish, then killed there. doctor names the original as the owner
+/// while it runs, says what the pending journal published and what
+/// recovery leaves, and its plan runs the original's own `recover`.
+#[test]
+fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
+    use agents_tests::upstream::{
+        kill_group, wait_reached, Helper, Side, SystemctlTrace, Upstream,
+    };
+    let Some(upstream) = Upstream::require(
+        "doctor_original_apply",
+        &[
+            "execution_install.py",
+            "execution_transport.py",
+            "execution_http.py",
+        ],
+    ) else {
+        return;
+    };
+    let Some(site) = Site::running("doctor_original_apply") else {
+        return;
+    };
+    let root = site.installation.install_root.display().to_string();
+    let old = site.layout(OLD, OLD);
+    site.assert_serving(&old);
+    for version in [OLD, NEW] {
+        upstream.install_runtime(&site.installation.release_dir(version));
+    }
+    let trace = SystemctlTrace::install(&site.sandbox.base().join("trace"));
+    trace.stall_at("--user start --no-block agents-server.service", 1);
+    let layout = site.layout_file_named(&site.layout(NEW, OLD), "layout.json");
+    let runtime = site.installation.release_dir(OLD);
+    let mut apply = upstream.command(Side::Seed, Helper::ExecutionManage, &runtime, &site.sandbox);
+    trace.wrap(&mut apply, &site.sandbox);
+    apply
+        .arg("apply")
+        .arg("--layout")
+        .arg(&layout)
+        .args(["--scope", "worker"]);
+    let mut child = apply.spawn().expect("the original apply starts");
+    let reached = wait_reached(&mut child, "the original's start of the new worker", || {
+        trace.stalled()
+    });
+    assert!(reached, "{:?}", finish(child));
+
+    let during = doctor(&site);
+    during.assert_attention(&[
+        ("install_lock", "in progress"),
+        ("execution_transaction", "in progress"),
+        ("services", "in progress"),
+        ("layout", "in progress"),
+    ]);
+    assert_eq!(
+        during.found("install_lock", "owner_program"),
+        Json::from("execution_manage.py")
+    );
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(
+        waits_for.get("program"),
+        Some(&Json::from("execution_manage.py"))
+    );
+    assert_eq!(waits_for.get("pid"), Some(&Json::from(child.id())));
+    assert_eq!(
+        during.found("execution_transaction", "phase"),
+        Json::from("published")
+    );
+    let id = text(site.pending_journal().unwrap().get("id"));
+    assert!(
+        text(during.concern("layout").get("summary")).starts_with(&format!(
+            "worker {NEW} and gateway {OLD} published by pending {id} (phase published); \
+             recovery leaves worker {OLD} and gateway {OLD}"
+        )),
+        "{}",
+        during.outcome.stdout
+    );
+    assert_eq!(
+        text(
+            during
+                .report
+                .get("installation")
+                .and_then(|i| i.get("summary"))
+        ),
+        format!(
+            "split gateway/worker installation at {root} (worker {NEW}, gateway {OLD} \
+             published; {id} pending)"
+        )
+    );
+
+    kill_group(child.id());
+    child.wait().expect("reap the original");
+    trace.clear();
+    let report = doctor(&site);
+    report.assert_attention(&[
+        ("install_lock", "stuck"),
+        ("execution_transaction", "stuck"),
+        ("services", "stuck"),
+        ("layout", "stuck"),
+    ]);
+    // The release is not migrated: the original's own recover, from the
+    // published release.
+    let recover = format!(
+        "python3 -B {}/execution_manage.py recover --root {root}",
+        site.installation.release_dir(NEW).display()
+    );
+    assert_eq!(text(report.step(1).get("command")), recover);
+    report.assert_plan(&[(
+        "command",
+        &[
+            "execution_transaction",
+            "install_lock",
+            "services",
+            "layout",
+        ],
+    )]);
+    let serving = |site: &Site| {
+        site.assert_serving(&site.layout(OLD, OLD));
+    };
+    let followed = follow_plan(&site, doctor, &serving, 2);
+    assert_eq!(followed.commands.len(), 1);
+    site.assert_unlocked();
+}
+
+/// Starts the split uninstall `program` (the binary, or `python3 -B
+/// <release>/execution_uninstall.py` as uninstall.sh runs the original)
+/// with `--yes` and the private roots it requires, in its own process
+/// group, and holds it where it asks the worker's status after sealing
+/// (its intent written, the gateway stopped), as uninstall_split_services
+/// does before stopping the worker. Returns it, still running.
+fn uninstall_held_at_status(site: &Site, mut program: std::process::Command) -> Child {
+    use std::os::unix::process::CommandExt as _;
     let installation = &site.installation;
     for root in [
         &installation.install_root,
@@ -348,8 +568,10 @@ fn spawn_uninstall(site: &Site) -> Child {
     ] {
         fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
     }
-    site.sandbox
-        .command(binary_path("uninstall"))
+    let seal = RequestMatch::maintenance("seal");
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
+    let child = program
         .arg("--root")
         .arg(&installation.install_root)
         .arg("--config-root")
@@ -361,8 +583,32 @@ fn spawn_uninstall(site: &Site) -> Child {
         .arg("--yes")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
-        .expect("uninstall starts")
+        .expect("uninstall starts");
+    stalled(site, Role::Worker, mark, &seal);
+    let status = RequestMatch::path(STATUS);
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
+    stalled(site, Role::Worker, mark, &status);
+    child
+}
+
+/// The concerns an interrupted uninstall holds, each `word`.
+fn held_by_uninstall(word: &'static str) -> [(&'static str, &'static str); 4] {
+    ["install_lock", "uninstall_intent", "services", "layout"].map(|key| (key, word))
+}
+
+/// The uninstall's resumption, as doctor prints it, started by `program`.
+fn resume_uninstall(site: &Site, program: &str) -> String {
+    let installation = &site.installation;
+    format!(
+        "{program} --root {} --config-root {} --state-root {} --home {} --yes",
+        installation.install_root.display(),
+        installation.config_root.display(),
+        installation.state_root.display(),
+        installation.home.display()
+    )
 }
 
 #[test]
@@ -370,62 +616,114 @@ fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
     let Some(site) = Site::running("doctor_interrupted_uninstall") else {
         return;
     };
-    let installation = &site.installation;
-    // Sealed, the gateway stopped, then killed while it asks the worker's
-    // status before stopping it (as uninstall_split_services does).
-    let seal = RequestMatch::maintenance("seal");
-    let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, Switches::stalling(seal.clone(), 2.0));
-    let child = spawn_uninstall(&site);
-    stalled(&site, Role::Worker, mark, &seal);
-    let status = RequestMatch::path(STATUS);
-    let mark = site.request_mark(Role::Worker);
-    site.switch(Role::Worker, Switches::stalling(status.clone(), 60.0));
-    stalled(&site, Role::Worker, mark, &status);
+    let child = uninstall_held_at_status(&site, site.sandbox.command(binary_path("uninstall")));
 
     let during = doctor(&site);
-    during.assert_attention(&[
-        ("install_lock", "in progress"),
-        ("uninstall_intent", "in progress"),
-        ("services", "in progress"),
-    ]);
+    during.assert_attention(&held_by_uninstall("in progress"));
     assert_eq!(
         during.found("uninstall_intent", "phase"),
         Json::from("sealed")
     );
+    during.assert_plan(&[(
+        "wait",
+        &["uninstall_intent", "install_lock", "services", "layout"],
+    )]);
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(waits_for.get("program"), Some(&Json::from("uninstall")));
 
     kill(child);
     site.switch(Role::Worker, Switches::default());
     let report = doctor(&site);
-    report.assert_attention(&[
-        ("install_lock", "stuck"),
-        ("uninstall_intent", "stuck"),
-        ("services", "stuck"),
-    ]);
-    let command = format!(
-        "uninstall --root {} --config-root {} --state-root {} --home {} --yes",
-        installation.install_root.display(),
-        installation.config_root.display(),
-        installation.state_root.display(),
-        installation.home.display()
-    );
+    report.assert_attention(&held_by_uninstall("stuck"));
+    let command = resume_uninstall(&site, &helper("uninstall"));
     assert_eq!(report.command("uninstall_intent"), command);
-    assert_eq!(report.command("install_lock"), command);
-    assert_eq!(report.action_kind("services"), "instruction");
+    report.assert_plan(&[(
+        "command",
+        &["uninstall_intent", "install_lock", "services", "layout"],
+    )]);
+    for key in ["install_lock", "services", "layout"] {
+        assert_eq!(report.action_kind(key), "resolved-by", "{key}");
+    }
     assert_eq!(
         report.found("uninstall_intent", "purge_state"),
         Json::Bool(false)
     );
     assert!(text(report.concern("services").get("summary")).contains(GATEWAY_UNIT));
+    assert!(text(report.concern("layout").get("summary"))
+        .contains("published; the pending uninstall removes them"));
 
-    let outcome = run_suggested(&site, &command);
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
-    assert!(outcome.stdout.starts_with(
+    let followed = follow_plan(&site, doctor, &at_once, 1);
+    assert!(followed.commands[0].1.stdout.starts_with(
         "AgentsServer gateway, execution service, release runtime and configuration removed."
     ));
-    let after = doctor(&site);
-    after.assert_healthy();
+    let after = followed.last;
     assert_eq!(after.kind(), "missing");
+    // Nothing installed any more: doctor does not guess a state directory
+    // under HOME; the uninstaller kept the state root it printed.
+    let found = doctor_finding_state(&site);
+    found.assert_healthy();
+    let installation_member = found.report.get("installation").unwrap();
+    assert_eq!(installation_member.get("state_dir"), Some(&Json::Null));
+    assert!(site.installation.state_root.is_dir());
+    for unit in [WORKER_UNIT, GATEWAY_UNIT] {
+        assert_eq!(site.sandbox.unit_state(unit).load_state, "not-found");
+    }
+}
+
+/// The original `execution_uninstall.py --yes` (as uninstall.sh runs it
+/// from the release), killed after writing its intent while it asks the
+/// worker's status: doctor names the original as the owner, and its plan
+/// resumes the removal with the original itself, from the release.
+#[test]
+fn an_original_uninstall_killed_after_its_intent_is_resumed_by_the_plan() {
+    use agents_tests::upstream::{kill_group, Upstream};
+    let Some(upstream) = Upstream::require(
+        "doctor_original_uninstall",
+        &[
+            "execution_install.py",
+            "execution_transport.py",
+            "execution_http.py",
+            "execution_uninstall.py",
+            "execution_preparation.py",
+            "activation_transaction.py",
+        ],
+    ) else {
+        return;
+    };
+    let Some(site) = Site::running("doctor_original_uninstall") else {
+        return;
+    };
+    site.assert_serving(&site.layout(OLD, OLD));
+    let release = site.installation.release_dir(OLD);
+    upstream.install_runtime(&release);
+    let script = release.join("execution_uninstall.py");
+    let mut original = site.sandbox.command("python3");
+    original.arg("-B").arg(&script);
+    let child = uninstall_held_at_status(&site, original);
+
+    let during = doctor(&site);
+    during.assert_attention(&held_by_uninstall("in progress"));
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(
+        waits_for.get("program"),
+        Some(&Json::from("execution_uninstall.py"))
+    );
+    assert!(text(during.action("uninstall_intent").get("text"))
+        .contains("(execution_uninstall.py) holds the install lock"));
+
+    kill_group(child.id());
+    finish(child);
+    site.switch(Role::Worker, Switches::default());
+    let report = doctor(&site);
+    report.assert_attention(&held_by_uninstall("stuck"));
+    let resume = resume_uninstall(&site, &format!("python3 -B {}", script.display()));
+    assert_eq!(text(report.step(1).get("command")), resume);
+    report.assert_plan(&[(
+        "command",
+        &["uninstall_intent", "install_lock", "services", "layout"],
+    )]);
+    let followed = follow_plan(&site, doctor, &at_once, 1);
+    assert_eq!(followed.last.kind(), "missing");
     for unit in [WORKER_UNIT, GATEWAY_UNIT] {
         assert_eq!(site.sandbox.unit_state(unit).load_state, "not-found");
     }
@@ -437,10 +735,11 @@ fn a_unit_whose_main_pid_is_not_its_receipts_is_restarted() {
         return;
     };
     let before = site.assert_serving(&site.layout(OLD, OLD));
-    // The receipt names another process than the one systemd runs.
+    // The worker's receipt names another process than the one systemd
+    // runs: the gateway's.
     let receipt_path = site.installation.runtime_dir().join("worker.json");
     let mut receipt = site.installation.receipt(Role::Worker).unwrap();
-    let stranger = agents_tests::install_lock_fixtures::dead_pid();
+    let stranger = before.gateway_pid;
     receipt.as_object_mut().unwrap().insert("pid", stranger);
     let temporary = receipt_path.with_extension("doctor-tmp");
     fs::write(&temporary, encode_line(&receipt, true)).unwrap();
@@ -453,18 +752,29 @@ fn a_unit_whose_main_pid_is_not_its_receipts_is_restarted() {
     assert_eq!(worker.get("main_pid"), Some(&Json::from(before.worker_pid)));
     assert_eq!(worker.get("receipt_pid"), Some(&Json::from(stranger)));
     assert_eq!(
+        text(report.concern("services").get("summary")),
+        format!(
+            "{WORKER_UNIT} MainPID {} but its receipt names PID {stranger}, which is \
+             {GATEWAY_UNIT}'s MainPID",
+            before.worker_pid
+        )
+    );
+    assert_eq!(
         report.command("services"),
         format!("systemctl --user restart {WORKER_UNIT}")
     );
+    report.assert_plan(&[("command", &["services"])]);
+    assert!(!report.outcome.stdout.contains("))"));
     // apply refuses the same state.
     let refused = site.apply(&site.layout(NEW, OLD), "worker");
     assert_eq!(refused.code, Some(1));
 
-    let outcome = run_suggested(&site, &report.command("services"));
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    let serving = |site: &Site| {
+        site.assert_serving(&site.layout(OLD, OLD));
+    };
+    follow_plan(&site, doctor, &serving, 1);
     let after = site.assert_serving(&site.layout(OLD, OLD));
     assert_ne!(after.worker_pid, before.worker_pid);
-    doctor(&site).assert_healthy();
 }
 
 #[test]
@@ -484,6 +794,7 @@ fn missing_legacy_and_half_removed_installations_are_named() {
     assert_eq!(half.kind(), "half-removed");
     half.assert_attention(&[("layout", "invalid")]);
     assert_eq!(half.action_kind("layout"), "contact-engineering");
+    half.assert_stops(&text(half.action("layout").get("text")));
     assert_eq!(half.found("layout", "left"), Json::from(vec!["releases"]));
 
     // A legacy single-service installation: current and the monolith unit.
@@ -519,13 +830,17 @@ fn missing_legacy_and_half_removed_installations_are_named() {
         stopped.command("services"),
         format!("systemctl --user start {WORKER_UNIT}")
     );
-    let outcome = run_suggested(&site, &stopped.command("services"));
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
-    site.sandbox
-        .wait_for_unit(WORKER_UNIT, SERVICE_TIMEOUT, "running again", |state| {
-            state.is_running()
+    stopped.assert_plan(&[("command", &["services"])]);
+    let listening = |site: &Site| {
+        site.sandbox
+            .wait_for_unit(WORKER_UNIT, SERVICE_TIMEOUT, "running again", |state| {
+                state.is_running()
+            });
+        agents_tests::poll_until(SERVICE_TIMEOUT, "the legacy server to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", site.port)).ok()
         });
-    doctor(&site).assert_healthy();
+    };
+    follow_plan(&site, doctor, &listening, 1);
 }
 
 /// install.sh's `.activation-transaction` (written by the stand-in of its
@@ -603,6 +918,10 @@ fn an_activation_journal_is_install_shs_to_resume() {
         "in progress",
         "stopped for the activation"
     );
+    assert_eq!(during.outcome.code, Some(3), "only waiting");
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(waits_for.get("program"), Some(&Json::from("install.sh")));
+    assert_eq!(waits_for.get("pid"), Some(&Json::from(installer.id())));
 
     installer.kill().unwrap();
     installer.wait().unwrap();
@@ -611,7 +930,14 @@ fn an_activation_journal_is_install_shs_to_resume() {
         ("install_lock", "stuck"),
         ("activation_journal", "stuck"),
         ("services", "stuck"),
+        ("layout", "stuck"),
     ]);
+    // Only install.sh may resume it: one instruction, which resolves the
+    // lock, the services and the layout too; no command to follow.
+    report.assert_plan(&[(
+        "instruction",
+        &["activation_journal", "install_lock", "services", "layout"],
+    )]);
     assert_eq!(report.action_kind("activation_journal"), "instruction");
     let instruction = text(report.action("activation_journal").get("text"));
     assert!(
@@ -647,4 +973,5 @@ fn an_activation_journal_is_install_shs_to_resume() {
         report.action_kind("activation_journal"),
         "contact-engineering"
     );
+    report.assert_stops(&refused);
 }

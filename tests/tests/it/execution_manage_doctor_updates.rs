@@ -2,9 +2,9 @@
 //! the real `update-runner` against a real split installation under a real
 //! `systemd --user` manager and a signed release host on loopback: a failed
 //! update whose sealed handoff could not be released, and a row stuck at
-//! `installing` whose runner died. Each test checks the status word and the
-//! suggested command, runs that command exactly as printed, and expects
-//! doctor to report the installation healthy afterwards; every doctor run,
+//! `installing` whose runner died. Each test checks the status words and
+//! the plan, then follows the plan mechanically (step 1 exactly as printed,
+//! doctor again) until doctor exits 0; every doctor run,
 //! including one while the runner installs, must leave the installation
 //! exactly as it was.
 
@@ -22,7 +22,7 @@ use agents_tests::{
     binary_path, descendants, poll_until, ReleaseFile, ReleaseHost, RequestMatch, Role, Stall,
     Switches, AGENT_TOKEN,
 };
-use doctor_support::{doctor_finding_state as doctor, run_suggested, text};
+use doctor_support::{at_once, doctor_finding_state as doctor, follow_plan, helper, text};
 use execution_manage_support::{finish, Site, HELPER_TIMEOUT, OLD};
 use python_compat::{
     json::{encode_indented, Json, JsonObject},
@@ -194,6 +194,13 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
         during.found("install_lock", "owner_pid"),
         Json::from(runner_pid)
     );
+    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+    assert_eq!(waits_for.get("pid"), Some(&Json::from(runner_pid)));
+    assert_eq!(waits_for.get("program"), Some(&Json::from("update-runner")));
+    during.assert_plan(&[(
+        "wait",
+        &["update_preparations", "update_status", "install_lock"],
+    )]);
     let outcome = finish(child);
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     site.switch(Role::Worker, Switches::default());
@@ -208,11 +215,13 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
     let report = doctor(&site);
     report.assert_attention(&[("update_preparations", "stuck"), ("update_status", "stuck")]);
     let command = format!(
-        "update-handoff release --root {root} --handoff-file {}",
+        "{} release --root {root} --handoff-file {}",
+        helper("update-handoff"),
         handoff_file.display()
     );
     assert_eq!(report.command("update_preparations"), command);
-    assert_eq!(report.command("update_status"), command);
+    report.assert_plan(&[("command", &["update_preparations", "update_status"])]);
+    assert_eq!(report.action_kind("update_status"), "resolved-by");
     assert_eq!(
         report.found("update_status", "error_code"),
         Json::from("server_update_handoff_release_failed")
@@ -231,14 +240,14 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
         Some(&Json::from(UPDATE_ID))
     );
 
-    let outcome = run_suggested(&site, &command);
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
-    assert!(outcome.stdout.contains(&format!(
+    let followed = follow_plan(&site, doctor, &at_once, 1);
+    assert_eq!(followed.commands[0].0, command);
+    assert!(followed.commands[0].1.stdout.contains(&format!(
         "\"operation_id\": \"{OPERATION}\", \"released\": true"
     )));
     assert!(site.worker_lease().is_null());
 
-    let after = doctor(&site);
+    let after = followed.last;
     after.assert_attention(&[]);
     assert_eq!(after.status("update_status"), "healthy");
     assert!(text(after.concern("update_status").get("summary")).contains("released"));
@@ -323,6 +332,7 @@ fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
         during.found("update_status", "runner"),
         Json::from("alive, the expected runner")
     );
+    during.assert_plan(&[("wait", &["update_status"])]);
 
     // The runner and its installer die: the row stays `installing`.
     child.kill().unwrap();
@@ -351,12 +361,11 @@ fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
         )
     );
 
-    let outcome = run_suggested(&site, &command);
-    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    report.assert_plan(&[("command", &["update_status"])]);
+    follow_plan(&site, doctor, &at_once, 1);
     let finalized = row(&site);
     assert_eq!(finalized.get("phase"), Some(&Json::from("failed")));
     assert_eq!(finalized.get("runner_pid"), Some(&Json::Null));
-    doctor(&site).assert_attention(&[]);
     site.switch(Role::Worker, Switches::default());
     site.switch(Role::Gateway, Switches::default());
 }

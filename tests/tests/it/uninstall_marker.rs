@@ -181,6 +181,10 @@ fn the_startup_reader_names_the_retained_worker_and_never_writes() {
             err.python_line(),
             "RuntimeError: activation already owns handoff recovery"
         );
+        assert_eq!(
+            err.kind(),
+            Some(agents_common::ErrorKind::ActivationOwnsRecovery)
+        );
         fs::remove_file(root.join(journal)).unwrap();
     }
 }

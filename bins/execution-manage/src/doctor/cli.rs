@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
+use super::report::ConcernId;
+
 /// The word that selects doctor.
 pub(super) const WORD: &str = "doctor";
 
@@ -21,8 +23,11 @@ pub static DOCTOR_SPEC: CommandSpec = CommandSpec {
                   preparations and handoffs, the server's update status and its runner, the \
                   native services against their receipts, and the installed layout with its \
                   current link. Takes no lock and writes nothing.\n\n\
-                  Exit status: 0 when every concern is healthy or absent, 1 when something \
-                  needs action, is in progress or is invalid, 2 on a usage error.",
+                  After the summary it prints one numbered plan: run its steps in order, \
+                  exactly as printed, running doctor again after each.\n\n\
+                  Exit status: 0 when every concern is healthy or absent, 1 when the plan has \
+                  a step to take (a command, an instruction, or contacting engineering), 2 on \
+                  a usage error, 3 when the plan only waits for an owner that still runs.",
     positional: None,
     options: &[
         OptionSpec {
@@ -37,6 +42,12 @@ pub static DOCTOR_SPEC: CommandSpec = CommandSpec {
             required: false,
             help: "state directory holding admin/server-update.json (default: the installed \
                    layout's, else the server's environment, else ~/.agentsdock)",
+        },
+        OptionSpec {
+            long: "concern",
+            kind: ValueKind::Choice(&ConcernId::KEYS),
+            required: false,
+            help: "report only this concern and the plan's steps for it (its exit status too)",
         },
         OptionSpec {
             long: "json",
@@ -57,6 +68,8 @@ pub struct DoctorArgs {
     pub state_dir: Option<PathBuf>,
     /// `--json`.
     pub json: bool,
+    /// `--concern`: only this concern.
+    pub concern: Option<ConcernId>,
 }
 
 impl DoctorArgs {
@@ -66,6 +79,7 @@ impl DoctorArgs {
             root: parsed.path("root").expect("required").to_path_buf(),
             state_dir: parsed.path("state-dir").map(PathBuf::from),
             json: parsed.flag("json"),
+            concern: parsed.text("concern").and_then(ConcernId::from_key),
         }
     }
 }
@@ -113,7 +127,8 @@ mod tests {
             DoctorArgs {
                 root: "/i".into(),
                 state_dir: None,
-                json: true
+                json: true,
+                concern: None,
             }
         );
         assert_eq!(
@@ -121,9 +136,31 @@ mod tests {
             DoctorArgs {
                 root: "/i".into(),
                 state_dir: Some("/s".into()),
-                json: false
+                json: false,
+                concern: None,
             }
         );
+    }
+
+    const USAGE: &str = "usage: execution-manage doctor [-h] --root ROOT [--state-dir STATE_DIR]\n\
+        \x20                              [--concern {install_lock,activation_journal,execution_transaction,uninstall_intent,update_preparations,update_status,services,layout}]\n\
+        \x20                              [--json]\n";
+
+    #[test]
+    fn an_unknown_concern_is_a_usage_error() {
+        assert_eq!(
+            parse(&["--root", "/r", "--concern", "layout"])
+                .unwrap()
+                .concern,
+            Some(ConcernId::Layout)
+        );
+        match parse(&["--root", "/r", "--concern", "lock"]) {
+            Err(CommandLineExit::Usage(text)) => assert!(
+                text.ends_with("argument --concern: invalid choice: 'lock' (choose from 'install_lock', 'activation_journal', 'execution_transaction', 'uninstall_intent', 'update_preparations', 'update_status', 'services', 'layout')\n"),
+                "{text}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -131,18 +168,16 @@ mod tests {
         match parse(&[]) {
             Err(CommandLineExit::Usage(text)) => assert_eq!(
                 text,
-                "usage: execution-manage doctor [-h] --root ROOT [--state-dir STATE_DIR]\n\
-                 \x20                              [--json]\n\
-                 execution-manage doctor: error: the following arguments are required: --root\n"
+                format!(
+                    "{USAGE}execution-manage doctor: error: the following arguments are \
+                     required: --root\n"
+                )
             ),
             other => panic!("{other:?}"),
         }
         match parse(&["-h"]) {
             Err(CommandLineExit::Help(text)) => {
-                assert!(text.starts_with(
-                    "usage: execution-manage doctor [-h] --root ROOT [--state-dir STATE_DIR]\n\
-                     \x20                              [--json]\n\nReports, strictly read-only,"
-                ));
+                assert!(text.starts_with(&format!("{USAGE}\nReports, strictly read-only,")));
                 assert!(text.contains("  --json "), "{text}");
             }
             other => panic!("{other:?}"),

@@ -18,6 +18,8 @@ use python_compat::{
 };
 
 use super::process::Process;
+use super::programs::{helper_words, Helper};
+use super::report::Waiter;
 
 /// Programs that take the install lock: install.sh, the helpers (by their
 /// binary or Python names) and the server (a handoff retry).
@@ -119,6 +121,10 @@ pub(super) struct Context {
     pub row: Option<JsonObject>,
     /// When doctor started.
     pub now: SystemTime,
+    /// The installed release whose helpers doctor's commands run.
+    pub release: Option<PathBuf>,
+    /// The running doctor's own executable.
+    pub doctor_exe: Option<PathBuf>,
 }
 
 impl Context {
@@ -145,6 +151,9 @@ impl Context {
             .as_ref()
             .map(|layout| layout.home.clone())
             .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+        // Nothing installed: an uninstall keeps the state root it printed,
+        // which nothing here names, so `~/.agentsdock` would be a guess.
+        let installed = !matches!(kind, Kind::Missing | Kind::Empty);
         let state_dir = state_dir
             .map(|dir| (absolute_path(dir), "option"))
             .or_else(|| {
@@ -162,7 +171,11 @@ impl Context {
                 .find_map(|name| std::env::var_os(name).filter(|value| !value.is_empty()))
                 .map(|dir| (absolute_path(dir), "environment"))
             })
-            .or_else(|| home.as_ref().map(|home| (home.join(".agentsdock"), "home")));
+            .or_else(|| {
+                home.as_ref()
+                    .filter(|_| installed)
+                    .map(|home| (home.join(".agentsdock"), "home"))
+            });
         let lock = if usable {
             inspect_lock(&root)
         } else {
@@ -194,7 +207,53 @@ impl Context {
             worker: OnceCell::new(),
             row,
             now,
+            release: None,
+            doctor_exe: std::env::current_exe().ok(),
         }
+        .with_release()
+    }
+
+    /// Finds the installed release: the layout's worker release, else
+    /// what `current` resolves to.
+    fn with_release(mut self) -> Context {
+        self.release = match &self.layout {
+            Some(layout) => Some(layout.worker_release.clone()),
+            None if self.root_has("current") => {
+                std::fs::canonicalize(self.root.join("current")).ok()
+            }
+            None => None,
+        };
+        self
+    }
+
+    /// The words that run `helper` with `arguments` on this host.
+    pub(super) fn helper_argv(&self, helper: Helper, arguments: &[&str]) -> Vec<String> {
+        let mut words = helper_words(helper, self.release.as_deref(), self.doctor_exe.as_deref());
+        words.extend(arguments.iter().map(|word| word.to_string()));
+        words
+    }
+
+    /// The lock owner as a waiter: its PID, its program and since when it
+    /// holds the install lock.
+    pub(super) fn lock_waiter(&self) -> Option<Waiter> {
+        let owner = self.lock_owner.as_ref()?;
+        let since = match &self.lock {
+            Ok(Some(inspection)) => Some(self.stamp(inspection.since)),
+            _ => None,
+        };
+        Some(Waiter {
+            pid: owner.pid,
+            program: owner.program().unwrap_or_else(|| "?".to_string()),
+            since,
+        })
+    }
+
+    /// `%Y-%m-%dT%H:%M:%SZ` of a time.
+    pub(super) fn stamp(&self, time: SystemTime) -> String {
+        let seconds = time
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs() as i64);
+        agents_common::format_utc(seconds)
     }
 
     /// The live lock owner running one of `programs`, if any.

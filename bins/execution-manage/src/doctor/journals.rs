@@ -11,8 +11,23 @@ use agents_common::{
 use python_compat::json::Json;
 
 use super::context::{Context, Kind, INSTALLER, MANAGE, UNINSTALLER};
-use super::report::{command_line, Action, Concern, Status};
+use super::process::Process;
+use super::programs::Helper;
+use super::report::{Action, Concern, ConcernId, Status};
 use crate::ExecutionTransaction;
+
+/// What a pending `.execution-transaction` has published and what its
+/// recovery leaves installed (the layout concern reports both).
+#[derive(Debug, Clone)]
+pub(super) struct PendingActivation {
+    /// The journal's id.
+    pub id: String,
+    /// Its phase.
+    pub phase: String,
+    /// The worker and gateway releases `recover` leaves (the journal's
+    /// target once committed, else the prior layout it rolls back to).
+    pub leaves: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
 
 /// install.sh's journal directory.
 const ACTIVATION_JOURNAL: &str = ".activation-transaction";
@@ -27,13 +42,16 @@ fn refused(concern: &mut Concern, who: &str, error: &agents_common::Error) {
     concern.action = Some(Action::ContactEngineering(line));
 }
 
-/// A live owner: wait for it.
-fn owned_by(concern: &mut Concern, pid: u32, what: &str) {
+/// A live owner: wait for it, naming the program its command line runs.
+fn owned_by(ctx: &Context, concern: &mut Concern, owner: &Process) {
+    let pid = owner.pid;
+    let program = owner.program().unwrap_or_else(|| "?".to_string());
     concern.status = Status::InProgress;
     concern.found.insert("owner_pid", pid);
     concern.action = Some(Action::Wait(format!(
-        "PID {pid} ({what}) holds the install lock and owns it; run doctor again when it exits"
+        "PID {pid} ({program}) holds the install lock and owns it; run doctor again when it exits"
     )));
+    concern.waits_for = ctx.lock_waiter();
 }
 
 /// install.sh's `.activation-transaction`, read as install.sh's journal
@@ -41,7 +59,7 @@ fn owned_by(concern: &mut Concern, pid: u32, what: &str) {
 /// journal also through `execution_context`, which checks the links and
 /// configuration files against its phase).
 pub(super) fn activation(ctx: &Context) -> Concern {
-    let mut concern = Concern::new("activation_journal", "activation journal");
+    let mut concern = Concern::new(ConcernId::ActivationJournal);
     concern.path = Some(ctx.root_path(ACTIVATION_JOURNAL));
     for key in [
         "transaction_id",
@@ -93,7 +111,7 @@ pub(super) fn activation(ctx: &Context) -> Concern {
     );
     concern.summary = format!("{id} of release {version}, phase {phase}");
     if let Some(owner) = ctx.owner_running(INSTALLER) {
-        owned_by(&mut concern, owner.pid, "install.sh");
+        owned_by(ctx, &mut concern, owner);
         return concern;
     }
     concern.status = Status::Stuck;
@@ -108,6 +126,9 @@ pub(super) fn activation(ctx: &Context) -> Concern {
                 && agents_common::RUNNER_OWNED_ACTIVE_PHASES
                     .contains(&ctx.row_text("phase").as_str())
         });
+    if recovery {
+        concern.resolved_by = Some(ConcernId::UpdateStatus);
+    }
     concern.action = Some(if recovery {
         Action::Instruction(format!(
             "the server resumes it: update {} retains its activation recovery, and the server \
@@ -129,8 +150,10 @@ pub(super) fn activation(ctx: &Context) -> Concern {
 /// layout it names, units re-rendered, VERSION files re-read) and
 /// `check_publication` (nothing outside the journal changed its files).
 /// Returns the concern and the journal's maintenance operation.
-pub(super) fn execution_transaction(ctx: &Context) -> (Concern, Option<String>) {
-    let mut concern = Concern::new("execution_transaction", "execution transaction");
+pub(super) fn execution_transaction(
+    ctx: &Context,
+) -> (Concern, Option<String>, Option<PendingActivation>) {
+    let mut concern = Concern::new(ConcernId::ExecutionTransaction);
     concern.path = Some(ctx.root_path(TRANSACTION_NAME));
     for key in [
         "id",
@@ -147,17 +170,17 @@ pub(super) fn execution_transaction(ctx: &Context) -> (Concern, Option<String>) 
     concern.found.insert("retired", retired);
     if !ctx.root_has(TRANSACTION_NAME) {
         concern.summary = "no explicit activation pending".to_string();
-        return (concern, None);
+        return (concern, None, None);
     }
     let loaded = ExecutionTransaction::load(&ctx.root).and_then(|(journal, layout)| {
         ExecutionTransaction::check_publication(&journal, &layout)?;
-        Ok(journal)
+        Ok((journal, layout))
     });
-    let journal = match loaded {
-        Ok(journal) => journal,
+    let (journal, target) = match loaded {
+        Ok(loaded) => loaded,
         Err(error) => {
             refused(&mut concern, "execution-manage recover", &error);
-            return (concern, None);
+            return (concern, None, None);
         }
     };
     let text = |key: &str| {
@@ -183,22 +206,31 @@ pub(super) fn execution_transaction(ctx: &Context) -> (Concern, Option<String>) 
         text("scope"),
         text("phase")
     );
+    let committed = text("phase") == "committed";
+    let leaves = match committed {
+        true => Some(target),
+        false => ExecutionTransaction::prior_layout(&journal).ok(),
+    };
+    let pending = PendingActivation {
+        id: text("id"),
+        phase: text("phase"),
+        leaves: leaves.map(|layout| (layout.worker_release, layout.gateway_release)),
+    };
     if let Some(owner) = ctx.owner_running(MANAGE) {
-        owned_by(&mut concern, owner.pid, "execution-manage");
-        return (concern, operation);
+        owned_by(ctx, &mut concern, owner);
+        return (concern, operation, Some(pending));
     }
     concern.status = Status::Stuck;
     concern.summary.push_str(", its execution-manage is gone");
     let root = ctx.root.display().to_string();
-    concern.action = Some(Action::Command {
-        command: command_line(&["execution-manage", "recover", "--root", &root]),
-        text: match text("phase").as_str() {
-            "committed" => "finishes the committed activation and retires its journal",
-            _ => "restores the prior services, files and current, and retires the journal",
-        }
-        .to_string(),
-    });
-    (concern, operation)
+    concern.action = Some(Action::run(
+        ctx.helper_argv(Helper::ExecutionManage, &["recover", "--root", &root]),
+        match committed {
+            true => "finishes the committed activation and retires its journal",
+            false => "restores the prior services, files and current, and retires the journal",
+        },
+    ));
+    (concern, operation, Some(pending))
 }
 
 /// Unreferenced drafts of a crashed `stage` and retired journals (audit
@@ -216,7 +248,7 @@ fn leftovers(ctx: &Context) -> (usize, usize) {
 /// the uninstaller's own reader against the installed layout. Returns the
 /// concern and the intent's maintenance operation.
 pub(super) fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
-    let mut concern = Concern::new("uninstall_intent", "uninstall intent");
+    let mut concern = Concern::new(ConcernId::UninstallIntent);
     concern.path = Some(ctx.root_path(UNINSTALL_INTENT_NAME));
     for key in [
         "phase",
@@ -266,7 +298,7 @@ pub(super) fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
         operation.as_deref().unwrap_or("?")
     );
     if let Some(owner) = ctx.owner_running(UNINSTALLER) {
-        owned_by(&mut concern, owner.pid, "uninstall");
+        owned_by(ctx, &mut concern, owner);
         return (concern, operation);
     }
     concern.status = Status::Stuck;
@@ -279,7 +311,6 @@ pub(super) fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
         text(&layout.home),
     );
     let mut words = vec![
-        "uninstall",
         "--root",
         &root,
         "--config-root",
@@ -303,9 +334,9 @@ pub(super) fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
             error.python_line()
         ));
     }
-    concern.action = Some(Action::Command {
-        command: command_line(&words),
-        text: what,
-    });
+    concern.action = Some(Action::run(
+        ctx.helper_argv(Helper::Uninstall, &words),
+        what,
+    ));
     (concern, operation)
 }

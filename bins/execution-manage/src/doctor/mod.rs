@@ -23,7 +23,9 @@
 mod cli;
 mod context;
 mod journals;
+mod plan;
 mod process;
+mod programs;
 mod report;
 mod runtime;
 mod updates;
@@ -34,13 +36,14 @@ use std::process::ExitCode;
 use python_compat::{argparse::try_parse_command_line, json::Json, json_object};
 
 pub use cli::{doctor_words, DoctorArgs, DOCTOR_SPEC};
-pub use report::{Report, Status};
+pub use plan::{Plan, Role, Step, StepKind};
+pub use report::{Action, Concern, ConcernId, Report, Status, Waiter};
 
 use context::{Context, Kind};
 use runtime::{Owner, Owners};
 
 /// Runs doctor with the words after `doctor`: its exit status (0 healthy,
-/// 1 something needs attention, 2 usage).
+/// 1 a step to take, 2 usage, 3 only waiting for an owner that runs).
 pub fn main(words: &[OsString]) -> ExitCode {
     let args = match try_parse_command_line(&DOCTOR_SPEC, words) {
         Ok(parsed) => DoctorArgs::from_parsed(&parsed),
@@ -50,18 +53,15 @@ pub fn main(words: &[OsString]) -> ExitCode {
     if report.print(args.json).is_err() {
         return ExitCode::FAILURE;
     }
-    if report.healthy() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::from(report.exit_status())
 }
 
-/// Judges every concern of the installation `args` names.
+/// Judges every concern of the installation `args` names and plans their
+/// resolution.
 pub fn diagnose(args: &DoctorArgs) -> Report {
     let ctx = Context::read(&args.root, args.state_dir.as_deref());
     let activation = journals::activation(&ctx);
-    let (transaction, transaction_operation) = journals::execution_transaction(&ctx);
+    let (transaction, transaction_operation, pending) = journals::execution_transaction(&ctx);
     let (uninstall, uninstall_operation) = journals::uninstall_intent(&ctx);
     let (preparations, handoffs) = updates::preparations(&ctx);
     let update_status = updates::update_status(&ctx, &handoffs);
@@ -88,18 +88,21 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
         concern: &preparations,
         operation: handoff.operation_id.clone(),
     }));
-    let owners = Owners(owners);
+    let owners = Owners {
+        owners,
+        activation: pending.clone(),
+    };
     let services = runtime::services(&ctx, &owners);
     let layout = runtime::layout(&ctx, &owners);
     let lock = runtime::install_lock(
         &ctx,
         &[&transaction, &uninstall, &activation, &preparations],
     );
-    let (installation, headline) = installation(&ctx);
-    Report {
+    let (installation, headline) = installation(&ctx, pending.as_ref());
+    Report::new(
         installation,
         headline,
-        concerns: vec![
+        vec![
             lock,
             activation,
             transaction,
@@ -109,11 +112,15 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
             services,
             layout,
         ],
-    }
+        args.concern,
+    )
 }
 
 /// The `installation` member and the human headline.
-fn installation(ctx: &Context) -> (python_compat::json::JsonObject, String) {
+fn installation(
+    ctx: &Context,
+    pending: Option<&journals::PendingActivation>,
+) -> (python_compat::json::JsonObject, String) {
     let root = ctx.root.display();
     let summary = match &ctx.kind {
         Kind::Missing => format!("no installation at {root} (the install root does not exist)"),
@@ -121,9 +128,13 @@ fn installation(ctx: &Context) -> (python_compat::json::JsonObject, String) {
         Kind::Empty => format!("empty install root {root} (nothing installed)"),
         Kind::Split => match &ctx.layout {
             Some(layout) => format!(
-                "split gateway/worker installation at {root} (worker {}, gateway {})",
+                "split gateway/worker installation at {root} (worker {}, gateway {}{})",
                 release_name(&layout.worker_release),
-                release_name(&layout.gateway_release)
+                release_name(&layout.gateway_release),
+                match pending {
+                    Some(pending) => format!(" published; {} pending", pending.id),
+                    None => String::new(),
+                }
             ),
             None => format!("split gateway/worker installation at {root} (its layout is refused)"),
         },
@@ -148,6 +159,10 @@ fn installation(ctx: &Context) -> (python_compat::json::JsonObject, String) {
                 _ => "the default under HOME",
             }
         ),
+        _ if matches!(ctx.kind, Kind::Missing | Kind::Empty) => "no state directory known: \
+             nothing is installed here; an uninstall keeps the state root it printed (pass it \
+             as --state-dir)"
+            .to_string(),
         _ => "no state directory known (pass --state-dir)".to_string(),
     };
     let object = json_object! {

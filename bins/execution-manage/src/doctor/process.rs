@@ -51,6 +51,15 @@ impl Process {
         })
     }
 
+    /// The program its command line runs: the first word's file name, or,
+    /// when that is an interpreter (`python3 -B …/execution_manage.py
+    /// apply`, `bash …/install.sh`, `env A=b prog`), the script or module
+    /// it runs. `None` when the command line is unknown.
+    pub(super) fn program(&self) -> Option<String> {
+        let line = self.command_line.as_deref()?;
+        Some(program_of(line))
+    }
+
     /// A short description for reports: `alive`, `exited`, `zombie`.
     pub(super) fn state_word(&self) -> &'static str {
         match (self.alive, self.zombie) {
@@ -59,6 +68,35 @@ impl Process {
             (true, false) => "alive",
         }
     }
+}
+
+/// Interpreters whose first operand is the program that runs.
+const INTERPRETERS: &[&str] = &["bash", "sh", "dash", "zsh", "env", "perl", "exec"];
+
+/// [`Process::program`] of a command line.
+fn program_of(line: &str) -> String {
+    let base = |word: &str| word.rsplit('/').next().unwrap_or(word).to_string();
+    let mut words = line.split(' ').filter(|word| !word.is_empty());
+    let Some(first) = words.next().map(base) else {
+        return String::new();
+    };
+    let python = first.starts_with("python");
+    if !python && !INTERPRETERS.contains(&first.as_str()) {
+        return first;
+    }
+    while let Some(word) = words.next() {
+        if python && word == "-m" {
+            return words.next().map(base).unwrap_or(first);
+        }
+        if python && word == "-c" {
+            return first;
+        }
+        let option = word.starts_with('-') || (first == "env" && word.contains('='));
+        if !option {
+            return base(word);
+        }
+    }
+    first
 }
 
 /// `/proc/<pid>/cmdline` with its NUL separators as spaces.
@@ -122,6 +160,41 @@ mod tests {
         let name = line.split(' ').next().unwrap().rsplit('/').next().unwrap();
         assert!(me.runs_any(&[name]));
         assert!(!me.runs_any(&["install.sh"]));
+    }
+
+    #[test]
+    fn the_program_is_what_the_command_line_runs() {
+        for (line, program) in [
+            (
+                "python3 -B /r/1.0.0/execution_manage.py apply --root /i",
+                "execution_manage.py",
+            ),
+            (
+                "/usr/bin/python3.11 /r/execution_uninstall.py --yes",
+                "execution_uninstall.py",
+            ),
+            (
+                "python3 -m agents.update_runner --x",
+                "agents.update_runner",
+            ),
+            (
+                "/opt/bin/execution-manage recover --root /i",
+                "execution-manage",
+            ),
+            ("bash /tmp/release/install.sh --yes", "install.sh"),
+            ("/bin/sh -e ./uninstall.sh", "uninstall.sh"),
+            ("env A=b /x/update-runner --update-id u", "update-runner"),
+            ("python3 -c pass", "python3"),
+            ("sleep 60", "sleep"),
+        ] {
+            let process = Process {
+                pid: 1,
+                alive: true,
+                zombie: false,
+                command_line: Some(line.to_string()),
+            };
+            assert_eq!(process.program().as_deref(), Some(program), "{line}");
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@ use python_compat::{
     json_object,
 };
 
+use super::plan::{Plan, Step, StepKind};
+
 /// How one concern stands. The order is the severity a summary reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Status {
@@ -53,11 +55,109 @@ impl Status {
     }
 }
 
-/// What resolves a concern that is not healthy.
+/// The concerns doctor judges: a closed set, each with its JSON key and
+/// human title.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConcernId {
+    /// `.install-lock`.
+    InstallLock,
+    /// install.sh's `.activation-transaction`.
+    ActivationJournal,
+    /// An explicit activation's `.execution-transaction`.
+    ExecutionTransaction,
+    /// The split uninstall's `.execution-uninstall.json`.
+    UninstallIntent,
+    /// `.update-preparations/` and its handoffs.
+    UpdatePreparations,
+    /// The server's `admin/server-update.json` and its runner.
+    UpdateStatus,
+    /// The native worker and gateway against their receipts.
+    Services,
+    /// The installed layout, `current` and the unit files.
+    Layout,
+}
+
+impl ConcernId {
+    /// Every concern, in the order the summary lists them.
+    pub const ALL: [ConcernId; 8] = [
+        ConcernId::InstallLock,
+        ConcernId::ActivationJournal,
+        ConcernId::ExecutionTransaction,
+        ConcernId::UninstallIntent,
+        ConcernId::UpdatePreparations,
+        ConcernId::UpdateStatus,
+        ConcernId::Services,
+        ConcernId::Layout,
+    ];
+
+    /// The order the plan resolves them in: an owner before what it owns.
+    /// The journals and the intent own the lock, the services and the
+    /// files while they are pending; a handoff is released only once no
+    /// journal owns recovery; the update row follows its handoff; a lock
+    /// no journal reaps is removed before services are started.
+    pub const DEPENDENCY_ORDER: [ConcernId; 8] = [
+        ConcernId::ActivationJournal,
+        ConcernId::ExecutionTransaction,
+        ConcernId::UninstallIntent,
+        ConcernId::UpdatePreparations,
+        ConcernId::UpdateStatus,
+        ConcernId::InstallLock,
+        ConcernId::Services,
+        ConcernId::Layout,
+    ];
+
+    /// The JSON keys (and `--concern` names), in [`ConcernId::ALL`]'s order.
+    pub const KEYS: [&'static str; 8] = [
+        "install_lock",
+        "activation_journal",
+        "execution_transaction",
+        "uninstall_intent",
+        "update_preparations",
+        "update_status",
+        "services",
+        "layout",
+    ];
+
+    /// The JSON key and `--concern` name.
+    pub fn key(self) -> &'static str {
+        Self::KEYS[self as usize]
+    }
+
+    /// The human title.
+    pub fn title(self) -> &'static str {
+        match self {
+            ConcernId::InstallLock => "install lock",
+            ConcernId::ActivationJournal => "activation journal",
+            ConcernId::ExecutionTransaction => "execution transaction",
+            ConcernId::UninstallIntent => "uninstall intent",
+            ConcernId::UpdatePreparations => "update preparations",
+            ConcernId::UpdateStatus => "update status",
+            ConcernId::Services => "services",
+            ConcernId::Layout => "layout",
+        }
+    }
+
+    /// The concern a key names.
+    pub fn from_key(key: &str) -> Option<ConcernId> {
+        ConcernId::ALL.into_iter().find(|id| id.key() == key)
+    }
+}
+
+/// What resolves a concern that is not healthy, as its own judgement
+/// found it (the plan decides which of these are offered).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Run this exact command line (shell syntax); `text` says what it does.
-    Command { command: String, text: String },
+    /// Run this exact command line; `argv` are its words when it is one
+    /// program's (none for a shell line with `&&` or `$VARIABLE`); `text`
+    /// says what it does.
+    Command {
+        /// The line, as printed.
+        command: String,
+        /// Its words, when it is one program's.
+        argv: Option<Vec<String>>,
+        /// What it does.
+        text: String,
+    },
     /// The owner still runs: wait for it, then run doctor again.
     Wait(String),
     /// What to do when no exact command line can be known here (install.sh's
@@ -68,19 +168,23 @@ pub enum Action {
 }
 
 impl Action {
-    /// `{"kind", "command", "text"}`.
-    pub fn to_json(&self) -> Json {
-        let (kind, command, text) = match self {
-            Action::Command { command, text } => ("command", Json::from(command.as_str()), text),
-            Action::Wait(text) => ("wait", Json::Null, text),
-            Action::Instruction(text) => ("instruction", Json::Null, text),
-            Action::ContactEngineering(text) => ("contact-engineering", Json::Null, text),
-        };
-        Json::Object(json_object! {
-            "kind" => kind,
-            "command" => command,
-            "text" => text.as_str(),
-        })
+    /// A command of one program: its words, quoted as `shlex.quote` does.
+    pub fn run(argv: Vec<String>, text: impl Into<String>) -> Action {
+        let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+        Action::Command {
+            command: command_line(&words),
+            argv: Some(argv),
+            text: text.into(),
+        }
+    }
+
+    /// A shell line (`sh -c` runs it as printed).
+    pub fn shell(command: String, text: impl Into<String>) -> Action {
+        Action::Command {
+            command,
+            argv: None,
+            text: text.into(),
+        }
     }
 
     /// The command line, when the action is one.
@@ -92,13 +196,23 @@ impl Action {
     }
 }
 
+/// The process a concern in progress waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    /// Its PID.
+    pub pid: u32,
+    /// The program its command line runs (`execution_manage.py`,
+    /// `install.sh`, `update-runner`, ...).
+    pub program: String,
+    /// Since when it holds what the concern judges (UTC stamp), if known.
+    pub since: Option<String>,
+}
+
 /// One judged concern.
 #[derive(Debug, Clone)]
 pub struct Concern {
-    /// The JSON key (`install_lock`, ...).
-    pub key: &'static str,
-    /// The human title (`install lock`, ...).
-    pub title: &'static str,
+    /// Which concern.
+    pub id: ConcernId,
     /// The file or directory judged.
     pub path: Option<String>,
     /// The verdict.
@@ -109,33 +223,40 @@ pub struct Concern {
     pub found: JsonObject,
     /// The owning helper's refusal, when it refuses.
     pub error: Option<String>,
-    /// What resolves it (never for healthy or absent).
+    /// What resolves it on its own (never for healthy or absent, none when
+    /// another concern's resolution resolves it).
     pub action: Option<Action>,
+    /// The concern whose resolution resolves this one too (a journal owns
+    /// the lock, the services and the files while it is pending).
+    pub resolved_by: Option<ConcernId>,
+    /// The process it waits for, while in progress.
+    pub waits_for: Option<Waiter>,
 }
 
 impl Concern {
     /// A concern with nothing found yet.
-    pub fn new(key: &'static str, title: &'static str) -> Concern {
+    pub fn new(id: ConcernId) -> Concern {
         Concern {
-            key,
-            title,
+            id,
             path: None,
             status: Status::Absent,
             summary: String::new(),
             found: JsonObject::new(),
             error: None,
             action: None,
+            resolved_by: None,
+            waits_for: None,
         }
     }
 
-    fn to_json(&self) -> Json {
+    fn to_json(&self, plan: &Plan) -> Json {
         Json::Object(json_object! {
             "status" => self.status.word(),
             "summary" => self.summary.as_str(),
             "path" => self.path.as_deref(),
             "found" => self.found.clone(),
             "error" => self.error.as_deref(),
-            "action" => self.action.as_ref().map_or(Json::Null, Action::to_json),
+            "action" => plan.concern_action_json(self),
         })
     }
 }
@@ -147,32 +268,70 @@ pub struct Report {
     pub installation: JsonObject,
     /// The installation line of the human output.
     pub headline: String,
-    /// Every concern, in display order.
+    /// Every concern reported, in display order.
     pub concerns: Vec<Concern>,
+    /// The plan over those concerns.
+    pub plan: Plan,
 }
 
 impl Report {
+    /// The report of `concerns` with the plan made over all of them,
+    /// showing only `focus` when one concern was asked for.
+    pub fn new(
+        installation: JsonObject,
+        headline: String,
+        concerns: Vec<Concern>,
+        focus: Option<ConcernId>,
+    ) -> Report {
+        let plan = Plan::of(&concerns);
+        match focus {
+            None => Report {
+                installation,
+                headline,
+                concerns,
+                plan,
+            },
+            Some(id) => Report {
+                installation,
+                headline,
+                plan: plan.restricted_to(&[id]),
+                concerns: concerns.into_iter().filter(|c| c.id == id).collect(),
+            },
+        }
+    }
+
     /// Whether every concern is healthy or absent (exit status 0).
     pub fn healthy(&self) -> bool {
         self.concerns.iter().all(|concern| concern.status.is_fine())
+    }
+
+    /// The exit status: 0 healthy, 1 a step to take, 3 only waiting.
+    pub fn exit_status(&self) -> u8 {
+        match self.healthy() {
+            true => 0,
+            false => self.plan.exit_status().max(1),
+        }
     }
 
     /// The `--json` document (sorted keys, two-space indent).
     pub fn to_json(&self) -> Vec<u8> {
         let mut concerns = JsonObject::new();
         for concern in &self.concerns {
-            concerns.insert(concern.key, concern.to_json());
+            concerns.insert(concern.id.key(), concern.to_json(&self.plan));
         }
+        let steps: Vec<Json> = self.plan.steps.iter().map(Step::to_json).collect();
         encode_indented(&Json::Object(json_object! {
-            "format" => 1,
+            "format" => 2,
             "healthy" => self.healthy(),
+            "exit_status" => u32::from(self.exit_status()),
             "installation" => self.installation.clone(),
             "concerns" => concerns,
+            "plan" => steps,
         }))
     }
 
-    /// The human report: the summary (one aligned line per concern), then
-    /// the details of every concern that needs attention.
+    /// The human report: the summary (one aligned line per concern), the
+    /// plan, then the details of every concern that needs attention.
     pub fn to_text(&self, colour: bool) -> String {
         let paint = |status: Status| {
             let word = status.word();
@@ -190,7 +349,7 @@ impl Report {
         let width = self
             .concerns
             .iter()
-            .map(|concern| concern.title.len())
+            .map(|concern| concern.id.title().len())
             .max()
             .unwrap_or(0);
         let mut text = String::new();
@@ -199,13 +358,14 @@ impl Report {
         for concern in &self.concerns {
             let line = format!(
                 "  {:<width$}  {}{}",
-                concern.title,
+                concern.id.title(),
                 paint(concern.status),
                 concern.summary
             );
             text.push_str(line.trim_end());
             text.push('\n');
         }
+        text.push_str(&plan_text(&self.plan));
         let attention: Vec<&Concern> = self
             .concerns
             .iter()
@@ -215,10 +375,10 @@ impl Report {
             text.push('\n');
             text.push_str(&format!(
                 "{}: {}\n",
-                concern.title,
+                concern.id.title(),
                 paint(concern.status).trim_end()
             ));
-            text.push_str(&details(concern));
+            text.push_str(&details(concern, &self.plan));
         }
         text.push('\n');
         text.push_str(&match attention.len() {
@@ -245,9 +405,41 @@ impl Report {
     }
 }
 
+/// The numbered plan: each step's command (or wait, instruction, stop),
+/// the concerns it resolves and what it does.
+fn plan_text(plan: &Plan) -> String {
+    if plan.steps.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from(match plan.exit_status() {
+        3 => "\nPlan (nothing to run while an owner runs):\n",
+        _ if plan.steps.len() == 1 => "\nPlan:\n",
+        _ => "\nPlan (in order; run doctor again after each step):\n",
+    });
+    for step in &plan.steps {
+        let indent = " ".repeat(format!("  {}. ", step.number).len());
+        let _ = writeln!(text, "  {}. {}", step.number, step.headline());
+        let titles: Vec<&str> = step.resolves.iter().map(|id| id.title()).collect();
+        let verb = match step.kind {
+            StepKind::ContactEngineering { .. } => "about",
+            StepKind::Wait { .. } => "for",
+            _ => "resolves",
+        };
+        let _ = writeln!(text, "{indent}{verb}: {}", titles.join(", "));
+        let note = match &step.kind {
+            StepKind::Instruction => None,
+            _ => Some(&step.text).filter(|note| !note.is_empty()),
+        };
+        if let Some(note) = note {
+            let _ = writeln!(text, "{indent}{note}");
+        }
+    }
+    text
+}
+
 /// The detail lines of one concern: path, everything found, the refusal
-/// and the action, aligned.
-fn details(concern: &Concern) -> String {
+/// and its place in the plan, aligned.
+fn details(concern: &Concern, plan: &Plan) -> String {
     let mut rows: Vec<(String, String)> = Vec::new();
     if let Some(path) = &concern.path {
         rows.push(("path".to_string(), path.clone()));
@@ -262,25 +454,11 @@ fn details(concern: &Concern) -> String {
         };
         rows.push((key.replace('_', " "), text));
     }
-    let engineering = matches!(&concern.action, Some(Action::ContactEngineering(text))
-        if Some(text) == concern.error.as_ref());
-    if let Some(error) = concern.error.as_ref().filter(|_| !engineering) {
+    if let Some(error) = &concern.error {
         rows.push(("refused with".to_string(), error.clone()));
     }
-    match &concern.action {
-        Some(Action::Command { command, text }) => {
-            rows.push(("resolve".to_string(), command.clone()));
-            if !text.is_empty() {
-                rows.push((String::new(), format!("({text})")));
-            }
-        }
-        Some(Action::Wait(text)) => rows.push(("wait".to_string(), text.clone())),
-        Some(Action::Instruction(text)) => rows.push(("resolve".to_string(), text.clone())),
-        Some(Action::ContactEngineering(text)) => rows.push((
-            "resolve".to_string(),
-            format!("contact engineering: {text}"),
-        )),
-        None => {}
+    if let Some(line) = plan.role_line(concern.id) {
+        rows.push(("plan".to_string(), line));
     }
     let width = rows.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
     let mut text = String::new();
@@ -311,7 +489,6 @@ pub(super) fn command_line(words: &[&str]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,44 +510,60 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(index, status)| {
-                let mut concern = Concern::new(
-                    ["install_lock", "layout"][index],
-                    ["install lock", "layout"][index],
-                );
+                let mut concern = Concern::new([ConcernId::InstallLock, ConcernId::Layout][index]);
                 concern.status = *status;
                 concern.summary = format!("summary {index}");
-                if !status.is_fine() {
-                    concern.action = Some(Action::Command {
-                        command: "execution-manage recover --root /r".to_string(),
-                        text: "finishes it".to_string(),
-                    });
+                if *status == Status::Stuck {
+                    concern.action = Some(Action::run(
+                        ["/x/execution-manage", "recover", "--root", "/r"]
+                            .map(String::from)
+                            .to_vec(),
+                        "finishes it",
+                    ));
+                } else if *status == Status::Invalid {
+                    concern.action = Some(Action::ContactEngineering("ValueError: bad".into()));
+                    concern.error = Some("ValueError: bad".into());
                 }
                 concern
             })
             .collect();
-        Report {
-            installation: JsonObject::new(),
-            headline: "execution-manage doctor: split installation at /r".to_string(),
+        Report::new(
+            JsonObject::new(),
+            "execution-manage doctor: split installation at /r".to_string(),
             concerns,
-        }
+            None,
+        )
     }
 
     #[test]
-    fn the_summary_is_aligned_and_details_follow_for_what_needs_attention() {
+    fn the_summary_is_aligned_then_the_plan_then_details() {
         let text = report(&[Status::Stuck, Status::Healthy]).to_text(false);
         assert_eq!(
             text,
             "execution-manage doctor: split installation at /r\n\n\
              \x20 install lock  stuck       summary 0\n\
              \x20 layout        healthy     summary 1\n\
+             \nPlan:\n\
+             \x20 1. /x/execution-manage recover --root /r\n\
+             \x20    resolves: install lock\n\
+             \x20    finishes it\n\
              \ninstall lock: stuck\n\
-             \x20 resolve  execution-manage recover --root /r\n\
-             \x20          (finishes it)\n\
+             \x20 plan  step 1\n\
              \n1 of 2 concerns need attention.\n"
         );
-        assert!(report(&[Status::Healthy, Status::Absent])
-            .to_text(false)
-            .ends_with("\nAll 2 concerns are healthy.\n"));
+        let healthy = report(&[Status::Healthy, Status::Absent]).to_text(false);
+        assert!(healthy.ends_with("summary 1\n\nAll 2 concerns are healthy.\n"));
+        assert!(!healthy.contains("Plan"));
+    }
+
+    #[test]
+    fn a_refusal_stops_the_plan() {
+        let text = report(&[Status::Invalid, Status::Healthy]).to_text(false);
+        assert!(text.contains(
+            "\nPlan:\n  1. stop here and contact engineering with: ValueError: bad\n     about: \
+             install lock\n"
+        ));
+        assert!(text.contains("\n  refused with  ValueError: bad\n  plan          step 1\n"));
     }
 
     #[test]
@@ -384,18 +577,58 @@ mod tests {
     fn json_has_the_same_content_with_stable_keys() {
         let document = report(&[Status::Stuck, Status::Absent]).to_json();
         let value = python_compat::json::parse_json(&document).unwrap();
+        let keys: Vec<&String> = value.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "concerns",
+                "exit_status",
+                "format",
+                "healthy",
+                "installation",
+                "plan"
+            ]
+        );
         assert_eq!(value.get("healthy"), Some(&Json::Bool(false)));
+        assert_eq!(value.get("exit_status"), Some(&Json::from(1)));
         let lock = value.get("concerns").unwrap().get("install_lock").unwrap();
         let keys: Vec<&String> = lock.as_object().unwrap().keys().collect();
         assert_eq!(
             keys,
             ["action", "error", "found", "path", "status", "summary"]
         );
+        let action = lock.get("action").unwrap();
         assert_eq!(
-            lock.get("action").unwrap().get("command"),
-            Some(&Json::from("execution-manage recover --root /r"))
+            action.get("command"),
+            Some(&Json::from("/x/execution-manage recover --root /r"))
+        );
+        assert_eq!(action.get("step"), Some(&Json::from(1)));
+        let step = &value.get("plan").unwrap().as_array().unwrap()[0];
+        assert_eq!(step.get("command"), action.get("command"));
+        assert_eq!(
+            step.get("resolves"),
+            Some(&Json::from(vec!["install_lock"]))
         );
         let layout = value.get("concerns").unwrap().get("layout").unwrap();
         assert_eq!(layout.get("action"), Some(&Json::Null));
+    }
+
+    #[test]
+    fn one_concern_keeps_its_steps_numbers() {
+        let mut concerns = report(&[Status::Stuck, Status::Healthy]).concerns;
+        concerns[1].status = Status::Stuck;
+        concerns[1].action = Some(Action::shell("true".into(), "nothing"));
+        let full = Report::new(JsonObject::new(), String::new(), concerns.clone(), None);
+        assert_eq!(full.plan.steps.len(), 2);
+        let one = Report::new(
+            JsonObject::new(),
+            String::new(),
+            concerns,
+            Some(ConcernId::Layout),
+        );
+        assert_eq!(one.concerns.len(), 1);
+        assert_eq!(one.plan.steps.len(), 1);
+        assert_eq!(one.plan.steps[0].number, 2);
+        assert_eq!(one.exit_status(), 1);
     }
 }

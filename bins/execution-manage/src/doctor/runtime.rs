@@ -3,13 +3,16 @@
 //! files, and the install lock that serialises every change.
 
 use agents_common::{
-    installed_service_files, read_file, ExecutionLayout, ServiceRunState, ServiceState,
-    WorkerControl, GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME,
+    installed_service_files, read_file, ErrorKind, ExecutionLayout, ServiceRunState, ServiceState,
+    ServiceStates, WorkerControl, GATEWAY_UNIT as GATEWAY_UNIT_NAME,
+    WORKER_UNIT as WORKER_UNIT_NAME,
 };
 use python_compat::json::{parse_json, Json};
 
 use super::context::{Context, Kind, LOCK_TAKERS};
-use super::report::{command_line, Action, Concern, Status};
+use super::journals::PendingActivation;
+use super::process::Process;
+use super::report::{Action, Concern, ConcernId, Status};
 
 /// A concern that can own the services and files while it is pending (a
 /// journal or intent), with the worker admission operation it uses.
@@ -20,40 +23,55 @@ pub(super) struct Owner<'a> {
     pub operation: Option<String>,
 }
 
-/// The pending owners, most specific first.
-pub(super) struct Owners<'a>(pub Vec<Owner<'a>>);
+/// The pending owners, most specific first, and what a pending explicit
+/// activation has published.
+pub(super) struct Owners<'a> {
+    /// The owners.
+    pub owners: Vec<Owner<'a>>,
+    /// The pending `.execution-transaction`, when it is readable.
+    pub activation: Option<PendingActivation>,
+}
 
 impl Owners<'_> {
     /// The first owner that is not absent or healthy: while it is pending,
     /// services may be stopped and files mid-change on its behalf.
     fn pending(&self) -> Option<&Concern> {
-        self.0
+        self.owners
             .iter()
             .map(|owner| owner.concern)
             .find(|concern| !concern.status.is_fine())
     }
 
+    /// The first pending journal or intent (not a handoff): it owns the
+    /// published layout until it is resolved.
+    fn pending_journal(&self) -> Option<&Concern> {
+        self.owners
+            .iter()
+            .map(|owner| owner.concern)
+            .filter(|concern| concern.id != ConcernId::UpdatePreparations)
+            .find(|concern| !concern.status.is_fine())
+    }
+
     /// The concern whose operation holds `operation` on the worker.
     fn of_operation(&self, operation: &str) -> Option<&Concern> {
-        self.0
+        self.owners
             .iter()
             .find(|owner| owner.operation.as_deref() == Some(operation))
             .map(|owner| owner.concern)
     }
 }
 
-/// Defers a concern to the pending owner that explains it.
+/// Defers a concern to the pending owner that explains it: the owner's
+/// step resolves it (or its wait covers it), and it offers nothing itself.
 fn defer(concern: &mut Concern, owner: &Concern, what: &str) {
     concern.status = owner.status.max(Status::InProgress);
     concern.summary = format!(
         "{what} while the {} is {}",
-        owner.title,
+        owner.id.title(),
         owner.status.word()
     );
-    concern.action = Some(Action::Instruction(format!(
-        "resolved with the {} (see that concern)",
-        owner.title
-    )));
+    concern.action = None;
+    concern.resolved_by = Some(owner.id);
 }
 
 fn role_json(state: Option<&ServiceState>, receipt_pid: Option<i128>) -> Json {
@@ -85,7 +103,7 @@ fn gateway_receipt(layout: &ExecutionLayout) -> Result<i128, agents_common::Erro
 /// before it sends a credential, and the worker's private status (a read)
 /// must come from that receipt's instance.
 pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
-    let mut concern = Concern::new("services", "services");
+    let mut concern = Concern::new(ConcernId::Services);
     concern.found.insert("worker", Json::Null);
     concern.found.insert("gateway", Json::Null);
     concern.found.insert("lease", Json::Null);
@@ -94,36 +112,85 @@ pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
             concern.summary = "no home directory known for the service manager".to_string();
             return concern;
         }
-        Some(Err(error)) if matches!(ctx.kind, Kind::Missing | Kind::Empty) => {
-            concern.summary = format!(
-                "nothing installed; the service manager did not answer ({})",
-                error.python_line()
-            );
-            return concern;
-        }
-        Some(Err(error)) => {
-            let line = error.python_line();
-            concern.error = Some(line.clone());
-            if line.contains("transitioning") {
-                concern.status = Status::InProgress;
-                concern.summary = "a native service is starting or stopping".to_string();
-                concern.action = Some(Action::Wait(
-                    "the service manager is starting or stopping a job; run doctor again"
-                        .to_string(),
-                ));
-            } else {
-                concern.status = Status::Invalid;
-                concern.summary =
-                    format!("every helper refuses the service manager's view: {line}");
-                concern.action = Some(Action::ContactEngineering(line));
-            }
-            return concern;
-        }
+        Some(Err(error)) => return manager_refused(ctx, error, concern),
         Some(Ok(states)) => states,
     };
     let Some(layout) = &ctx.layout else {
         return services_without_layout(ctx, owners, states, concern);
     };
+    let problems = receipt_problems(layout, states, &mut concern);
+    if !problems.is_empty() {
+        return judge_problems(problems, owners, concern);
+    }
+    judge_admission(ctx, states, owners, concern)
+}
+
+/// The service manager did not answer as every helper requires.
+fn manager_refused(ctx: &Context, error: &agents_common::Error, mut concern: Concern) -> Concern {
+    let line = error.python_line();
+    if matches!(ctx.kind, Kind::Missing | Kind::Empty) {
+        concern.summary = format!("nothing installed; the service manager did not answer ({line})");
+        return concern;
+    }
+    concern.error = Some(line.clone());
+    if error.kind() == Some(ErrorKind::ServiceTransitioning) {
+        concern.status = Status::InProgress;
+        concern.summary = "a native service is starting or stopping".to_string();
+        concern.action = Some(Action::Wait(
+            "the service manager is starting or stopping a job; run doctor again".to_string(),
+        ));
+    } else {
+        concern.status = Status::Invalid;
+        concern.summary = format!("every helper refuses the service manager's view: {line}");
+        concern.action = Some(Action::ContactEngineering(line));
+    }
+    concern
+}
+
+/// What is wrong with the native jobs of the installed layout against
+/// their receipts.
+#[derive(Debug, Default)]
+struct Problems {
+    /// Running units whose MainPID is not their receipt's, one line each.
+    mismatched: Vec<(&'static str, String)>,
+    /// Units that are not running.
+    stopped: Vec<&'static str>,
+    /// Units without a unit file.
+    missing: Vec<&'static str>,
+}
+
+impl Problems {
+    fn is_empty(&self) -> bool {
+        self.mismatched.is_empty() && self.stopped.is_empty() && self.missing.is_empty()
+    }
+
+    fn summary(&self) -> String {
+        let mut parts: Vec<String> = self
+            .mismatched
+            .iter()
+            .map(|(_, line)| line.clone())
+            .collect();
+        parts.extend(
+            self.stopped
+                .iter()
+                .map(|unit| format!("{unit} is not running")),
+        );
+        parts.extend(
+            self.missing
+                .iter()
+                .map(|unit| format!("{unit} has no unit file")),
+        );
+        parts.join("; ")
+    }
+}
+
+/// Compares each running unit's MainPID with its receipt; records both in
+/// `found`. A receipt naming another PID says whose PID that is.
+fn receipt_problems(
+    layout: &ExecutionLayout,
+    states: &ServiceStates,
+    concern: &mut Concern,
+) -> Problems {
     let worker_receipt = WorkerControl::new().worker_record(layout);
     let worker_pid = worker_receipt
         .as_ref()
@@ -137,10 +204,8 @@ pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
     concern
         .found
         .insert("gateway", role_json(Some(&states.gateway), gateway_pid));
-    let mut stopped = Vec::new();
-    let mut mismatched = Vec::new();
-    let mut missing = Vec::new();
-    for (state, unit, receipt) in [
+    let mut problems = Problems::default();
+    let units = [
         (
             &states.worker,
             WORKER_UNIT_NAME,
@@ -151,85 +216,102 @@ pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
             GATEWAY_UNIT_NAME,
             gateway.as_ref().map(|pid| Some(*pid)),
         ),
-    ] {
+    ];
+    for (state, unit, receipt) in &units {
         match state.state {
             ServiceRunState::Running => {
-                let main = state.pid.map(i128::from);
-                match receipt {
-                    Ok(pid) if pid == main => {}
-                    Ok(pid) => mismatched.push(format!(
-                        "{unit} MainPID {} but its receipt names PID {}",
-                        main.unwrap_or(0),
-                        pid.unwrap_or(0)
-                    )),
-                    Err(error) => mismatched.push(format!(
-                        "{unit} MainPID {} but its receipt is refused ({})",
-                        main.unwrap_or(0),
+                let main = state.pid.map(i128::from).unwrap_or(0);
+                let line = match receipt {
+                    Ok(pid) if *pid == state.pid.map(i128::from) => continue,
+                    Ok(pid) => {
+                        let pid = pid.unwrap_or(0);
+                        format!(
+                            "{unit} MainPID {main} but its receipt names PID {pid}, {}",
+                            whose_pid(pid, states)
+                        )
+                    }
+                    Err(error) => format!(
+                        "{unit} MainPID {main} but its receipt is refused: {}",
                         error.python_line()
-                    )),
-                }
+                    ),
+                };
+                problems.mismatched.push((unit, line));
             }
-            ServiceRunState::Absent => missing.push(unit),
-            _ => stopped.push(unit),
+            ServiceRunState::Absent => problems.missing.push(unit),
+            _ => problems.stopped.push(unit),
         }
     }
-    let problems = !(stopped.is_empty() && mismatched.is_empty() && missing.is_empty());
-    if problems {
-        let what = [
-            mismatched.join("; "),
-            stopped
-                .iter()
-                .map(|unit| format!("{unit} is not running"))
-                .collect::<Vec<_>>()
-                .join("; "),
-            missing
-                .iter()
-                .map(|unit| format!("{unit} has no unit file"))
-                .collect::<Vec<_>>()
-                .join("; "),
-        ]
-        .into_iter()
-        .filter(|part| !part.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-        if let Some(owner) = owners.pending() {
-            defer(&mut concern, owner, &what);
-            return concern;
-        }
-        concern.summary = what;
-        if !missing.is_empty() {
-            concern.status = Status::Invalid;
-            concern.action = Some(Action::ContactEngineering(
-                "RuntimeError: native service configuration is not this installed execution \
-                 layout"
-                    .to_string(),
-            ));
-        } else if !mismatched.is_empty() {
-            concern.status = Status::Stuck;
-            let units: Vec<&str> = [WORKER_UNIT_NAME, GATEWAY_UNIT_NAME]
-                .into_iter()
-                .filter(|unit| mismatched.iter().any(|line| line.starts_with(unit)))
-                .collect();
-            let mut words = vec!["systemctl", "--user", "restart"];
-            words.extend(&units);
-            concern.action = Some(Action::Command {
-                command: command_line(&words),
-                text: "restarts it so its new process writes its receipt; every helper refuses \
-                       to act while systemd's MainPID and the receipt disagree (interrupts work \
-                       that process is doing)"
-                    .to_string(),
-            });
-        } else {
-            concern.status = Status::Stuck;
-            let mut words = vec!["systemctl", "--user", "start"];
-            words.extend(stopped.iter().copied());
-            concern.action = Some(Action::Command {
-                command: command_line(&words),
-                text: "starts the stopped services of the installed layout".to_string(),
-            });
-        }
+    problems
+}
+
+/// Whose PID a receipt names: another unit's MainPID, a process running
+/// some program, or nobody.
+fn whose_pid(pid: i128, states: &ServiceStates) -> String {
+    let unit = [
+        (&states.worker, WORKER_UNIT_NAME),
+        (&states.gateway, GATEWAY_UNIT_NAME),
+    ]
+    .into_iter()
+    .find(|(state, _)| {
+        state.state == ServiceRunState::Running && state.pid.map(i128::from) == Some(pid)
+    });
+    if let Some((_, unit)) = unit {
+        return format!("which is {unit}'s MainPID");
+    }
+    match u32::try_from(pid).ok().map(Process::of) {
+        Some(process) if process.alive => format!(
+            "which runs {}",
+            process
+                .program()
+                .unwrap_or_else(|| "an unknown program".to_string())
+        ),
+        _ => "which is no running process".to_string(),
+    }
+}
+
+/// Stopped, missing or mismatched units: a pending owner's, or what
+/// resolves them.
+fn judge_problems(problems: Problems, owners: &Owners, mut concern: Concern) -> Concern {
+    let what = problems.summary();
+    if let Some(owner) = owners.pending() {
+        defer(&mut concern, owner, &what);
         return concern;
     }
+    concern.summary = what;
+    concern.status = Status::Stuck;
+    if !problems.missing.is_empty() {
+        concern.status = Status::Invalid;
+        concern.action = Some(Action::ContactEngineering(
+            "RuntimeError: native service configuration is not this installed execution layout"
+                .to_string(),
+        ));
+    } else if !problems.mismatched.is_empty() {
+        let mut words = vec!["systemctl", "--user", "restart"];
+        words.extend(problems.mismatched.iter().map(|(unit, _)| *unit));
+        concern.action = Some(Action::run(
+            words.into_iter().map(String::from).collect(),
+            "restarts it, interrupting work its process is doing, so its new process writes its \
+             receipt; every helper refuses to act while systemd's MainPID and the receipt disagree",
+        ));
+    } else {
+        let mut words = vec!["systemctl", "--user", "start"];
+        words.extend(problems.stopped.iter().copied());
+        concern.action = Some(Action::run(
+            words.into_iter().map(String::from).collect(),
+            "starts the stopped services of the installed layout",
+        ));
+    }
+    concern
+}
+
+/// Both units run as their receipts say: the worker's private status and
+/// who holds its admission.
+fn judge_admission(
+    ctx: &Context,
+    states: &ServiceStates,
+    owners: &Owners,
+    mut concern: Concern,
+) -> Concern {
     let (record, status) = match ctx.worker() {
         Some(Ok(read)) => read,
         Some(Err(error)) => {
@@ -263,7 +345,7 @@ pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
         Some(owner) => concern.summary.push_str(&format!(
             ", admission {} by the {}",
             if sealed { "sealed" } else { "held" },
-            owner.title
+            owner.id.title()
         )),
         None if sealed => {
             concern.status = Status::Stuck;
@@ -296,7 +378,7 @@ pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
 fn services_without_layout(
     ctx: &Context,
     owners: &Owners,
-    states: &agents_common::ServiceStates,
+    states: &ServiceStates,
     mut concern: Concern,
 ) -> Concern {
     concern
@@ -333,10 +415,12 @@ fn services_without_layout(
             _ => {
                 concern.status = Status::Stuck;
                 concern.summary = format!("legacy {WORKER_UNIT_NAME} is not running");
-                concern.action = Some(Action::Command {
-                    command: command_line(&["systemctl", "--user", "start", WORKER_UNIT_NAME]),
-                    text: "starts the legacy service".to_string(),
-                });
+                concern.action = Some(Action::run(
+                    ["systemctl", "--user", "start", WORKER_UNIT_NAME]
+                        .map(String::from)
+                        .to_vec(),
+                    "starts the legacy service",
+                ));
             }
         },
         _ if absent(&states.worker) && absent(&states.gateway) => {
@@ -365,9 +449,15 @@ fn services_without_layout(
 /// reads the installation through), the unit files and `current` as the
 /// uninstaller admits them, or what else the install root holds.
 pub(super) fn layout(ctx: &Context, owners: &Owners) -> Concern {
-    let mut concern = Concern::new("layout", "layout");
+    let mut concern = Concern::new(ConcernId::Layout);
     concern.path = Some(ctx.root_path(agents_common::LAYOUT_NAME));
-    for key in ["worker_release", "gateway_release", "current", "left"] {
+    for key in [
+        "worker_release",
+        "gateway_release",
+        "current",
+        "left",
+        "recovery_leaves",
+    ] {
         concern.found.insert(key, Json::Null);
     }
     let current = std::fs::read_link(ctx.root.join("current"))
@@ -391,6 +481,10 @@ pub(super) fn layout(ctx: &Context, owners: &Owners) -> Concern {
             None => {
                 concern.status = Status::Stuck;
                 concern.summary = "no layout yet and no journal pending".to_string();
+                concern.action = Some(Action::Instruction(
+                    "rerun install.sh with the arguments of the interrupted first installation"
+                        .to_string(),
+                ));
             }
         },
         Kind::HalfRemoved(left) => {
@@ -437,50 +531,93 @@ pub(super) fn layout(ctx: &Context, owners: &Owners) -> Concern {
                 },
             }
         }
-        Kind::Split => {
-            let Some(layout) = &ctx.layout else {
-                let line = ctx
-                    .layout_error
-                    .as_ref()
-                    .map(agents_common::Error::python_line)
-                    .unwrap_or_default();
-                concern.summary = format!("every helper refuses it: {line}");
-                contact(&mut concern, line);
-                return concern;
-            };
-            let text = |path: &std::path::Path| path.display().to_string();
-            concern
-                .found
-                .insert("worker_release", text(&layout.worker_release));
-            concern
-                .found
-                .insert("gateway_release", text(&layout.gateway_release));
-            match installed_service_files(layout) {
-                Ok(_) => {
-                    concern.status = Status::Healthy;
-                    concern.summary = format!(
-                        "worker {} and gateway {} as installed; units as rendered; current -> {}",
-                        release_name(&layout.worker_release),
-                        release_name(&layout.gateway_release),
-                        current.as_deref().unwrap_or("?")
-                    );
-                }
-                Err(error) => {
-                    let line = error.python_line();
-                    match owners.pending() {
-                        Some(owner) => {
-                            defer(&mut concern, owner, &format!("files mid-change ({line})"))
-                        }
-                        None => {
-                            concern.summary = format!("the uninstaller refuses it: {line}");
-                            contact(&mut concern, line);
-                        }
-                    }
-                }
-            }
-        }
+        Kind::Split => split_layout(ctx, owners, &mut concern, current.as_deref()),
     }
     concern
+}
+
+/// A split installation's layout: what is published, and, while a journal
+/// is pending, that it is pending and what its recovery leaves.
+fn split_layout(ctx: &Context, owners: &Owners, concern: &mut Concern, current: Option<&str>) {
+    let contact = |concern: &mut Concern, line: String| {
+        concern.status = Status::Invalid;
+        concern.error = Some(line.clone());
+        concern.action = Some(Action::ContactEngineering(line));
+    };
+    let Some(layout) = &ctx.layout else {
+        let line = ctx
+            .layout_error
+            .as_ref()
+            .map(agents_common::Error::python_line)
+            .unwrap_or_default();
+        concern.summary = format!("every helper refuses it: {line}");
+        contact(concern, line);
+        return;
+    };
+    let text = |path: &std::path::Path| path.display().to_string();
+    concern
+        .found
+        .insert("worker_release", text(&layout.worker_release));
+    concern
+        .found
+        .insert("gateway_release", text(&layout.gateway_release));
+    let published = format!(
+        "worker {} and gateway {}",
+        release_name(&layout.worker_release),
+        release_name(&layout.gateway_release)
+    );
+    let files = installed_service_files(layout);
+    let owner = match &files {
+        Ok(_) => owners.pending_journal(),
+        Err(_) => owners.pending(),
+    };
+    match (files, owner) {
+        (_, Some(owner)) => {
+            let mut what = match owner.id {
+                ConcernId::UninstallIntent => {
+                    format!("{published} published; the pending uninstall removes them")
+                }
+                ConcernId::ActivationJournal => format!(
+                    "{published} published; install.sh's pending journal decides what stays"
+                ),
+                _ => format!("{published} published; what recovery leaves is unknown"),
+            };
+            if let (ConcernId::ExecutionTransaction, Some(pending)) = (owner.id, &owners.activation)
+            {
+                what = format!(
+                    "{published} published by pending {} (phase {})",
+                    pending.id, pending.phase
+                );
+                if let Some((worker, gateway)) = &pending.leaves {
+                    what.push_str(&format!(
+                        "; recovery leaves worker {} and gateway {}",
+                        release_name(worker),
+                        release_name(gateway)
+                    ));
+                    concern.found.insert(
+                        "recovery_leaves",
+                        python_compat::json_object! {
+                            "worker_release" => text(worker),
+                            "gateway_release" => text(gateway),
+                        },
+                    );
+                }
+            }
+            defer(concern, owner, &what);
+        }
+        (Ok(_), None) => {
+            concern.status = Status::Healthy;
+            concern.summary = format!(
+                "{published} as installed; units as rendered; current -> {}",
+                current.unwrap_or("?")
+            );
+        }
+        (Err(error), None) => {
+            let line = error.python_line();
+            concern.summary = format!("the uninstaller refuses it: {line}");
+            contact(concern, line);
+        }
+    }
 }
 
 fn release_name(path: &std::path::Path) -> String {
@@ -493,9 +630,15 @@ fn release_name(path: &std::path::Path) -> String {
 /// checks, read-only). A dead owner's lock is reaped by whichever lock
 /// taker runs next; `resolvers` are the concerns whose command would.
 pub(super) fn install_lock(ctx: &Context, resolvers: &[&Concern]) -> Concern {
-    let mut concern = Concern::new("install_lock", "install lock");
+    let mut concern = Concern::new(ConcernId::InstallLock);
     concern.path = Some(ctx.root_path(".install-lock"));
-    for key in ["owner_pid", "owner", "owner_command_line", "age_seconds"] {
+    for key in [
+        "owner_pid",
+        "owner",
+        "owner_program",
+        "owner_command_line",
+        "age_seconds",
+    ] {
         concern.found.insert(key, Json::Null);
     }
     let inspection = match &ctx.lock {
@@ -524,80 +667,65 @@ pub(super) fn install_lock(ctx: &Context, resolvers: &[&Concern]) -> Concern {
     };
     concern.found.insert("owner_pid", pid);
     concern.found.insert("owner", owner.state_word());
+    concern.found.insert("owner_program", owner.program());
     concern
         .found
         .insert("owner_command_line", owner.command_line.clone());
+    let program = owner.program().unwrap_or_else(|| "?".to_string());
     if owner.zombie {
         concern.status = Status::InProgress;
         concern.summary = format!("owner PID {pid} exited, but its parent has not reaped it");
         concern.action = Some(Action::Wait(format!(
             "every lock taker still counts PID {pid} as alive until its parent reaps it"
         )));
+        concern.waits_for = ctx.lock_waiter();
     } else if owner.alive && owner.runs_any(LOCK_TAKERS) {
-        let program = owner.command_line.clone().unwrap_or_default();
         concern.status = Status::InProgress;
-        concern.summary = format!("held by PID {pid} ({})", short(&program));
+        concern.summary = format!("held by PID {pid} ({program})");
         concern.action = Some(Action::Wait(format!(
-            "PID {pid} ({}) owns the installation; run doctor again when it exits",
-            short(&program)
+            "PID {pid} ({program}) owns the installation; run doctor again when it exits"
         )));
+        concern.waits_for = ctx.lock_waiter();
     } else if owner.alive {
         concern.status = Status::Stuck;
-        concern.summary = format!(
-            "owner PID {pid} is alive but runs {}, not an installer",
-            short(owner.command_line.as_deref().unwrap_or("?"))
-        );
+        concern.summary = format!("owner PID {pid} is alive but runs {program}, not an installer");
         concern.action = Some(Action::ContactEngineering(format!(
             "RuntimeError: another installer owns the installation lock (PID {pid} was reused \
-             by another program; no lock taker reaps a live owner)"
+             by {program}; no lock taker reaps a live owner)"
         )));
     } else {
         concern.status = Status::Stuck;
         concern.summary = format!("owner PID {pid} is gone (stale)");
-        let reaper = resolvers.iter().find(|resolver| {
-            resolver.status == Status::Stuck
-                && matches!(
-                    &resolver.action,
-                    Some(Action::Command { .. } | Action::Instruction(_))
-                )
-        });
-        concern.action = Some(match reaper.and_then(|resolver| resolver.action.clone()) {
-            Some(Action::Command { command, .. }) => Action::Command {
-                command,
-                text: format!(
-                    "the {}'s command reaps the dead owner's lock as it takes it",
-                    reaper.map(|resolver| resolver.title).unwrap_or_default()
-                ),
-            },
-            Some(Action::Instruction(text)) => Action::Instruction(format!(
-                "{text} (it reaps the dead owner's lock as it takes it)"
-            )),
-            _ => {
-                let lock = ctx.root.join(".install-lock");
-                let pid_file = lock.join("pid");
-                Action::Command {
-                    command: format!(
-                        "rm -- {} && rmdir -- {}",
-                        super::report::quote(&pid_file.display().to_string()),
-                        super::report::quote(&lock.display().to_string())
-                    ),
-                    text: format!(
-                        "removes the lock PID {pid} left behind; every installer and helper also \
-                         reaps it when it next takes the lock"
-                    ),
-                }
-            }
-        });
+        stale_lock(ctx, pid, resolvers, &mut concern);
     }
     concern
 }
 
-/// A command line cut to a readable length.
-fn short(line: &str) -> String {
-    const LIMIT: usize = 80;
-    if line.chars().count() <= LIMIT {
-        return line.to_string();
+/// A dead owner's lock: the step of a stuck journal or intent reaps it as
+/// it takes the lock; otherwise removing it is the step.
+fn stale_lock(ctx: &Context, pid: u32, resolvers: &[&Concern], concern: &mut Concern) {
+    let reaper = resolvers.iter().find(|resolver| {
+        resolver.status == Status::Stuck
+            && matches!(
+                &resolver.action,
+                Some(Action::Command { .. } | Action::Instruction(_))
+            )
+    });
+    if let Some(reaper) = reaper {
+        concern.resolved_by = Some(reaper.id);
+        return;
     }
-    let cut: String = line.chars().take(LIMIT).collect();
-    format!("{cut}...")
+    let lock = ctx.root.join(".install-lock");
+    let pid_file = lock.join("pid");
+    concern.action = Some(Action::shell(
+        format!(
+            "rm -- {} && rmdir -- {}",
+            super::report::quote(&pid_file.display().to_string()),
+            super::report::quote(&lock.display().to_string())
+        ),
+        format!(
+            "removes the lock PID {pid} left behind; every installer and helper also reaps it \
+             when it next takes the lock"
+        ),
+    ));
 }

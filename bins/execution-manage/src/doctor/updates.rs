@@ -5,17 +5,18 @@
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_handoff_release, owned_directory, read_file, read_update_handoff, Error,
+    check_handoff_release, owned_directory, read_file, read_update_handoff, Error, ErrorKind,
     RUNNER_OWNED_ACTIVE_PHASES,
 };
 use python_compat::{
-    json::{parse_json, Json},
+    json::{parse_json, Json, JsonObject},
     os::current_uid,
 };
 
 use super::context::{present, Context, HANDOFF_RELEASERS};
 use super::process::{flock_holders, Process};
-use super::report::{command_line, Action, Concern, Status};
+use super::programs::Helper;
+use super::report::{Action, Concern, ConcernId, Status, Waiter};
 
 /// The server's grace after the row's last update before it treats a
 /// runner that is not alive as gone (`SERVER_UPDATE_START_GRACE_SECONDS`).
@@ -45,6 +46,10 @@ pub(super) struct Handoff {
     pub status: Status,
     /// What resolves it.
     pub action: Option<Action>,
+    /// The concern whose resolution resolves it too.
+    pub resolved_by: Option<ConcernId>,
+    /// The process it waits for, while its update runs.
+    pub waits_for: Option<Waiter>,
 }
 
 /// Whether the row names update `update_id` in a runner phase and that
@@ -63,7 +68,7 @@ fn update_running(ctx: &Context, update_id: &str) -> bool {
 /// `handoff-<update>.json` is judged by `update-handoff release`'s own
 /// checks (without its lock, without its request).
 pub(super) fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
-    let mut concern = Concern::new("update_preparations", "update preparations");
+    let mut concern = Concern::new(ConcernId::UpdatePreparations);
     let parent = ctx.root.join(".update-preparations");
     concern.path = Some(parent.display().to_string());
     concern
@@ -87,9 +92,11 @@ pub(super) fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
     let names = super::entry_names(&parent);
     let mut items = Vec::new();
     let mut handoffs = Vec::new();
-    let mut status = Status::Healthy;
-    let mut actions: Vec<Action> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
+    let mut tally = Tally {
+        status: Status::Healthy,
+        actions: Vec::new(),
+        notes: Vec::new(),
+    };
     for name in &names {
         if !python_compat::is_lower_hex(name, 32) {
             refuse(
@@ -113,39 +120,26 @@ pub(super) fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
             holders = flock_holders(&lock);
         }
         if !holders.is_empty() {
-            status = status.max(Status::InProgress);
-            notes.push(format!("preparation {name} runs (PID {})", holders[0]));
-            actions.push(Action::Wait(format!(
+            tally.status = tally.status.max(Status::InProgress);
+            let holder = Process::of(holders[0]);
+            concern.waits_for.get_or_insert(Waiter {
+                pid: holders[0],
+                program: holder.program().unwrap_or_else(|| "?".to_string()),
+                since: std::fs::symlink_metadata(&lock)
+                    .and_then(|info| info.modified())
+                    .ok()
+                    .map(|time| ctx.stamp(time)),
+            });
+            tally
+                .notes
+                .push(format!("preparation {name} runs (PID {})", holders[0]));
+            tally.actions.push(Action::Wait(format!(
                 "the preparation runner (PID {}) holds {}; run doctor again when it exits",
                 holders[0],
                 lock.display()
             )));
         }
-        let mut judged = Vec::new();
-        for file in handoff_files(&directory) {
-            let handoff = judge_handoff(ctx, &file);
-            status = status.max(handoff.status);
-            notes.push(format!(
-                "handoff of update {} {}",
-                handoff.update_id,
-                match handoff.status {
-                    Status::Healthy => "released",
-                    Status::InProgress => "held by its running update",
-                    Status::Stuck => "still sealed",
-                    _ => "refused",
-                }
-            ));
-            if let Some(action) = &handoff.action {
-                actions.push(action.clone());
-            }
-            judged.push(Json::Object(python_compat::json_object! {
-                "file" => file.display().to_string(),
-                "update_id" => handoff.update_id.as_str(),
-                "operation_id" => handoff.operation_id.clone(),
-                "status" => handoff.status.word(),
-            }));
-            handoffs.push(handoff);
-        }
+        let judged = judge_handoffs(ctx, &directory, &mut concern, &mut tally, &mut handoffs);
         items.push(Json::Object(python_compat::json_object! {
             "id" => name.as_str(),
             "runner_lock_holders" => holders,
@@ -153,13 +147,68 @@ pub(super) fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
         }));
     }
     concern.found.insert("preparations", Json::Array(items));
-    concern.status = status;
-    concern.summary = match notes.is_empty() {
+    concern.status = tally.status;
+    concern.summary = match tally.notes.is_empty() {
         true => format!("{} preparation(s), nothing held", names.len()),
-        false => notes.join("; "),
+        false => tally.notes.join("; "),
     };
-    concern.action = combine(actions, status);
+    concern.action = combine(tally.actions, tally.status);
+    if concern
+        .action
+        .as_ref()
+        .is_some_and(|action| action.command().is_some())
+    {
+        // A handoff of its own to release: not waiting on a journal.
+        concern.resolved_by = None;
+    }
     (concern, handoffs)
+}
+
+/// What the preparations add up to so far.
+struct Tally {
+    status: Status,
+    actions: Vec<Action>,
+    notes: Vec<String>,
+}
+
+/// Judges each handoff of one preparation; returns their `found` entries.
+fn judge_handoffs(
+    ctx: &Context,
+    directory: &Path,
+    concern: &mut Concern,
+    tally: &mut Tally,
+    handoffs: &mut Vec<Handoff>,
+) -> Vec<Json> {
+    let mut judged = Vec::new();
+    for file in handoff_files(directory) {
+        let handoff = judge_handoff(ctx, &file);
+        tally.status = tally.status.max(handoff.status);
+        tally.notes.push(format!(
+            "handoff of update {} {}",
+            handoff.update_id,
+            match handoff.status {
+                Status::Healthy => "released",
+                Status::InProgress => "held by its running update",
+                Status::Stuck => "still sealed",
+                _ => "refused",
+            }
+        ));
+        if let Some(action) = &handoff.action {
+            tally.actions.push(action.clone());
+        }
+        concern.resolved_by = concern.resolved_by.or(handoff.resolved_by);
+        if concern.waits_for.is_none() {
+            concern.waits_for = handoff.waits_for.clone();
+        }
+        judged.push(Json::Object(python_compat::json_object! {
+            "file" => file.display().to_string(),
+            "update_id" => handoff.update_id.as_str(),
+            "operation_id" => handoff.operation_id.clone(),
+            "status" => handoff.status.word(),
+        }));
+        handoffs.push(handoff);
+    }
+    judged
 }
 
 /// The action of the most severe items: one command, or several joined so
@@ -175,14 +224,14 @@ fn combine(actions: Vec<Action>, status: Status) -> Option<Action> {
     match commands.len() {
         0 => actions.into_iter().next(),
         1 => Some(commands[0].clone()),
-        _ => Some(Action::Command {
-            command: commands
+        _ => Some(Action::shell(
+            commands
                 .iter()
                 .filter_map(|action| action.command())
                 .collect::<Vec<_>>()
                 .join(" && "),
-            text: "releases each sealed handoff".to_string(),
-        }),
+            "releases each sealed handoff",
+        )),
     }
 }
 
@@ -228,6 +277,8 @@ fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
         operation_id: None,
         status: Status::Healthy,
         action: None,
+        resolved_by: None,
+        waits_for: None,
     };
     match read_update_handoff(&ctx.root, file) {
         Ok(fields) => {
@@ -247,20 +298,24 @@ fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
             .owner_running(HANDOFF_RELEASERS)
             .is_some_and(|_| ctx.lease_operation() == handoff.operation_id.as_deref());
     let root = ctx.root.display().to_string();
-    let release = Action::Command {
-        command: command_line(&[
-            "update-handoff",
-            "release",
-            "--root",
-            &root,
-            "--handoff-file",
-            &file.display().to_string(),
-        ]),
-        text: format!(
+    let file_text = file.display().to_string();
+    let release = Action::run(
+        ctx.helper_argv(
+            Helper::UpdateHandoff,
+            &["release", "--root", &root, "--handoff-file", &file_text],
+        ),
+        format!(
             "releases the worker's sealed hold of failed update {update_id} after proving it is \
              still exactly this handoff's"
         ),
-    };
+    );
+    if running {
+        // The row's runner, else the releaser holding the install lock.
+        handoff.waits_for = runner_waiter(ctx).or_else(|| {
+            ctx.owner_running(HANDOFF_RELEASERS)
+                .and_then(|_| ctx.lock_waiter())
+        });
+    }
     match check_handoff_release(&ctx.root, file, None, None) {
         Ok(check) if !check.held => {}
         Ok(_) if running => {
@@ -291,7 +346,8 @@ fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
                 Action::Wait(format!(
                     "update {update_id} is running and owns its handoff"
                 ))
-            } else if line.contains("already owns") {
+            } else if let Some(owner) = recovery_owner(ctx, error.kind()) {
+                handoff.resolved_by = Some(owner);
                 Action::Instruction(format!(
                     "update-handoff release refuses ({line}); resolve that journal or intent \
                      first (see its concern), which takes over this worker"
@@ -302,6 +358,31 @@ fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
         }
     }
     handoff
+}
+
+/// The journal or intent that owns recovery, by the kind of
+/// `update-handoff release`'s refusal.
+fn recovery_owner(ctx: &Context, kind: Option<ErrorKind>) -> Option<ConcernId> {
+    match kind? {
+        ErrorKind::UninstallOwnsRecovery => Some(ConcernId::UninstallIntent),
+        ErrorKind::ActivationOwnsRecovery if ctx.root_has(".activation-transaction") => {
+            Some(ConcernId::ActivationJournal)
+        }
+        ErrorKind::ActivationOwnsRecovery => Some(ConcernId::ExecutionTransaction),
+        _ => None,
+    }
+}
+
+/// The row's runner as a waiter, when it runs.
+fn runner_waiter(ctx: &Context) -> Option<Waiter> {
+    let (process, _state) = runner(ctx);
+    let process = process?;
+    let since = ctx.row_text("started_at");
+    Some(Waiter {
+        pid: process.pid,
+        program: process.program().unwrap_or_else(|| "?".to_string()),
+        since: (!since.is_empty()).then_some(since),
+    })
 }
 
 /// How the row's runner stands.
@@ -368,12 +449,12 @@ fn server_action(ctx: &Context, age: Option<u64>) -> Action {
          AGENTSDOCK_AGENT_TOKEN is the agent token in the config directory's env file"
     );
     match server_origin(ctx) {
-        Some(origin) => Action::Command {
-            command: format!(
+        Some(origin) => Action::shell(
+            format!(
                 "curl -fsS -H \"X-AgentsDock-Token: $AGENTSDOCK_AGENT_TOKEN\" {origin}/api/admin/update"
             ),
             text,
-        },
+        ),
         None => Action::Instruction(format!(
             "open the application's update settings, or restart the server: {text}"
         )),
@@ -398,7 +479,7 @@ fn server_origin(ctx: &Context) -> Option<String> {
 /// read it (`read_status_unlocked`, without the status flock) and as
 /// `update-handoff retry-failed` and the uninstaller require it (private).
 pub(super) fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
-    let mut concern = Concern::new("update_status", "update status");
+    let mut concern = Concern::new(ConcernId::UpdateStatus);
     for key in [
         "phase",
         "update_id",
@@ -423,106 +504,22 @@ pub(super) fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
         concern.summary = "no update status (idle)".to_string();
         return concern;
     }
-    let refuse = |concern: &mut Concern, who: &str, error: Error| {
-        let line = error.python_line();
-        concern.status = Status::Invalid;
-        concern.summary = format!("{who} refuses it: {line}");
-        concern.error = Some(line.clone());
-        concern.action = Some(Action::ContactEngineering(line));
-    };
-    let data = match read_file(&path, true) {
-        Ok((data, _mode)) => data,
-        Err(error) => {
-            refuse(&mut concern, "update-handoff retry-failed", error);
-            return concern;
-        }
-    };
-    match parse_json(&data) {
-        Ok(Json::Object(_)) => {}
-        Ok(_) => {
-            refuse(
-                &mut concern,
-                "the server",
-                Error::value("server update status is not a JSON object"),
-            );
-            return concern;
-        }
-        Err(error) => {
-            refuse(&mut concern, "the uninstaller", error.into());
-            return concern;
-        }
-    }
-    let Some(row) = &ctx.row else {
-        refuse(
-            &mut concern,
-            "the server",
-            Error::value("server update status is unreadable"),
-        );
+    let Some(row) = read_row(ctx, &path, &mut concern) else {
         return concern;
     };
-    let text = |key: &str| ctx.row_text(key);
-    let (phase, update_id) = (text("phase"), text("update_id"));
-    // A row the server wrote without `updated_at` ages from the file's mtime.
-    let age = ctx
-        .seconds_since_stamp(&text("updated_at"))
-        .or_else(|| ctx.age_of(&path));
-    let (process, state) = runner(ctx);
-    let found = &mut concern.found;
-    for key in [
-        "phase",
-        "update_id",
-        "target_version",
-        "error_code",
-        "message",
-    ] {
-        found.insert(key, row.get(key).cloned().unwrap_or(Json::Null));
-    }
-    found.insert(
-        "updated_at",
-        row.get("updated_at").cloned().unwrap_or(Json::Null),
-    );
-    found.insert("age_seconds", age);
-    if let Some(process) = &process {
-        found.insert("runner_pid", process.pid);
-        found.insert(
-            "runner",
-            match state {
-                RunnerState::Running => "alive, the expected runner",
-                RunnerState::Foreign => "alive, but not this update's runner",
-                _ => process.state_word(),
-            },
-        );
-        found.insert("runner_command_line", process.command_line.clone());
-    }
-    let shown = if phase.is_empty() { "idle" } else { &phase };
-    concern.summary = match update_id.is_empty() {
+    let seen = RowSeen::of(ctx, row, &path, &mut concern);
+    let shown = if seen.phase.is_empty() {
+        "idle"
+    } else {
+        &seen.phase
+    };
+    concern.summary = match seen.update_id.is_empty() {
         true => shown.to_string(),
-        false => format!("{shown} (update {update_id})"),
+        false => format!("{shown} (update {})", seen.update_id),
     };
     if SETTLED.contains(&shown) {
-        concern.status = Status::Healthy;
-        let handoff = handoffs
-            .iter()
-            .find(|handoff| handoff.update_id == update_id);
-        if phase == "failed" && text("error_code") == RELEASE_FAILED {
-            match handoff {
-                Some(handoff) if !handoff.status.is_fine() => {
-                    concern.status = handoff.status;
-                    concern.summary.push_str(match handoff.status {
-                        Status::InProgress => ", its execution hold is being released",
-                        _ => ", its execution hold is not released",
-                    });
-                    concern.action = handoff.action.clone();
-                }
-                _ => concern.summary.push_str(
-                    ", its execution hold is released (the server clears the error on the next \
-                     update retry)",
-                ),
-            }
-        }
-        return concern;
-    }
-    if phase == "pending" {
+        settled(ctx, &seen, handoffs, &mut concern);
+    } else if seen.phase == "pending" {
         concern.status = Status::InProgress;
         concern
             .summary
@@ -530,28 +527,155 @@ pub(super) fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
         concern.action = Some(Action::Wait(
             "the server starts the reserved update once it is idle".to_string(),
         ));
-        return concern;
+    } else if !RUNNER_OWNED_ACTIVE_PHASES.contains(&seen.phase.as_str()) {
+        let error = Error::value(format!("unknown server update phase {:?}", seen.phase));
+        refuse_row(&mut concern, "the server", error);
+    } else {
+        active(ctx, &seen, &mut concern);
     }
-    if !RUNNER_OWNED_ACTIVE_PHASES.contains(&phase.as_str()) {
-        refuse(
-            &mut concern,
-            "the server",
-            Error::value(format!("unknown server update phase {phase:?}")),
-        );
-        return concern;
+    concern
+}
+
+/// The row's refusal by the reader that refuses it; no helper resolves it.
+fn refuse_row(concern: &mut Concern, who: &str, error: Error) {
+    let line = error.python_line();
+    concern.status = Status::Invalid;
+    concern.summary = format!("{who} refuses it: {line}");
+    concern.error = Some(line.clone());
+    concern.action = Some(Action::ContactEngineering(line));
+}
+
+/// The row as its readers require it (private, a JSON object the server
+/// reads), or `None` after recording the refusal.
+fn read_row<'a>(ctx: &'a Context, path: &Path, concern: &mut Concern) -> Option<&'a JsonObject> {
+    let data = match read_file(path, true) {
+        Ok((data, _mode)) => data,
+        Err(error) => {
+            refuse_row(concern, "update-handoff retry-failed", error);
+            return None;
+        }
+    };
+    match parse_json(&data) {
+        Ok(Json::Object(_)) => {}
+        Ok(_) => {
+            let error = Error::value("server update status is not a JSON object");
+            refuse_row(concern, "the server", error);
+            return None;
+        }
+        Err(error) => {
+            refuse_row(concern, "the uninstaller", error.into());
+            return None;
+        }
     }
-    match state {
+    if ctx.row.is_none() {
+        let error = Error::value("server update status is unreadable");
+        refuse_row(concern, "the server", error);
+    }
+    ctx.row.as_ref()
+}
+
+/// What the row says, and its runner as the server's liveness check sees it.
+struct RowSeen {
+    phase: String,
+    update_id: String,
+    error_code: String,
+    age: Option<u64>,
+    process: Option<Process>,
+    state: RunnerState,
+}
+
+impl RowSeen {
+    /// Reads the row's fields and its runner, recording them in `found`.
+    fn of(ctx: &Context, row: &JsonObject, path: &Path, concern: &mut Concern) -> RowSeen {
+        let text = |key: &str| ctx.row_text(key);
+        // A row the server wrote without `updated_at` ages from the file's mtime.
+        let age = ctx
+            .seconds_since_stamp(&text("updated_at"))
+            .or_else(|| ctx.age_of(path));
+        let (process, state) = runner(ctx);
+        let found = &mut concern.found;
+        for key in [
+            "phase",
+            "update_id",
+            "target_version",
+            "error_code",
+            "message",
+            "updated_at",
+        ] {
+            found.insert(key, row.get(key).cloned().unwrap_or(Json::Null));
+        }
+        found.insert("age_seconds", age);
+        if let Some(process) = &process {
+            found.insert("runner_pid", process.pid);
+            found.insert(
+                "runner",
+                match state {
+                    RunnerState::Running => "alive, the expected runner",
+                    RunnerState::Foreign => "alive, but not this update's runner",
+                    _ => process.state_word(),
+                },
+            );
+            found.insert("runner_command_line", process.command_line.clone());
+        }
+        RowSeen {
+            phase: text("phase"),
+            update_id: text("update_id"),
+            error_code: text("error_code"),
+            age,
+            process,
+            state,
+        }
+    }
+}
+
+/// A settled row: healthy, unless it is a failed update whose execution
+/// hold is not released yet (its handoff says what resolves that).
+fn settled(_ctx: &Context, seen: &RowSeen, handoffs: &[Handoff], concern: &mut Concern) {
+    concern.status = Status::Healthy;
+    if seen.phase != "failed" || seen.error_code != RELEASE_FAILED {
+        return;
+    }
+    let handoff = handoffs
+        .iter()
+        .find(|handoff| handoff.update_id == seen.update_id);
+    match handoff {
+        Some(handoff) if !handoff.status.is_fine() => {
+            concern.status = handoff.status;
+            concern.summary.push_str(match handoff.status {
+                Status::InProgress => ", its execution hold is being released",
+                _ => ", its execution hold is not released",
+            });
+            concern.action = handoff.action.clone();
+            concern.resolved_by = handoff.resolved_by;
+            concern.waits_for = handoff.waits_for.clone();
+        }
+        _ => concern.summary.push_str(
+            ", its execution hold is released (the server clears the error on the next update \
+             retry)",
+        ),
+    }
+}
+
+/// A row in a runner phase: in progress while its runner runs (or the
+/// server is launching it), stuck once the runner is gone.
+fn active(ctx: &Context, seen: &RowSeen, concern: &mut Concern) {
+    match seen.state {
         RunnerState::Running => {
             concern.status = Status::InProgress;
-            let pid = process.map(|process| process.pid).unwrap_or_default();
+            let pid = seen
+                .process
+                .as_ref()
+                .map(|process| process.pid)
+                .unwrap_or_default();
             concern
                 .summary
                 .push_str(&format!(", runner PID {pid} alive"));
             concern.action = Some(Action::Wait(format!(
                 "the update runner (PID {pid}) is working; run doctor again when the row settles"
             )));
+            concern.waits_for = runner_waiter(ctx);
         }
-        RunnerState::None if age.is_some_and(|age| age < GRACE_SECONDS) => {
+        RunnerState::None if seen.age.is_some_and(|age| age < GRACE_SECONDS) => {
             concern.status = Status::InProgress;
             concern
                 .summary
@@ -562,13 +686,12 @@ pub(super) fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
         }
         _ => {
             concern.status = Status::Stuck;
-            concern.summary.push_str(match (&process, state) {
+            concern.summary.push_str(match (&seen.process, seen.state) {
                 (Some(_), RunnerState::Foreign) => ", its runner PID now runs another program",
                 (Some(_), _) => ", its runner is gone",
                 _ => ", no runner",
             });
-            concern.action = Some(server_action(ctx, age));
+            concern.action = Some(server_action(ctx, seen.age));
         }
     }
-    concern
 }

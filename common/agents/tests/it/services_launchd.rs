@@ -248,6 +248,10 @@ fn snapshot_refuses_a_transitioning_agent() {
         ErrorClass::Runtime,
         "native service is transitioning; retry after it settles",
     );
+    assert_eq!(
+        err.kind(),
+        Some(agents_common::ErrorKind::ServiceTransitioning)
+    );
 }
 
 #[test]

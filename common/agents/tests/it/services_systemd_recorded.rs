@@ -138,6 +138,10 @@ fn starting_stopping_and_odd_combinations_are_transitioning() {
         ErrorClass::Runtime,
         "native service is transitioning; retry after it settles",
     );
+    assert_eq!(
+        err.kind(),
+        Some(agents_common::ErrorKind::ServiceTransitioning)
+    );
 }
 
 #[test]

@@ -971,12 +971,12 @@ impl Demo {
                 .to_string()
         };
         let lock = concern("install_lock");
-        let command = lock
-            .get("action")
-            .and_then(|action| action.get("command"))
-            .and_then(Json::as_str)
-            .unwrap_or("")
-            .to_string();
+        // The plan's one step, as support staff follow it.
+        let steps = report.get("plan").and_then(Json::as_array).cloned();
+        let command = match steps.as_deref() {
+            Some([step]) => field(step, "command"),
+            _ => String::new(),
+        };
         let others_fine = report
             .get("concerns")
             .and_then(Json::as_object)
@@ -999,7 +999,7 @@ impl Demo {
             "doctor",
             &format!(
                 "pin to {version} SIGKILLed holding the lock: doctor exit 1, install lock \
-                 stuck ({}); resolve: {command}",
+                 stuck ({}); plan step 1: {command}",
                 field(&lock, "summary")
             ),
         );

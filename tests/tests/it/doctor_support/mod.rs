@@ -1,7 +1,7 @@
 //! `execution-manage doctor` as its black-box tests run it: one `--json`
-//! report with accessors for its concerns, the proof that a doctor run
-//! changed nothing of the installation, and a suggested command run exactly
-//! as printed.
+//! report with accessors for its concerns and its plan, the proof that a
+//! doctor run changed nothing of the installation, and the plan followed
+//! mechanically, each step run exactly as printed.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -10,7 +10,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use agents_tests::profile_dir;
 use python_compat::json::{parse_json, Json};
 
 use crate::execution_manage_support::{Outcome, Site};
@@ -124,7 +123,9 @@ impl Doctor {
     }
 
     /// Exactly these concerns not healthy or absent, with these status
-    /// words; exit 1 and not healthy unless there are none.
+    /// words; exit 0 when there are none, 1 when one is invalid or none is
+    /// in progress (a step to take), 3 when the plan only waits for an owner
+    /// in progress.
     #[track_caller]
     pub(crate) fn assert_attention(&self, expected: &[(&str, &str)]) {
         let expected: Vec<(String, String)> = expected
@@ -132,17 +133,181 @@ impl Doctor {
             .map(|(key, status)| (key.to_string(), status.to_string()))
             .collect();
         assert_eq!(self.attention(), expected, "{}", self.outcome.stdout);
-        assert_eq!(
-            self.outcome.code,
-            Some(if expected.is_empty() { 0 } else { 1 }),
-            "{}",
-            self.outcome.stdout
-        );
+        let has = |word: &str| expected.iter().any(|(_, status)| status == word);
+        let code = match () {
+            _ if expected.is_empty() => 0,
+            _ if has("invalid") => 1,
+            _ if has("in progress") => 3,
+            _ => 1,
+        };
+        assert_eq!(self.outcome.code, Some(code), "{}", self.outcome.stdout);
+        assert_eq!(self.report.get("exit_status"), Some(&Json::from(code)));
         assert_eq!(
             self.report.get("healthy"),
             Some(&Json::Bool(expected.is_empty()))
         );
     }
+}
+
+impl Doctor {
+    /// The plan's steps.
+    pub(crate) fn plan(&self) -> Vec<Json> {
+        self.report
+            .get("plan")
+            .and_then(Json::as_array)
+            .cloned()
+            .unwrap_or_else(|| panic!("no plan: {}", self.outcome.stdout))
+    }
+
+    /// Step `number` (from 1).
+    #[track_caller]
+    pub(crate) fn step(&self, number: usize) -> Json {
+        let plan = self.plan();
+        let step = plan
+            .get(number - 1)
+            .unwrap_or_else(|| panic!("no step {number}: {}", self.outcome.stdout))
+            .clone();
+        assert_eq!(step.get("step"), Some(&Json::from(number)));
+        step
+    }
+
+    /// The plan has exactly these steps: (kind, resolves).
+    #[track_caller]
+    pub(crate) fn assert_plan(&self, expected: &[(&str, &[&str])]) {
+        let found: Vec<(String, Vec<String>)> = self
+            .plan()
+            .iter()
+            .map(|step| {
+                let resolves = step
+                    .get("resolves")
+                    .and_then(Json::as_array)
+                    .map(|ids| ids.iter().map(|id| text(Some(id))).collect())
+                    .unwrap_or_default();
+                (text(step.get("kind")), resolves)
+            })
+            .collect();
+        let expected: Vec<(String, Vec<String>)> = expected
+            .iter()
+            .map(|(kind, ids)| {
+                (
+                    kind.to_string(),
+                    ids.iter().map(|id| id.to_string()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(found, expected, "{}", self.outcome.stdout);
+    }
+
+    /// The plan stops at once: one contact-engineering step with the
+    /// refusal `refusal`, and no concern offers a command of its own.
+    #[track_caller]
+    pub(crate) fn assert_stops(&self, refusal: &str) {
+        let plan = self.plan();
+        assert_eq!(plan.len(), 1, "{}", self.outcome.stdout);
+        assert_eq!(text(plan[0].get("kind")), "contact-engineering");
+        assert_eq!(text(plan[0].get("refusal")), refusal);
+        assert_eq!(plan[0].get("command"), Some(&Json::Null));
+        for key in CONCERNS {
+            assert_eq!(
+                self.action(key).get("command").unwrap_or(&Json::Null),
+                &Json::Null,
+                "{key} offers a command: {}",
+                self.outcome.stdout
+            );
+        }
+        assert_eq!(self.outcome.code, Some(1));
+    }
+}
+
+/// Nothing to wait for after a command.
+pub(crate) fn at_once(_: &Site) {}
+
+/// What following a plan did: each step's command as printed and how it
+/// ended, and doctor's last report.
+pub(crate) struct Followed {
+    pub commands: Vec<(String, Outcome)>,
+    pub last: Doctor,
+}
+
+/// Follows doctor's plan mechanically, as support staff would: runs step 1
+/// exactly as printed (`sh -c`, the helpers NOT on `PATH`), runs doctor
+/// again, and repeats until it exits 0, within `steps` commands. A wait
+/// (a service manager still settling after a command) is waited out; an
+/// instruction or a contact-engineering step cannot be followed and fails.
+///
+/// `settle` runs after each command, before doctor runs again: what the
+/// command started (a restarted worker writing its receipt) settles first,
+/// so doctor's own unchanged-check sees only doctor.
+#[track_caller]
+pub(crate) fn follow_plan(
+    site: &Site,
+    run: fn(&Site) -> Doctor,
+    settle: &dyn Fn(&Site),
+    steps: usize,
+) -> Followed {
+    let mut commands = Vec::new();
+    let mut waits = 0;
+    loop {
+        let report = run(site);
+        if report.outcome.code == Some(0) {
+            report.assert_healthy();
+            assert!(report.plan().is_empty(), "{}", report.outcome.stdout);
+            return Followed {
+                commands,
+                last: report,
+            };
+        }
+        let step = report.step(1);
+        match text(step.get("kind")).as_str() {
+            "command" => {
+                assert!(
+                    commands.len() < steps,
+                    "not healthy after {steps} steps ({commands:?}): {}",
+                    report.outcome.stdout
+                );
+                let command = text(step.get("command"));
+                let outcome = run_as_printed(site, &command);
+                assert_eq!(outcome.code, Some(0), "{command}: {outcome:?}");
+                commands.push((command, outcome));
+                settle(site);
+            }
+            "wait" if waits < 30 => {
+                waits += 1;
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            other => panic!(
+                "step 1 is {other}, which cannot be followed mechanically: {}",
+                report.outcome.stdout
+            ),
+        }
+    }
+}
+
+/// Runs a command line exactly as printed with `sh -c`, in the sandbox's
+/// environment (its `systemctl --user` manager), with the agent token a
+/// support engineer takes from the config directory's env file, and
+/// without the built helpers on `PATH`: the printed paths must exist.
+pub(crate) fn run_as_printed(site: &Site, command: &str) -> Outcome {
+    Outcome::from(
+        site.sandbox
+            .command("sh")
+            .args(["-c", command])
+            .env("AGENTSDOCK_AGENT_TOKEN", site.installation.agent_token())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("sh runs"),
+    )
+}
+
+/// The path doctor prints for a helper it finds beside itself (the
+/// fixture's releases carry no helpers): the built binary, canonical as
+/// the running doctor sees its own executable.
+pub(crate) fn helper(name: &str) -> String {
+    fs::canonicalize(agents_tests::binary_path(name))
+        .unwrap()
+        .display()
+        .to_string()
 }
 
 /// The text of a JSON string, empty for anything else.
@@ -280,27 +445,4 @@ fn changes(before: &BTreeMap<PathBuf, Entry>, after: &BTreeMap<PathBuf, Entry>) 
         found.push(format!("+ {}", path.display()));
     }
     found
-}
-
-/// Runs a suggested command line exactly as printed, with `sh -c`, in the
-/// sandbox's environment, the built helpers first on `PATH` (where a
-/// migrated release puts them on a real host) and the agent token a
-/// support engineer takes from the config directory's env file.
-pub(crate) fn run_suggested(site: &Site, command: &str) -> Outcome {
-    let path = format!(
-        "{}:{}",
-        profile_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    Outcome::from(
-        site.sandbox
-            .command("sh")
-            .args(["-c", command])
-            .env("PATH", path)
-            .env("AGENTSDOCK_AGENT_TOKEN", site.installation.agent_token())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("sh runs"),
-    )
 }
