@@ -108,16 +108,17 @@ impl Upstream {
 
     /// The originals and the upstream modules for a test that produces a
     /// state with the originals (not a comparison): the modules from
-    /// [`UPSTREAM_DIR_ENV`], by default `../upstream-release` beside the
-    /// checkout, holding at least `needed` (what the originals the test
-    /// runs import); `None` after reporting the test as skipped (a failure
-    /// under `CI=true`) when any is missing.
+    /// [`UPSTREAM_DIR_ENV`] (set by `scripts/upstream-compare.sh`, which
+    /// runs such `#[ignore]`d tests), holding at least `needed` (what the
+    /// originals the test runs import); `None` after reporting the test as
+    /// skipped (a failure under `CI=true`) when any is missing.
     pub fn require(test: &str, needed: &[&str]) -> Option<Upstream> {
         let originals = Originals::require(test)?;
-        let modules = match std::env::var_os(UPSTREAM_DIR_ENV) {
-            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-            _ => crate::fixtures::workspace_root().join("../upstream-release"),
-        };
+        let modules = std::env::var_os(UPSTREAM_DIR_ENV)
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        // Unset: empty, which canonicalize refuses, so the test is skipped.
         let complete = needed.iter().all(|name| modules.join(name).is_file());
         match modules.canonicalize() {
             Ok(modules) if complete => Some(Upstream {

@@ -435,6 +435,7 @@ fn a_live_lock_is_in_progress_until_its_owner_finishes() {
 /// while it runs, says what the pending journal published and what
 /// recovery leaves, and its plan runs the original's own `recover`.
 #[test]
+#[ignore = "needs the upstream modules the originals import: scripts/upstream-compare.sh runs it"]
 fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
     use agents_tests::upstream::{
         kill_group, wait_reached, Helper, Side, SystemctlTrace, Upstream,
@@ -675,6 +676,7 @@ fn an_interrupted_uninstall_is_resumed_by_the_suggested_uninstall() {
 /// worker's status: doctor names the original as the owner, and its plan
 /// resumes the removal with the original itself, from the release.
 #[test]
+#[ignore = "needs the upstream modules the originals import: scripts/upstream-compare.sh runs it"]
 fn an_original_uninstall_killed_after_its_intent_is_resumed_by_the_plan() {
     use agents_tests::upstream::{kill_group, Upstream};
     let Some(upstream) = Upstream::require(
