@@ -26,6 +26,7 @@
 mod cli;
 mod controller;
 pub mod doctor;
+mod scope;
 mod transaction;
 
 use std::io::Write;
@@ -40,6 +41,7 @@ use python_compat::{
 };
 
 pub use cli::{Args, SPEC};
+pub use scope::{Scope, ScopeName};
 
 use controller::ActivationController;
 pub use transaction::ExecutionTransaction;
@@ -48,7 +50,7 @@ pub use transaction::ExecutionTransaction;
 /// `exit_status` prints.
 pub fn run(args: Args) -> Result<()> {
     let result = match args {
-        Args::Apply { layout, scope } => apply(&layout, &scope)?,
+        Args::Apply { layout, scope } => apply(&layout, scope)?,
         Args::Recover { root } => recover(&root)?,
         Args::Inspect { root } => inspect(&root)?,
     };
@@ -60,7 +62,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// Activates the layout of a private JSON file for one scope.
-fn apply(layout_file: &Path, scope: &str) -> Result<Json> {
+fn apply(layout_file: &Path, scope: Scope) -> Result<Json> {
     let (data, _mode) = read_file(layout_file, true)?;
     let layout = ExecutionLayout::from_dict(&parse_json(&data)?)?;
     let root = layout.install_root.clone();

@@ -79,6 +79,7 @@ mod handoff;
 mod http;
 mod install_lock;
 mod layout;
+mod role;
 mod services;
 mod uninstall_marker;
 mod update_status;
@@ -133,6 +134,7 @@ pub use update_status::{
 };
 
 // Native services.
+pub use role::{Role, ServiceRole};
 pub use services::{
     CommandCapture, CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,
     SystemCommandRunner,
@@ -180,7 +182,14 @@ pub mod test_support {
     pub use crate::fs::{ensure_execution_secret, read_secret};
     pub use crate::handoff::HandoffRelease;
     pub use crate::http::{request_json, LsofRunner, PinnedRequest};
-    pub use crate::layout::service_arguments;
+    use crate::{ExecutionLayout, Role};
+
+    /// The command line both service formats start for the role named
+    /// `role` (`worker` or `gateway`; anything else panics: tests only).
+    pub fn service_arguments(layout: &ExecutionLayout, role: &str) -> Vec<String> {
+        let role = Role::parse(role).expect("a service role name");
+        crate::layout::service_arguments(layout, role)
+    }
     pub use crate::uninstall_marker::pending_uninstall_operation;
     pub use crate::update_status::{atomic_json, OWNERSHIP_LOST_MESSAGE};
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use agents_common::{
     check_binding, entry_present, fsync_directory, installed_layout, no_activation, normalize_path,
     read_file, read_interrupted_removal, read_uninstall_intent, store_uninstall_intent,
-    write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Result, SealedHold,
+    write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Result, Role, SealedHold,
     WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
 };
 use python_compat::{
@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use super::checks::{
     hold_preparation_leases, identity, no_pending_update, no_provider_children, owned_lease,
     removable_tree, remove_child, require_retired_owners, resolve_lenient, service_files,
-    OwnedLease, ROLES,
+    OwnedLease,
 };
 use super::native::Native;
 use crate::signals;
@@ -139,23 +139,23 @@ fn field(object: &JsonObject, key: &str) -> Json {
 }
 
 /// `snapshot[role]` (an empty dict stands in for a missing role).
-fn role(snapshot: &JsonObject, name: &str) -> JsonObject {
+fn role(snapshot: &JsonObject, name: Role) -> JsonObject {
     snapshot
-        .get(name)
+        .get(name.as_str())
         .and_then(Json::as_object)
         .cloned()
         .unwrap_or_default()
 }
 
-fn state(snapshot: &JsonObject, name: &str) -> Json {
+fn state(snapshot: &JsonObject, name: Role) -> Json {
     field(&role(snapshot, name), "state")
 }
 
-fn is_down(snapshot: &JsonObject, name: &str) -> bool {
+fn is_down(snapshot: &JsonObject, name: Role) -> bool {
     matches!(state(snapshot, name).as_str(), Some("stopped" | "absent"))
 }
 
-fn is_running(snapshot: &JsonObject, name: &str) -> bool {
+fn is_running(snapshot: &JsonObject, name: Role) -> bool {
     state(snapshot, name).as_str() == Some("running")
 }
 
@@ -248,7 +248,7 @@ impl Uninstall<'_> {
             ));
         }
         let mut begun = false;
-        for role in ROLES {
+        for role in Role::ALL {
             begun |= !entry_present(&layout.service_path(role)?)?;
         }
         Ok(begun.then_some(Interrupted {
@@ -313,14 +313,14 @@ impl Uninstall<'_> {
         }
         let native = make_native(layout)?;
         let snapshot = native.snapshot_json()?;
-        if ROLES.iter().any(|name| !is_down(&snapshot, name)) {
+        if Role::ALL.into_iter().any(|name| !is_down(&snapshot, name)) {
             return Err(Error::runtime(
                 "a service of the interrupted uninstall runs again; the remaining files were \
                  retained",
             )
             .into());
         }
-        for role in ROLES {
+        for role in Role::ALL {
             let path = layout.service_path(role)?;
             if !entry_present(&path)? {
                 continue;
@@ -431,10 +431,13 @@ impl Uninstall<'_> {
         // An interrupted graceful stop can precede the `stopped` phase; the
         // exact intent, the empty child registry and the state lease below
         // supply the missing proof.
-        let stopped_resume = intent.is_some() && ROLES.iter().all(|name| is_down(&prior, name));
+        let stopped_resume =
+            intent.is_some() && Role::ALL.into_iter().all(|name| is_down(&prior, name));
         let partial_resume =
-            intent.is_some() && is_running(&prior, "worker") && is_down(&prior, "gateway");
-        if !stopped_resume && !partial_resume && ROLES.iter().any(|name| !is_running(&prior, name))
+            intent.is_some() && is_running(&prior, Role::Worker) && is_down(&prior, Role::Gateway);
+        if !stopped_resume
+            && !partial_resume
+            && Role::ALL.into_iter().any(|name| !is_running(&prior, name))
         {
             return Err(Error::runtime(
                 "safe uninstall requires a healthy running worker and gateway; stopped or broken \
@@ -455,8 +458,8 @@ impl Uninstall<'_> {
         };
         let worker_release = text(&layout.worker_release);
         if !stopped_resume
-            && (field(&receipt, "worker_pid") != field(&role(&prior, "worker"), "pid")
-                || field(&receipt, "gateway_pid") != field(&role(&prior, "gateway"), "pid")
+            && (field(&receipt, "worker_pid") != field(&role(&prior, Role::Worker), "pid")
+                || field(&receipt, "gateway_pid") != field(&role(&prior, Role::Gateway), "pid")
                 || field(&receipt, "worker_release").as_str() != Some(worker_release.as_str())
                 || !python_compat::truthy(&field(&receipt, "server_identity"))
                 // The marker stores it as text; Python would store any truthy
@@ -508,7 +511,7 @@ impl Uninstall<'_> {
     ) -> Result<JsonObject> {
         let (record, status) = control.status(layout)?;
         let lease = field(&status, "lease");
-        let owned = field(&record, "pid") == field(&role(prior, "worker"), "pid")
+        let owned = field(&record, "pid") == field(&role(prior, Role::Worker), "pid")
             && field(&record, "release_root").as_str()
                 == Some(text(&layout.worker_release).as_str())
             && field(&status, "idle") == Json::Bool(true)
@@ -536,7 +539,7 @@ impl Uninstall<'_> {
         }
         let mut receipt = JsonObject::new();
         receipt.insert("worker_pid", field(&record, "pid"));
-        receipt.insert("gateway_pid", field(&role(prior, "gateway"), "pid"));
+        receipt.insert("gateway_pid", field(&role(prior, Role::Gateway), "pid"));
         receipt.insert("worker_release", text(&layout.worker_release));
         receipt.insert("worker_instance_id", field(&record, "instance_id"));
         receipt.insert("server_identity", field(&health, "server_identity"));
@@ -559,7 +562,7 @@ impl Uninstall<'_> {
             stopped_resume,
             operation,
         } = admitted;
-        let prior_worker_pid = field(&role(prior, "worker"), "pid");
+        let prior_worker_pid = field(&role(prior, Role::Worker), "pid");
         if !stopped_resume {
             if progress.intent.is_none() {
                 let (record, status) = control.status(layout)?;
@@ -607,15 +610,15 @@ impl Uninstall<'_> {
         // Boot-time activation is disabled before the graceful stops; no
         // forced signal or process-group cleanup is ever used.
         progress.native_changed = true;
-        let active_roles: &[&str] = if *stopped_resume {
+        let active_roles: &[Role] = if *stopped_resume {
             &[]
         } else {
-            &["gateway", "worker"]
+            &[Role::Gateway, Role::Worker]
         };
-        for name in active_roles {
+        for &name in active_roles {
             native.set_enabled(name, false)?;
         }
-        for name in active_roles {
+        for &name in active_roles {
             checkpoint()?;
             if is_down(prior, name) {
                 continue;
@@ -628,7 +631,7 @@ impl Uninstall<'_> {
                     Error::runtime("native process changed before its authorized stop").into(),
                 );
             }
-            if *name == "worker" {
+            if name == Role::Worker {
                 let sealed = progress.sealed.as_ref().expect("sealed before any stop");
                 let (record, status) = control.status(layout)?;
                 if record != sealed.record
@@ -644,7 +647,7 @@ impl Uninstall<'_> {
             native.stop(name)?;
         }
         let stopped = native.snapshot_json()?;
-        if ROLES.iter().any(|name| !is_down(&stopped, name)) {
+        if Role::ALL.into_iter().any(|name| !is_down(&stopped, name)) {
             return Err(Error::runtime(
                 "native services did not both stop; all files were retained",
             )
@@ -693,7 +696,7 @@ impl Uninstall<'_> {
         layout: &ExecutionLayout,
         native: &dyn Native,
     ) -> std::result::Result<(), Failure> {
-        for name in ["gateway", "worker"] {
+        for name in [Role::Gateway, Role::Worker] {
             let path = layout.service_path(name)?;
             if entry_present(&path)? {
                 fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
@@ -759,7 +762,7 @@ impl Uninstall<'_> {
             // lost: look once at this exact epoch; never take a new hold.
             let (record, status) = control.status(layout)?;
             if field(&record, "instance_id") == field(receipt, "worker_instance_id")
-                && field(&record, "pid") == field(&role(prior, "worker"), "pid")
+                && field(&record, "pid") == field(&role(prior, Role::Worker), "pid")
             {
                 let lease = field(&status, "lease");
                 if lease.is_null() && read_uninstall_intent(self.root, layout)? == progress.intent {
@@ -800,8 +803,8 @@ impl Uninstall<'_> {
         } = admitted;
         let sealed = progress.sealed.as_ref().expect("a hold to release");
         let current = native.snapshot_json()?;
-        if field(&role(&current, "worker"), "pid") != field(&role(prior, "worker"), "pid")
-            || !is_running(&current, "worker")
+        if field(&role(&current, Role::Worker), "pid") != field(&role(prior, Role::Worker), "pid")
+            || !is_running(&current, Role::Worker)
         {
             return Err(Error::runtime(
                 "worker no longer has its original running identity",
@@ -811,10 +814,10 @@ impl Uninstall<'_> {
             return Err(Error::runtime("service configuration changed"));
         }
         if progress.native_changed {
-            if is_running(prior, "gateway") && !is_running(&current, "gateway") {
-                native.start("gateway")?;
+            if is_running(prior, Role::Gateway) && !is_running(&current, Role::Gateway) {
+                native.start(Role::Gateway)?;
             }
-            for name in ROLES {
+            for name in Role::ALL {
                 native.set_enabled(
                     name,
                     python_compat::truthy(&field(&role(prior, name), "enabled")),
