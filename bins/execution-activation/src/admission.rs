@@ -14,8 +14,8 @@ use crate::legacy_runner::{
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
     read_file, read_private_file, update_status_unlocked, ActivationManifest, Error,
-    ExecutionLayout, Result, Role, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT,
-    PROTOCOL_VERSION, RUNNER_OWNED_ACTIVE_PHASES,
+    ExecutionLayout, Result, Role, StatusLock, StatusPhase, WorkerControl,
+    ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
@@ -158,12 +158,7 @@ fn prove_legacy_idle(args: &Args, layout: &ExecutionLayout, before: &JsonObject)
         _ => queued_total(&health)?,
     };
     let server_instance = health.get("server_instance_id").filter(|id| truthy(id));
-    let phase_active = |value: &Json| {
-        value
-            .get("phase")
-            .and_then(Json::as_str)
-            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase))
-    };
+    let phase_active = |value: &Json| StatusPhase::runner_owned_value(value.get("phase"));
     let status_update = status.get("update_id").cloned().unwrap_or(Json::Null);
     let refused = !phase_active(&status)
         || admitted.as_object().is_none()
@@ -539,10 +534,7 @@ fn publish_recovery_intent(args: &Args, layout: &ExecutionLayout) -> Result<()> 
     let status = private_json(&status_path, ACTIVATION_CONTROL_LIMIT)?;
     let update_id = admitted_update_id(args, &status)?;
     let admitted = private_json(&args.update_file, ACTIVATION_CONTROL_LIMIT)?;
-    let phase_owned = status
-        .get("phase")
-        .and_then(Json::as_str)
-        .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase));
+    let phase_owned = StatusPhase::runner_owned_value(status.get("phase"));
     if !phase_owned
         || admitted.get("update_id") != Some(&Json::from(update_id.as_str()))
         || status.get("target_version") != Some(&Json::from(args.release_version.as_str()))

@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::{CommandCapture, Error, Result, RUNNER_OWNED_ACTIVE_PHASES};
+use agents_common::{CommandCapture, Error, Result, StatusPhase};
 use python_compat::{
     decode_utf8, is_lower_hex,
     json::{Json, JsonObject},
@@ -430,10 +430,7 @@ impl Ancestry<'_> {
 /// for the claimed target on a release track.
 fn status_pins(value: &Json, identifier: &str, claim: &LegacyRunnerClaim) -> Result<StatusPins> {
     let field = |key: &str| value.get(key).cloned().unwrap_or(Json::Null);
-    let active = value
-        .get("phase")
-        .and_then(Json::as_str)
-        .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase));
+    let active = StatusPhase::runner_owned_value(value.get("phase"));
     let tracked = value
         .get("track")
         .and_then(Json::as_str)

@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::server_health::resolve_user_path;
 use agents_common::{
     is_ownership_lost, read_status_unlocked, release_existing_handoff, runner_owns, update_status,
-    update_status_unlocked, utc_now, Error, Result, StatusLock,
+    update_status_unlocked, utc_now, Error, Result, StatusLock, StatusPhase,
 };
 use python_compat::{
     json::{Json, JsonObject},
@@ -29,9 +29,14 @@ const HANDOFF_RELEASE_FAILED: &str = "server_update_handoff_release_failed";
 const HANDOFF_RELEASE_ACTION: &str = "Retry the update to finish releasing its execution hold.";
 
 /// Phases before install.sh started: the runner may still clear its fence.
-const PRE_INSTALL_PHASES: [&str; 4] = ["starting", "checking", "downloading", "verifying"];
+const PRE_INSTALL_PHASES: [StatusPhase; 4] = [
+    StatusPhase::Starting,
+    StatusPhase::Checking,
+    StatusPhase::Downloading,
+    StatusPhase::Verifying,
+];
 /// Phases once install.sh may have started.
-const INSTALL_PHASES: [&str; 2] = ["installing", "restarting"];
+const INSTALL_PHASES: [StatusPhase; 2] = [StatusPhase::Installing, StatusPhase::Restarting];
 
 /// `main`'s handling of a failed `run_update`. Failures of the handling
 /// itself change nothing more; the runner exits 1 either way.
@@ -56,9 +61,10 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
         if !runner_owns(&current, update_id) {
             return Ok(());
         }
-        let phase = current.get("phase").map(str_or_empty).unwrap_or_default();
+        let phase_text = current.get("phase").map(str_or_empty).unwrap_or_default();
+        let phase = StatusPhase::parse(&phase_text);
         let truthy = |key: &str| current.get(key).is_some_and(truthy);
-        let installing = INSTALL_PHASES.contains(&phase.as_str());
+        let installing = phase.is_some_and(|phase| INSTALL_PHASES.contains(&phase));
         if installing && truthy("_activation_recovery") && journal_present(&install_root()?)? {
             // The retained activation stays active for `--recover-only`.
             update_status_unlocked(
@@ -75,7 +81,7 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
             return Ok(());
         }
         let mut release_handoff = false;
-        if PRE_INSTALL_PHASES.contains(&phase.as_str()) {
+        if phase.is_some_and(|phase| PRE_INSTALL_PHASES.contains(&phase)) {
             // Fail closed: a fence that cannot be cleared keeps the row active.
             clear_team_hub_maintenance(args)?;
             release_handoff = handoff_file(args).is_some();
@@ -88,7 +94,7 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
         // then still needs its release.
         release_handoff |= truthy("_execution_handoff") && handoff_file(args).is_some();
         let mut changes = json_object! {
-            "phase" => "failed",
+            "phase" => StatusPhase::Failed,
             "message" => error.message(),
             "heartbeat_at" => Json::Null,
             "runner_pid" => Json::Null,
@@ -138,7 +144,7 @@ fn release_handoff_after_failure(args: &Args, status_path: &Path, update_id: &st
 
 fn still_failed(row: &JsonObject, update_id: &str) -> bool {
     row.get("update_id") == Some(&Json::from(update_id))
-        && row.get("phase") == Some(&Json::from("failed"))
+        && row.get("phase") == Some(&Json::from(StatusPhase::Failed))
 }
 
 /// `main`'s handling of a failed `--recover-only` run: keep the journal and
@@ -153,7 +159,7 @@ pub(crate) fn settle_failed_recovery(args: &Args) {
         &status_path,
         Some(&update_id),
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "runner_pid" => Json::Null,
             "heartbeat_at" => Json::Null,
             "retryable" => true,

@@ -16,8 +16,8 @@ use crate::server_health::{
 };
 use agents_common::{
     check_binding_on, entry_present, execution_context_on, preparation_path, read_status_unlocked,
-    update_status, utc_now, ActivationManifest, Error, Result, StatusLock, SystemVolumes,
-    VolumeProbe, INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
+    update_status, utc_now, ActivationManifest, Error, Result, StatusLock, StatusPhase,
+    SystemVolumes, VolumeProbe, INTENT_KEYS,
 };
 use python_compat::{
     is_lower_hex,
@@ -51,10 +51,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         read_status_unlocked(&status_path)?
     };
     let owned = status.get("update_id") == Some(&Json::from(args.update_id.given()))
-        && status
-            .get("phase")
-            .and_then(Json::as_str)
-            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase));
+        && StatusPhase::runner_owned_value(status.get("phase"));
     if !owned {
         return Err(Error::runtime(
             "activation recovery lost its admitted update",
@@ -81,7 +78,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         &status_path,
         Some(args.update_id.given()),
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "runner_pid" => std::process::id(),
             "heartbeat_at" => utc_now(),
             "message" => "Recovering the interrupted server activation.",
@@ -130,7 +127,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
             &status_path,
             Some(args.update_id.given()),
             json_object! {
-                "phase" => "failed",
+                "phase" => StatusPhase::Failed,
                 "runner_pid" => Json::Null,
                 "heartbeat_at" => Json::Null,
                 "retryable" => true,
@@ -179,7 +176,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         &status_path,
         Some(args.update_id.given()),
         json_object! {
-            "phase" => "complete",
+            "phase" => StatusPhase::Complete,
             "installed_version" => version.as_str(),
             "update_available" => false,
             "runner_pid" => Json::Null,

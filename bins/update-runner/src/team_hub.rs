@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::team_hub_fence::TeamHubFence;
-use agents_common::{read_status_unlocked, Error, Result, StatusLock};
+use agents_common::{read_status_unlocked, Error, Result, StatusLock, StatusPhase};
 use python_compat::{
     json::{Json, JsonObject},
     json_object, strip, PythonInt,
@@ -184,7 +184,7 @@ impl TeamHub {
         };
         let expected = json_object! {
             "update_id" => update_id,
-            "phase" => "starting",
+            "phase" => StatusPhase::Starting,
             "team_hub_repair_mode" => "failed_start",
             "team_hub_host_server_identity" => server_identity,
             "team_hub_transport" => Json::from(self.transport.clone()),

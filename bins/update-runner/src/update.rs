@@ -22,8 +22,7 @@ use crate::server_health::{
     RepairedHubIdentity, ServerHealth, StatusOwner,
 };
 use agents_common::{
-    read_status_unlocked, update_status, utc_now, Error, Result, StatusLock,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    read_status_unlocked, update_status, utc_now, Error, Result, StatusLock, StatusPhase,
 };
 use python_compat::{
     json::{Json, JsonObject},
@@ -72,7 +71,7 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
     cas(
         owner,
         json_object! {
-            "phase" => "checking",
+            "phase" => StatusPhase::Checking,
             "track" => track,
             "runner_pid" => std::process::id(),
             "heartbeat_at" => utc_now(),
@@ -115,7 +114,7 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
             cas(
                 owner,
                 json_object! {
-                    "phase" => "verifying",
+                    "phase" => StatusPhase::Verifying,
                     "target_version" => version.as_str(),
                     "message" => "Prepared runtime and signed release verified.",
                 },
@@ -126,7 +125,7 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
             cas(
                 owner,
                 json_object! {
-                    "phase" => "downloading",
+                    "phase" => StatusPhase::Downloading,
                     "track" => track,
                     "target_version" => version.as_str(),
                     "message" => format!("Downloading AgentsServer {version}."),
@@ -136,7 +135,7 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
             cas(
                 owner,
                 json_object! {
-                    "phase" => "verifying",
+                    "phase" => StatusPhase::Verifying,
                     "message" => "Signature and archive checksum verified.",
                 },
             )?;
@@ -164,7 +163,7 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
     cas(
         owner,
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "message" => format!("Installing AgentsServer {version} with rollback protection."),
         },
     )?;
@@ -233,7 +232,7 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
     cas(
         owner,
         json_object! {
-            "phase" => "complete",
+            "phase" => StatusPhase::Complete,
             "update_available" => false,
             "message" => format!("AgentsServer {version} is installed and healthy."),
             "track" => track,
@@ -332,10 +331,7 @@ fn read_admitted(status_path: &Path) -> Result<JsonObject> {
 /// `admitted.get("update_id") == update_id and phase in RUNNER_OWNED_ACTIVE_PHASES`.
 fn admitted_by(admitted: &JsonObject, update_id: &str) -> bool {
     admitted.get("update_id") == Some(&Json::from(update_id))
-        && admitted
-            .get("phase")
-            .and_then(Json::as_str)
-            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase))
+        && StatusPhase::runner_owned_value(admitted.get("phase"))
 }
 
 /// install.sh's command line after the program, in the seed's order.

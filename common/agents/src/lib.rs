@@ -130,7 +130,7 @@ pub use uninstall_marker::{
 // The status row.
 pub use update_status::{
     is_ownership_lost, read_status_unlocked, runner_owns, update_status, update_status_unlocked,
-    utc_now, StatusLock, MAX_STATUS_BYTES, RUNNER_OWNED_ACTIVE_PHASES,
+    utc_now, StatusLock, StatusPhase, MAX_STATUS_BYTES, RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 // Native services.
