@@ -35,17 +35,31 @@ pub mod trust_store;
 mod update;
 mod urllib;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use crate::server_health::resolve_user_path;
 use agents_common::Result;
+use python_compat::argparse::parse_argv;
 
 pub use cli::{Args, SPEC};
+
+/// The runner as a process: parses `argv` (the program's name first) as the
+/// original's argparse does (help exits 0, a usage error 2) and runs the
+/// update or recovery; a failure the row records exits 1 without output.
+pub fn run(argv: &[OsString]) -> ExitCode {
+    if execute(&Args::from_parsed(&parse_argv(&SPEC, argv))) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
 
 /// Runs the update (or, with `--recover-only`, the recovery) the server
 /// asked for; a failure is recorded in the status row before this returns
 /// false, as `update_runner.main` records it before exiting 1.
-pub fn run(args: &Args) -> bool {
+fn execute(args: &Args) -> bool {
     if args.recover_only {
         match recovery::run_recovery(args) {
             Ok(()) => true,
