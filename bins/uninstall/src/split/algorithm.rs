@@ -138,6 +138,67 @@ fn field(object: &JsonObject, key: &str) -> Json {
     object.get(key).cloned().unwrap_or(Json::Null)
 }
 
+/// Disables both services' boot-time start, then stops each one that runs
+/// (gateway first) after proving it is still the admitted process (the
+/// worker still sealed and idle), and proves both stopped. Nothing is
+/// force-killed.
+fn stop_services(
+    admitted: &Admitted<'_>,
+    progress: &mut Progress,
+) -> std::result::Result<(), Failure> {
+    let Admitted {
+        layout,
+        native,
+        control,
+        prior,
+        stopped_resume,
+        ..
+    } = admitted;
+    // Boot-time activation is disabled before the graceful stops; no
+    // forced signal or process-group cleanup is ever used.
+    progress.native_changed = true;
+    let active_roles: &[Role] = if *stopped_resume {
+        &[]
+    } else {
+        &[Role::Gateway, Role::Worker]
+    };
+    for &name in active_roles {
+        native.set_enabled(name, false)?;
+    }
+    for &name in active_roles {
+        checkpoint()?;
+        if is_down(prior, name) {
+            continue;
+        }
+        let observed = role(&native.snapshot_json()?, name);
+        if field(&observed, "state").as_str() != Some("running")
+            || field(&observed, "pid") != field(&role(prior, name), "pid")
+        {
+            return Err(Error::runtime("native process changed before its authorized stop").into());
+        }
+        if name == Role::Worker {
+            let sealed = progress.sealed.as_ref().expect("sealed before any stop");
+            let (record, status) = control.status(layout)?;
+            if record != sealed.record
+                || field(&status, "lease") != Json::Object(sealed.lease.clone())
+                || field(&status, "idle") != Json::Bool(true)
+            {
+                return Err(
+                    Error::runtime("worker admission changed before its authorized stop").into(),
+                );
+            }
+        }
+        native.stop(name)?;
+    }
+    let stopped = native.snapshot_json()?;
+    if Role::ALL.into_iter().any(|name| !is_down(&stopped, name)) {
+        return Err(
+            Error::runtime("native services did not both stop; all files were retained").into(),
+        );
+    }
+    Ok(())
+}
+
 /// `snapshot[role]` (an empty dict stands in for a missing role).
 fn role(snapshot: &JsonObject, name: Role) -> JsonObject {
     snapshot
@@ -554,52 +615,14 @@ impl Uninstall<'_> {
         let Admitted {
             layout,
             native,
-            control,
             originals,
             identities,
             prior,
-            receipt,
             stopped_resume,
-            operation,
+            ..
         } = admitted;
-        let prior_worker_pid = field(&role(prior, Role::Worker), "pid");
         if !stopped_resume {
-            if progress.intent.is_none() {
-                let (record, status) = control.status(layout)?;
-                let idle = field(&record, "instance_id") == field(receipt, "worker_instance_id")
-                    && field(&record, "pid") == prior_worker_pid
-                    && field(&status, "idle") == Json::Bool(true)
-                    && field(&status, "lease").is_null();
-                if !idle {
-                    return Err(Error::runtime(
-                        "execution is busy or another operation owns admission",
-                    )
-                    .into());
-                }
-                // Persisted before the hold is requested: a lost reply to the
-                // seal must never leave an unidentifiable hold behind.
-                let identity = field(receipt, "server_identity");
-                progress.intent = Some(write_uninstall_intent(
-                    self.root,
-                    layout,
-                    operation,
-                    self.purge_state,
-                    identity.as_str().unwrap_or_default(),
-                )?);
-            }
-            checkpoint()?;
-            let pid = prior_worker_pid.as_int().unwrap_or(0);
-            let sealed =
-                control.seal_for_stop(layout, operation, i64::try_from(pid).unwrap_or(0))?;
-            let epoch_changed =
-                field(&sealed.record, "instance_id") != field(receipt, "worker_instance_id");
-            progress.sealed = Some(sealed);
-            if epoch_changed {
-                return Err(
-                    Error::runtime("worker epoch changed before uninstall admission").into(),
-                );
-            }
-            self.advance(progress, "sealed")?;
+            self.seal_worker(admitted, progress)?;
         }
         checkpoint()?;
         no_pending_update(layout)?;
@@ -607,52 +630,7 @@ impl Uninstall<'_> {
         if service_files(layout)? != *originals || native.snapshot_json()? != *prior {
             return Err(Error::runtime("native service ownership changed before uninstall").into());
         }
-        // Boot-time activation is disabled before the graceful stops; no
-        // forced signal or process-group cleanup is ever used.
-        progress.native_changed = true;
-        let active_roles: &[Role] = if *stopped_resume {
-            &[]
-        } else {
-            &[Role::Gateway, Role::Worker]
-        };
-        for &name in active_roles {
-            native.set_enabled(name, false)?;
-        }
-        for &name in active_roles {
-            checkpoint()?;
-            if is_down(prior, name) {
-                continue;
-            }
-            let observed = role(&native.snapshot_json()?, name);
-            if field(&observed, "state").as_str() != Some("running")
-                || field(&observed, "pid") != field(&role(prior, name), "pid")
-            {
-                return Err(
-                    Error::runtime("native process changed before its authorized stop").into(),
-                );
-            }
-            if name == Role::Worker {
-                let sealed = progress.sealed.as_ref().expect("sealed before any stop");
-                let (record, status) = control.status(layout)?;
-                if record != sealed.record
-                    || field(&status, "lease") != Json::Object(sealed.lease.clone())
-                    || field(&status, "idle") != Json::Bool(true)
-                {
-                    return Err(Error::runtime(
-                        "worker admission changed before its authorized stop",
-                    )
-                    .into());
-                }
-            }
-            native.stop(name)?;
-        }
-        let stopped = native.snapshot_json()?;
-        if Role::ALL.into_iter().any(|name| !is_down(&stopped, name)) {
-            return Err(Error::runtime(
-                "native services did not both stop; all files were retained",
-            )
-            .into());
-        }
+        stop_services(admitted, progress)?;
         // A vanished native PID is not enough while another process still
         // owns the state store; the lease is kept through deletion.
         progress.leases.push(owned_lease(
@@ -675,6 +653,59 @@ impl Uninstall<'_> {
         checkpoint()?;
         progress.deleting = true;
         self.remove(layout, *native)
+    }
+
+    /// Before the first uninstall of a running installation: the worker must
+    /// be idle with no other operation's lease; the intent is persisted, then
+    /// the worker's admission sealed for the stop in the same epoch.
+    fn seal_worker(
+        &self,
+        admitted: &Admitted<'_>,
+        progress: &mut Progress,
+    ) -> std::result::Result<(), Failure> {
+        let Admitted {
+            layout,
+            control,
+            prior,
+            receipt,
+            operation,
+            ..
+        } = admitted;
+        let prior_worker_pid = field(&role(prior, Role::Worker), "pid");
+        if progress.intent.is_none() {
+            let (record, status) = control.status(layout)?;
+            let idle = field(&record, "instance_id") == field(receipt, "worker_instance_id")
+                && field(&record, "pid") == prior_worker_pid
+                && field(&status, "idle") == Json::Bool(true)
+                && field(&status, "lease").is_null();
+            if !idle {
+                return Err(Error::runtime(
+                    "execution is busy or another operation owns admission",
+                )
+                .into());
+            }
+            // Persisted before the hold is requested: a lost reply to the
+            // seal must never leave an unidentifiable hold behind.
+            let identity = field(receipt, "server_identity");
+            progress.intent = Some(write_uninstall_intent(
+                self.root,
+                layout,
+                operation,
+                self.purge_state,
+                identity.as_str().unwrap_or_default(),
+            )?);
+        }
+        checkpoint()?;
+        let pid = prior_worker_pid.as_int().unwrap_or(0);
+        let sealed = control.seal_for_stop(layout, operation, i64::try_from(pid).unwrap_or(0))?;
+        let epoch_changed =
+            field(&sealed.record, "instance_id") != field(receipt, "worker_instance_id");
+        progress.sealed = Some(sealed);
+        if epoch_changed {
+            return Err(Error::runtime("worker epoch changed before uninstall admission").into());
+        }
+        self.advance(progress, "sealed")?;
+        Ok(())
     }
 
     /// Rewrites the intent in its next phase.
