@@ -45,7 +45,7 @@ use python_compat::{
 };
 
 pub use cli::{Args, SPEC};
-pub use scope::{Scope, ScopeName};
+pub use scope::Scope;
 
 use controller::ActivationController;
 pub use transaction::ExecutionTransaction;

@@ -2,7 +2,7 @@
 //! both), `gateway` or `worker` (one component, the other retained). Parsed
 //! once, from the command line (argparse's `choices=`) or a loaded journal.
 
-use agents_common::{Error, Result, Role};
+use agents_common::{Error, Named, Result, Role};
 
 /// One activation scope (`apply --scope`, the journal's `scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,10 +16,10 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// The seed's `choices=` order.
+    /// The originals' `choices=` order.
     pub const ALL: [Scope; 3] = [Scope::Migration, Scope::Gateway, Scope::Worker];
 
-    /// The seed's spelling, as journals and results record it.
+    /// The originals' spelling, as journals and results record it.
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Migration => "migration",
@@ -57,23 +57,9 @@ impl Scope {
     }
 }
 
-/// What [`crate::ExecutionTransaction::stage`] accepts as a scope: a
-/// [`Scope`], or its name, refused at the seed's point of the checks when
-/// unknown (the journal tests name scopes as the seed does).
-pub trait ScopeName {
-    /// The scope, or the refusal of an unknown name.
-    fn into_scope(self) -> Result<Scope>;
-}
-
-impl ScopeName for Scope {
-    fn into_scope(self) -> Result<Scope> {
-        Ok(self)
-    }
-}
-
-impl ScopeName for &str {
-    fn into_scope(self) -> Result<Scope> {
-        Scope::parse(self)
+impl Named for Scope {
+    fn parse(name: &str) -> Result<Scope> {
+        Scope::parse(name)
     }
 }
 

@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use crate::scope::{Scope, ScopeName};
+use crate::scope::Scope;
 use agents_common::{
     atomic_write, check_text, desired, fsync_directory, layout_manifest, maintenance_operation_id,
     normalize_path, owned_directory, read_file, remove_abandoned_drafts, remove_atomic_temporaries,
-    render_service, snapshot, Error, ExecutionLayout, Result, Role, ServiceState, FORMAT,
+    render_service, snapshot, Error, ExecutionLayout, OrName, Result, Role, ServiceState, FORMAT,
     MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
 use python_compat::{
@@ -73,7 +73,7 @@ impl ExecutionTransaction {
     /// hold the [`agents_common::InstallationLock`].
     pub fn stage(
         layout: &ExecutionLayout,
-        scope: impl ScopeName,
+        scope: impl OrName<Scope>,
         prior_services: &Json,
         expected_server_identity: Option<&str>,
     ) -> Result<Json> {
@@ -81,7 +81,7 @@ impl ExecutionTransaction {
         if let Some(identity) = expected_server_identity {
             check_text(identity)?;
         }
-        let scope = scope.into_scope()?;
+        let scope = scope.into_member()?;
         check_service_states(prior_services)?;
         let prior_worker = prior_services.get("worker").and_then(Json::as_object);
         if scope == Scope::Gateway && state_of(prior_services, Role::Worker) == Some("running") {

@@ -27,7 +27,8 @@ use crate::fs::{
     check_text, ensure_directory, ensure_execution_secret, fsync_directory, normalize_path,
     owned_directory, read_file,
 };
-use crate::role::{Role, ServiceRole};
+use crate::named::OrName;
+use crate::role::Role;
 use python_compat::{
     decode_utf8,
     json::{encode_line, parse_json, Json},
@@ -191,8 +192,8 @@ impl ExecutionLayout {
     /// The unit file (Linux) or plist (Darwin) of `role` (`worker` or
     /// `gateway`). Any platform other than `Darwin` gets the systemd path,
     /// because only `validate` checks the platform.
-    pub fn service_path(&self, role: impl ServiceRole) -> Result<PathBuf> {
-        let role = role.into_role()?;
+    pub fn service_path(&self, role: impl OrName<Role>) -> Result<PathBuf> {
+        let role = role.into_member()?;
         Ok(if self.platform == "Darwin" {
             self.home
                 .join("Library/LaunchAgents")

@@ -79,6 +79,7 @@ mod handoff;
 mod http;
 mod install_lock;
 mod layout;
+mod named;
 mod role;
 mod services;
 mod uninstall_marker;
@@ -134,7 +135,8 @@ pub use update_status::{
 };
 
 // Native services.
-pub use role::{Role, ServiceRole};
+pub use named::{Named, OrName};
+pub use role::Role;
 pub use services::{
     CommandCapture, CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,
     SystemCommandRunner,

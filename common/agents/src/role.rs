@@ -2,12 +2,13 @@
 //! (`agents-server.service` / `com.agentsdock.server`) and the gateway
 //! (`agents-server-gateway.service` / `com.agentsdock.gateway`).
 //!
-//! The seed passes roles as strings and maps every name other than `worker`
+//! The originals pass roles as strings and maps every name other than `worker`
 //! to the gateway; here a role is parsed once, so a misspelt name is a
 //! refusal instead of the gateway.
 
 use crate::error::{Error, Result};
 use crate::layout::{GATEWAY_LABEL, GATEWAY_UNIT, WORKER_LABEL, WORKER_UNIT};
+use crate::named::Named;
 
 /// One native job of the split execution layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,10 +20,10 @@ pub enum Role {
 }
 
 impl Role {
-    /// Both roles in the seed's snapshot order (worker first).
+    /// Both roles in the originals' snapshot order (worker first).
     pub const ALL: [Role; 2] = [Role::Worker, Role::Gateway];
 
-    /// The seed's spelling, also the role's key in journals and snapshots.
+    /// The originals' spelling, also the role's key in journals and snapshots.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Worker => "worker",
@@ -63,23 +64,9 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// What the service and layout calls accept as a role: a [`Role`], or a
-/// role's name, parsed with [`Role::parse`] at the call (the black-box tests
-/// name roles as the seed does).
-pub trait ServiceRole {
-    /// The role, or the refusal of an unknown name.
-    fn into_role(self) -> Result<Role>;
-}
-
-impl ServiceRole for Role {
-    fn into_role(self) -> Result<Role> {
-        Ok(self)
-    }
-}
-
-impl ServiceRole for &str {
-    fn into_role(self) -> Result<Role> {
-        Role::parse(self)
+impl Named for Role {
+    fn parse(name: &str) -> Result<Role> {
+        Role::parse(name)
     }
 }
 

@@ -28,7 +28,8 @@ pub use command::{CommandRunner, SystemCommandRunner};
 use crate::error::{Error, Result};
 use crate::fs::{check_text, read_file, snapshot};
 use crate::layout::ExecutionLayout;
-use crate::role::{Role, ServiceRole};
+use crate::named::OrName;
+use crate::role::Role;
 use python_compat::{
     json::{Json, JsonObject},
     os::current_uid,
@@ -200,8 +201,8 @@ pub struct ServiceStates {
 
 impl ServiceStates {
     /// The state of `role`; `None` for a name that is no role.
-    pub fn role(&self, role: impl ServiceRole) -> Option<&ServiceState> {
-        Some(self.of(role.into_role().ok()?))
+    pub fn role(&self, role: impl OrName<Role>) -> Option<&ServiceState> {
+        Some(self.of(role.into_member().ok()?))
     }
 
     fn of(&self, role: Role) -> &ServiceState {
@@ -314,8 +315,8 @@ impl NativeServices {
 
     /// The current state of one job (the seed's `_observe`), including
     /// `transitioning`, which `snapshot` refuses.
-    pub fn observe(&self, role: impl ServiceRole) -> Result<ServiceState> {
-        let role = role.into_role()?;
+    pub fn observe(&self, role: impl OrName<Role>) -> Result<ServiceState> {
+        let role = role.into_member()?;
         let exists =
             snapshot(&self.layout.service_path(role)?)?.get("exists") == Some(&Json::Bool(true));
         if self.is_linux() {
@@ -380,8 +381,8 @@ impl NativeServices {
     /// until it is stopped or absent, for up to the stop bound (180 s worker,
     /// 30 s gateway). It never escalates: on timeout, RuntimeError `native
     /// service did not stop; no force kill was attempted`.
-    pub fn stop(&self, role: impl ServiceRole) -> Result<()> {
-        let role = role.into_role()?;
+    pub fn stop(&self, role: impl OrName<Role>) -> Result<()> {
+        let role = role.into_member()?;
         let settled = |state: &ServiceState| {
             matches!(
                 state.state,
@@ -424,8 +425,8 @@ impl NativeServices {
     }
 
     /// Enables or disables a job's start at login.
-    pub fn set_enabled(&self, role: impl ServiceRole, enabled: bool) -> Result<()> {
-        let role = role.into_role()?;
+    pub fn set_enabled(&self, role: impl OrName<Role>, enabled: bool) -> Result<()> {
+        let role = role.into_member()?;
         let action = if enabled { "enable" } else { "disable" };
         if self.is_linux() {
             let args = ["systemctl", "--user", action, role.unit()];
@@ -439,8 +440,8 @@ impl NativeServices {
 
     /// Starts a job: its unit file or plist must be a safe readable file; the
     /// job is enabled, then started without blocking (launchd: bootstrapped).
-    pub fn start(&self, role: impl ServiceRole) -> Result<()> {
-        let role = role.into_role()?;
+    pub fn start(&self, role: impl OrName<Role>) -> Result<()> {
+        let role = role.into_member()?;
         let path = self.layout.service_path(role)?;
         read_file(&path, false)?;
         self.set_enabled(role, true)?;
@@ -459,8 +460,8 @@ impl NativeServices {
     /// Returns a job to a recorded prior state: nothing for `absent`, a start
     /// for `running`, and the recorded enablement otherwise (or when a running
     /// job was disabled).
-    pub fn restore(&self, role: impl ServiceRole, prior: &ServiceState) -> Result<()> {
-        let role = role.into_role()?;
+    pub fn restore(&self, role: impl OrName<Role>, prior: &ServiceState) -> Result<()> {
+        let role = role.into_member()?;
         match prior.state {
             ServiceRunState::Absent => return Ok(()),
             ServiceRunState::Running => self.start(role)?,

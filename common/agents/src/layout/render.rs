@@ -11,7 +11,8 @@ use std::path::Path;
 use super::{path_text, ExecutionLayout, WORKER_UNIT};
 use crate::error::{Error, Result};
 use crate::fs::check_text;
-use crate::role::{Role, ServiceRole};
+use crate::named::OrName;
+use crate::role::Role;
 
 /// launchd `Umask` (0o077): the services create private files only.
 const SERVICE_UMASK: i64 = 0o077;
@@ -41,9 +42,9 @@ pub(crate) fn service_arguments(layout: &ExecutionLayout, role: Role) -> Vec<Str
 
 /// The unit (Linux) or plist (Darwin) body for `role`, validating the layout
 /// first; this is what the journal stores as the desired service file.
-pub fn render_service(layout: &ExecutionLayout, role: impl ServiceRole) -> Result<Vec<u8>> {
+pub fn render_service(layout: &ExecutionLayout, role: impl OrName<Role>) -> Result<Vec<u8>> {
     layout.validate()?;
-    let role = role.into_role()?;
+    let role = role.into_member()?;
     let runtime = runtime_root(layout, role);
     let authoritative = authoritative_environment(layout, role);
     let mut environment: BTreeMap<String, String> = layout
