@@ -187,24 +187,11 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::SPEC;
+    use crate::cli::{tests::REQUIRED, SPEC};
     use python_compat::argparse::try_parse_command_line;
 
     fn plan(extra: &[&str]) -> Plan {
-        let mut words = vec![
-            "--status-file",
-            "/s",
-            "--public-key",
-            "/k",
-            "--port",
-            "7",
-            "--bind",
-            "b",
-            "--expected-server-identity",
-            " i ",
-            "--update-id",
-            "u",
-        ];
+        let mut words = REQUIRED.to_vec();
         words.extend_from_slice(extra);
         let parsed = try_parse_command_line(&SPEC, &words).unwrap();
         Plan::from_args(Args::from_parsed(&parsed))
@@ -254,7 +241,7 @@ mod tests {
             Some(" 1.2.3 ")
         );
         assert_eq!(request(&plan(&[])).track, "stable");
-        assert_eq!(update.server.identity, " i ");
+        assert_eq!(update.server.identity, "i");
         assert_eq!(update.server.port, PythonInt::Small(7));
         assert_eq!(update.handoff_file(), None);
         assert_eq!(plan(&["--execution-handoff-file="]).handoff_file(), None);
