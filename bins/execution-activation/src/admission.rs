@@ -14,8 +14,8 @@ use crate::legacy_runner::{
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
     read_file, read_private_file, update_status_unlocked, ActivationManifest, Error,
-    ExecutionLayout, Result, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    ExecutionLayout, Result, Role, StatusLock, StatusPhase, WorkerControl,
+    ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
@@ -68,7 +68,7 @@ pub(crate) fn verify_stop(
     value: &StopContext,
     services: &dyn Native,
 ) -> Result<()> {
-    let before = services.role_snapshot("worker")?;
+    let before = services.role_snapshot(Role::Worker)?;
     if before.get("state") != Some(&Json::from("running")) {
         return Ok(());
     }
@@ -125,7 +125,7 @@ fn prove_stop(
     } else {
         prove_legacy_idle(args, layout, before)?;
     }
-    if pid(&services.role_snapshot("worker")?) != pid(before) {
+    if pid(&services.role_snapshot(Role::Worker)?) != pid(before) {
         return Err(Error::runtime(
             "service process changed before installer stop",
         ));
@@ -158,12 +158,7 @@ fn prove_legacy_idle(args: &Args, layout: &ExecutionLayout, before: &JsonObject)
         _ => queued_total(&health)?,
     };
     let server_instance = health.get("server_instance_id").filter(|id| truthy(id));
-    let phase_active = |value: &Json| {
-        value
-            .get("phase")
-            .and_then(Json::as_str)
-            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase))
-    };
+    let phase_active = |value: &Json| StatusPhase::runner_owned_value(value.get("phase"));
     let status_update = status.get("update_id").cloned().unwrap_or(Json::Null);
     let refused = !phase_active(&status)
         || admitted.as_object().is_none()
@@ -329,7 +324,7 @@ pub(crate) fn legacy_process(
     }
     let runtime_dir = layout.runtime_dir();
     let path = runtime_dir.join("worker.json");
-    let before = services.role_snapshot("worker")?;
+    let before = services.role_snapshot(Role::Worker)?;
     if !entry_present(&path)? {
         body(true)?;
         if entry_present(&path)? || active_worker_release(&layout.install_root)?.is_some() {
@@ -471,7 +466,7 @@ impl Abandoned<'_> {
             || self.control.worker_record(self.layout)? != self.record
             || read_private_file(&self.args.health_file, BODY_LIMIT)? != self.health_bytes
             || active_worker_release(&self.layout.install_root)?.is_some()
-            || self.services.role_snapshot("worker")? != self.before;
+            || self.services.role_snapshot(Role::Worker)? != self.before;
         if changed {
             return Err(Error::runtime(
                 "legacy worker classification changed during admission",
@@ -518,7 +513,7 @@ pub(crate) fn seed_legacy_recovery(
     layout: &ExecutionLayout,
     services: &dyn Native,
 ) -> Result<()> {
-    if services.role_snapshot("worker")?.get("state") != Some(&Json::from("running")) {
+    if services.role_snapshot(Role::Worker)?.get("state") != Some(&Json::from("running")) {
         return Ok(());
     }
     legacy_process(args, layout, services, &mut |legacy| {
@@ -539,10 +534,7 @@ fn publish_recovery_intent(args: &Args, layout: &ExecutionLayout) -> Result<()> 
     let status = private_json(&status_path, ACTIVATION_CONTROL_LIMIT)?;
     let update_id = admitted_update_id(args, &status)?;
     let admitted = private_json(&args.update_file, ACTIVATION_CONTROL_LIMIT)?;
-    let phase_owned = status
-        .get("phase")
-        .and_then(Json::as_str)
-        .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase));
+    let phase_owned = StatusPhase::runner_owned_value(status.get("phase"));
     if !phase_owned
         || admitted.get("update_id") != Some(&Json::from(update_id.as_str()))
         || status.get("target_version") != Some(&Json::from(args.release_version.as_str()))

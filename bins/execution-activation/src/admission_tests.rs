@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agents_common::Result;
+use agents_common::{Result, Role};
 use python_compat::{
     argparse::try_parse_command_line,
     json::{encode_indented, parse_json, Json, JsonObject},
@@ -51,8 +51,8 @@ impl Scripted {
 }
 
 impl Native for Scripted {
-    fn observe(&self, role: &str) -> Result<JsonObject> {
-        if role == "gateway" {
+    fn observe(&self, role: Role) -> Result<JsonObject> {
+        if role == Role::Gateway {
             return Ok(json_object! { "state" => "absent", "enabled" => false });
         }
         let mut pids = self.pids.borrow_mut();
@@ -63,19 +63,19 @@ impl Native for Scripted {
         };
         Ok(json_object! { "state" => "running", "enabled" => true, "pid" => pid })
     }
-    fn stop(&self, _role: &str) -> Result<()> {
+    fn stop(&self, _role: Role) -> Result<()> {
         unreachable!("admission never stops")
     }
-    fn start(&self, _role: &str) -> Result<()> {
+    fn start(&self, _role: Role) -> Result<()> {
         unreachable!("admission never starts")
     }
-    fn set_enabled(&self, _role: &str, _enabled: bool) -> Result<()> {
+    fn set_enabled(&self, _role: Role, _enabled: bool) -> Result<()> {
         unreachable!("admission never enables")
     }
     fn reload(&self) -> Result<()> {
         unreachable!("admission never reloads")
     }
-    fn restore(&self, _role: &str, _prior: &JsonObject) -> Result<()> {
+    fn restore(&self, _role: Role, _prior: &JsonObject) -> Result<()> {
         unreachable!("admission never restores")
     }
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use agents_common::{
     execution_context, owned_directory, read_owned_config, ActivationManifest, Error,
-    ExecutionLayout, Result,
+    ExecutionLayout, Result, Role,
 };
 use python_compat::{
     json::{Json, JsonObject},
@@ -70,8 +70,8 @@ pub(crate) fn transaction(args: &Args, layout: &ExecutionLayout) -> Result<Activ
         ));
     };
     let text = |path: &Path| pure_path_text(path);
-    if value.text("service_path") != text(&layout.service_path("worker")?)
-        || value.text("gateway_path") != text(&layout.service_path("gateway")?)
+    if value.text("service_path") != text(&layout.service_path(Role::Worker)?)
+        || value.text("gateway_path") != text(&layout.service_path(Role::Gateway)?)
         || value.text("env_path") != text(&layout.config_root.join("env"))
         || value.execution_field("runtime_dir") != &Json::from(text(&layout.runtime_dir()))
         || value.text("release_dir") != text(&layout.worker_release)

@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::{CommandCapture, Error, Result, RUNNER_OWNED_ACTIVE_PHASES};
+use agents_common::{CommandCapture, Error, Result, StatusPhase};
 use python_compat::{
     decode_utf8, is_lower_hex,
     json::{Json, JsonObject},
@@ -181,174 +181,66 @@ struct Proof {
 type StatusPins = (Json, Json, Json);
 
 impl Proof {
+    /// One pass of the proof, phase by phase in the original's order: the
+    /// installed release, the authenticated update files, the native
+    /// listener, then the runner and its tmux pane.
     fn gather(
         claim: &LegacyRunnerClaim,
         identifier: &str,
         status: &Json,
         probe: &dyn LegacyRunnerProbe,
     ) -> Result<Proof> {
-        let root = pure_path(&claim.root);
+        let installed = Installed::pin(claim)?;
         let state = pure_path(&claim.state_root);
-        let mut roots = Vec::new();
-        for path in [
-            root.clone(),
-            root.join("releases"),
-            state.clone(),
-            state.join("admin"),
-        ] {
-            let pin = directory_pin(&path, false)?;
-            roots.push((path, pin));
-        }
-        let current = root.join("current");
-        let link_info = lstat(&current)?;
-        if !is_type(&link_info, rustix::fs::FileType::Symlink)
-            || link_info.st_uid != python_compat::os::current_uid()
-        {
-            return Err(Error::runtime(
-                "legacy current release is not an owned link",
-            ));
-        }
-        let link_target = read_link(&current)?;
-        let release = resolve_strict(&current)?;
-        let hidden = release
-            .file_name()
-            .is_some_and(|name| name.to_string_lossy().starts_with('.'));
-        if python_compat::path::parent(&release) != root.join("releases") || hidden {
-            return Err(Error::runtime(
-                "legacy updater must belong to the retained installed release",
-            ));
-        }
-        let release_pin = directory_pin(&release, false)?;
-        roots.push((release.clone(), release_pin));
-        let mut files = Vec::new();
-        for name in PINNED_FILES {
-            files.push((name, read_pinned(&release.join(name), false)?));
-        }
-        let old_version = strip(decode_utf8(&files[0].1.data)?).to_string();
-        let interpreter = release.join(".venv/bin/python");
-        let python = python_proof(&interpreter)?;
-        let link = StatPin::of(&link_info);
-        let status_file = state.join("admin/server-update.json");
-        let health_path = pure_path(&claim.health_file);
-        let update_path = pure_path(&claim.update_file);
-        for path in [&health_path, &update_path] {
-            if python_compat::path::parent(path) != state.join("admin")
-                || !pins::is_canonical(path)?
-            {
-                return Err(Error::runtime(
-                    "legacy authenticated proof is outside private admin directory",
-                ));
-            }
-        }
-        let health = read_json(&health_path)?;
-        let admitted = read_json(&update_path)?;
-        let pins = status_pins(status, identifier, claim)?;
-        if status_pins(&read_json(&status_file)?.0, identifier, claim)? != pins
-            || status_pins(&admitted.0, identifier, claim)? != pins
-        {
-            return Err(Error::runtime(
-                "legacy authenticated update does not match durable status",
-            ));
-        }
-        check_idle_health(&health.0, &admitted.0, claim, &old_version)?;
+        let authenticated = Authenticated::read(claim, &state, status, identifier)?;
+        check_idle_health(
+            &authenticated.health.0,
+            &authenticated.admitted.0,
+            claim,
+            &installed.old_version,
+        )?;
         let native = process(probe, claim.expected_native_pid)?;
         let ancestry = Ancestry {
             native_executable: resolve(&native.executable)?,
-            python: &python,
-            release: &release,
+            python: &installed.python,
+            release: &installed.release,
         };
-        if !ancestry.runs(&native, "agent_server.py")? {
-            return Err(Error::runtime(
-                "legacy native process belongs to another installed release",
-            ));
-        }
-        let native_options = options(native.argv.get(3..).unwrap_or_default())?;
-        let port = claim
-            .port
-            .map_or_else(|| "None".to_string(), |port| port.to_string());
-        let listener = [
-            ("--bind", claim.bind.clone()),
-            ("--port", Some(port.clone())),
-        ];
-        if native.argv.get(2).map(String::as_str) != Some("serve")
-            || !same_options(&native_options, &listener)
-        {
-            return Err(Error::runtime("legacy native listener arguments differ"));
-        }
+        let port = check_native_listener(claim, &native, &ancestry)?;
         let text = |path: &Path| Some(path.to_string_lossy().into_owned());
         let expected = [
-            ("--status-file", text(&status_file)),
+            ("--status-file", text(&authenticated.status_file)),
             (
                 "--public-key",
-                text(&release.join("release-public-key.pem")),
+                text(&installed.release.join("release-public-key.pem")),
             ),
             ("--port", Some(port)),
             ("--bind", claim.bind.clone()),
             ("--expected-version", Some(claim.release_version.clone())),
-            ("--current-version", Some(old_version)),
-            ("--track", pins.2.as_str().map(str::to_string)),
+            ("--current-version", Some(installed.old_version.clone())),
+            ("--track", authenticated.pins.2.as_str().map(str::to_string)),
             ("--update-id", Some(identifier.to_string())),
             (
                 "--expected-server-identity",
                 Some(claim.expected_server_identity.clone()),
             ),
         ];
-        let chain = chain(probe, own_pid())?;
-        let mut runners = Vec::new();
-        for candidate in chain.iter().skip(1) {
-            if ancestry.runs(candidate, "update_runner.py")? {
-                runners.push(candidate);
-            }
-        }
-        let [runner] = runners.as_slice() else {
-            return Err(Error::runtime("legacy updater ancestor is not unique"));
-        };
-        check_runner_options(runner, &expected, &state, identifier)?;
-        let pane = tmux(probe, &format!("agents_server_update_{identifier}"))?;
-        let launch = &pane.launch;
-        let launched = match launch.split_first() {
-            Some((program, rest)) => {
-                rest == runner.argv.get(1..).unwrap_or_default()
-                    && Path::new(program).is_absolute()
-                    && python.executables.contains(&resolve(Path::new(program))?)
-            }
-            None => false,
-        };
-        if !launched {
-            return Err(Error::runtime(
-                "legacy updater launch command does not match kernel arguments",
-            ));
-        }
-        let position = |pid: i128| chain.iter().position(|item| item.pid == pid);
-        let ordered = match (
-            position(runner.pid),
-            position(pane.pane_pid),
-            position(pane.server.pid),
-        ) {
-            (Some(runner), Some(pane), Some(server)) => runner <= pane && pane < server,
-            _ => false,
-        };
-        if !ordered {
-            return Err(Error::runtime(
-                "legacy updater is outside its admitted tmux pane",
-            ));
-        }
+        let (chain, pane) = find_runner(probe, &ancestry, &expected, &state, identifier)?;
         Ok(Proof {
             identifier: identifier.to_string(),
-            roots,
-            current,
-            link,
-            link_target,
-            release,
-            files,
-            interpreter,
-            python,
-            status_file,
-            health_path,
-            update_path,
-            health,
-            admitted,
-            pins,
+            roots: installed.roots,
+            current: installed.current,
+            link: installed.link,
+            link_target: installed.link_target,
+            release: installed.release,
+            files: installed.files,
+            interpreter: installed.interpreter,
+            python: installed.python,
+            status_file: authenticated.status_file,
+            health_path: authenticated.health_path,
+            update_path: authenticated.update_path,
+            health: authenticated.health,
+            admitted: authenticated.admitted,
+            pins: authenticated.pins,
             native,
             chain,
             pane,
@@ -398,6 +290,213 @@ impl Proof {
 }
 
 /// Which processes run the pinned Python on a script of the release.
+/// The retained installed release the legacy updater must belong to: the
+/// pinned roots, the owned `current` link, the release it resolves to, its
+/// pinned files and its interpreter.
+struct Installed {
+    roots: Vec<(PathBuf, pins::DirectoryPin)>,
+    current: PathBuf,
+    link: StatPin,
+    link_target: String,
+    release: PathBuf,
+    files: Vec<(&'static str, pins::FilePin)>,
+    /// The release's `VERSION`, stripped.
+    old_version: String,
+    interpreter: PathBuf,
+    python: pins::PythonProof,
+}
+
+impl Installed {
+    fn pin(claim: &LegacyRunnerClaim) -> Result<Installed> {
+        let root = pure_path(&claim.root);
+        let state = pure_path(&claim.state_root);
+        let mut roots = Vec::new();
+        for path in [
+            root.clone(),
+            root.join("releases"),
+            state.clone(),
+            state.join("admin"),
+        ] {
+            let pin = directory_pin(&path, false)?;
+            roots.push((path, pin));
+        }
+        let current = root.join("current");
+        let link_info = lstat(&current)?;
+        if !is_type(&link_info, rustix::fs::FileType::Symlink)
+            || link_info.st_uid != python_compat::os::current_uid()
+        {
+            return Err(Error::runtime(
+                "legacy current release is not an owned link",
+            ));
+        }
+        let link_target = read_link(&current)?;
+        let release = resolve_strict(&current)?;
+        let hidden = release
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with('.'));
+        if python_compat::path::parent(&release) != root.join("releases") || hidden {
+            return Err(Error::runtime(
+                "legacy updater must belong to the retained installed release",
+            ));
+        }
+        let release_pin = directory_pin(&release, false)?;
+        roots.push((release.clone(), release_pin));
+        let mut files = Vec::new();
+        for name in PINNED_FILES {
+            files.push((name, read_pinned(&release.join(name), false)?));
+        }
+        let old_version = strip(decode_utf8(&files[0].1.data)?).to_string();
+        let interpreter = release.join(".venv/bin/python");
+        let python = python_proof(&interpreter)?;
+        Ok(Installed {
+            roots,
+            current,
+            link: StatPin::of(&link_info),
+            link_target,
+            release,
+            files,
+            old_version,
+            interpreter,
+            python,
+        })
+    }
+}
+
+/// The authenticated update: the private health and admission files beside
+/// the status row, all three naming the same update, version and track.
+struct Authenticated {
+    status_file: PathBuf,
+    health_path: PathBuf,
+    update_path: PathBuf,
+    health: (Json, pins::FilePin),
+    admitted: (Json, pins::FilePin),
+    pins: StatusPins,
+}
+
+impl Authenticated {
+    fn read(
+        claim: &LegacyRunnerClaim,
+        state: &Path,
+        status: &Json,
+        identifier: &str,
+    ) -> Result<Authenticated> {
+        let status_file = state.join("admin/server-update.json");
+        let health_path = pure_path(&claim.health_file);
+        let update_path = pure_path(&claim.update_file);
+        for path in [&health_path, &update_path] {
+            if python_compat::path::parent(path) != state.join("admin")
+                || !pins::is_canonical(path)?
+            {
+                return Err(Error::runtime(
+                    "legacy authenticated proof is outside private admin directory",
+                ));
+            }
+        }
+        let health = read_json(&health_path)?;
+        let admitted = read_json(&update_path)?;
+        let pins = status_pins(status, identifier, claim)?;
+        if status_pins(&read_json(&status_file)?.0, identifier, claim)? != pins
+            || status_pins(&admitted.0, identifier, claim)? != pins
+        {
+            return Err(Error::runtime(
+                "legacy authenticated update does not match durable status",
+            ));
+        }
+        Ok(Authenticated {
+            status_file,
+            health_path,
+            update_path,
+            health,
+            admitted,
+            pins,
+        })
+    }
+}
+
+/// The native listener runs the installed release's `agent_server.py serve`
+/// with the claimed bind and port; returns the port as the runner was given
+/// it.
+fn check_native_listener(
+    claim: &LegacyRunnerClaim,
+    native: &Process,
+    ancestry: &Ancestry<'_>,
+) -> Result<String> {
+    if !ancestry.runs(native, "agent_server.py")? {
+        return Err(Error::runtime(
+            "legacy native process belongs to another installed release",
+        ));
+    }
+    let native_options = options(native.argv.get(3..).unwrap_or_default())?;
+    let port = claim
+        .port
+        .map_or_else(|| "None".to_string(), |port| port.to_string());
+    let listener = [
+        ("--bind", claim.bind.clone()),
+        ("--port", Some(port.clone())),
+    ];
+    if native.argv.get(2).map(String::as_str) != Some("serve")
+        || !same_options(&native_options, &listener)
+    {
+        return Err(Error::runtime("legacy native listener arguments differ"));
+    }
+    Ok(port)
+}
+
+/// The one `update_runner.py` among this process's ancestors, with the
+/// expected options, launched by its admitted tmux pane; returns the
+/// ancestor chain and the pane.
+fn find_runner(
+    probe: &dyn LegacyRunnerProbe,
+    ancestry: &Ancestry<'_>,
+    expected: &[(&str, Option<String>)],
+    state: &Path,
+    identifier: &str,
+) -> Result<(Vec<Process>, tmux::Pane)> {
+    let chain = chain(probe, own_pid())?;
+    let mut runners = Vec::new();
+    for candidate in chain.iter().skip(1) {
+        if ancestry.runs(candidate, "update_runner.py")? {
+            runners.push(candidate);
+        }
+    }
+    let [runner] = runners.as_slice() else {
+        return Err(Error::runtime("legacy updater ancestor is not unique"));
+    };
+    check_runner_options(runner, expected, state, identifier)?;
+    let pane = tmux(probe, &format!("agents_server_update_{identifier}"))?;
+    let launched = match pane.launch.split_first() {
+        Some((program, rest)) => {
+            rest == runner.argv.get(1..).unwrap_or_default()
+                && Path::new(program).is_absolute()
+                && ancestry
+                    .python
+                    .executables
+                    .contains(&resolve(Path::new(program))?)
+        }
+        None => false,
+    };
+    if !launched {
+        return Err(Error::runtime(
+            "legacy updater launch command does not match kernel arguments",
+        ));
+    }
+    let position = |pid: i128| chain.iter().position(|item| item.pid == pid);
+    let ordered = match (
+        position(runner.pid),
+        position(pane.pane_pid),
+        position(pane.server.pid),
+    ) {
+        (Some(runner), Some(pane), Some(server)) => runner <= pane && pane < server,
+        _ => false,
+    };
+    if !ordered {
+        return Err(Error::runtime(
+            "legacy updater is outside its admitted tmux pane",
+        ));
+    }
+    Ok((chain, pane))
+}
+
 struct Ancestry<'a> {
     native_executable: PathBuf,
     python: &'a pins::PythonProof,
@@ -430,10 +529,7 @@ impl Ancestry<'_> {
 /// for the claimed target on a release track.
 fn status_pins(value: &Json, identifier: &str, claim: &LegacyRunnerClaim) -> Result<StatusPins> {
     let field = |key: &str| value.get(key).cloned().unwrap_or(Json::Null);
-    let active = value
-        .get("phase")
-        .and_then(Json::as_str)
-        .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase));
+    let active = StatusPhase::runner_owned_value(value.get("phase"));
     let tracked = value
         .get("track")
         .and_then(Json::as_str)

@@ -43,18 +43,28 @@ pub mod replace_config;
 mod retired_intent;
 mod verify;
 
+use std::ffi::OsString;
+use std::process::ExitCode;
+
 use crate::durability::flush_activation;
 use agents_common::{locate_release, Error, Result, SystemCommandRunner};
-use python_compat::json::Json;
+use python_compat::{argparse::parse_argv, exit_status, json::Json};
 
 pub use cli::{Args, SPEC};
 
 use cli::Operation;
 use context::{command_layout, print_line, transaction};
 
+/// The helper as a process: parses `argv` (the program's name first) as the
+/// original's argparse does (help exits 0, a usage error 2) and runs it; a
+/// failure prints its one Python exception line on stderr and exits 1.
+pub fn run(argv: &[OsString]) -> ExitCode {
+    exit_status(execute(Args::from_parsed(&parse_argv(&SPEC, argv))))
+}
+
 /// Runs one operation as install.sh invoked it; the error is the one line
 /// `exit_status` prints.
-pub fn run(args: Args) -> Result<()> {
+fn execute(args: Args) -> Result<()> {
     match args.operation {
         Operation::CandidateApiContract => {
             let contract = api_contract::candidate_api_contract(&args.candidate_source)?;

@@ -7,35 +7,32 @@
 //! drives `systemctl --user` or `launchctl`.
 
 use agents_common::{
-    Error, ErrorKind, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot,
-    ServiceState,
+    Error, ErrorKind, ExecutionLayout, NativeServices, Result, Role, ServiceRunState,
+    ServiceSnapshot, ServiceState,
 };
 use python_compat::json::{Json, JsonObject};
-
-/// The two service roles, in the seed's snapshot order.
-pub(crate) const ROLES: [&str; 2] = ["worker", "gateway"];
 
 /// `NativeServices` as `execution_activation` calls it.
 pub(crate) trait Native {
     /// `_observe(role)`: `{state, enabled[, pid]}`, where state is `absent`,
     /// `stopped`, `running` or `transitioning`.
-    fn observe(&self, role: &str) -> Result<JsonObject>;
+    fn observe(&self, role: Role) -> Result<JsonObject>;
     /// `stop(role)`: stop and wait, never force-killing.
-    fn stop(&self, role: &str) -> Result<()>;
+    fn stop(&self, role: Role) -> Result<()>;
     /// `start(role)`: enable and start the role's installed unit.
-    fn start(&self, role: &str) -> Result<()>;
+    fn start(&self, role: Role) -> Result<()>;
     /// `set_enabled(role, enabled)`: whether the role starts at login.
-    fn set_enabled(&self, role: &str, enabled: bool) -> Result<()>;
+    fn set_enabled(&self, role: Role, enabled: bool) -> Result<()>;
     /// `reload()`: make the manager re-read unit files.
     fn reload(&self) -> Result<()>;
     /// `restore(role, prior)`: bring a role back to a journaled state.
-    fn restore(&self, role: &str, prior: &JsonObject) -> Result<()>;
+    fn restore(&self, role: Role, prior: &JsonObject) -> Result<()>;
 
     /// `snapshot()`: both roles, refusing a manager still transitioning.
     fn snapshot(&self) -> Result<JsonObject> {
         let mut states = JsonObject::new();
-        for role in ROLES {
-            states.insert(role, self.observe(role)?);
+        for role in Role::ALL {
+            states.insert(role.as_str(), self.observe(role)?);
         }
         if states
             .values()
@@ -50,10 +47,10 @@ pub(crate) trait Native {
     }
 
     /// One role of a fresh [`Native::snapshot`].
-    fn role_snapshot(&self, role: &str) -> Result<JsonObject> {
+    fn role_snapshot(&self, role: Role) -> Result<JsonObject> {
         Ok(self
             .snapshot()?
-            .get(role)
+            .get(role.as_str())
             .and_then(Json::as_object)
             .cloned()
             .unwrap_or_default())
@@ -91,25 +88,25 @@ fn object(value: Json) -> JsonObject {
 }
 
 impl Native for Manager {
-    fn observe(&self, role: &str) -> Result<JsonObject> {
+    fn observe(&self, role: Role) -> Result<JsonObject> {
         Ok(object(self.0.observe(role)?.to_json()))
     }
     fn snapshot(&self) -> Result<JsonObject> {
         Ok(object(self.0.snapshot()?.to_json()))
     }
-    fn stop(&self, role: &str) -> Result<()> {
+    fn stop(&self, role: Role) -> Result<()> {
         self.0.stop(role)
     }
-    fn start(&self, role: &str) -> Result<()> {
+    fn start(&self, role: Role) -> Result<()> {
         self.0.start(role)
     }
-    fn set_enabled(&self, role: &str, enabled: bool) -> Result<()> {
+    fn set_enabled(&self, role: Role, enabled: bool) -> Result<()> {
         self.0.set_enabled(role, enabled)
     }
     fn reload(&self) -> Result<()> {
         self.0.reload()
     }
-    fn restore(&self, role: &str, prior: &JsonObject) -> Result<()> {
+    fn restore(&self, role: Role, prior: &JsonObject) -> Result<()> {
         // The journal validated the prior state; like the seed, restore
         // reads only its state and enablement.
         let state = match prior.get("state").and_then(Json::as_str) {

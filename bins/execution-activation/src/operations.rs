@@ -4,7 +4,7 @@
 //! [`transaction`](crate::context::transaction).
 
 use agents_common::{
-    read_update_handoff, ActivationManifest, Error, ExecutionLayout, Result, WorkerControl,
+    read_update_handoff, ActivationManifest, Error, ExecutionLayout, Result, Role, WorkerControl,
 };
 use python_compat::json::{Json, JsonObject};
 
@@ -22,7 +22,7 @@ fn state_of(observed: &JsonObject) -> &str {
 
 /// `snapshot`: the gateway's prior `STATE|ENABLED`, for `begin`.
 pub(crate) fn snapshot(services: &dyn Native) -> Result<()> {
-    let observed = services.role_snapshot("gateway")?;
+    let observed = services.role_snapshot(Role::Gateway)?;
     let enabled = observed
         .get("enabled")
         .and_then(Json::as_bool)
@@ -69,13 +69,13 @@ pub(crate) fn stop(
     services: &dyn Native,
 ) -> Result<()> {
     verify_stop(args, layout, &StopContext::of(value), services)?;
-    services.stop("gateway")?;
-    services.stop("worker")
+    services.stop(Role::Gateway)?;
+    services.stop(Role::Worker)
 }
 
 /// `suppress`: disable autostart of every installed role before rollback.
 pub(crate) fn suppress(services: &dyn Native) -> Result<()> {
-    for role in ["gateway", "worker"] {
+    for role in [Role::Gateway, Role::Worker] {
         if state_of(&services.role_snapshot(role)?) != "absent" {
             services.set_enabled(role, false)?;
         }
@@ -87,7 +87,7 @@ pub(crate) fn suppress(services: &dyn Native) -> Result<()> {
 /// gateway, unless already running or starting.
 pub(crate) fn start(services: &dyn Native) -> Result<()> {
     services.reload()?;
-    for role in ["worker", "gateway"] {
+    for role in Role::ALL {
         if !["running", "transitioning"].contains(&state_of(&services.observe(role)?)) {
             services.start(role)?;
         }
@@ -103,11 +103,11 @@ pub(crate) fn restore(value: &ActivationManifest, services: &dyn Native) -> Resu
     };
     let priors = [
         (
-            "worker",
+            Role::Worker,
             prior(value.get("service_state"), value.get("service_enabled")),
         ),
         (
-            "gateway",
+            Role::Gateway,
             prior(
                 value.execution_field("gateway_state"),
                 value.execution_field("gateway_enabled"),
@@ -146,7 +146,7 @@ pub(crate) fn release(
         // A legacy monolith has no private execution lease.
         return Ok(());
     }
-    if state_of(&services.role_snapshot("worker")?) == "running" {
+    if state_of(&services.role_snapshot(Role::Worker)?) == "running" {
         let snapshots = Snapshots(services);
         let control = WorkerControl::new().services(&snapshots);
         let operation = value

@@ -3,7 +3,7 @@
 //! answered with recorded launchd output (tests/fixtures/launchd), so each
 //! operation's exact command sequence on macOS is checked on Linux.
 
-use agents_common::NativeServices;
+use agents_common::{NativeServices, Role};
 use agents_tests::recorded_commands::{
     domain, expect, launchd_fixture, launchd_print_disabled, reply, Exchange, Recorded, ServiceHome,
 };
@@ -176,7 +176,10 @@ fn snapshot_reports_the_gateway_of_a_launchd_host() {
         ),
     ));
     let recorded = Recorded::new(exchanges);
-    let gateway = mac.services(&recorded).role_snapshot("gateway").unwrap();
+    let gateway = mac
+        .services(&recorded)
+        .role_snapshot(Role::Gateway)
+        .unwrap();
     // install.sh receives `stopped|false` for `begin --gateway-state/-enabled`.
     assert_eq!(
         python_compat::json::encode_line(&Json::Object(gateway), false),

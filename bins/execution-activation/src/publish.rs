@@ -27,7 +27,7 @@ use agents_common::{
     config_path_matches_desired, config_staging_paths, ensure_directory, entry_present,
     layout_manifest, prepare_runtime, read_owned_config, read_private_file, render_service,
     write_new_private, ActivationInvocation, ActivationManifest, Error, ExecutionLayout, Result,
-    ACTIVATION_CONFIG_LIMIT,
+    Role, ACTIVATION_CONFIG_LIMIT,
 };
 use python_compat::json::encode_indented;
 
@@ -44,8 +44,8 @@ pub fn publish(layout: &ExecutionLayout) -> Result<()> {
     layout.validate()?;
     prepare_runtime(&layout)?;
     let bodies = [
-        render_service(&layout, "worker")?,
-        render_service(&layout, "gateway")?,
+        render_service(&layout, Role::Worker)?,
+        render_service(&layout, Role::Gateway)?,
         encode_indented(&layout_manifest(&layout)?),
     ];
     for (kind, payload) in KINDS.into_iter().zip(bodies) {

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
+use crate::scope::Scope;
+
 /// The program name in usage and error lines.
 pub(crate) const PROGRAM: &str = "execution-manage";
 
@@ -78,9 +80,8 @@ pub enum Args {
     Apply {
         /// `--layout`: the private JSON file holding the layout to activate.
         layout: PathBuf,
-        /// `--scope`: which services the activation replaces (`migration`,
-        /// `gateway` or `worker`).
-        scope: String,
+        /// `--scope`: which services the activation replaces.
+        scope: Scope,
     },
     /// `recover`: finish or roll back a pending activation.
     Recover {
@@ -101,7 +102,9 @@ impl Args {
         match parsed.subcommand() {
             Some("apply") => Args::Apply {
                 layout: path("layout"),
-                scope: parsed.text("scope").expect("required").to_string(),
+                // argparse's `choices=` admitted only a scope's name.
+                scope: Scope::parse(parsed.text("scope").expect("required"))
+                    .expect("a declared choice"),
             },
             Some("recover") => Args::Recover { root: path("root") },
             Some("inspect") => Args::Inspect { root: path("root") },
@@ -133,14 +136,14 @@ mod tests {
             parse(&["apply", "--layout", "/l.json", "--scope", "gateway"]).unwrap(),
             Args::Apply {
                 layout: "/l.json".into(),
-                scope: "gateway".into()
+                scope: Scope::Gateway
             }
         );
         assert_eq!(
             parse(&["apply", "--scope=worker", "--layout=//x//l.json/"]).unwrap(),
             Args::Apply {
                 layout: "//x/l.json".into(),
-                scope: "worker".into()
+                scope: Scope::Worker
             }
         );
         assert_eq!(
@@ -155,6 +158,12 @@ mod tests {
             parse(&["inspect", "--root", "/a", "--root", "/b"]).unwrap(),
             Args::Inspect { root: "/b".into() }
         );
+    }
+
+    #[test]
+    fn the_choices_are_the_scopes_in_order() {
+        let names: Vec<&str> = Scope::ALL.iter().map(|scope| scope.as_str()).collect();
+        assert_eq!(SCOPES, names.as_slice());
     }
 
     #[test]

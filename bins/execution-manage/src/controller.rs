@@ -24,13 +24,14 @@ use std::time::{Duration, Instant};
 
 use agents_common::{
     layout_manifest, maintenance_operation_id, prepare_runtime, Error, ExecutionLayout,
-    NativeServices, Result, ServiceRunState, ServiceState, ServiceStates, WorkerControl,
+    NativeServices, Result, Role, ServiceRunState, ServiceState, ServiceStates, WorkerControl,
 };
 use python_compat::{
     json::{Json, JsonObject},
     json_object,
 };
 
+use crate::scope::Scope;
 use crate::transaction::ExecutionTransaction;
 
 /// How long a started candidate (or a restored prior generation) may take to
@@ -107,7 +108,7 @@ impl ActivationController {
                 ));
             }
         }
-        self.services.stop("worker")
+        self.services.stop(Role::Worker)
     }
 
     /// Recovery may only proceed with the server the activation started from.
@@ -126,7 +127,7 @@ impl ActivationController {
     /// `apply(scope)`: activates this controller's layout for `scope`
     /// (`migration`, `gateway` or `worker`) and returns
     /// `{"ok": true, "scope": ..., "receipt": ...}`.
-    pub(crate) fn apply(&self, scope: &str) -> Result<Json> {
+    pub(crate) fn apply(&self, scope: Scope) -> Result<Json> {
         self.layout.validate()?;
         let mut prior = self.services.snapshot()?;
         let mut expected_identity = None;
@@ -153,7 +154,8 @@ impl ActivationController {
                     "native worker ownership does not match its private receipt",
                 ));
             }
-            if scope != "gateway" && status.get("lease").is_some_and(|lease| !lease.is_null()) {
+            if scope != Scope::Gateway && status.get("lease").is_some_and(|lease| !lease.is_null())
+            {
                 return Err(Error::runtime(
                     "another execution operation already owns worker admission",
                 ));
@@ -191,7 +193,7 @@ impl ActivationController {
             self.recover()?;
         } else {
             ExecutionTransaction::rollback(root)?;
-            if scope != "gateway" && prior.worker.state == ServiceRunState::Running {
+            if scope != Scope::Gateway && prior.worker.state == ServiceRunState::Running {
                 let (_record, status) = self.control.status(&self.layout)?;
                 // A private maintenance request can win admission between the
                 // preflight and the seal. No service changed: retire only our
@@ -214,15 +216,15 @@ impl ActivationController {
     /// failure handling whether a service may already have been stopped.
     fn activate(
         &self,
-        scope: &str,
+        scope: Scope,
         prior: &ServiceStates,
         transaction: &Json,
         operation: &str,
         changed_services: &mut bool,
     ) -> Result<Json> {
         let root = &self.layout.install_root;
-        let replaces_worker = scope == "migration" || scope == "worker";
-        let replaces_gateway = scope == "migration" || scope == "gateway";
+        let replaces_worker = scope.replaces_worker();
+        let replaces_gateway = scope.replaces_gateway();
         prepare_runtime(&self.layout)?;
         if replaces_worker && prior.worker.state == ServiceRunState::Running {
             // Acquire and seal before ANY stop, including the public gateway.
@@ -231,7 +233,7 @@ impl ActivationController {
         }
         if replaces_gateway {
             *changed_services = true;
-            self.services.stop("gateway")?;
+            self.services.stop(Role::Gateway)?;
         }
         if replaces_worker {
             *changed_services = true;
@@ -240,24 +242,24 @@ impl ActivationController {
         ExecutionTransaction::publish(root)?;
         self.services.reload()?;
         if replaces_worker {
-            self.services.start("worker")?;
+            self.services.start(Role::Worker)?;
         }
         if replaces_gateway {
-            self.services.start("gateway")?;
+            self.services.start(Role::Gateway)?;
         }
         let receipt = self.wait_receipt(&self.layout)?;
-        if scope != "gateway" {
+        if scope != Scope::Gateway {
             self.control.require_startup_hold(&self.layout, operation)?;
         }
         let receipt = Json::Object(receipt);
         ExecutionTransaction::commit(root, &receipt)?;
-        if scope != "gateway" {
+        if scope != Scope::Gateway {
             self.control.release(&self.layout, operation)?;
         }
         ExecutionTransaction::finish(root)?;
         Ok(Json::Object(json_object! {
             "ok" => true,
-            "scope" => scope,
+            "scope" => scope.as_str(),
             "receipt" => receipt,
         }))
     }
@@ -276,17 +278,18 @@ impl ActivationController {
         ExecutionTransaction::check_publication(&transaction, &layout)?;
         let operation = maintenance_operation_id(&transaction)?;
         let text = |key: &str| transaction.get(key).and_then(Json::as_str).unwrap_or("");
-        let scope = text("scope");
+        // `load` refused a journal whose scope is not one of the three.
+        let scope = Scope::parse(text("scope"))?;
         let prior_services = transaction.get("prior_services").unwrap_or(&Json::Null);
-        let prior_of = |role: &str| prior_services.get(role).unwrap_or(&Json::Null);
+        let prior_of = |role: Role| prior_services.get(role.as_str()).unwrap_or(&Json::Null);
         let prior_running =
-            |role: &str| prior_of(role).get("state").and_then(Json::as_str) == Some("running");
+            |role: Role| prior_of(role).get("state").and_then(Json::as_str) == Some("running");
         if text("phase") == "committed" {
             let receipt = self.wait_receipt(&layout)?;
             Self::check_identity(&transaction, &receipt)?;
-            if scope == "gateway" {
-                let retained = prior_of("worker");
-                if prior_running("worker")
+            if scope == Scope::Gateway {
+                let retained = prior_of(Role::Worker);
+                if prior_running(Role::Worker)
                     && (receipt.get("worker_pid") != retained.get("pid")
                         || receipt.get("worker_instance_id") != retained.get("instance_id"))
                 {
@@ -305,29 +308,22 @@ impl ActivationController {
             }));
         }
         if text("phase") != "rolled-back" {
-            if scope == "migration" || scope == "worker" {
+            if scope.replaces_worker() {
                 self.stop_worker(&transaction)?;
             }
-            if scope == "migration" || scope == "gateway" {
-                self.services.stop("gateway")?;
+            if scope.replaces_gateway() {
+                self.services.stop(Role::Gateway)?;
             }
             ExecutionTransaction::rollback(root)?;
         }
         self.services.reload()?;
-        let affected: &[&str] = if scope == "migration" {
-            &["worker", "gateway"]
-        } else if scope == "worker" {
-            &["worker"]
-        } else {
-            &["gateway"]
-        };
-        for role in affected {
+        for &role in scope.roles() {
             // Recovery may be retried after the old service was already started.
             let current = self.services.snapshot()?;
-            let running = |state: Option<&ServiceState>| {
-                state.is_some_and(|state| state.state == ServiceRunState::Running)
-            };
-            if prior_running(role) && running(current.role(role)) {
+            let running = current
+                .role(role)
+                .is_some_and(|state| state.state == ServiceRunState::Running);
+            if prior_running(role) && running {
                 continue;
             }
             self.services
@@ -336,19 +332,19 @@ impl ActivationController {
         let mut receipt = Json::Null;
         let previous = ExecutionTransaction::previous_layout(&transaction)?;
         if let Some(old_layout) = previous {
-            if prior_running("worker") && prior_running("gateway") {
+            if prior_running(Role::Worker) && prior_running(Role::Gateway) {
                 let restored = self.wait_receipt(&old_layout)?;
                 Self::check_identity(&transaction, &restored)?;
                 receipt = Json::Object(restored);
             }
-        } else if prior_running("worker") {
+        } else if prior_running(Role::Worker) {
             // A legacy normal-update handoff needs its original health
             // validator; this controller cannot claim it restored that boundary.
             return Err(Error::runtime(
                 "legacy migration rollback requires managed updater health verification",
             ));
         }
-        if scope != "gateway" && prior_running("worker") {
+        if scope != Scope::Gateway && prior_running(Role::Worker) {
             self.control.release(&layout, &operation)?;
         }
         ExecutionTransaction::finish(root)?;

@@ -26,29 +26,46 @@
 mod cli;
 mod controller;
 pub mod doctor;
+mod scope;
 mod transaction;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use agents_common::{
     maintenance_operation_id, read_file, ExecutionLayout, InstallationLock, Result,
 };
 use python_compat::{
+    argparse::parse_argv,
+    exit_status,
     json::{encode_line, parse_json, Json},
     json_object,
 };
 
 pub use cli::{Args, SPEC};
+pub use scope::Scope;
 
 use controller::ActivationController;
 pub use transaction::ExecutionTransaction;
 
+/// The helper as a process: `doctor` as the first word after the program's
+/// name goes to its own parser; every other command line is parsed as the
+/// original's argparse does (help exits 0, a usage error 2) and run; a
+/// failure prints its one Python exception line on stderr and exits 1.
+pub fn run(argv: &[OsString]) -> ExitCode {
+    if let Some(rest) = doctor::doctor_words(argv.get(1..).unwrap_or_default()) {
+        return doctor::main(rest);
+    }
+    exit_status(execute(Args::from_parsed(&parse_argv(&SPEC, argv))))
+}
+
 /// Runs one command and prints its result line; the error is the one line
 /// `exit_status` prints.
-pub fn run(args: Args) -> Result<()> {
+fn execute(args: Args) -> Result<()> {
     let result = match args {
-        Args::Apply { layout, scope } => apply(&layout, &scope)?,
+        Args::Apply { layout, scope } => apply(&layout, scope)?,
         Args::Recover { root } => recover(&root)?,
         Args::Inspect { root } => inspect(&root)?,
     };
@@ -60,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// Activates the layout of a private JSON file for one scope.
-fn apply(layout_file: &Path, scope: &str) -> Result<Json> {
+fn apply(layout_file: &Path, scope: Scope) -> Result<Json> {
     let (data, _mode) = read_file(layout_file, true)?;
     let layout = ExecutionLayout::from_dict(&parse_json(&data)?)?;
     let root = layout.install_root.clone();

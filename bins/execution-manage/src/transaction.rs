@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use crate::scope::Scope;
 use agents_common::{
     atomic_write, check_text, desired, fsync_directory, layout_manifest, maintenance_operation_id,
     normalize_path, owned_directory, read_file, remove_abandoned_drafts, remove_atomic_temporaries,
-    render_service, snapshot, Error, ExecutionLayout, Result, ServiceState, FORMAT,
+    render_service, snapshot, Error, ExecutionLayout, OrName, Result, Role, ServiceState, FORMAT,
     MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
 };
 use python_compat::{
@@ -31,8 +32,6 @@ use python_compat::{
     token_hex,
 };
 
-/// The three activation scopes: a first split install, or one component.
-const SCOPES: [&str; 3] = ["migration", "gateway", "worker"];
 /// Every phase a pending journal can be in.
 const PHASES: [&str; 6] = [
     "prepared",
@@ -74,7 +73,7 @@ impl ExecutionTransaction {
     /// hold the [`agents_common::InstallationLock`].
     pub fn stage(
         layout: &ExecutionLayout,
-        scope: &str,
+        scope: impl OrName<Scope>,
         prior_services: &Json,
         expected_server_identity: Option<&str>,
     ) -> Result<Json> {
@@ -82,12 +81,10 @@ impl ExecutionTransaction {
         if let Some(identity) = expected_server_identity {
             check_text(identity)?;
         }
-        if !SCOPES.contains(&scope) {
-            return Err(Error::value("unknown execution activation scope"));
-        }
+        let scope = scope.into_member()?;
         check_service_states(prior_services)?;
         let prior_worker = prior_services.get("worker").and_then(Json::as_object);
-        if scope == "gateway" && state_of(prior_services, "worker") == Some("running") {
+        if scope == Scope::Gateway && state_of(prior_services, Role::Worker) == Some("running") {
             let worker = prior_worker.expect("validated service state");
             if !worker.contains_key("pid") || !worker.contains_key("instance_id") {
                 return Err(Error::value(
@@ -105,16 +102,17 @@ impl ExecutionTransaction {
         if entry_exists(&journal_dir) {
             return Err(already_pending());
         }
-        let prior_layout = snapshot(&layout.manifest_path())?;
-        check_prior_layout(layout, scope, &prior_layout)?;
+        check_prior_layout(layout, scope)?;
         let paths = journal_paths(layout)?;
         let mut before = JsonObject::new();
         for key in KEYS {
             let path = paths.get(key).and_then(Json::as_str).expect("journal path");
             before.insert(key, snapshot(Path::new(path))?);
         }
-        for role in ["worker", "gateway"] {
-            let exists = before.get(role).and_then(|item| item.get("exists"));
+        for role in Role::ALL {
+            let exists = before
+                .get(role.as_str())
+                .and_then(|item| item.get("exists"));
             if exists != Some(&Json::Bool(true)) && state_of(prior_services, role) != Some("absent")
             {
                 return Err(Error::value(
@@ -127,7 +125,7 @@ impl ExecutionTransaction {
         let value = Json::Object(json_object! {
             "format" => FORMAT,
             "id" => id.as_str(),
-            "scope" => scope,
+            "scope" => scope.as_str(),
             "phase" => "prepared",
             "layout" => layout.to_dict(),
             "prior_services" => prior_services.clone(),
@@ -190,7 +188,7 @@ impl ExecutionTransaction {
         }
         let scope_known = field(&value, "scope")
             .as_str()
-            .is_some_and(|scope| SCOPES.contains(&scope));
+            .is_some_and(|scope| Scope::parse(scope).is_ok());
         let phase_known = field(&value, "phase")
             .as_str()
             .is_some_and(|phase| PHASES.contains(&phase));
@@ -282,7 +280,7 @@ impl ExecutionTransaction {
                 atomic_write(&path, &snapshot_data(item)?, snapshot_mode(item))?;
             }
         }
-        if scope(&journal) != "worker" {
+        if scope(&journal) != Scope::Worker {
             replace_link(&layout, field(&journal, "current_after").as_str())?;
         }
         save_phase(&mut journal, &layout, "published")?;
@@ -313,7 +311,7 @@ impl ExecutionTransaction {
                 fsync_directory(path.parent().unwrap_or(Path::new("/")))?;
             }
         }
-        if scope(&journal) != "worker" {
+        if scope(&journal) != Scope::Worker {
             replace_link(&layout, field(&journal, "current_before").as_str())?;
         }
         save_phase(&mut journal, &layout, "rolled-back")?;
@@ -363,7 +361,9 @@ impl ExecutionTransaction {
             ));
         }
         let retained = field(field(&journal, "prior_services"), "worker");
-        if scope(&journal) == "gateway" && retained.get("state") == Some(&Json::from("running")) {
+        if scope(&journal) == Scope::Gateway
+            && retained.get("state") == Some(&Json::from("running"))
+        {
             let same_pid = retained.get("pid") == Some(get("worker_pid"));
             let same_instance = retained.get("instance_id") == Some(get("worker_instance_id"));
             if !same_pid || !same_instance {
@@ -567,11 +567,53 @@ fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// `stage`'s check of the installed layout: a migration finds none; a
+/// component activation finds one that differs only in that component's
+/// release, and the retained service's file still renders from it.
+fn check_prior_layout(layout: &ExecutionLayout, scope: Scope) -> Result<()> {
+    let prior_layout = snapshot(&layout.manifest_path())?;
+    if scope == Scope::Migration {
+        if prior_layout.get("exists") == Some(&Json::Bool(true)) {
+            return Err(Error::value(
+                "execution layout already exists; migration is not an update",
+            ));
+        }
+        return Ok(());
+    }
+    if prior_layout.get("exists") != Some(&Json::Bool(true)) {
+        return Err(Error::value(
+            "execution activation requires a previous layout",
+        ));
+    }
+    let old = snapshot_layout(&prior_layout)?;
+    let (old_fields, new_fields) = (old.to_dict(), layout.to_dict());
+    let (allowed, retained) = if scope == Scope::Gateway {
+        ("gateway_release", Role::Worker)
+    } else {
+        ("worker_release", Role::Gateway)
+    };
+    let changed_elsewhere = object(&old_fields)
+        .iter()
+        .any(|(key, value)| key != allowed && new_fields.get(key) != Some(value));
+    if changed_elsewhere {
+        return Err(Error::value(format!(
+            "{} activation changes another component's configuration",
+            scope.as_str()
+        )));
+    }
+    if snapshot(&layout.service_path(retained)?)? != desired(&render_service(&old, retained)?) {
+        return Err(Error::runtime(
+            "retained service configuration no longer matches its layout",
+        ));
+    }
+    Ok(())
+}
+
 /// The `paths` member: both service files and the layout manifest.
 fn journal_paths(layout: &ExecutionLayout) -> Result<Json> {
     Ok(Json::Object(json_object! {
-        "worker" => path_text(&layout.service_path("worker")?),
-        "gateway" => path_text(&layout.service_path("gateway")?),
+        "worker" => path_text(&layout.service_path(Role::Worker)?),
+        "gateway" => path_text(&layout.service_path(Role::Gateway)?),
         "layout" => path_text(&layout.manifest_path()),
     }))
 }
@@ -580,8 +622,8 @@ fn journal_paths(layout: &ExecutionLayout) -> Result<Json> {
 /// drift invalidates a pending journal instead of publishing stale bytes).
 fn desired_after(layout: &ExecutionLayout) -> Result<Json> {
     Ok(Json::Object(json_object! {
-        "worker" => desired(&render_service(layout, "worker")?),
-        "gateway" => desired(&render_service(layout, "gateway")?),
+        "worker" => desired(&render_service(layout, Role::Worker)?),
+        "gateway" => desired(&render_service(layout, Role::Gateway)?),
         "layout" => desired(&encode_indented(&layout_manifest(layout)?)),
     }))
 }
@@ -634,51 +676,6 @@ fn hex_digest(data: &[u8]) -> String {
     python_compat::hex(&Sha256::digest(data))
 }
 
-/// The stage's checks of the installed layout against the plan: a
-/// migration starts without one; an update changes only its own release,
-/// and the service it retains must still be exactly that layout's.
-fn check_prior_layout(layout: &ExecutionLayout, scope: &str, prior_layout: &Json) -> Result<()> {
-    if scope == "migration" {
-        if prior_layout.get("exists") == Some(&Json::Bool(true)) {
-            return Err(Error::value(
-                "execution layout already exists; migration is not an update",
-            ));
-        }
-    } else {
-        if prior_layout.get("exists") != Some(&Json::Bool(true)) {
-            return Err(Error::value(
-                "execution activation requires a previous layout",
-            ));
-        }
-        let old = snapshot_layout(prior_layout)?;
-        let (old_fields, new_fields) = (old.to_dict(), layout.to_dict());
-        let allowed = if scope == "gateway" {
-            "gateway_release"
-        } else {
-            "worker_release"
-        };
-        let changed_elsewhere = object(&old_fields)
-            .iter()
-            .any(|(key, value)| key != allowed && new_fields.get(key) != Some(value));
-        if changed_elsewhere {
-            return Err(Error::value(format!(
-                "{scope} activation changes another component's configuration"
-            )));
-        }
-        let retained = if scope == "gateway" {
-            "worker"
-        } else {
-            "gateway"
-        };
-        if snapshot(&layout.service_path(retained)?)? != desired(&render_service(&old, retained)?) {
-            return Err(Error::runtime(
-                "retained service configuration no longer matches its layout",
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The layout stored in a manifest snapshot's data (the previous install).
 fn snapshot_layout(item: &Json) -> Result<ExecutionLayout> {
     let data = decode_base64(item.get("data").and_then(Json::as_str))?;
@@ -700,8 +697,8 @@ fn snapshot_mode(item: &Json) -> u32 {
 /// `_affected`: which snapshot keys this scope may change.
 fn affected(journal: &Json) -> &'static [&'static str] {
     match scope(journal) {
-        "gateway" => &["gateway", "layout"],
-        "worker" => &["worker", "layout"],
+        Scope::Gateway => &["gateway", "layout"],
+        Scope::Worker => &["worker", "layout"],
         _ => &["worker", "gateway", "layout"],
     }
 }
@@ -748,12 +745,15 @@ fn phase(journal: &Json) -> &str {
     field(journal, "phase").as_str().unwrap_or_default()
 }
 
-fn scope(journal: &Json) -> &str {
-    field(journal, "scope").as_str().unwrap_or_default()
+/// The scope of a loaded journal (`load` refused any other name; an
+/// unreadable one would take `_affected`'s widest branch, migration's).
+fn scope(journal: &Json) -> Scope {
+    let name = field(journal, "scope").as_str().unwrap_or_default();
+    Scope::parse(name).unwrap_or(Scope::Migration)
 }
 
-fn state_of<'a>(services: &'a Json, role: &str) -> Option<&'a str> {
-    services.get(role)?.get("state")?.as_str()
+fn state_of(services: &Json, role: Role) -> Option<&str> {
+    services.get(role.as_str())?.get("state")?.as_str()
 }
 
 fn journal_path(journal: &Json, key: &str) -> PathBuf {

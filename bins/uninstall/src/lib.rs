@@ -26,15 +26,32 @@ mod terminal;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
+use std::process::ExitCode;
+
+use python_compat::argparse::parse_argv;
 
 use command_line::{parse_script_options, usage, ScriptOptions};
 use output::warn;
 
 pub use command_line::{is_helper_form, HELPER_SPEC};
 
+/// The helper as a process: `argv` (the program's name first) is the split
+/// helper's command line when its words are the helper's path options
+/// (parsed as the original's argparse does), and `uninstall.sh`'s otherwise;
+/// the exit status is the script's or the helper's.
+pub fn run(argv: &[OsString]) -> ExitCode {
+    let words = argv.get(1..).unwrap_or_default();
+    let status = if is_helper_form(words) {
+        run_helper(&parse_argv(&HELPER_SPEC, argv))
+    } else {
+        run_script(words)
+    };
+    ExitCode::from(status)
+}
+
 /// The split helper's form (`--root ...`) with its parsed command line: its
 /// exit status.
-pub fn run_helper(parsed: &python_compat::argparse::ParsedArgs) -> u8 {
+fn run_helper(parsed: &python_compat::argparse::ParsedArgs) -> u8 {
     split::main(&split_args(parsed))
 }
 
@@ -85,7 +102,7 @@ fn hand_over(roots: &roots::ManagedRoots, assume_yes: bool, purge_state: bool) -
 
 /// `uninstall.sh` from its first line to its hand-over or legacy path: its
 /// exit status.
-pub fn run_script(words: &[OsString]) -> u8 {
+fn run_script(words: &[OsString]) -> u8 {
     let os = match legacy::os_name() {
         Ok(os) => os,
         Err(legacy::Exit(status)) => return status,

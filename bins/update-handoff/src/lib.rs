@@ -15,22 +15,35 @@
 
 mod cli;
 
+use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::path::Path;
+use std::process::ExitCode;
 
 use agents_common::{
     read_regular_file, release_existing_handoff, retry_failed_handoff, BoundedRead, Error, Leaf,
     Result, MAX_CONFIG_BYTES,
 };
-use python_compat::json::{encode_line, parse_json, Json};
+use python_compat::{
+    argparse::parse_argv,
+    exit_status,
+    json::{encode_line, parse_json, Json},
+};
 
 pub use cli::{Args, SPEC};
 
 use cli::StatusSource;
 
+/// The helper as a process: parses `argv` (the program's name first) as the
+/// original's argparse does (help exits 0, a usage error 2) and runs it; a
+/// failure prints its one Python exception line on stderr and exits 1.
+pub fn run(argv: &[OsString]) -> ExitCode {
+    exit_status(execute(Args::from_parsed(&parse_argv(&SPEC, argv))))
+}
+
 /// Runs one command and prints its result line; the error is the one line
 /// `exit_status` prints.
-pub fn run(args: Args) -> Result<()> {
+fn execute(args: Args) -> Result<()> {
     let released = match args {
         Args::Release { root, handoff_file } => {
             release_existing_handoff(&root, &handoff_file, None, None)?

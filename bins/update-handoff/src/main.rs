@@ -1,11 +1,8 @@
-//! `update-handoff`: parses the command line and runs it (see the library
-//! crate).
+//! `update-handoff`: releases a split worker's sealed handoff (see the
+//! library crate).
 
 use std::process::ExitCode;
 
-use python_compat::{argparse::parse_command_line, exit_status};
-use update_handoff::{run, Args, SPEC};
-
 fn main() -> ExitCode {
-    exit_status(run(Args::from_parsed(&parse_command_line(&SPEC))))
+    update_handoff::run(&std::env::args_os().collect::<Vec<_>>())
 }

@@ -351,7 +351,7 @@ impl Args {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::release::RELEASE_TRACKS;
     use python_compat::argparse::{try_parse_command_line, CommandLineExit};
@@ -386,7 +386,8 @@ mod tests {
         assert_eq!(UpdateId::new("\x1fu1\x1c".into()).stripped(), "u1");
     }
 
-    const REQUIRED: &[&str] = &[
+    /// The required options, for the tests of what is built from them.
+    pub(crate) const REQUIRED: &[&str] = &[
         "--status-file",
         "/s",
         "--public-key",

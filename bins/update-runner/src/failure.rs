@@ -11,15 +11,15 @@ use std::path::Path;
 use crate::server_health::resolve_user_path;
 use agents_common::{
     is_ownership_lost, read_status_unlocked, release_existing_handoff, runner_owns, update_status,
-    update_status_unlocked, utc_now, Error, Result, StatusLock,
+    update_status_unlocked, utc_now, Error, Result, StatusLock, StatusPhase,
 };
 use python_compat::{
     json::{Json, JsonObject},
     json_object, str_or_empty, truthy,
 };
 
-use crate::cli::Args;
 use crate::install_root;
+use crate::plan::Plan;
 use crate::recovery::journal_present;
 use crate::team_hub::{clear_team_hub_maintenance, team_hub_maintenance_fence_present};
 
@@ -29,36 +29,36 @@ const HANDOFF_RELEASE_FAILED: &str = "server_update_handoff_release_failed";
 const HANDOFF_RELEASE_ACTION: &str = "Retry the update to finish releasing its execution hold.";
 
 /// Phases before install.sh started: the runner may still clear its fence.
-const PRE_INSTALL_PHASES: [&str; 4] = ["starting", "checking", "downloading", "verifying"];
+const PRE_INSTALL_PHASES: [StatusPhase; 4] = [
+    StatusPhase::Starting,
+    StatusPhase::Checking,
+    StatusPhase::Downloading,
+    StatusPhase::Verifying,
+];
 /// Phases once install.sh may have started.
-const INSTALL_PHASES: [&str; 2] = ["installing", "restarting"];
+const INSTALL_PHASES: [StatusPhase; 2] = [StatusPhase::Installing, StatusPhase::Restarting];
 
 /// `main`'s handling of a failed `run_update`. Failures of the handling
 /// itself change nothing more; the runner exits 1 either way.
-pub(crate) fn settle_failed_update(args: &Args, error: &Error) {
-    let Ok(status_path) = resolve_user_path(&args.status_file) else {
+pub(crate) fn settle_failed_update(plan: &Plan, error: &Error) {
+    let Ok(status_path) = resolve_user_path(&plan.status_file) else {
         return;
     };
-    let update_id = args.update_id.stripped().to_string();
-    let _ = publish_failure(args, &status_path, &update_id, error);
+    let update_id = plan.update_id.stripped().to_string();
+    let _ = publish_failure(plan, &status_path, &update_id, error);
 }
 
-fn handoff_file(args: &Args) -> Option<&Path> {
-    args.execution_handoff_file
-        .as_deref()
-        .filter(|path| !path.as_os_str().is_empty())
-}
-
-fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Error) -> Result<()> {
+fn publish_failure(plan: &Plan, status_path: &Path, update_id: &str, error: &Error) -> Result<()> {
     let release_handoff = {
         let _lock = StatusLock::acquire(status_path)?;
         let current = read_status_unlocked(status_path)?;
         if !runner_owns(&current, update_id) {
             return Ok(());
         }
-        let phase = current.get("phase").map(str_or_empty).unwrap_or_default();
+        let phase_text = current.get("phase").map(str_or_empty).unwrap_or_default();
+        let phase = StatusPhase::parse(&phase_text);
         let truthy = |key: &str| current.get(key).is_some_and(truthy);
-        let installing = INSTALL_PHASES.contains(&phase.as_str());
+        let installing = phase.is_some_and(|phase| INSTALL_PHASES.contains(&phase));
         if installing && truthy("_activation_recovery") && journal_present(&install_root()?)? {
             // The retained activation stays active for `--recover-only`.
             update_status_unlocked(
@@ -75,20 +75,20 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
             return Ok(());
         }
         let mut release_handoff = false;
-        if PRE_INSTALL_PHASES.contains(&phase.as_str()) {
+        if phase.is_some_and(|phase| PRE_INSTALL_PHASES.contains(&phase)) {
             // Fail closed: a fence that cannot be cleared keeps the row active.
-            clear_team_hub_maintenance(args)?;
-            release_handoff = handoff_file(args).is_some();
-        } else if installing && team_hub_maintenance_fence_present(args)? {
+            clear_team_hub_maintenance(plan)?;
+            release_handoff = plan.handoff_file().is_some();
+        } else if installing && team_hub_maintenance_fence_present(plan)? {
             // install.sh's verified rollback or handoff owns the fence now.
             return Ok(());
         }
         // install.sh may fail in preflight after the phase became
         // `installing` but before it took the hold over; the exact old hold
         // then still needs its release.
-        release_handoff |= truthy("_execution_handoff") && handoff_file(args).is_some();
+        release_handoff |= truthy("_execution_handoff") && plan.handoff_file().is_some();
         let mut changes = json_object! {
-            "phase" => "failed",
+            "phase" => StatusPhase::Failed,
             "message" => error.message(),
             "heartbeat_at" => Json::Null,
             "runner_pid" => Json::Null,
@@ -103,15 +103,15 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
         release_handoff
     };
     if release_handoff {
-        release_handoff_after_failure(args, status_path, update_id)?;
+        release_handoff_after_failure(plan, status_path, update_id)?;
     }
     Ok(())
 }
 
 /// Release the sealed handoff, then record the outcome on the failed row if
 /// it is still this update's.
-fn release_handoff_after_failure(args: &Args, status_path: &Path, update_id: &str) -> Result<()> {
-    let handoff = handoff_file(args).unwrap_or(Path::new(""));
+fn release_handoff_after_failure(plan: &Plan, status_path: &Path, update_id: &str) -> Result<()> {
+    let handoff = plan.handoff_file().unwrap_or(Path::new(""));
     let released =
         install_root().and_then(|root| release_existing_handoff(&root, handoff, None, None));
     let changes = match &released {
@@ -138,22 +138,22 @@ fn release_handoff_after_failure(args: &Args, status_path: &Path, update_id: &st
 
 fn still_failed(row: &JsonObject, update_id: &str) -> bool {
     row.get("update_id") == Some(&Json::from(update_id))
-        && row.get("phase") == Some(&Json::from("failed"))
+        && row.get("phase") == Some(&Json::from(StatusPhase::Failed))
 }
 
 /// `main`'s handling of a failed `--recover-only` run: keep the journal and
 /// the Hub fence for install.sh, and publish a retryable recovery error while
 /// this update still owns the row.
-pub(crate) fn settle_failed_recovery(args: &Args) {
-    let Ok(status_path) = resolve_user_path(&args.status_file) else {
+pub(crate) fn settle_failed_recovery(plan: &Plan) {
+    let Ok(status_path) = resolve_user_path(&plan.status_file) else {
         return;
     };
-    let update_id = args.update_id.stripped().to_string();
+    let update_id = plan.update_id.stripped().to_string();
     let written = update_status(
         &status_path,
         Some(&update_id),
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "runner_pid" => Json::Null,
             "heartbeat_at" => Json::Null,
             "retryable" => true,

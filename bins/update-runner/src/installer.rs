@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 
-use agents_common::{is_ownership_lost, update_status, utc_now, Error, Result};
+use agents_common::{is_ownership_lost, update_status, utc_now, Error, Result, StatusPhase};
 use python_compat::json_object;
 
 pub use log::{installer_log_tail, trim_installer_log, INSTALLER_LOG_MAX_BYTES};
@@ -312,7 +312,7 @@ fn report_installing(run: &InstallerRun, message: String, elapsed: u64) -> Resul
         &run.status_path,
         run.expected_update_id.as_deref(),
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "message" => message,
             "heartbeat_at" => utc_now(),
             "elapsed_seconds" => elapsed,

@@ -8,8 +8,9 @@
 //!
 //! # Map by concern
 //!
-//! - The run: `cli` (the typed arguments), `update` (`run_update`, one
-//!   managed update), [`recovery`] (`--recover-only`), `failure` (what a
+//! - The run: `cli` (the command line as argparse reads it), `plan` (the
+//!   run it asks for, typed once; everything after parsing reads the plan),
+//!   `update` (`run_update`, one managed update), [`recovery`] (`--recover-only`), `failure` (what a
 //!   failed update or recovery publishes).
 //! - What gets installed: [`release`] (versions, tracks, signed manifests,
 //!   downloads, archives), `prepared` (a release prepared ahead),
@@ -24,6 +25,7 @@
 mod cli;
 mod failure;
 pub mod installer;
+mod plan;
 mod prepared;
 pub mod proxy;
 pub mod recovery;
@@ -35,33 +37,48 @@ pub mod trust_store;
 mod update;
 mod urllib;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
+use crate::plan::{Mode, Plan};
 use crate::server_health::resolve_user_path;
 use agents_common::Result;
+use python_compat::argparse::parse_argv;
 
 pub use cli::{Args, SPEC};
+
+/// The runner as a process: parses `argv` (the program's name first) as the
+/// original's argparse does (help exits 0, a usage error 2) and runs the
+/// update or recovery; a failure the row records exits 1 without output.
+pub fn run(argv: &[OsString]) -> ExitCode {
+    let args = Args::from_parsed(&parse_argv(&SPEC, argv));
+    if execute(&Plan::from_args(args)) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
 
 /// Runs the update (or, with `--recover-only`, the recovery) the server
 /// asked for; a failure is recorded in the status row before this returns
 /// false, as `update_runner.main` records it before exiting 1.
-pub fn run(args: &Args) -> bool {
-    if args.recover_only {
-        match recovery::run_recovery(args) {
+fn execute(plan: &Plan) -> bool {
+    match &plan.mode {
+        Mode::Recover(request) => match recovery::run_recovery(plan, request) {
             Ok(()) => true,
             Err(_) => {
-                failure::settle_failed_recovery(args);
+                failure::settle_failed_recovery(plan);
                 false
             }
-        }
-    } else {
-        match update::run_update(args) {
+        },
+        Mode::Update(request) => match update::run_update(plan, request) {
             Ok(()) => true,
             Err(error) => {
-                failure::settle_failed_update(args, &error);
+                failure::settle_failed_update(plan, &error);
                 false
             }
-        }
+        },
     }
 }
 

@@ -16,8 +16,8 @@ use crate::server_health::{
 };
 use agents_common::{
     check_binding_on, entry_present, execution_context_on, preparation_path, read_status_unlocked,
-    update_status, utc_now, ActivationManifest, Error, Result, StatusLock, SystemVolumes,
-    VolumeProbe, INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
+    update_status, utc_now, ActivationManifest, Error, Result, StatusLock, StatusPhase,
+    SystemVolumes, VolumeProbe, INTENT_KEYS,
 };
 use python_compat::{
     is_lower_hex,
@@ -25,7 +25,7 @@ use python_compat::{
     json_object,
 };
 
-use crate::cli::Args;
+use crate::plan::{Plan, RecoveryRequest};
 use crate::prepared::missing_install_dir;
 
 /// `journal_present(root)`: an activation or execution journal entry exists
@@ -42,117 +42,182 @@ pub fn journal_present(root: &Path) -> Result<bool> {
 /// `--recover-only`: finishes or rolls back an interrupted activation the
 /// server admitted, by running the running release's install.sh in recovery
 /// mode under the status row. Ports `update_recovery.run_recovery(args)`.
-pub fn run_recovery(args: &Args) -> Result<()> {
-    let status_path = resolve_user_path(&args.status_file)?;
-    let root = std::env::var_os("AGENTS_SERVER_INSTALL_DIR").ok_or_else(missing_install_dir)?;
-    let root = preparation_path(Path::new(&root))?;
-    let status = {
-        let _lock = StatusLock::acquire(&status_path)?;
-        read_status_unlocked(&status_path)?
-    };
-    let owned = status.get("update_id") == Some(&Json::from(args.update_id.given()))
-        && status
-            .get("phase")
-            .and_then(Json::as_str)
-            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase));
-    if !owned {
-        return Err(Error::runtime(
-            "activation recovery lost its admitted update",
-        ));
-    }
-    let context = recovery_context(&root, &status, &args.expected_server_identity)?;
-    let transaction = args
-        .recovery_transaction
-        .as_deref()
-        .map(|path| path.to_string_lossy().into_owned());
-    let context = context.filter(|context| {
-        Some(context.transaction_id()) == transaction.as_deref()
-            && Some(context.text("release_version")) == args.expected_version.as_deref()
-    });
-    let Some(context) = context else {
-        return Err(Error::runtime(
-            "activation recovery transaction changed before launch",
-        ));
-    };
-    let version = context.text("release_version").to_string();
-    let api = context.execution_field("api_contract").clone();
-    let token = consume_auth_token_file(args.auth_token_file.as_deref())?;
+pub(crate) fn run_recovery(plan: &Plan, request: &RecoveryRequest) -> Result<()> {
+    let admitted = AdmittedRecovery::check(plan, request)?;
+    let token = consume_auth_token_file(plan.auth_token_file.as_deref())?;
     update_status(
-        &status_path,
-        Some(args.update_id.given()),
+        &admitted.status_path,
+        Some(plan.update_id.given()),
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "runner_pid" => std::process::id(),
             "heartbeat_at" => utc_now(),
             "message" => "Recovering the interrupted server activation.",
         },
     )?;
+    if run_recovery_installer(plan, &admitted, &token)? == InstallerOutcome::RolledBack {
+        if journal_present(&admitted.root)? {
+            return Err(Error::runtime(
+                "rollback recovery retained an unfinished journal",
+            ));
+        }
+        return publish_rolled_back(plan, &admitted.status_path);
+    }
+    if journal_present(&admitted.root)? {
+        return Err(Error::runtime(
+            "activation recovery exited without finalizing its journal",
+        ));
+    }
+    prove_recovered(plan, &admitted, &token)?;
+    let version = admitted.version.as_str();
+    update_status(
+        &admitted.status_path,
+        Some(plan.update_id.given()),
+        json_object! {
+            "phase" => StatusPhase::Complete,
+            "installed_version" => version,
+            "update_available" => false,
+            "runner_pid" => Json::Null,
+            "heartbeat_at" => Json::Null,
+            "elapsed_seconds" => Json::Null,
+            "error_code" => Json::Null,
+            "error_action" => Json::Null,
+            "retryable" => Json::Null,
+            "message" => format!("AgentsServer {version} recovered and is healthy."),
+            "finished_at" => utc_now(),
+        },
+    )?;
+    Ok(())
+}
+
+/// The recovery as admitted: the row still this update's, and the journal
+/// bound to it exactly the transaction and release the server named.
+struct AdmittedRecovery {
+    status_path: PathBuf,
+    root: PathBuf,
+    /// The admitted row as read before recovery.
+    status: JsonObject,
+    context: ActivationManifest,
+    version: String,
+    api: Json,
+}
+
+impl AdmittedRecovery {
+    fn check(plan: &Plan, request: &RecoveryRequest) -> Result<AdmittedRecovery> {
+        let status_path = resolve_user_path(&plan.status_file)?;
+        let root = std::env::var_os("AGENTS_SERVER_INSTALL_DIR").ok_or_else(missing_install_dir)?;
+        let root = preparation_path(Path::new(&root))?;
+        let status = {
+            let _lock = StatusLock::acquire(&status_path)?;
+            read_status_unlocked(&status_path)?
+        };
+        let owned = status.get("update_id") == Some(&Json::from(plan.update_id.given()))
+            && StatusPhase::runner_owned_value(status.get("phase"));
+        if !owned {
+            return Err(Error::runtime(
+                "activation recovery lost its admitted update",
+            ));
+        }
+        let context = recovery_context(&root, &status, &plan.server.identity)?;
+        let transaction = request
+            .transaction
+            .as_deref()
+            .map(|path| path.to_string_lossy().into_owned());
+        let context = context.filter(|context| {
+            Some(context.transaction_id()) == transaction.as_deref()
+                && Some(context.text("release_version")) == request.expected_version.as_deref()
+        });
+        let Some(context) = context else {
+            return Err(Error::runtime(
+                "activation recovery transaction changed before launch",
+            ));
+        };
+        let version = context.text("release_version").to_string();
+        let api = context.execution_field("api_contract").clone();
+        Ok(AdmittedRecovery {
+            status_path,
+            root,
+            status,
+            context,
+            version,
+            api,
+        })
+    }
+}
+
+/// Runs the running release's install.sh in recovery mode, pinned to the
+/// journal's activation, release and API contract.
+fn run_recovery_installer(
+    plan: &Plan,
+    admitted: &AdmittedRecovery,
+    token: &str,
+) -> Result<InstallerOutcome> {
     // The running release's recovery, not the candidate's: a partly
     // completed rollback may already have retired the candidate.
     let source = running_release()?;
+    let version = admitted.version.as_str();
     let arguments: Vec<OsString> = vec![
         "--recover-only".into(),
         "--non-interactive".into(),
         "--release-version".into(),
-        version.clone().into(),
+        version.into(),
         "--expected-api-contract".into(),
-        python_compat::str_or_empty(&api).into(),
+        python_compat::str_or_empty(&admitted.api).into(),
         "--expected-activation-id".into(),
-        context.transaction_id().into(),
+        admitted.context.transaction_id().into(),
         "--expected-server-identity".into(),
-        args.expected_server_identity_argument.clone(),
+        plan.server.identity_argument.clone(),
         "--managed-update-id".into(),
-        args.update_id.given().into(),
+        plan.update_id.given().into(),
         "--port".into(),
-        args.port.to_string().into(),
+        plan.server.port.to_string().into(),
         "--bind".into(),
-        args.bind.clone(),
+        plan.server.bind.clone(),
     ];
     let mut run = InstallerRun::new(
         source.join("install.sh"),
         arguments,
         &source,
-        &status_path,
-        &version,
+        &admitted.status_path,
+        version,
     );
-    run.expected_update_id = Some(args.update_id.given().to_string());
-    run.managed_update_id = Some(args.update_id.given().to_string());
-    run.expected_service_cgroup = args.expected_service_cgroup.clone();
+    run.expected_update_id = Some(plan.update_id.given().to_string());
+    run.managed_update_id = Some(plan.update_id.given().to_string());
+    run.expected_service_cgroup = plan.server.service_cgroup.clone();
     run.rollback_accepted = true;
-    run.secrets = runner_secrets(&token);
-    if run_installer(&run)? == InstallerOutcome::RolledBack {
-        if journal_present(&root)? {
-            return Err(Error::runtime(
-                "rollback recovery retained an unfinished journal",
-            ));
-        }
-        update_status(
-            &status_path,
-            Some(args.update_id.given()),
-            json_object! {
-                "phase" => "failed",
-                "runner_pid" => Json::Null,
-                "heartbeat_at" => Json::Null,
-                "retryable" => true,
-                "error_code" => "server_update_rolled_back",
-                "error_action" => "Retry the bundled update when ready.",
-                "message" => "The interrupted update was rolled back to the verified previous installation.",
-                "finished_at" => utc_now(),
-            },
-        )?;
-        return Ok(());
-    }
-    if journal_present(&root)? {
-        return Err(Error::runtime(
-            "activation recovery exited without finalizing its journal",
-        ));
-    }
+    run.secrets = runner_secrets(token);
+    run_installer(&run)
+}
+
+/// The row of a recovery install.sh rolled back to the previous release.
+fn publish_rolled_back(plan: &Plan, status_path: &Path) -> Result<()> {
+    update_status(
+        status_path,
+        Some(plan.update_id.given()),
+        json_object! {
+            "phase" => StatusPhase::Failed,
+            "runner_pid" => Json::Null,
+            "heartbeat_at" => Json::Null,
+            "retryable" => true,
+            "error_code" => "server_update_rolled_back",
+            "error_action" => "Retry the bundled update when ready.",
+            "message" => "The interrupted update was rolled back to the verified previous installation.",
+            "finished_at" => utc_now(),
+        },
+    )
+    .map(drop)
+}
+
+/// Proves the recovered server is the expected one on the journal's
+/// release, with the Team Hub the admitted row recorded.
+fn prove_recovered(plan: &Plan, admitted: &AdmittedRecovery, token: &str) -> Result<()> {
+    let status = &admitted.status;
     let row = |name: &str| status.get(name).cloned().filter(|value| !value.is_null());
-    let health = ServerHealth::new(args.port.clone(), &token);
+    let health = ServerHealth::new(plan.server.port.clone(), token);
     let mut identity = PostUpdateIdentity {
-        server_identity: args.expected_server_identity.clone(),
-        server_version: Some(version.clone()),
-        api_contract_version: api.as_int(),
+        server_identity: plan.server.identity.clone(),
+        server_version: Some(admitted.version.clone()),
+        api_contract_version: admitted.api.as_int(),
         ..PostUpdateIdentity::default()
     };
     if row("team_hub_id").is_some_and(|id| python_compat::truthy(&id)) {
@@ -169,29 +234,12 @@ pub fn run_recovery(args: &Args) -> Result<()> {
                 .unwrap_or_else(|| Json::from(""))
         };
         health.assert_repaired_team_hub_identity(&RepairedHubIdentity {
-            server_identity: args.expected_server_identity.clone(),
+            server_identity: plan.server.identity.clone(),
             transport: or_empty("team_hub_transport"),
             url: row("team_hub_url").unwrap_or(Json::Null),
             direct_ip_url: or_empty("team_hub_direct_ip_url"),
         })?;
     }
-    update_status(
-        &status_path,
-        Some(args.update_id.given()),
-        json_object! {
-            "phase" => "complete",
-            "installed_version" => version.as_str(),
-            "update_available" => false,
-            "runner_pid" => Json::Null,
-            "heartbeat_at" => Json::Null,
-            "elapsed_seconds" => Json::Null,
-            "error_code" => Json::Null,
-            "error_action" => Json::Null,
-            "retryable" => Json::Null,
-            "message" => format!("AgentsServer {version} recovered and is healthy."),
-            "finished_at" => utc_now(),
-        },
-    )?;
     Ok(())
 }
 

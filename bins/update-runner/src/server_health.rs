@@ -382,37 +382,7 @@ impl ServerHealth {
             ));
         }
         if let Some(version) = &expected.server_version {
-            if field("server_version") != &Json::from(version) {
-                return Err(Error::runtime(
-                    "updated AgentsServer version does not match the signed release",
-                ));
-            }
-            if health.contains_key("gateway") || health.contains_key("execution_service") {
-                for component in ["gateway", "execution_service"] {
-                    let converged =
-                        health
-                            .get(component)
-                            .and_then(Json::as_object)
-                            .is_some_and(|identity| {
-                                identity.get("version") == Some(&Json::from(version))
-                            });
-                    if !converged {
-                        return Err(Error::runtime(
-                            "updated AgentsServer gateway and execution versions have not converged",
-                        ));
-                    }
-                }
-                let released = health
-                    .get("execution_service")
-                    .and_then(|service| service.get("maintenance_held"))
-                    .and_then(Json::as_bool)
-                    == Some(false);
-                if !released {
-                    return Err(Error::runtime(
-                        "updated AgentsServer activation has not released admission",
-                    ));
-                }
-            }
+            check_converged_version(&health, version)?;
         }
         if let Some(contract) = expected.api_contract_version {
             if field("api_contract_version").as_int() != Some(contract) {
@@ -430,76 +400,7 @@ impl ServerHealth {
                 "updated AgentsServer secure-peer state is unavailable",
             ));
         }
-        // Python cannot tell an argument given as None from one not given.
-        let given = |value: &Option<Json>| value.clone().filter(|value| !value.is_null());
-        let transport_given = given(&expected.team_hub_transport);
-        let url_given = given(&expected.team_hub_url);
-        let direct_ip_given = given(&expected.team_hub_direct_ip_url);
-        let Some(hub_id) = given(&expected.team_hub_id) else {
-            if transport_given.is_some() || url_given.is_some() || direct_ip_given.is_some() {
-                return Err(Error::runtime(
-                    "managed Team Hub transport has no bound Hub identity",
-                ));
-            }
-            return Ok(());
-        };
-        let identity = json_object! {
-            "available" => true,
-            "designated_host" => true,
-            "version" => 1,
-            "base_path" => "/api/team-hub",
-            "hub_id" => hub_id.clone(),
-            "host_server_identity" => expected.server_identity.as_str(),
-        };
-        let Some(hub) = capability("team_hub_v1").filter(|hub| matches_all(hub, &identity)) else {
-            return Err(Error::runtime(
-                "updated AgentsServer lost or changed its Team Hub identity",
-            ));
-        };
-        let actual_transport = hub.get("transport").unwrap_or(&Json::Null);
-        let actual_url = hub.get("hub_url").unwrap_or(&Json::Null);
-        match &transport_given {
-            None => {
-                let legacy = match actual_transport {
-                    Json::Null => true,
-                    Json::Array(_) => return Err(unhashable("list")),
-                    Json::Object(_) => return Err(unhashable("dict")),
-                    other => other == &Json::from("loopback"),
-                };
-                if !legacy || !actual_url.is_null() {
-                    return Err(Error::runtime(
-                        "updated AgentsServer changed its legacy Team Hub transport",
-                    ));
-                }
-            }
-            Some(transport) => {
-                let url = url_given.clone().unwrap_or(Json::Null);
-                if actual_transport != transport || actual_url != &url {
-                    return Err(Error::runtime(
-                        "updated AgentsServer changed its Team Hub transport",
-                    ));
-                }
-            }
-        }
-        if let Some(direct_ip_url) = &direct_ip_given {
-            let transport = expected
-                .team_hub_transport
-                .clone()
-                .filter(truthy)
-                .unwrap_or_else(|| Json::from("loopback"));
-            let routes = team_hub_routes(
-                transport,
-                url_given.clone().unwrap_or(Json::Null),
-                direct_ip_url,
-                transport_given.as_ref(),
-            );
-            if hub.get("routes") != Some(&routes) {
-                return Err(Error::runtime(
-                    "updated AgentsServer changed its Team Hub routes",
-                ));
-            }
-        }
-        Ok(())
+        check_post_update_team_hub(expected, capability("team_hub_v1"))
     }
 
     /// `assert_repaired_team_hub_identity`: a repaired host must serve an
@@ -722,4 +623,117 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
         return Err(Error::runtime("server update health credential is empty"));
     }
     Ok(token)
+}
+
+/// The signed version in the server and, for a split installation, in both
+/// components, with the activation's admission released.
+fn check_converged_version(health: &JsonObject, version: &str) -> Result<()> {
+    let field = |name: &str| health.get(name).unwrap_or(&Json::Null);
+    if field("server_version") != &Json::from(version) {
+        return Err(Error::runtime(
+            "updated AgentsServer version does not match the signed release",
+        ));
+    }
+    if health.contains_key("gateway") || health.contains_key("execution_service") {
+        for component in ["gateway", "execution_service"] {
+            let converged = health
+                .get(component)
+                .and_then(Json::as_object)
+                .is_some_and(|identity| identity.get("version") == Some(&Json::from(version)));
+            if !converged {
+                return Err(Error::runtime(
+                    "updated AgentsServer gateway and execution versions have not converged",
+                ));
+            }
+        }
+        let released = health
+            .get("execution_service")
+            .and_then(|service| service.get("maintenance_held"))
+            .and_then(Json::as_bool)
+            == Some(false);
+        if !released {
+            return Err(Error::runtime(
+                "updated AgentsServer activation has not released admission",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// After the update the server keeps the Team Hub it hosted: identity,
+/// transport (or a legacy loopback one) and, when given, its routes.
+fn check_post_update_team_hub(
+    expected: &PostUpdateIdentity,
+    hub_capability: Option<&JsonObject>,
+) -> Result<()> {
+    // Python cannot tell an argument given as None from one not given.
+    let given = |value: &Option<Json>| value.clone().filter(|value| !value.is_null());
+    let transport_given = given(&expected.team_hub_transport);
+    let url_given = given(&expected.team_hub_url);
+    let direct_ip_given = given(&expected.team_hub_direct_ip_url);
+    let Some(hub_id) = given(&expected.team_hub_id) else {
+        if transport_given.is_some() || url_given.is_some() || direct_ip_given.is_some() {
+            return Err(Error::runtime(
+                "managed Team Hub transport has no bound Hub identity",
+            ));
+        }
+        return Ok(());
+    };
+    let identity = json_object! {
+        "available" => true,
+        "designated_host" => true,
+        "version" => 1,
+        "base_path" => "/api/team-hub",
+        "hub_id" => hub_id.clone(),
+        "host_server_identity" => expected.server_identity.as_str(),
+    };
+    let Some(hub) = hub_capability.filter(|hub| matches_all(hub, &identity)) else {
+        return Err(Error::runtime(
+            "updated AgentsServer lost or changed its Team Hub identity",
+        ));
+    };
+    let actual_transport = hub.get("transport").unwrap_or(&Json::Null);
+    let actual_url = hub.get("hub_url").unwrap_or(&Json::Null);
+    match &transport_given {
+        None => {
+            let legacy = match actual_transport {
+                Json::Null => true,
+                Json::Array(_) => return Err(unhashable("list")),
+                Json::Object(_) => return Err(unhashable("dict")),
+                other => other == &Json::from("loopback"),
+            };
+            if !legacy || !actual_url.is_null() {
+                return Err(Error::runtime(
+                    "updated AgentsServer changed its legacy Team Hub transport",
+                ));
+            }
+        }
+        Some(transport) => {
+            let url = url_given.clone().unwrap_or(Json::Null);
+            if actual_transport != transport || actual_url != &url {
+                return Err(Error::runtime(
+                    "updated AgentsServer changed its Team Hub transport",
+                ));
+            }
+        }
+    }
+    if let Some(direct_ip_url) = &direct_ip_given {
+        let transport = expected
+            .team_hub_transport
+            .clone()
+            .filter(truthy)
+            .unwrap_or_else(|| Json::from("loopback"));
+        let routes = team_hub_routes(
+            transport,
+            url_given.clone().unwrap_or(Json::Null),
+            direct_ip_url,
+            transport_given.as_ref(),
+        );
+        if hub.get("routes") != Some(&routes) {
+            return Err(Error::runtime(
+                "updated AgentsServer changed its Team Hub routes",
+            ));
+        }
+    }
+    Ok(())
 }

@@ -7,13 +7,13 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::team_hub_fence::TeamHubFence;
-use agents_common::{read_status_unlocked, Error, Result, StatusLock};
+use agents_common::{read_status_unlocked, Error, Result, StatusLock, StatusPhase};
 use python_compat::{
     json::{Json, JsonObject},
     json_object, strip, PythonInt,
 };
 
-use crate::cli::Args;
+use crate::plan::{Plan, TeamHubOptions};
 
 /// `TEAM_HUB_MOUNT_PATH`.
 const MOUNT_PATH: &str = "/api/team-hub";
@@ -55,14 +55,14 @@ impl TeamHub {
     /// `run_update`'s Team Hub checks, in the seed's order, each refusal
     /// with its message; `port` is the server's (`--port`), which a direct-IP
     /// URL must name.
-    pub(crate) fn validate(args: &Args) -> Result<TeamHub> {
-        let hub_id = non_blank(&args.expected_team_hub_id);
-        let transport = stripped(&args.expected_team_hub_transport);
-        let mut url = stripped(&args.expected_team_hub_url);
-        let direct_ip_url = stripped(&args.expected_team_hub_direct_ip_url);
-        let snapshot = non_blank(&args.team_hub_snapshot);
-        let data_dir = non_blank(&args.team_hub_data_dir);
-        let repair = args.repair_failed_team_hub_host;
+    pub(crate) fn validate(options: &TeamHubOptions, port: &PythonInt) -> Result<TeamHub> {
+        let hub_id = non_blank(&options.hub_id);
+        let transport = stripped(&options.transport);
+        let mut url = stripped(&options.url);
+        let direct_ip_url = stripped(&options.direct_ip_url);
+        let snapshot = non_blank(&options.snapshot);
+        let data_dir = non_blank(&options.data_dir);
+        let repair = options.repair;
         let rollback = [&hub_id, &snapshot, &data_dir];
         let any_rollback = rollback.iter().any(|value| value.is_some());
         if any_rollback && !rollback.iter().all(|value| value.is_some()) {
@@ -82,9 +82,9 @@ impl TeamHub {
             ));
         }
         if repair
-            && (args.expected_team_hub_transport.is_none()
-                || args.expected_team_hub_url.is_none()
-                || args.expected_team_hub_direct_ip_url.is_none())
+            && (options.transport.is_none()
+                || options.url.is_none()
+                || options.direct_ip_url.is_none())
         {
             return Err(Error::runtime(
                 "failed Team Hub repair requires exact transport continuity arguments",
@@ -112,7 +112,7 @@ impl TeamHub {
                         ));
                     };
                     let valid = if selected == "direct_ip" {
-                        is_direct_ip_url(remote, &args.port)
+                        is_direct_ip_url(remote, port)
                     } else {
                         is_tailscale_serve_url(remote)
                     };
@@ -131,7 +131,7 @@ impl TeamHub {
                     "managed Team Hub direct-IP route requires a Hub identity",
                 ));
             }
-            if !direct.is_empty() && !is_direct_ip_url(direct, &args.port) {
+            if !direct.is_empty() && !is_direct_ip_url(direct, port) {
                 return Err(Error::runtime(
                     "expected Team Hub direct-IP route is invalid",
                 ));
@@ -184,7 +184,7 @@ impl TeamHub {
         };
         let expected = json_object! {
             "update_id" => update_id,
-            "phase" => "starting",
+            "phase" => StatusPhase::Starting,
             "team_hub_repair_mode" => "failed_start",
             "team_hub_host_server_identity" => server_identity,
             "team_hub_transport" => Json::from(self.transport.clone()),
@@ -321,13 +321,13 @@ fn is_tailnet_hostname(host: &str) -> bool {
 
 /// The exact fence this update's server set on its Hub, from the raw
 /// options; `None` when the update carries no Hub rollback arguments.
-fn maintenance_fence_arguments(args: &Args) -> Result<Option<[String; 5]>> {
+fn maintenance_fence_arguments(plan: &Plan) -> Result<Option<[String; 5]>> {
     let text = |value: &Option<String>| strip(value.as_deref().unwrap_or("")).to_string();
-    let hub_id = text(&args.expected_team_hub_id);
-    let snapshot = text(&args.team_hub_snapshot);
-    let data_dir = text(&args.team_hub_data_dir);
-    let host_identity = strip(&args.expected_server_identity).to_string();
-    let operation_id = args.update_id.stripped().to_string();
+    let hub_id = text(&plan.team_hub.hub_id);
+    let snapshot = text(&plan.team_hub.snapshot);
+    let data_dir = text(&plan.team_hub.data_dir);
+    let host_identity = strip(&plan.server.identity).to_string();
+    let operation_id = plan.update_id.stripped().to_string();
     if hub_id.is_empty() && snapshot.is_empty() && data_dir.is_empty() {
         return Ok(None);
     }
@@ -340,9 +340,9 @@ fn maintenance_fence_arguments(args: &Args) -> Result<Option<[String; 5]>> {
     Ok(Some(all))
 }
 
-fn with_fence<T>(args: &Args, absent: T, act: impl Fn(&TeamHubFence) -> Result<T>) -> Result<T> {
+fn with_fence<T>(plan: &Plan, absent: T, act: impl Fn(&TeamHubFence) -> Result<T>) -> Result<T> {
     let Some([hub_id, snapshot, data_dir, host_identity, operation_id]) =
-        maintenance_fence_arguments(args)?
+        maintenance_fence_arguments(plan)?
     else {
         return Ok(absent);
     };
@@ -358,14 +358,14 @@ fn with_fence<T>(args: &Args, absent: T, act: impl Fn(&TeamHubFence) -> Result<T
 
 /// `clear_team_hub_maintenance`: remove this update's exact Hub fence
 /// (false when the update has none or it is already gone).
-pub(crate) fn clear_team_hub_maintenance(args: &Args) -> Result<bool> {
-    with_fence(args, false, |fence| fence.clear_control())
+pub(crate) fn clear_team_hub_maintenance(plan: &Plan) -> Result<bool> {
+    with_fence(plan, false, |fence| fence.clear_control())
 }
 
 /// `team_hub_maintenance_fence_present`: whether this update's exact Hub
 /// fence is still on disk.
-pub(crate) fn team_hub_maintenance_fence_present(args: &Args) -> Result<bool> {
-    with_fence(args, false, |fence| fence.matches_control())
+pub(crate) fn team_hub_maintenance_fence_present(plan: &Plan) -> Result<bool> {
+    with_fence(plan, false, |fence| fence.matches_control())
 }
 
 #[cfg(test)]

@@ -13,81 +13,159 @@ use std::path::{Path, PathBuf};
 
 use crate::installer::{run_installer, runner_secrets, InstallerRun};
 use crate::release::{
-    check_release, download_release_archive, normalized_release_track, release_track,
-    release_transition_allowed, safe_extract, version_is_prerelease, ReleaseEndpoints,
-    ReleaseManifest, ReleaseTrust,
+    check_release, download_release_archive, release_track, release_transition_allowed,
+    safe_extract, version_is_prerelease, ReleaseEndpoints, ReleaseManifest, ReleaseTrust,
 };
 use crate::server_health::{
     consume_auth_token_file, resolve_user_path, PostUpdateIdentity, ReadinessWait,
     RepairedHubIdentity, ServerHealth, StatusOwner,
 };
 use agents_common::{
-    read_status_unlocked, update_status, utc_now, Error, Result, StatusLock,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    read_status_unlocked, update_status, utc_now, Error, Result, StatusLock, StatusPhase,
 };
 use python_compat::{
     json::{Json, JsonObject},
     json_object, strip, token_hex,
 };
 
-use crate::cli::Args;
+use crate::plan::{Plan, ReleaseSource, UpdateRequest};
 use crate::prepared::{verify_prepared_update, PreparedRelease};
 use crate::team_hub::TeamHub;
 
-/// `run_update`.
-pub(crate) fn run_update(args: &Args) -> Result<()> {
-    let status_path = resolve_user_path(&args.status_file)?;
-    let public_key = resolve_user_path(&args.public_key)?;
-    let track = normalized_release_track(Some(&args.track))?;
-    let auth_token = consume_auth_token_file(args.auth_token_file.as_deref())?;
-    let server_identity = strip(&args.expected_server_identity).to_string();
-    if server_identity.is_empty() {
-        return Err(Error::runtime(
-            "managed update is missing the stable server identity",
-        ));
-    }
-    let update_id = args.update_id.checked()?.to_string();
-    let service_cgroup = args
-        .expected_service_cgroup
-        .as_deref()
-        .map(strip)
-        .filter(|cgroup| !cgroup.is_empty())
-        .map(str::to_string);
-    if service_cgroup
-        .as_deref()
-        .is_some_and(|cgroup| !is_service_cgroup(cgroup))
-    {
-        return Err(Error::runtime(
-            "managed update has an invalid service cgroup",
-        ));
-    }
-    let team_hub = TeamHub::validate(args)?;
-    if team_hub.repair {
-        team_hub.check_repair_admission(&status_path, &update_id, &server_identity)?;
-    }
-    let owner = StatusOwner {
-        status_path: &status_path,
-        update_id: &update_id,
-    };
+/// `run_update`: admit the update, resolve and stage the signed release,
+/// run install.sh once the server is idle, prove the result and publish
+/// `complete`. Each phase is a function below, in the original's order.
+pub(crate) fn run_update(plan: &Plan, request: &UpdateRequest) -> Result<()> {
+    let admitted = Admitted::check(plan, request)?;
+    let owner = admitted.owner();
+    let track = request.track;
     cas(
         owner,
         json_object! {
-            "phase" => "checking",
+            "phase" => StatusPhase::Checking,
             "track" => track,
             "runner_pid" => std::process::id(),
             "heartbeat_at" => utc_now(),
             "message" => format!("Checking the signed {track} release manifest."),
         },
     )?;
-    let expected_version = args
+    let target = resolve_target(request, owner, &admitted.public_key)?;
+    let workspace = TemporaryDirectory::create("agents-server-update-")?;
+    let source = stage_source(owner, track, &target, &workspace)?;
+    let health = ServerHealth::new(plan.server.port.clone(), &admitted.auth_token);
+    install(plan, &admitted, &target, &source, &health)?;
+    prove_installed(&admitted, &target, &health)?;
+    // install.sh owns the Hub fence from here: it clears it on success and
+    // restores the snapshot on failure. The runner clears only earlier failures.
+    workspace.remove()?;
+    let version = target.version.as_str();
+    cas(
+        owner,
+        json_object! {
+            "phase" => StatusPhase::Complete,
+            "update_available" => false,
+            "message" => format!("AgentsServer {version} is installed and healthy."),
+            "track" => track,
+            "installed_version" => version,
+            "heartbeat_at" => Json::Null,
+            "elapsed_seconds" => Json::Null,
+            "runner_pid" => Json::Null,
+            "error_code" => Json::Null,
+            "error_action" => Json::Null,
+            "retryable" => Json::Null,
+            "finished_at" => utc_now(),
+        },
+    )?;
+    Ok(())
+}
+
+/// The update as admitted: the plan's values resolved and checked before
+/// the first status write, in the original's order.
+struct Admitted {
+    status_path: PathBuf,
+    public_key: PathBuf,
+    auth_token: String,
+    server_identity: String,
+    update_id: String,
+    service_cgroup: Option<String>,
+    team_hub: TeamHub,
+}
+
+impl Admitted {
+    fn check(plan: &Plan, request: &UpdateRequest) -> Result<Admitted> {
+        let status_path = resolve_user_path(&plan.status_file)?;
+        let public_key = resolve_user_path(&request.public_key)?;
+        let auth_token = consume_auth_token_file(plan.auth_token_file.as_deref())?;
+        let server_identity = strip(&plan.server.identity).to_string();
+        if server_identity.is_empty() {
+            return Err(Error::runtime(
+                "managed update is missing the stable server identity",
+            ));
+        }
+        let update_id = plan.update_id.checked()?.to_string();
+        let service_cgroup = plan
+            .server
+            .service_cgroup
+            .as_deref()
+            .map(strip)
+            .filter(|cgroup| !cgroup.is_empty())
+            .map(str::to_string);
+        if service_cgroup
+            .as_deref()
+            .is_some_and(|cgroup| !is_service_cgroup(cgroup))
+        {
+            return Err(Error::runtime(
+                "managed update has an invalid service cgroup",
+            ));
+        }
+        let team_hub = TeamHub::validate(&plan.team_hub, &plan.server.port)?;
+        if team_hub.repair {
+            team_hub.check_repair_admission(&status_path, &update_id, &server_identity)?;
+        }
+        Ok(Admitted {
+            status_path,
+            public_key,
+            auth_token,
+            server_identity,
+            update_id,
+            service_cgroup,
+            team_hub,
+        })
+    }
+
+    fn owner(&self) -> StatusOwner<'_> {
+        StatusOwner {
+            status_path: &self.status_path,
+            update_id: &self.update_id,
+        }
+    }
+}
+
+/// The release to install: its verified manifest, the prepared release it
+/// came from (if any) and its version.
+struct Target {
+    manifest: ReleaseManifest,
+    prepared: Option<PreparedRelease>,
+    version: String,
+}
+
+/// Resolves the signed manifest and refuses a version the update may not
+/// install (not the expected one, or not forward on its track).
+fn resolve_target(
+    request: &UpdateRequest,
+    owner: StatusOwner<'_>,
+    public_key: &Path,
+) -> Result<Target> {
+    let track = request.track;
+    let expected_version = request
         .expected_version
         .as_deref()
         .map(strip)
         .filter(|version| !version.is_empty());
-    let current_version = strip(args.current_version.as_deref().unwrap_or(""));
+    let current_version = strip(request.current_version.as_deref().unwrap_or(""));
     let trust = ReleaseTrust::new(public_key, ReleaseEndpoints::from_env());
     let (manifest, prepared) = resolve_release(
-        args,
+        &request.source,
         owner,
         &trust,
         track,
@@ -108,145 +186,147 @@ pub(crate) fn run_update(args: &Args) -> Result<()> {
              managed updates only permit forward updates or an explicit beta-to-stable channel switch"
         )));
     }
+    Ok(Target {
+        manifest,
+        prepared,
+        version,
+    })
+}
 
-    let workspace = TemporaryDirectory::create("agents-server-update-")?;
-    let source = match &prepared {
-        Some(prepared) => {
-            cas(
-                owner,
-                json_object! {
-                    "phase" => "verifying",
-                    "target_version" => version.as_str(),
-                    "message" => "Prepared runtime and signed release verified.",
-                },
-            )?;
-            prepared.candidate.clone()
-        }
-        None => {
-            cas(
-                owner,
-                json_object! {
-                    "phase" => "downloading",
-                    "track" => track,
-                    "target_version" => version.as_str(),
-                    "message" => format!("Downloading AgentsServer {version}."),
-                },
-            )?;
-            let archive = download_release_archive(&manifest, workspace.path())?;
-            cas(
-                owner,
-                json_object! {
-                    "phase" => "verifying",
-                    "message" => "Signature and archive checksum verified.",
-                },
-            )?;
-            let npm_version = manifest.is_npm().then(|| manifest.version());
-            let source = safe_extract(&archive, &workspace.path().join("extracted"), npm_version)?;
-            let install = source.join("install.sh");
-            std::fs::set_permissions(&install, std::fs::Permissions::from_mode(0o755))
-                .map_err(|err| Error::from_io_path(&err, &install))?;
-            source
-        }
-    };
+/// The release tree install.sh runs from: the prepared candidate, or the
+/// downloaded archive verified and extracted into `workspace`.
+fn stage_source(
+    owner: StatusOwner<'_>,
+    track: &str,
+    target: &Target,
+    workspace: &TemporaryDirectory,
+) -> Result<PathBuf> {
+    let version = target.version.as_str();
+    if let Some(prepared) = &target.prepared {
+        cas(
+            owner,
+            json_object! {
+                "phase" => StatusPhase::Verifying,
+                "target_version" => version,
+                "message" => "Prepared runtime and signed release verified.",
+            },
+        )?;
+        return Ok(prepared.candidate.clone());
+    }
+    let manifest = &target.manifest;
+    cas(
+        owner,
+        json_object! {
+            "phase" => StatusPhase::Downloading,
+            "track" => track,
+            "target_version" => version,
+            "message" => format!("Downloading AgentsServer {version}."),
+        },
+    )?;
+    let archive = download_release_archive(manifest, workspace.path())?;
+    cas(
+        owner,
+        json_object! {
+            "phase" => StatusPhase::Verifying,
+            "message" => "Signature and archive checksum verified.",
+        },
+    )?;
+    let npm_version = manifest.is_npm().then(|| manifest.version());
+    let source = safe_extract(&archive, &workspace.path().join("extracted"), npm_version)?;
+    let install = source.join("install.sh");
+    std::fs::set_permissions(&install, std::fs::Permissions::from_mode(0o755))
+        .map_err(|err| Error::from_io_path(&err, &install))?;
+    Ok(source)
+}
+/// Waits until the server is idle, publishes `installing` (and, for a
+/// prepared release, the durable recovery intent first), then runs
+/// install.sh under the row.
+fn install(
+    plan: &Plan,
+    admitted: &Admitted,
+    target: &Target,
+    source: &Path,
+    health: &ServerHealth,
+) -> Result<()> {
+    let owner = admitted.owner();
+    let version = target.version.as_str();
+    let update_id = admitted.update_id.as_str();
     let arguments = installer_arguments(
-        args,
-        &manifest,
-        prepared.as_ref(),
-        &version,
-        &update_id,
-        &team_hub,
+        plan,
+        &target.manifest,
+        target.prepared.as_ref(),
+        version,
+        update_id,
+        &admitted.team_hub,
     );
-    let health = ServerHealth::new(args.port.clone(), &auth_token);
     health.wait_for_idle(
         owner,
-        &ReadinessWait::new(&server_identity, service_cgroup.is_some()),
+        &ReadinessWait::new(&admitted.server_identity, admitted.service_cgroup.is_some()),
     )?;
     cas(
         owner,
         json_object! {
-            "phase" => "installing",
+            "phase" => StatusPhase::Installing,
             "message" => format!("Installing AgentsServer {version} with rollback protection."),
         },
     )?;
-    if let Some(prepared) = &prepared {
+    if let Some(prepared) = &target.prepared {
         cas(
             owner,
             json_object! {
                 "_activation_recovery" => prepared.activation_intent(
-                    &version,
-                    &manifest,
-                    &update_id,
-                    &server_identity,
+                    version,
+                    &target.manifest,
+                    update_id,
+                    &admitted.server_identity,
                 )?,
             },
         )?;
     }
-    let managed_update_id =
-        (service_cgroup.is_some() || team_hub.repair).then(|| update_id.clone());
+    let managed_update_id = (admitted.service_cgroup.is_some() || admitted.team_hub.repair)
+        .then(|| update_id.to_string());
     let mut run = InstallerRun::new(
         source.join("install.sh"),
         arguments,
-        &source,
-        &status_path,
-        &version,
+        source,
+        &admitted.status_path,
+        version,
     );
-    run.expected_update_id = Some(update_id.clone());
+    run.expected_update_id = Some(update_id.to_string());
     run.managed_update_id = managed_update_id;
-    run.expected_service_cgroup = service_cgroup.clone();
-    run.secrets = runner_secrets(&auth_token);
-    run_installer(&run)?;
+    run.expected_service_cgroup = admitted.service_cgroup.clone();
+    run.secrets = runner_secrets(&admitted.auth_token);
+    run_installer(&run).map(drop)
+}
 
+/// Proves the server that came back is the expected one on the new release
+/// (and, for a repaired Team Hub host, that its Hub is the repaired one).
+fn prove_installed(admitted: &Admitted, target: &Target, health: &ServerHealth) -> Result<()> {
+    let team_hub = &admitted.team_hub;
     let repair = team_hub.repair;
-    let schema_two = manifest.is_npm();
+    let schema_two = target.manifest.is_npm();
+    let unless_repair = |value: &Option<String>| value.clone().filter(|_| !repair).map(Json::from);
     health.assert_post_update_identity(&PostUpdateIdentity {
-        server_identity: server_identity.clone(),
+        server_identity: admitted.server_identity.clone(),
         team_hub_id: team_hub.hub_id.clone().map(Json::from),
-        team_hub_transport: team_hub
-            .transport
-            .clone()
-            .filter(|_| !repair)
-            .map(Json::from),
-        team_hub_url: team_hub.url.clone().filter(|_| !repair).map(Json::from),
-        team_hub_direct_ip_url: team_hub
-            .direct_ip_url
-            .clone()
-            .filter(|_| !repair)
-            .map(Json::from),
-        server_version: schema_two.then(|| version.clone()),
+        team_hub_transport: unless_repair(&team_hub.transport),
+        team_hub_url: unless_repair(&team_hub.url),
+        team_hub_direct_ip_url: unless_repair(&team_hub.direct_ip_url),
+        server_version: schema_two.then(|| target.version.clone()),
         api_contract_version: if schema_two {
-            manifest.api_contract_version()
+            target.manifest.api_contract_version()
         } else {
             None
         },
     })?;
     if repair {
         health.assert_repaired_team_hub_identity(&RepairedHubIdentity {
-            server_identity: server_identity.clone(),
+            server_identity: admitted.server_identity.clone(),
             transport: Json::from(team_hub.transport.clone().unwrap_or_default()),
             url: Json::from(team_hub.url.clone()),
             direct_ip_url: Json::from(team_hub.direct_ip_url.clone().unwrap_or_default()),
         })?;
     }
-    // install.sh owns the Hub fence from here: it clears it on success and
-    // restores the snapshot on failure. The runner clears only earlier failures.
-    workspace.remove()?;
-    cas(
-        owner,
-        json_object! {
-            "phase" => "complete",
-            "update_available" => false,
-            "message" => format!("AgentsServer {version} is installed and healthy."),
-            "track" => track,
-            "installed_version" => version.as_str(),
-            "heartbeat_at" => Json::Null,
-            "elapsed_seconds" => Json::Null,
-            "runner_pid" => Json::Null,
-            "error_code" => Json::Null,
-            "error_action" => Json::Null,
-            "retryable" => Json::Null,
-            "finished_at" => utc_now(),
-        },
-    )?;
     Ok(())
 }
 
@@ -258,17 +338,17 @@ fn cas(owner: StatusOwner<'_>, changes: JsonObject) -> Result<()> {
 /// The signed manifest to install, from exactly one source: the prepared
 /// receipt, the admitted npm descriptor, or the release host.
 fn resolve_release(
-    args: &Args,
+    source: &ReleaseSource,
     owner: StatusOwner<'_>,
     trust: &ReleaseTrust,
     track: &str,
     expected_version: Option<&str>,
     current_version: &str,
 ) -> Result<(ReleaseManifest, Option<PreparedRelease>)> {
-    if let Some(receipt) = args
-        .prepared_receipt
-        .as_deref()
-        .filter(|path| !path.as_os_str().is_empty())
+    if let ReleaseSource::Prepared {
+        receipt,
+        receipt_sha256,
+    } = source
     {
         let admitted = read_admitted(owner.status_path)?;
         if !admitted_by(&admitted, owner.update_id) {
@@ -280,7 +360,7 @@ fn resolve_release(
             .get("_prepared_update")
             .and_then(|prepared| prepared.get("receipt_sha256"))
             .unwrap_or(&Json::Null);
-        if digest != &Json::from(args.prepared_receipt_sha256.clone()) {
+        if digest != &Json::from(receipt_sha256.clone()) {
             return Err(Error::runtime("Prepared release receipt digest changed"));
         }
         let verified = verify_prepared_update(&admitted, trust)?;
@@ -299,7 +379,7 @@ fn resolve_release(
         }
         return Ok((verified.manifest, Some(prepared)));
     }
-    if args.npm_descriptor {
+    if *source == ReleaseSource::NpmDescriptor {
         let admitted = read_admitted(owner.status_path)?;
         if !admitted_by(&admitted, owner.update_id) {
             return Err(Error::runtime(
@@ -332,15 +412,12 @@ fn read_admitted(status_path: &Path) -> Result<JsonObject> {
 /// `admitted.get("update_id") == update_id and phase in RUNNER_OWNED_ACTIVE_PHASES`.
 fn admitted_by(admitted: &JsonObject, update_id: &str) -> bool {
     admitted.get("update_id") == Some(&Json::from(update_id))
-        && admitted
-            .get("phase")
-            .and_then(Json::as_str)
-            .is_some_and(|phase| RUNNER_OWNED_ACTIVE_PHASES.contains(&phase))
+        && StatusPhase::runner_owned_value(admitted.get("phase"))
 }
 
 /// install.sh's command line after the program, in the seed's order.
 fn installer_arguments(
-    args: &Args,
+    plan: &Plan,
     manifest: &ReleaseManifest,
     prepared: Option<&PreparedRelease>,
     version: &str,
@@ -349,16 +426,16 @@ fn installer_arguments(
 ) -> Vec<OsString> {
     // The identity stripped as `str.strip()` strips it, its bytes kept.
     let server_identity = OsStr::from_bytes(python_compat::strip_bytes(
-        args.expected_server_identity_argument.as_bytes(),
+        plan.server.identity_argument.as_bytes(),
     ));
     let mut arguments: Vec<OsString> = vec![
         "--non-interactive".into(),
         "--release-version".into(),
         version.into(),
         "--port".into(),
-        args.port.to_string().into(),
+        plan.server.port.to_string().into(),
         "--bind".into(),
-        args.bind.clone(),
+        plan.server.bind.clone(),
         "--expected-server-identity".into(),
         server_identity.to_os_string(),
     ];
@@ -370,11 +447,7 @@ fn installer_arguments(
         arguments.push("--execution-mode".into());
         arguments.push("split".into());
     }
-    if let Some(handoff) = args
-        .execution_handoff_file
-        .as_deref()
-        .filter(|path| !path.as_os_str().is_empty())
-    {
+    if let Some(handoff) = plan.handoff_file() {
         arguments.push("--execution-handoff-file".into());
         arguments.push(handoff.as_os_str().to_owned());
     }

@@ -18,14 +18,17 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Access, FileType};
 
 pub use operation_id::maintenance_operation_id;
+pub use render::render_service;
+pub(crate) use render::service_arguments;
 pub(crate) use render::{plist_document, unit_directory, unit_word, PlistValue};
-pub use render::{render_service, service_arguments};
 
 use crate::error::{Error, Result};
 use crate::fs::{
     check_text, ensure_directory, ensure_execution_secret, fsync_directory, normalize_path,
     owned_directory, read_file,
 };
+use crate::named::OrName;
+use crate::role::Role;
 use python_compat::{
     decode_utf8,
     json::{encode_line, parse_json, Json},
@@ -189,20 +192,14 @@ impl ExecutionLayout {
     /// The unit file (Linux) or plist (Darwin) of `role` (`worker` or
     /// `gateway`). Any platform other than `Darwin` gets the systemd path,
     /// because only `validate` checks the platform.
-    pub fn service_path(&self, role: &str) -> Result<PathBuf> {
-        let worker = match role {
-            "worker" => true,
-            "gateway" => false,
-            _ => return Err(Error::value("unknown execution service role")),
-        };
+    pub fn service_path(&self, role: impl OrName<Role>) -> Result<PathBuf> {
+        let role = role.into_member()?;
         Ok(if self.platform == "Darwin" {
-            let label = if worker { WORKER_LABEL } else { GATEWAY_LABEL };
             self.home
                 .join("Library/LaunchAgents")
-                .join(format!("{label}.plist"))
+                .join(format!("{}.plist", role.label()))
         } else {
-            let unit = if worker { WORKER_UNIT } else { GATEWAY_UNIT };
-            self.home.join(".config/systemd/user").join(unit)
+            self.home.join(".config/systemd/user").join(role.unit())
         })
     }
 
@@ -251,7 +248,7 @@ impl ExecutionLayout {
         }
         release_version(&self.worker_release, &self.install_root)?;
         release_version(&self.gateway_release, &self.install_root)?;
-        for role in ["worker", "gateway"] {
+        for role in Role::ALL {
             let service = self.service_path(role)?;
             normalize_path(&service)?;
             let mut parent = service.parent().unwrap_or(Path::new("/"));

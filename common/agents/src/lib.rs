@@ -79,6 +79,8 @@ mod handoff;
 mod http;
 mod install_lock;
 mod layout;
+mod named;
+mod role;
 mod services;
 mod uninstall_marker;
 mod update_status;
@@ -129,10 +131,13 @@ pub use uninstall_marker::{
 // The status row.
 pub use update_status::{
     format_utc, is_ownership_lost, read_status_unlocked, runner_owns, update_status,
-    update_status_unlocked, utc_now, StatusLock, MAX_STATUS_BYTES, RUNNER_OWNED_ACTIVE_PHASES,
+    update_status_unlocked, utc_now, StatusLock, StatusPhase, MAX_STATUS_BYTES,
+    RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 // Native services.
+pub use named::{Named, OrName};
+pub use role::Role;
 pub use services::{
     CommandCapture, CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,
     SystemCommandRunner,
@@ -180,7 +185,14 @@ pub mod test_support {
     pub use crate::fs::{ensure_execution_secret, read_secret};
     pub use crate::handoff::HandoffRelease;
     pub use crate::http::{request_json, LsofRunner, PinnedRequest};
-    pub use crate::layout::service_arguments;
+    use crate::{ExecutionLayout, Role};
+
+    /// The command line both service formats start for the role named
+    /// `role` (`worker` or `gateway`; anything else panics: tests only).
+    pub fn service_arguments(layout: &ExecutionLayout, role: &str) -> Vec<String> {
+        let role = Role::parse(role).expect("a service role name");
+        crate::layout::service_arguments(layout, role)
+    }
     pub use crate::uninstall_marker::pending_uninstall_operation;
     pub use crate::update_status::{atomic_json, OWNERSHIP_LOST_MESSAGE};
 }

@@ -27,7 +27,9 @@ pub use command::{CommandRunner, SystemCommandRunner};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{check_text, read_file, snapshot};
-use crate::layout::{ExecutionLayout, GATEWAY_LABEL, GATEWAY_UNIT, WORKER_LABEL, WORKER_UNIT};
+use crate::layout::ExecutionLayout;
+use crate::named::OrName;
+use crate::role::Role;
 use python_compat::{
     json::{Json, JsonObject},
     os::current_uid,
@@ -198,20 +200,24 @@ pub struct ServiceStates {
 }
 
 impl ServiceStates {
-    /// The state of `role` (`worker` or `gateway`).
-    pub fn role(&self, role: &str) -> Option<&ServiceState> {
+    /// The state of `role`; `None` for a name that is no role.
+    pub fn role(&self, role: impl OrName<Role>) -> Option<&ServiceState> {
+        Some(self.of(role.into_member().ok()?))
+    }
+
+    fn of(&self, role: Role) -> &ServiceState {
         match role {
-            "worker" => Some(&self.worker),
-            "gateway" => Some(&self.gateway),
-            _ => None,
+            Role::Worker => &self.worker,
+            Role::Gateway => &self.gateway,
         }
     }
 
     /// `{"worker": {...}, "gateway": {...}}`, as journals record prior services.
     pub fn to_json(&self) -> Json {
         let mut object = JsonObject::new();
-        object.insert("worker", self.worker.to_json());
-        object.insert("gateway", self.gateway.to_json());
+        for role in Role::ALL {
+            object.insert(role.as_str(), self.of(role).to_json());
+        }
         Json::Object(object)
     }
 }
@@ -265,30 +271,13 @@ impl NativeServices {
         self.layout.platform == "Linux"
     }
 
-    /// The seed maps every role other than `worker` to the gateway's names.
-    fn unit(role: &str) -> &'static str {
-        if role == "worker" {
-            WORKER_UNIT
-        } else {
-            GATEWAY_UNIT
-        }
-    }
-
-    fn label(role: &str) -> &'static str {
-        if role == "worker" {
-            WORKER_LABEL
-        } else {
-            GATEWAY_LABEL
-        }
-    }
-
-    fn target(role: &str) -> String {
-        format!("gui/{}/{}", current_uid(), Self::label(role))
+    fn target(role: Role) -> String {
+        format!("gui/{}/{}", current_uid(), role.label())
     }
 
     /// How long a stop of `role` may take.
-    fn stop_bound(&self, role: &str) -> Duration {
-        if role == "worker" {
+    fn stop_bound(&self, role: Role) -> Duration {
+        if role == Role::Worker {
             self.timeout
         } else {
             self.timeout.min(GATEWAY_STOP_LIMIT)
@@ -326,12 +315,13 @@ impl NativeServices {
 
     /// The current state of one job (the seed's `_observe`), including
     /// `transitioning`, which `snapshot` refuses.
-    pub fn observe(&self, role: &str) -> Result<ServiceState> {
+    pub fn observe(&self, role: impl OrName<Role>) -> Result<ServiceState> {
+        let role = role.into_member()?;
         let exists =
             snapshot(&self.layout.service_path(role)?)?.get("exists") == Some(&Json::Bool(true));
         if self.is_linux() {
             let properties = format!("--property={}", systemd::PROPERTIES.join(","));
-            let unit = Self::unit(role);
+            let unit = role.unit();
             let args = [
                 "systemctl",
                 "--user",
@@ -349,7 +339,7 @@ impl NativeServices {
             false,
             COMMAND_TIMEOUT,
         )?;
-        let enabled = launchd::enablement(&disabled.stdout, Self::label(role))?;
+        let enabled = launchd::enablement(&disabled.stdout, role.label())?;
         let target = Self::target(role);
         let result = self.command(&["/bin/launchctl", "print", &target], true, COMMAND_TIMEOUT)?;
         if result.status != 0 {
@@ -374,8 +364,8 @@ impl NativeServices {
     /// retry after it settles` while either is starting or stopping.
     pub fn snapshot(&self) -> Result<ServiceStates> {
         let states = ServiceStates {
-            worker: self.observe("worker")?,
-            gateway: self.observe("gateway")?,
+            worker: self.observe(Role::Worker)?,
+            gateway: self.observe(Role::Gateway)?,
         };
         if states.worker.state == ServiceRunState::Transitioning
             || states.gateway.state == ServiceRunState::Transitioning
@@ -392,7 +382,8 @@ impl NativeServices {
     /// until it is stopped or absent, for up to the stop bound (180 s worker,
     /// 30 s gateway). It never escalates: on timeout, RuntimeError `native
     /// service did not stop; no force kill was attempted`.
-    pub fn stop(&self, role: &str) -> Result<()> {
+    pub fn stop(&self, role: impl OrName<Role>) -> Result<()> {
+        let role = role.into_member()?;
         let settled = |state: &ServiceState| {
             matches!(
                 state.state,
@@ -404,13 +395,7 @@ impl NativeServices {
         }
         let bound = self.stop_bound(role);
         if self.is_linux() {
-            let args = [
-                "systemctl",
-                "--user",
-                "stop",
-                "--no-block",
-                Self::unit(role),
-            ];
+            let args = ["systemctl", "--user", "stop", "--no-block", role.unit()];
             self.command(&args, false, COMMAND_TIMEOUT)?;
         } else {
             let target = Self::target(role);
@@ -441,10 +426,11 @@ impl NativeServices {
     }
 
     /// Enables or disables a job's start at login.
-    pub fn set_enabled(&self, role: &str, enabled: bool) -> Result<()> {
+    pub fn set_enabled(&self, role: impl OrName<Role>, enabled: bool) -> Result<()> {
+        let role = role.into_member()?;
         let action = if enabled { "enable" } else { "disable" };
         if self.is_linux() {
-            let args = ["systemctl", "--user", action, Self::unit(role)];
+            let args = ["systemctl", "--user", action, role.unit()];
             self.command(&args, false, COMMAND_TIMEOUT)?;
         } else {
             let target = Self::target(role);
@@ -455,18 +441,13 @@ impl NativeServices {
 
     /// Starts a job: its unit file or plist must be a safe readable file; the
     /// job is enabled, then started without blocking (launchd: bootstrapped).
-    pub fn start(&self, role: &str) -> Result<()> {
+    pub fn start(&self, role: impl OrName<Role>) -> Result<()> {
+        let role = role.into_member()?;
         let path = self.layout.service_path(role)?;
         read_file(&path, false)?;
         self.set_enabled(role, true)?;
         if self.is_linux() {
-            let args = [
-                "systemctl",
-                "--user",
-                "start",
-                "--no-block",
-                Self::unit(role),
-            ];
+            let args = ["systemctl", "--user", "start", "--no-block", role.unit()];
             self.command(&args, false, COMMAND_TIMEOUT)?;
         } else {
             let domain = format!("gui/{}", current_uid());
@@ -480,7 +461,8 @@ impl NativeServices {
     /// Returns a job to a recorded prior state: nothing for `absent`, a start
     /// for `running`, and the recorded enablement otherwise (or when a running
     /// job was disabled).
-    pub fn restore(&self, role: &str, prior: &ServiceState) -> Result<()> {
+    pub fn restore(&self, role: impl OrName<Role>, prior: &ServiceState) -> Result<()> {
+        let role = role.into_member()?;
         match prior.state {
             ServiceRunState::Absent => return Ok(()),
             ServiceRunState::Running => self.start(role)?,

@@ -33,6 +33,7 @@ use crate::fs::{atomic_write, normalize_path, owned_directory, read_file};
 use crate::layout::{
     layout_manifest, render_service, ExecutionLayout, LAYOUT_NAME, TRANSACTION_NAME,
 };
+use crate::role::Role;
 
 /// File name of the uninstall intent inside the install root.
 pub const UNINSTALL_INTENT_NAME: &str = ".execution-uninstall.json";
@@ -115,7 +116,7 @@ pub type ServiceFiles = Vec<(Vec<u8>, u32)>;
 /// refusal.
 pub fn installed_service_files(layout: &ExecutionLayout) -> Result<ServiceFiles> {
     let mut files = Vec::new();
-    for role in ["worker", "gateway"] {
+    for role in Role::ALL {
         let path = normalize_path(&layout.service_path(role)?)?;
         owned_directory(path.parent().unwrap_or(Path::new("/")), false)?;
         let (data, mode) = read_file(&path, false)?;

@@ -22,8 +22,86 @@ use python_compat::{
     DefinedClass, ErrorClass,
 };
 
-/// Phases in which the runner owns the row; any other phase (or another
-/// update id) means the server finalised, cancelled or superseded the update.
+/// The `phase` of the `server-update.json` row, as the runner and the
+/// server write it (the exact strings are the row's contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusPhase {
+    /// `starting`: the server admitted the update and launched the runner.
+    Starting,
+    /// `checking`: the signed release manifest is being checked.
+    Checking,
+    /// `downloading`: the release archive is being downloaded.
+    Downloading,
+    /// `verifying`: signature and archive (or the prepared release) verified.
+    Verifying,
+    /// `installing`: install.sh runs (or a recovery resumes it).
+    Installing,
+    /// `restarting`: install.sh restarts the server.
+    Restarting,
+    /// `complete`: the update is installed and the server healthy.
+    Complete,
+    /// `failed`: the update ended without installing.
+    Failed,
+}
+
+impl StatusPhase {
+    /// Phases in which the runner owns the row; any other phase (or another
+    /// update id) means the server finalised, cancelled or superseded the
+    /// update.
+    pub const RUNNER_OWNED_ACTIVE: [StatusPhase; 6] = [
+        StatusPhase::Starting,
+        StatusPhase::Checking,
+        StatusPhase::Downloading,
+        StatusPhase::Verifying,
+        StatusPhase::Installing,
+        StatusPhase::Restarting,
+    ];
+
+    /// The row's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusPhase::Starting => "starting",
+            StatusPhase::Checking => "checking",
+            StatusPhase::Downloading => "downloading",
+            StatusPhase::Verifying => "verifying",
+            StatusPhase::Installing => "installing",
+            StatusPhase::Restarting => "restarting",
+            StatusPhase::Complete => "complete",
+            StatusPhase::Failed => "failed",
+        }
+    }
+
+    /// The phase a row's text names, if any (the server may write others).
+    pub fn parse(text: &str) -> Option<StatusPhase> {
+        [StatusPhase::Complete, StatusPhase::Failed]
+            .into_iter()
+            .chain(StatusPhase::RUNNER_OWNED_ACTIVE)
+            .find(|phase| phase.as_str() == text)
+    }
+
+    /// Whether the runner owns a row in this phase.
+    pub fn is_runner_owned_active(self) -> bool {
+        StatusPhase::RUNNER_OWNED_ACTIVE.contains(&self)
+    }
+
+    /// `phase in RUNNER_OWNED_ACTIVE_PHASES` for a row's `phase` value: only
+    /// a string naming a runner-owned phase counts.
+    pub fn runner_owned_value(value: Option<&Json>) -> bool {
+        value
+            .and_then(Json::as_str)
+            .and_then(StatusPhase::parse)
+            .is_some_and(StatusPhase::is_runner_owned_active)
+    }
+}
+
+impl From<StatusPhase> for Json {
+    fn from(phase: StatusPhase) -> Json {
+        Json::from(phase.as_str())
+    }
+}
+
+/// The names of [`StatusPhase::RUNNER_OWNED_ACTIVE`], for callers that
+/// compare text.
 pub const RUNNER_OWNED_ACTIVE_PHASES: [&str; 6] = [
     "starting",
     "checking",
@@ -282,7 +360,8 @@ pub fn runner_owns(row: &JsonObject, update_id: &str) -> bool {
             .map(python_compat::str_or_empty)
             .unwrap_or_default()
     };
-    field("update_id") == update_id && RUNNER_OWNED_ACTIVE_PHASES.contains(&field("phase").as_str())
+    field("update_id") == update_id
+        && StatusPhase::parse(&field("phase")).is_some_and(StatusPhase::is_runner_owned_active)
 }
 
 /// `update_status`: under the lock, refuse with `UpdateOwnershipLostError`
@@ -305,7 +384,30 @@ pub fn update_status(
 
 #[cfg(test)]
 mod tests {
-    use super::{format_utc, ErrorClass, OWNERSHIP_LOST};
+    use super::{
+        format_utc, ErrorClass, Json, StatusPhase, OWNERSHIP_LOST, RUNNER_OWNED_ACTIVE_PHASES,
+    };
+
+    #[test]
+    fn phases_are_the_rows_strings() {
+        let names = StatusPhase::RUNNER_OWNED_ACTIVE.map(StatusPhase::as_str);
+        assert_eq!(names, RUNNER_OWNED_ACTIVE_PHASES);
+        for phase in [StatusPhase::Complete, StatusPhase::Failed] {
+            assert_eq!(StatusPhase::parse(phase.as_str()), Some(phase));
+            assert!(!phase.is_runner_owned_active());
+        }
+        assert_eq!(StatusPhase::Failed.as_str(), "failed");
+        assert_eq!(StatusPhase::Complete.as_str(), "complete");
+        assert_eq!(StatusPhase::parse("Installing"), None);
+        assert!(StatusPhase::runner_owned_value(Some(&Json::from(
+            "verifying"
+        ))));
+        assert!(!StatusPhase::runner_owned_value(Some(&Json::from(
+            "cancelled"
+        ))));
+        assert!(!StatusPhase::runner_owned_value(Some(&Json::Null)));
+        assert!(!StatusPhase::runner_owned_value(None));
+    }
 
     #[test]
     fn ownership_lost_is_a_runtime_error() {

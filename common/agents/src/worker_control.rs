@@ -15,6 +15,7 @@ use crate::fs::{normalize_path, owned_directory, read_file, read_secret, MAX_CON
 use crate::http::url_split;
 use crate::http::{request_json, PinnedRequest};
 use crate::layout::{ExecutionLayout, PROTOCOL_VERSION};
+use crate::role::Role;
 use crate::services::NativeServices;
 use python_compat::shlex;
 use python_compat::{
@@ -449,21 +450,6 @@ impl ServiceSnapshot for NativeServices {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Worker,
-    Gateway,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::Worker => "worker",
-            Role::Gateway => "gateway",
-        }
-    }
-}
-
 /// One native snapshot, read the way the seed reads the dict.
 struct Native(JsonObject);
 
@@ -473,7 +459,7 @@ impl Native {
     }
 
     fn role(&self, role: Role) -> Option<&JsonObject> {
-        self.0.get(role.name()).and_then(Json::as_object)
+        self.0.get(role.as_str()).and_then(Json::as_object)
     }
 
     fn state(&self, role: Role) -> Option<&str> {

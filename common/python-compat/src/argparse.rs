@@ -368,18 +368,14 @@ impl Program<'_> {
 
 /// `os.path.basename(sys.argv[0])`: what follows the last `/` (empty after a
 /// trailing one), the spec's own name when the process has no argv[0].
-fn program_name(top: &CommandSpec) -> String {
-    match std::env::args_os().next() {
-        Some(argv0) => {
-            let bytes = argv0.as_encoded_bytes();
-            let start = bytes
-                .iter()
-                .rposition(|byte| *byte == b'/')
-                .map_or(0, |at| at + 1);
-            String::from_utf8_lossy(&bytes[start..]).into_owned()
-        }
-        None => top.name.to_string(),
-    }
+/// `os.path.basename(sys.argv[0])`, undecodable bytes replaced.
+fn program_name(argv0: &OsStr) -> String {
+    let bytes = argv0.as_encoded_bytes();
+    let start = bytes
+        .iter()
+        .rposition(|byte| *byte == b'/')
+        .map_or(0, |at| at + 1);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
 fn context_text(error: &clap::Error, kind: ContextKind) -> String {
@@ -571,15 +567,24 @@ fn parse_words<S: AsRef<OsStr>>(
     })
 }
 
-/// Parses this process's arguments against `top`; prints help (exit 0) or a
-/// usage error (exit 2) instead of returning. Help and usage name the
-/// program as argparse does, by the base name of `argv[0]`: a migrated
-/// release's launcher keeps `argv[0]` the script's path, so a helper run as
-/// `update_runner.py` says `usage: update_runner.py`, as the original does.
+/// Parses this process's arguments against `top` (see [`parse_argv`]).
 pub fn parse_command_line(top: &'static CommandSpec) -> ParsedArgs {
-    let words: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let name = program_name(top);
-    parse_words(Program { top, name: &name }, &words).unwrap_or_else(|exit| exit.exit())
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    parse_argv(top, &argv)
+}
+
+/// Parses a whole command line (`argv[0]` first) against `top`; prints help
+/// (exit 0) or a usage error (exit 2) instead of returning. Help and usage
+/// name the program as argparse does, by the base name of `argv[0]`: a
+/// migrated release's launcher keeps `argv[0]` the script's path, so a
+/// helper run as `update_runner.py` says `usage: update_runner.py`, as the
+/// original does.
+pub fn parse_argv(top: &'static CommandSpec, argv: &[OsString]) -> ParsedArgs {
+    let (name, words) = match argv.split_first() {
+        Some((argv0, words)) => (program_name(argv0), words),
+        None => (top.name.to_string(), &[][..]),
+    };
+    parse_words(Program { top, name: &name }, words).unwrap_or_else(|exit| exit.exit())
 }
 
 #[cfg(test)]

@@ -7,36 +7,97 @@
 
 use crate::int::python_int;
 
+/// The month names email.utils knows, short then long.
+const MONTHS: [&str; 24] = [
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "may",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "oct",
+    "nov",
+    "dec",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+/// The day names a date may start with.
+const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+
 /// `parsedate_to_datetime(text).timestamp()` (email.utils' lenient RFC 2822
 /// reader): `None` where Python raises `ValueError`.
 pub fn parsedate_to_timestamp(text: &str) -> Option<f64> {
-    const MONTHS: [&str; 24] = [
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "may",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "oct",
-        "nov",
-        "dec",
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
+    let DateFields {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        zone,
+    } = date_fields(date_words(text)?)?;
+    let month = month as i128;
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
     ];
-    const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+    let valid = (1..=9999).contains(&year)
+        && (1..=month_days[(month - 1) as usize]).contains(&day)
+        && (0..24).contains(&hour)
+        && (0..60).contains(&minute)
+        && (0..60).contains(&second)
+        && zone.is_none_or(|offset| offset.abs() < 86_400);
+    if !valid {
+        return None;
+    }
+    let Some(offset_seconds) = zone else {
+        return local_timestamp(year, month, day, hour, minute, second);
+    };
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    Some(seconds as f64)
+}
+
+/// A date's fields as `_parsedate_tz` reads them, before range checks.
+struct DateFields {
+    year: i128,
+    month: usize,
+    day: i128,
+    hour: i128,
+    minute: i128,
+    second: i128,
+    /// The zone's offset east of UTC in seconds; `None` for a naive date.
+    zone: Option<i128>,
+}
+
+/// The first half of `_parsedate_tz`: the words `[day, month, year, time,
+/// zone]` after skipping a day name and splitting RFC 850 dates and a zone
+/// glued to the time.
+fn date_words(text: &str) -> Option<[String; 5]> {
     let mut data: Vec<String> = text.split_whitespace().map(str::to_string).collect();
     if data.is_empty() {
         return None;
@@ -69,8 +130,13 @@ pub fn parsedate_to_timestamp(text: &str) -> Option<f64> {
     if data.len() < 5 {
         return None;
     }
-    let [mut dd, mut mm, mut yy, mut tm, mut tz] =
-        <[String; 5]>::try_from(data[..5].to_vec()).ok()?;
+    <[String; 5]>::try_from(data[..5].to_vec()).ok()
+}
+
+/// The second half of `_parsedate_tz`: each word read, swapped where
+/// email.utils swaps misplaced ones, and two-digit years completed.
+fn date_fields(words: [String; 5]) -> Option<DateFields> {
+    let [mut dd, mut mm, mut yy, mut tm, mut tz] = words;
     if dd.is_empty() || mm.is_empty() || yy.is_empty() {
         return None;
     }
@@ -120,37 +186,15 @@ pub fn parsedate_to_timestamp(text: &str) -> Option<f64> {
         year += if year > 68 { 1900 } else { 2000 };
     }
     let zone = zone_offset_seconds(&tz.to_uppercase());
-    let month = month as i128;
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    let valid = (1..=9999).contains(&year)
-        && (1..=month_days[(month - 1) as usize]).contains(&day)
-        && (0..24).contains(&hour)
-        && (0..60).contains(&minute)
-        && (0..60).contains(&second)
-        && zone.is_none_or(|offset| offset.abs() < 86_400);
-    if !valid {
-        return None;
-    }
-    let Some(offset_seconds) = zone else {
-        return local_timestamp(year, month, day, hour, minute, second);
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
-    Some(seconds as f64)
+    Some(DateFields {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        zone,
+    })
 }
 
 /// `datetime(...).timestamp()` of a naive date: the wall-clock time in the

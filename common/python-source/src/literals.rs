@@ -292,7 +292,7 @@ fn concat_fstring(
         return Err(p.raise_syntax("f-string: unexpected end of string"));
     }
     if recurse_lvl != 0 && (*at >= end || text[*at] != b'}') {
-        return Err(p.raise_syntax("f-string: expecting '}'"));
+        return Err(p.raise_syntax(EXPECTING));
     }
     Ok(())
 }
@@ -370,6 +370,9 @@ fn find_literal(
     Ok(doubled)
 }
 
+/// A replacement field that does not end where one must.
+const EXPECTING: &str = "f-string: expecting '}'";
+
 /// `fstring_find_expr`: one replacement field from its `{`.
 fn find_expr(
     p: &mut Parser<'_>,
@@ -380,13 +383,63 @@ fn find_expr(
     raw: bool,
     recurse_lvl: u32,
 ) -> Result<(), Abort> {
-    const EXPECTING: &str = "f-string: expecting '}'";
     if recurse_lvl >= 2 {
         return Err(p.raise_syntax("f-string: expressions nested too deeply"));
     }
     let brace = *at;
     *at += 1;
     let expr_start = *at;
+    scan_expression(p, text, at, end)?;
+    let expr_end = *at;
+    compile_expr(p, token, text, brace, expr_start, expr_end)?;
+    if text[*at] == b'=' {
+        *at += 1;
+        while matches!(
+            text.get(*at),
+            Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
+        ) {
+            *at += 1;
+        }
+        if *at >= end {
+            return Err(p.raise_syntax(EXPECTING));
+        }
+    }
+    if text[*at] == b'!' {
+        *at += 1;
+        if *at >= end {
+            return Err(p.raise_syntax(EXPECTING));
+        }
+        let conversion = text[*at];
+        *at += 1;
+        if !matches!(conversion, b's' | b'r' | b'a') {
+            return Err(p.raise_syntax(
+                "f-string: invalid conversion character: expected 's', 'r', or 'a'",
+            ));
+        }
+    }
+    if *at < end && text[*at] == b':' {
+        *at += 1;
+        if *at >= end {
+            return Err(p.raise_syntax(EXPECTING));
+        }
+        concat_fstring(p, token, text, at, end, raw, recurse_lvl + 1)?;
+    }
+    if *at >= end || text[*at] != b'}' {
+        return Err(p.raise_syntax(EXPECTING));
+    }
+    *at += 1;
+    Ok(())
+}
+
+/// Scans a replacement field's expression from `*at` to the `!`, `:`,
+/// `=` or `}` that ends it, outside strings and brackets; refuses what
+/// `fstring_find_expr` refuses while scanning.
+fn scan_expression(
+    p: &mut Parser<'_>,
+    text: &[u8],
+    at: &mut usize,
+    end: usize,
+) -> Result<(), Abort> {
     let mut quote = 0u8;
     let mut triple = false;
     let mut stack: Vec<u8> = Vec::new();
@@ -460,7 +513,6 @@ fn find_expr(
         }
         *at += 1;
     }
-    let expr_end = *at;
     if quote != 0 {
         return Err(p.raise_syntax("f-string: unterminated string"));
     }
@@ -470,43 +522,6 @@ fn find_expr(
     if *at >= end {
         return Err(p.raise_syntax(EXPECTING));
     }
-    compile_expr(p, token, text, brace, expr_start, expr_end)?;
-    if text[*at] == b'=' {
-        *at += 1;
-        while matches!(
-            text.get(*at),
-            Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
-        ) {
-            *at += 1;
-        }
-        if *at >= end {
-            return Err(p.raise_syntax(EXPECTING));
-        }
-    }
-    if text[*at] == b'!' {
-        *at += 1;
-        if *at >= end {
-            return Err(p.raise_syntax(EXPECTING));
-        }
-        let conversion = text[*at];
-        *at += 1;
-        if !matches!(conversion, b's' | b'r' | b'a') {
-            return Err(p.raise_syntax(
-                "f-string: invalid conversion character: expected 's', 'r', or 'a'",
-            ));
-        }
-    }
-    if *at < end && text[*at] == b':' {
-        *at += 1;
-        if *at >= end {
-            return Err(p.raise_syntax(EXPECTING));
-        }
-        concat_fstring(p, token, text, at, end, raw, recurse_lvl + 1)?;
-    }
-    if *at >= end || text[*at] != b'}' {
-        return Err(p.raise_syntax(EXPECTING));
-    }
-    *at += 1;
     Ok(())
 }
 

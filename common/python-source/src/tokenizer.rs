@@ -300,21 +300,7 @@ impl<'a> Tokenizer<'a> {
                     return Ok((RawKind::Newline, start, self.cur - 1));
                 }
                 if ch == b'.' {
-                    let c2 = self.nextc();
-                    if is_digit(c2) {
-                        self.number_from(NumberState::Fraction, c2)?;
-                        return Ok((RawKind::Number, start, self.cur));
-                    } else if c2 == Some(b'.') {
-                        let c3 = self.nextc();
-                        if c3 == Some(b'.') {
-                            return Ok((RawKind::Op, start, self.cur));
-                        }
-                        self.backup(c3);
-                        self.backup(Some(b'.'));
-                    } else {
-                        self.backup(c2);
-                    }
-                    return Ok((RawKind::Op, start, self.cur));
+                    return self.after_dot(start);
                 }
                 if ch.is_ascii_digit() {
                     self.number(ch)?;
@@ -328,53 +314,80 @@ impl<'a> Tokenizer<'a> {
                     self.continuation_line()?;
                     continue 'again;
                 }
-                let c2 = self.nextc();
-                if two_char_op(ch, c2) {
-                    let c3 = self.nextc();
-                    if !three_char_op(ch, c2.unwrap_or(0), c3) {
-                        self.backup(c3);
-                    }
-                    return Ok((RawKind::Op, start, self.cur));
-                }
-                self.backup(c2);
-                match ch {
-                    b'(' | b'[' | b'{' => {
-                        if self.parens.len() >= MAXLEVEL {
-                            return Err(self.syntax("too many nested parentheses".into()));
-                        }
-                        self.parens.push((ch, self.lineno));
-                    }
-                    b')' | b']' | b'}' => {
-                        let Some((opening, line)) = self.parens.pop() else {
-                            return Err(self.syntax(format!("unmatched '{}'", ch as char)));
-                        };
-                        let matching =
-                            matches!((opening, ch), (b'(', b')') | (b'[', b']') | (b'{', b'}'));
-                        if !matching {
-                            let message = if line != self.lineno {
-                                format!(
-                                    "closing parenthesis '{}' does not match opening parenthesis '{}' on line {line}",
-                                    ch as char, opening as char
-                                )
-                            } else {
-                                format!(
-                                    "closing parenthesis '{}' does not match opening parenthesis '{}'",
-                                    ch as char, opening as char
-                                )
-                            };
-                            return Err(self.syntax(message));
-                        }
-                    }
-                    _ => {}
-                }
-                if !(0x20..0x7F).contains(&ch) {
-                    return Err(
-                        self.syntax(format!("invalid non-printable character U+{:04X}", ch))
-                    );
-                }
-                return Ok((RawKind::Op, start, self.cur));
+                return self.operator(ch, start);
             }
         }
+    }
+
+    /// After a `.`: a number's fraction, an ellipsis, or the dot operator.
+    fn after_dot(&mut self, start: usize) -> Result<(RawKind, usize, usize), TokError> {
+        let c2 = self.nextc();
+        if is_digit(c2) {
+            self.number_from(NumberState::Fraction, c2)?;
+            return Ok((RawKind::Number, start, self.cur));
+        }
+        if c2 == Some(b'.') {
+            let c3 = self.nextc();
+            if c3 == Some(b'.') {
+                return Ok((RawKind::Op, start, self.cur));
+            }
+            self.backup(c3);
+            self.backup(Some(b'.'));
+        } else {
+            self.backup(c2);
+        }
+        Ok((RawKind::Op, start, self.cur))
+    }
+
+    /// An operator starting with `ch`: two or three characters when they
+    /// form one, brackets tracked for nesting and matching, and anything
+    /// non-printable refused.
+    fn operator(&mut self, ch: u8, start: usize) -> Result<(RawKind, usize, usize), TokError> {
+        let c2 = self.nextc();
+        if two_char_op(ch, c2) {
+            let c3 = self.nextc();
+            if !three_char_op(ch, c2.unwrap_or(0), c3) {
+                self.backup(c3);
+            }
+            return Ok((RawKind::Op, start, self.cur));
+        }
+        self.backup(c2);
+        match ch {
+            b'(' | b'[' | b'{' => {
+                if self.parens.len() >= MAXLEVEL {
+                    return Err(self.syntax("too many nested parentheses".into()));
+                }
+                self.parens.push((ch, self.lineno));
+            }
+            b')' | b']' | b'}' => self.close_bracket(ch)?,
+            _ => {}
+        }
+        if !(0x20..0x7F).contains(&ch) {
+            return Err(self.syntax(format!("invalid non-printable character U+{:04X}", ch)));
+        }
+        Ok((RawKind::Op, start, self.cur))
+    }
+
+    /// A closing bracket must close the innermost open one.
+    fn close_bracket(&mut self, ch: u8) -> Result<(), TokError> {
+        let Some((opening, line)) = self.parens.pop() else {
+            return Err(self.syntax(format!("unmatched '{}'", ch as char)));
+        };
+        if matches!((opening, ch), (b'(', b')') | (b'[', b']') | (b'{', b'}')) {
+            return Ok(());
+        }
+        let message = if line != self.lineno {
+            format!(
+                "closing parenthesis '{}' does not match opening parenthesis '{}' on line {line}",
+                ch as char, opening as char
+            )
+        } else {
+            format!(
+                "closing parenthesis '{}' does not match opening parenthesis '{}'",
+                ch as char, opening as char
+            )
+        };
+        Err(self.syntax(message))
     }
 
     /// Measures the indentation of a new line and queues INDENT/DEDENT.
@@ -629,112 +642,7 @@ impl<'a> Tokenizer<'a> {
     /// A number starting with the digit `first` (already read).
     fn number(&mut self, first: u8) -> Result<(), TokError> {
         if first == b'0' {
-            let mut c = self.nextc();
-            match c {
-                Some(b'x' | b'X') => {
-                    c = self.nextc();
-                    loop {
-                        if c == Some(b'_') {
-                            c = self.nextc();
-                        }
-                        if !c.is_some_and(|b| b.is_ascii_hexdigit()) {
-                            self.backup(c);
-                            return Err(self.syntax("invalid hexadecimal literal".into()));
-                        }
-                        loop {
-                            c = self.nextc();
-                            if !c.is_some_and(|b| b.is_ascii_hexdigit()) {
-                                break;
-                            }
-                        }
-                        if c != Some(b'_') {
-                            break;
-                        }
-                    }
-                    self.verify_end_of_number(c, "hexadecimal")?;
-                }
-                Some(b'o' | b'O' | b'b' | b'B') => {
-                    let octal = matches!(c, Some(b'o' | b'O'));
-                    let (name, top) = if octal {
-                        ("octal", b'7')
-                    } else {
-                        ("binary", b'1')
-                    };
-                    let in_base = |c: Option<u8>| matches!(c, Some(d) if (b'0'..=top).contains(&d));
-                    c = self.nextc();
-                    loop {
-                        if c == Some(b'_') {
-                            c = self.nextc();
-                        }
-                        if !in_base(c) {
-                            if is_digit(c) {
-                                let digit = c.unwrap_or(b'0') as char;
-                                return Err(self
-                                    .syntax(format!("invalid digit '{digit}' in {name} literal")));
-                            }
-                            self.backup(c);
-                            return Err(self.syntax(format!("invalid {name} literal")));
-                        }
-                        loop {
-                            c = self.nextc();
-                            if !in_base(c) {
-                                break;
-                            }
-                        }
-                        if c != Some(b'_') {
-                            break;
-                        }
-                    }
-                    if is_digit(c) {
-                        let digit = c.unwrap_or(b'0') as char;
-                        return Err(
-                            self.syntax(format!("invalid digit '{digit}' in {name} literal"))
-                        );
-                    }
-                    self.verify_end_of_number(c, name)?;
-                }
-                _ => {
-                    let mut nonzero = false;
-                    loop {
-                        if c == Some(b'_') {
-                            c = self.nextc();
-                            if !is_digit(c) {
-                                self.backup(c);
-                                return Err(self.syntax("invalid decimal literal".into()));
-                            }
-                        }
-                        if c != Some(b'0') {
-                            break;
-                        }
-                        c = self.nextc();
-                    }
-                    if is_digit(c) {
-                        nonzero = true;
-                        c = self.decimal_tail()?;
-                    }
-                    match c {
-                        Some(b'.') => {
-                            let next = self.nextc();
-                            return self.number_from(NumberState::Fraction, next);
-                        }
-                        Some(e @ (b'e' | b'E')) => {
-                            return self.number_from(NumberState::Exponent(e), None);
-                        }
-                        Some(b'j' | b'J') => return self.number_from(NumberState::Imaginary, None),
-                        _ => {}
-                    }
-                    if nonzero {
-                        self.backup(c);
-                        return Err(self.syntax(
-                            "leading zeros in decimal integer literals are not permitted; use an 0o prefix for octal integers"
-                                .into(),
-                        ));
-                    }
-                    self.verify_end_of_number(c, "decimal")?;
-                }
-            }
-            self.backup(c);
-            return Ok(());
+            return self.zero_prefixed_number();
         }
         let c = self.decimal_tail()?;
         match c {
@@ -750,6 +658,123 @@ impl<'a> Tokenizer<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// A number after a leading `0`: hexadecimal, octal or binary by its
+    /// prefix letter, otherwise a decimal that may only be zeros.
+    fn zero_prefixed_number(&mut self) -> Result<(), TokError> {
+        let c = self.nextc();
+        let end = match c {
+            Some(b'x' | b'X') => self.hexadecimal_digits()?,
+            Some(b'o' | b'O') => self.based_digits("octal", b'7')?,
+            Some(b'b' | b'B') => self.based_digits("binary", b'1')?,
+            _ => return self.zero_decimal(c),
+        };
+        self.backup(end);
+        Ok(())
+    }
+
+    /// The digits after `0x` (single underscores between them); returns the
+    /// character after the literal.
+    fn hexadecimal_digits(&mut self) -> Result<Option<u8>, TokError> {
+        let mut c = self.nextc();
+        loop {
+            if c == Some(b'_') {
+                c = self.nextc();
+            }
+            if !c.is_some_and(|b| b.is_ascii_hexdigit()) {
+                self.backup(c);
+                return Err(self.syntax("invalid hexadecimal literal".into()));
+            }
+            c = self.nextc();
+            while c.is_some_and(|b| b.is_ascii_hexdigit()) {
+                c = self.nextc();
+            }
+            if c != Some(b'_') {
+                break;
+            }
+        }
+        self.verify_end_of_number(c, "hexadecimal")?;
+        Ok(c)
+    }
+
+    /// The digits after `0o` or `0b` (`name` literal, digits up to `top`);
+    /// returns the character after the literal.
+    fn based_digits(&mut self, name: &str, top: u8) -> Result<Option<u8>, TokError> {
+        let in_base = |c: Option<u8>| matches!(c, Some(d) if (b'0'..=top).contains(&d));
+        let invalid_digit = |c: Option<u8>| {
+            format!(
+                "invalid digit '{}' in {name} literal",
+                c.unwrap_or(b'0') as char
+            )
+        };
+        let mut c = self.nextc();
+        loop {
+            if c == Some(b'_') {
+                c = self.nextc();
+            }
+            if !in_base(c) {
+                if is_digit(c) {
+                    return Err(self.syntax(invalid_digit(c)));
+                }
+                self.backup(c);
+                return Err(self.syntax(format!("invalid {name} literal")));
+            }
+            c = self.nextc();
+            while in_base(c) {
+                c = self.nextc();
+            }
+            if c != Some(b'_') {
+                break;
+            }
+        }
+        if is_digit(c) {
+            return Err(self.syntax(invalid_digit(c)));
+        }
+        self.verify_end_of_number(c, name)?;
+        Ok(c)
+    }
+
+    /// A decimal after a leading `0` (`c` read after it): zeros only, unless
+    /// a fraction, exponent or imaginary suffix follows.
+    fn zero_decimal(&mut self, mut c: Option<u8>) -> Result<(), TokError> {
+        let mut nonzero = false;
+        loop {
+            if c == Some(b'_') {
+                c = self.nextc();
+                if !is_digit(c) {
+                    self.backup(c);
+                    return Err(self.syntax("invalid decimal literal".into()));
+                }
+            }
+            if c != Some(b'0') {
+                break;
+            }
+            c = self.nextc();
+        }
+        if is_digit(c) {
+            nonzero = true;
+            c = self.decimal_tail()?;
+        }
+        match c {
+            Some(b'.') => {
+                let next = self.nextc();
+                return self.number_from(NumberState::Fraction, next);
+            }
+            Some(e @ (b'e' | b'E')) => return self.number_from(NumberState::Exponent(e), None),
+            Some(b'j' | b'J') => return self.number_from(NumberState::Imaginary, None),
+            _ => {}
+        }
+        if nonzero {
+            self.backup(c);
+            return Err(self.syntax(
+                "leading zeros in decimal integer literals are not permitted; use an 0o prefix for octal integers"
+                    .into(),
+            ));
+        }
+        self.verify_end_of_number(c, "decimal")?;
+        self.backup(c);
+        Ok(())
     }
 
     /// The rest of a number from a fraction (`c` is the character after the

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use agents_common::{
     check_binding, entry_present, fsync_directory, installed_layout, no_activation, normalize_path,
     read_file, read_interrupted_removal, read_uninstall_intent, store_uninstall_intent,
-    write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Result, SealedHold,
+    write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Result, Role, SealedHold,
     WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
 };
 use python_compat::{
@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use super::checks::{
     hold_preparation_leases, identity, no_pending_update, no_provider_children, owned_lease,
     removable_tree, remove_child, require_retired_owners, resolve_lenient, service_files,
-    OwnedLease, ROLES,
+    OwnedLease,
 };
 use super::native::Native;
 use crate::signals;
@@ -138,24 +138,85 @@ fn field(object: &JsonObject, key: &str) -> Json {
     object.get(key).cloned().unwrap_or(Json::Null)
 }
 
+/// Disables both services' boot-time start, then stops each one that runs
+/// (gateway first) after proving it is still the admitted process (the
+/// worker still sealed and idle), and proves both stopped. Nothing is
+/// force-killed.
+fn stop_services(
+    admitted: &Admitted<'_>,
+    progress: &mut Progress,
+) -> std::result::Result<(), Failure> {
+    let Admitted {
+        layout,
+        native,
+        control,
+        prior,
+        stopped_resume,
+        ..
+    } = admitted;
+    // Boot-time activation is disabled before the graceful stops; no
+    // forced signal or process-group cleanup is ever used.
+    progress.native_changed = true;
+    let active_roles: &[Role] = if *stopped_resume {
+        &[]
+    } else {
+        &[Role::Gateway, Role::Worker]
+    };
+    for &name in active_roles {
+        native.set_enabled(name, false)?;
+    }
+    for &name in active_roles {
+        checkpoint()?;
+        if is_down(prior, name) {
+            continue;
+        }
+        let observed = role(&native.snapshot_json()?, name);
+        if field(&observed, "state").as_str() != Some("running")
+            || field(&observed, "pid") != field(&role(prior, name), "pid")
+        {
+            return Err(Error::runtime("native process changed before its authorized stop").into());
+        }
+        if name == Role::Worker {
+            let sealed = progress.sealed.as_ref().expect("sealed before any stop");
+            let (record, status) = control.status(layout)?;
+            if record != sealed.record
+                || field(&status, "lease") != Json::Object(sealed.lease.clone())
+                || field(&status, "idle") != Json::Bool(true)
+            {
+                return Err(
+                    Error::runtime("worker admission changed before its authorized stop").into(),
+                );
+            }
+        }
+        native.stop(name)?;
+    }
+    let stopped = native.snapshot_json()?;
+    if Role::ALL.into_iter().any(|name| !is_down(&stopped, name)) {
+        return Err(
+            Error::runtime("native services did not both stop; all files were retained").into(),
+        );
+    }
+    Ok(())
+}
+
 /// `snapshot[role]` (an empty dict stands in for a missing role).
-fn role(snapshot: &JsonObject, name: &str) -> JsonObject {
+fn role(snapshot: &JsonObject, name: Role) -> JsonObject {
     snapshot
-        .get(name)
+        .get(name.as_str())
         .and_then(Json::as_object)
         .cloned()
         .unwrap_or_default()
 }
 
-fn state(snapshot: &JsonObject, name: &str) -> Json {
+fn state(snapshot: &JsonObject, name: Role) -> Json {
     field(&role(snapshot, name), "state")
 }
 
-fn is_down(snapshot: &JsonObject, name: &str) -> bool {
+fn is_down(snapshot: &JsonObject, name: Role) -> bool {
     matches!(state(snapshot, name).as_str(), Some("stopped" | "absent"))
 }
 
-fn is_running(snapshot: &JsonObject, name: &str) -> bool {
+fn is_running(snapshot: &JsonObject, name: Role) -> bool {
     state(snapshot, name).as_str() == Some("running")
 }
 
@@ -248,7 +309,7 @@ impl Uninstall<'_> {
             ));
         }
         let mut begun = false;
-        for role in ROLES {
+        for role in Role::ALL {
             begun |= !entry_present(&layout.service_path(role)?)?;
         }
         Ok(begun.then_some(Interrupted {
@@ -313,14 +374,14 @@ impl Uninstall<'_> {
         }
         let native = make_native(layout)?;
         let snapshot = native.snapshot_json()?;
-        if ROLES.iter().any(|name| !is_down(&snapshot, name)) {
+        if Role::ALL.into_iter().any(|name| !is_down(&snapshot, name)) {
             return Err(Error::runtime(
                 "a service of the interrupted uninstall runs again; the remaining files were \
                  retained",
             )
             .into());
         }
-        for role in ROLES {
+        for role in Role::ALL {
             let path = layout.service_path(role)?;
             if !entry_present(&path)? {
                 continue;
@@ -431,10 +492,13 @@ impl Uninstall<'_> {
         // An interrupted graceful stop can precede the `stopped` phase; the
         // exact intent, the empty child registry and the state lease below
         // supply the missing proof.
-        let stopped_resume = intent.is_some() && ROLES.iter().all(|name| is_down(&prior, name));
+        let stopped_resume =
+            intent.is_some() && Role::ALL.into_iter().all(|name| is_down(&prior, name));
         let partial_resume =
-            intent.is_some() && is_running(&prior, "worker") && is_down(&prior, "gateway");
-        if !stopped_resume && !partial_resume && ROLES.iter().any(|name| !is_running(&prior, name))
+            intent.is_some() && is_running(&prior, Role::Worker) && is_down(&prior, Role::Gateway);
+        if !stopped_resume
+            && !partial_resume
+            && Role::ALL.into_iter().any(|name| !is_running(&prior, name))
         {
             return Err(Error::runtime(
                 "safe uninstall requires a healthy running worker and gateway; stopped or broken \
@@ -455,8 +519,8 @@ impl Uninstall<'_> {
         };
         let worker_release = text(&layout.worker_release);
         if !stopped_resume
-            && (field(&receipt, "worker_pid") != field(&role(&prior, "worker"), "pid")
-                || field(&receipt, "gateway_pid") != field(&role(&prior, "gateway"), "pid")
+            && (field(&receipt, "worker_pid") != field(&role(&prior, Role::Worker), "pid")
+                || field(&receipt, "gateway_pid") != field(&role(&prior, Role::Gateway), "pid")
                 || field(&receipt, "worker_release").as_str() != Some(worker_release.as_str())
                 || !python_compat::truthy(&field(&receipt, "server_identity"))
                 // The marker stores it as text; Python would store any truthy
@@ -508,7 +572,7 @@ impl Uninstall<'_> {
     ) -> Result<JsonObject> {
         let (record, status) = control.status(layout)?;
         let lease = field(&status, "lease");
-        let owned = field(&record, "pid") == field(&role(prior, "worker"), "pid")
+        let owned = field(&record, "pid") == field(&role(prior, Role::Worker), "pid")
             && field(&record, "release_root").as_str()
                 == Some(text(&layout.worker_release).as_str())
             && field(&status, "idle") == Json::Bool(true)
@@ -536,7 +600,7 @@ impl Uninstall<'_> {
         }
         let mut receipt = JsonObject::new();
         receipt.insert("worker_pid", field(&record, "pid"));
-        receipt.insert("gateway_pid", field(&role(prior, "gateway"), "pid"));
+        receipt.insert("gateway_pid", field(&role(prior, Role::Gateway), "pid"));
         receipt.insert("worker_release", text(&layout.worker_release));
         receipt.insert("worker_instance_id", field(&record, "instance_id"));
         receipt.insert("server_identity", field(&health, "server_identity"));
@@ -551,52 +615,14 @@ impl Uninstall<'_> {
         let Admitted {
             layout,
             native,
-            control,
             originals,
             identities,
             prior,
-            receipt,
             stopped_resume,
-            operation,
+            ..
         } = admitted;
-        let prior_worker_pid = field(&role(prior, "worker"), "pid");
         if !stopped_resume {
-            if progress.intent.is_none() {
-                let (record, status) = control.status(layout)?;
-                let idle = field(&record, "instance_id") == field(receipt, "worker_instance_id")
-                    && field(&record, "pid") == prior_worker_pid
-                    && field(&status, "idle") == Json::Bool(true)
-                    && field(&status, "lease").is_null();
-                if !idle {
-                    return Err(Error::runtime(
-                        "execution is busy or another operation owns admission",
-                    )
-                    .into());
-                }
-                // Persisted before the hold is requested: a lost reply to the
-                // seal must never leave an unidentifiable hold behind.
-                let identity = field(receipt, "server_identity");
-                progress.intent = Some(write_uninstall_intent(
-                    self.root,
-                    layout,
-                    operation,
-                    self.purge_state,
-                    identity.as_str().unwrap_or_default(),
-                )?);
-            }
-            checkpoint()?;
-            let pid = prior_worker_pid.as_int().unwrap_or(0);
-            let sealed =
-                control.seal_for_stop(layout, operation, i64::try_from(pid).unwrap_or(0))?;
-            let epoch_changed =
-                field(&sealed.record, "instance_id") != field(receipt, "worker_instance_id");
-            progress.sealed = Some(sealed);
-            if epoch_changed {
-                return Err(
-                    Error::runtime("worker epoch changed before uninstall admission").into(),
-                );
-            }
-            self.advance(progress, "sealed")?;
+            self.seal_worker(admitted, progress)?;
         }
         checkpoint()?;
         no_pending_update(layout)?;
@@ -604,52 +630,7 @@ impl Uninstall<'_> {
         if service_files(layout)? != *originals || native.snapshot_json()? != *prior {
             return Err(Error::runtime("native service ownership changed before uninstall").into());
         }
-        // Boot-time activation is disabled before the graceful stops; no
-        // forced signal or process-group cleanup is ever used.
-        progress.native_changed = true;
-        let active_roles: &[&str] = if *stopped_resume {
-            &[]
-        } else {
-            &["gateway", "worker"]
-        };
-        for name in active_roles {
-            native.set_enabled(name, false)?;
-        }
-        for name in active_roles {
-            checkpoint()?;
-            if is_down(prior, name) {
-                continue;
-            }
-            let observed = role(&native.snapshot_json()?, name);
-            if field(&observed, "state").as_str() != Some("running")
-                || field(&observed, "pid") != field(&role(prior, name), "pid")
-            {
-                return Err(
-                    Error::runtime("native process changed before its authorized stop").into(),
-                );
-            }
-            if *name == "worker" {
-                let sealed = progress.sealed.as_ref().expect("sealed before any stop");
-                let (record, status) = control.status(layout)?;
-                if record != sealed.record
-                    || field(&status, "lease") != Json::Object(sealed.lease.clone())
-                    || field(&status, "idle") != Json::Bool(true)
-                {
-                    return Err(Error::runtime(
-                        "worker admission changed before its authorized stop",
-                    )
-                    .into());
-                }
-            }
-            native.stop(name)?;
-        }
-        let stopped = native.snapshot_json()?;
-        if ROLES.iter().any(|name| !is_down(&stopped, name)) {
-            return Err(Error::runtime(
-                "native services did not both stop; all files were retained",
-            )
-            .into());
-        }
+        stop_services(admitted, progress)?;
         // A vanished native PID is not enough while another process still
         // owns the state store; the lease is kept through deletion.
         progress.leases.push(owned_lease(
@@ -674,6 +655,59 @@ impl Uninstall<'_> {
         self.remove(layout, *native)
     }
 
+    /// Before the first uninstall of a running installation: the worker must
+    /// be idle with no other operation's lease; the intent is persisted, then
+    /// the worker's admission sealed for the stop in the same epoch.
+    fn seal_worker(
+        &self,
+        admitted: &Admitted<'_>,
+        progress: &mut Progress,
+    ) -> std::result::Result<(), Failure> {
+        let Admitted {
+            layout,
+            control,
+            prior,
+            receipt,
+            operation,
+            ..
+        } = admitted;
+        let prior_worker_pid = field(&role(prior, Role::Worker), "pid");
+        if progress.intent.is_none() {
+            let (record, status) = control.status(layout)?;
+            let idle = field(&record, "instance_id") == field(receipt, "worker_instance_id")
+                && field(&record, "pid") == prior_worker_pid
+                && field(&status, "idle") == Json::Bool(true)
+                && field(&status, "lease").is_null();
+            if !idle {
+                return Err(Error::runtime(
+                    "execution is busy or another operation owns admission",
+                )
+                .into());
+            }
+            // Persisted before the hold is requested: a lost reply to the
+            // seal must never leave an unidentifiable hold behind.
+            let identity = field(receipt, "server_identity");
+            progress.intent = Some(write_uninstall_intent(
+                self.root,
+                layout,
+                operation,
+                self.purge_state,
+                identity.as_str().unwrap_or_default(),
+            )?);
+        }
+        checkpoint()?;
+        let pid = prior_worker_pid.as_int().unwrap_or(0);
+        let sealed = control.seal_for_stop(layout, operation, i64::try_from(pid).unwrap_or(0))?;
+        let epoch_changed =
+            field(&sealed.record, "instance_id") != field(receipt, "worker_instance_id");
+        progress.sealed = Some(sealed);
+        if epoch_changed {
+            return Err(Error::runtime("worker epoch changed before uninstall admission").into());
+        }
+        self.advance(progress, "sealed")?;
+        Ok(())
+    }
+
     /// Rewrites the intent in its next phase.
     fn advance(&self, progress: &mut Progress, phase: &str) -> Result<()> {
         let intent = progress.intent.as_mut().expect("an intent exists");
@@ -693,7 +727,7 @@ impl Uninstall<'_> {
         layout: &ExecutionLayout,
         native: &dyn Native,
     ) -> std::result::Result<(), Failure> {
-        for name in ["gateway", "worker"] {
+        for name in [Role::Gateway, Role::Worker] {
             let path = layout.service_path(name)?;
             if entry_present(&path)? {
                 fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
@@ -759,7 +793,7 @@ impl Uninstall<'_> {
             // lost: look once at this exact epoch; never take a new hold.
             let (record, status) = control.status(layout)?;
             if field(&record, "instance_id") == field(receipt, "worker_instance_id")
-                && field(&record, "pid") == field(&role(prior, "worker"), "pid")
+                && field(&record, "pid") == field(&role(prior, Role::Worker), "pid")
             {
                 let lease = field(&status, "lease");
                 if lease.is_null() && read_uninstall_intent(self.root, layout)? == progress.intent {
@@ -800,8 +834,8 @@ impl Uninstall<'_> {
         } = admitted;
         let sealed = progress.sealed.as_ref().expect("a hold to release");
         let current = native.snapshot_json()?;
-        if field(&role(&current, "worker"), "pid") != field(&role(prior, "worker"), "pid")
-            || !is_running(&current, "worker")
+        if field(&role(&current, Role::Worker), "pid") != field(&role(prior, Role::Worker), "pid")
+            || !is_running(&current, Role::Worker)
         {
             return Err(Error::runtime(
                 "worker no longer has its original running identity",
@@ -811,10 +845,10 @@ impl Uninstall<'_> {
             return Err(Error::runtime("service configuration changed"));
         }
         if progress.native_changed {
-            if is_running(prior, "gateway") && !is_running(&current, "gateway") {
-                native.start("gateway")?;
+            if is_running(prior, Role::Gateway) && !is_running(&current, Role::Gateway) {
+                native.start(Role::Gateway)?;
             }
-            for name in ROLES {
+            for name in Role::ALL {
                 native.set_enabled(
                     name,
                     python_compat::truthy(&field(&role(prior, name), "enabled")),

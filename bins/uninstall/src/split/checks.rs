@@ -26,8 +26,6 @@ use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 /// The roles in the order the seed handles them.
-pub(super) const ROLES: [&str; 2] = ["worker", "gateway"];
-
 pub(super) use agents_common::{installed_service_files as service_files, ServiceFiles};
 
 /// The update phases that leave nothing pending.

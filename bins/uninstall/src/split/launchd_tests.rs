@@ -122,7 +122,7 @@ fn a_sealed_macos_uninstall_with_both_agents_down_removes_everything_but_state()
     let (installation, layout) = sealed_macos_uninstall();
     let plists: Vec<_> = ["worker", "gateway"]
         .iter()
-        .map(|role| layout.service_path(role).unwrap())
+        .map(|role| layout.service_path(*role).unwrap())
         .collect();
     assert!(plists.iter().all(|plist| plist.exists()));
     // Admission, the recheck before the stops, and the proof both are down.

@@ -2,16 +2,16 @@
 //! (`execution_manage.NativeServices`): the snapshot in its Python dict
 //! shape, boot-time enablement, graceful stop and start, and reload.
 
-use agents_common::{ExecutionLayout, NativeServices, Result, ServiceSnapshot};
+use agents_common::{ExecutionLayout, NativeServices, Result, Role, ServiceSnapshot};
 
 /// The native service manager of an installed layout.
 pub(crate) trait Native: ServiceSnapshot {
     /// Enables or disables a role's boot-time start.
-    fn set_enabled(&self, role: &str, enabled: bool) -> Result<()>;
+    fn set_enabled(&self, role: Role, enabled: bool) -> Result<()>;
     /// Stops a role gracefully, waiting (bounded) until it has stopped.
-    fn stop(&self, role: &str) -> Result<()>;
+    fn stop(&self, role: Role) -> Result<()>;
     /// Starts a role again.
-    fn start(&self, role: &str) -> Result<()>;
+    fn start(&self, role: Role) -> Result<()>;
     /// Makes the manager forget removed unit files.
     fn reload(&self) -> Result<()>;
     /// The same manager seen only for its snapshots (trait upcasting needs
@@ -20,15 +20,15 @@ pub(crate) trait Native: ServiceSnapshot {
 }
 
 impl Native for NativeServices {
-    fn set_enabled(&self, role: &str, enabled: bool) -> Result<()> {
+    fn set_enabled(&self, role: Role, enabled: bool) -> Result<()> {
         NativeServices::set_enabled(self, role, enabled)
     }
 
-    fn stop(&self, role: &str) -> Result<()> {
+    fn stop(&self, role: Role) -> Result<()> {
         NativeServices::stop(self, role)
     }
 
-    fn start(&self, role: &str) -> Result<()> {
+    fn start(&self, role: Role) -> Result<()> {
         NativeServices::start(self, role)
     }
 

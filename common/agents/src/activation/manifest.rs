@@ -298,6 +298,8 @@ fn invalid(message: &str) -> Error {
     Error::runtime(format!("activation transaction {message}"))
 }
 
+/// `_validate`: the whole journal manifest, check by check in the
+/// original's order (the first failing check names the refusal).
 fn validate(
     root: &Path,
     releases: &Path,
@@ -305,6 +307,37 @@ fn validate(
     value: &mut JsonObject,
     volumes: &dyn VolumeProbe,
 ) -> Result<()> {
+    let format = check_format_and_keys(value)?;
+    let execution_format = format == ManifestFormat::Execution;
+    let kinds = config_kinds(execution_format);
+    check_phase(value)?;
+    let transaction_id = check_identity_and_links(value, kinds)?;
+    check_backups(value, kinds, directory)?;
+    check_services_and_binding(value)?;
+    check_desired_configuration(value, kinds, &transaction_id)?;
+    check_release_paths(root, releases, value)?;
+    if execution_format {
+        validate_execution(root, value)?;
+    }
+    let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
+    validate_hub(field("hub"), text_of(field("intent")).as_str())?;
+    validate_guard(field("guard"))?;
+    rebase_volume_bindings(volumes, value, format == ManifestFormat::Legacy)
+}
+
+/// Which of the three manifest formats a journal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ManifestFormat {
+    /// Format 1: no volume bindings; device numbers are rebased.
+    Legacy,
+    /// [`FORMAT`]: with volume bindings.
+    Current,
+    /// [`EXECUTION_FORMAT`]: also the split layout's files.
+    Execution,
+}
+
+/// The format, and exactly its keys.
+fn check_format_and_keys(value: &JsonObject) -> Result<ManifestFormat> {
     let format = value.get("format").cloned().unwrap_or(Json::Null);
     let is_format = |number: i64| format == Json::from(number);
     let execution_format = is_format(EXECUTION_FORMAT);
@@ -325,9 +358,22 @@ fn validate(
     }
     let keys_match =
         value.len() == expected.len() && expected.iter().all(|key| value.contains_key(key));
-    if !keys_match || !(is_format(1) || is_format(FORMAT) || execution_format) {
+    if !keys_match {
         return Err(invalid("manifest is invalid"));
     }
+    if execution_format {
+        Ok(ManifestFormat::Execution)
+    } else if is_format(FORMAT) {
+        Ok(ManifestFormat::Current)
+    } else if is_format(1) {
+        Ok(ManifestFormat::Legacy)
+    } else {
+        Err(invalid("manifest is invalid"))
+    }
+}
+
+/// The phase, and the rollback origin a rollback phase needs.
+fn check_phase(value: &JsonObject) -> Result<()> {
     let get = |key: &str| value.get(key);
     if !is_one_of(get("phase"), &PHASES) {
         return Err(invalid("phase is invalid"));
@@ -353,14 +399,18 @@ fn validate(
     if ROLLBACK_PHASES.contains(&phase) && rollback_from.is_null() {
         return Err(invalid("rollback origin is missing"));
     }
-    let null = Json::Null;
-    let field = |key: &str| get(key).unwrap_or(&null);
+    Ok(())
+}
+
+/// The transaction id, version and paths, the rollback and previous
+/// releases' shapes and both link states; returns the transaction id.
+fn check_identity_and_links(value: &JsonObject, kinds: &[&str]) -> Result<String> {
+    let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
     let transaction_id = safe_text(field("transaction_id"), "id", 64)?;
     if !is_prefixed_hex(transaction_id, "activation-", 24) {
         return Err(invalid("id is invalid"));
     }
     safe_text(field("release_version"), "version", 128)?;
-    let kinds = config_kinds(execution_format);
     safe_text(field("release_dir"), "release_dir", 4096)?;
     for kind in kinds {
         let name = format!("{kind}_path");
@@ -390,6 +440,13 @@ fn validate(
             return Err(invalid("link state is invalid"));
         }
     }
+    Ok(transaction_id.to_string())
+}
+
+/// Each configuration's backup metadata, and the backup's bytes where the
+/// configuration existed.
+fn check_backups(value: &JsonObject, kinds: &[&str], directory: &Path) -> Result<()> {
+    let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
     for kind in kinds {
         let item = field(kind);
         let existed = item.get("existed").and_then(Json::as_bool);
@@ -420,6 +477,14 @@ fn validate(
             }
         }
     }
+    Ok(())
+}
+
+/// The prior service states and enablement, the prior port and bind, the
+/// intent and the client binding.
+fn check_services_and_binding(value: &JsonObject) -> Result<()> {
+    let get = |key: &str| value.get(key);
+    let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
     if !is_one_of(get("service_state"), &SERVICE_STATES) {
         return Err(invalid("service state is invalid"));
     }
@@ -460,6 +525,17 @@ fn validate(
     if !client_binding_ok {
         return Err(invalid("client binding is invalid"));
     }
+    Ok(())
+}
+
+/// The staged desired configurations, the authority state and each
+/// configuration's observed history.
+fn check_desired_configuration(
+    value: &JsonObject,
+    kinds: &[&str],
+    transaction_id: &str,
+) -> Result<()> {
+    let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
     for kind in kinds {
         let item = field(&format!("desired_{kind}"));
         let destination =
@@ -504,6 +580,16 @@ fn validate(
             return Err(invalid("configuration history is invalid"));
         }
     }
+    Ok(())
+}
+
+/// The candidate, rollback and previous releases' paths: inside `releases`
+/// (or, for the rollback source, the `current` link), normalized, and the
+/// candidate's target the journal's release directory.
+fn check_release_paths(root: &Path, releases: &Path, value: &JsonObject) -> Result<()> {
+    let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
+    let old_release = field("old_release");
+    let previous_release = field("previous_release");
     let candidate = field("candidate_release");
     if !valid_release(candidate) {
         return Err(invalid("candidate release is invalid"));
@@ -556,12 +642,7 @@ fn validate(
             return Err(invalid("previous release path is invalid"));
         }
     }
-    if execution_format {
-        validate_execution(root, value)?;
-    }
-    validate_hub(field("hub"), text_of(field("intent")).as_str())?;
-    validate_guard(field("guard"))?;
-    rebase_volume_bindings(volumes, value, is_format(1))
+    Ok(())
 }
 
 fn text_of(value: &Json) -> String {

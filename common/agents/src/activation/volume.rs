@@ -165,6 +165,52 @@ pub(crate) fn rebase_volume_bindings(
     if volumes.host_is_darwin() && bindings.is_empty() {
         return Err(Error::runtime("activation volume bindings are missing"));
     }
+    let (mapping, rebound) = rebind(volumes, &bindings)?;
+    if mapping.is_empty() {
+        return Ok(());
+    }
+    let reactivation = value
+        .get("intent")
+        .and_then(Json::as_str)
+        .is_some_and(|intent| ["host-reactivation", "failed-host-repair"].contains(&intent));
+    if reactivation && mapping.iter().any(|(old, new)| old != new) {
+        return Err(Error::runtime(
+            "interrupted Team Hub reactivation crossed a filesystem remount; \
+             its separate recovery journal requires support-assisted recovery",
+        ));
+    }
+    let coordinates = device_coordinates(value);
+    // Map once from each original value: volumes may exchange numbers.
+    let mut updates = Vec::new();
+    for (path, field) in &coordinates {
+        let item = member(value, path);
+        let number = item.and_then(|item| python_compat::loose_int(item.get(field)));
+        match number.and_then(|n| mapping.iter().find(|(old, _)| *old == n)) {
+            Some((_, new)) => updates.push((path.clone(), *field, *new)),
+            None => {
+                return Err(Error::runtime(
+                    "activation filesystem coordinate lacks a volume binding",
+                ))
+            }
+        }
+    }
+    for (path, field, new) in updates {
+        if let Some(item) = member_mut(value, &path) {
+            item.insert(field, new);
+        }
+    }
+    value.insert("volume_bindings", rebound);
+    Ok(())
+}
+
+/// The device number each binding's anchor has now, from the one stored:
+/// each anchor re-resolved, on its recorded volume, onto distinct devices.
+/// Returns the (stored, current) pairs and the bindings keyed by current
+/// device.
+fn rebind(
+    volumes: &dyn VolumeProbe,
+    bindings: &JsonObject,
+) -> Result<(Vec<(i128, i128)>, JsonObject)> {
     let mut mapping: Vec<(i128, i128)> = Vec::new();
     let mut rebound = JsonObject::new();
     for (device, binding) in bindings.iter() {
@@ -209,19 +255,13 @@ pub(crate) fn rebase_volume_bindings(
         }
         rebound.insert(current.to_string(), binding.clone());
     }
-    if mapping.is_empty() {
-        return Ok(());
-    }
-    let reactivation = value
-        .get("intent")
-        .and_then(Json::as_str)
-        .is_some_and(|intent| ["host-reactivation", "failed-host-repair"].contains(&intent));
-    if reactivation && mapping.iter().any(|(old, new)| old != new) {
-        return Err(Error::runtime(
-            "interrupted Team Hub reactivation crossed a filesystem remount; \
-             its separate recovery journal requires support-assisted recovery",
-        ));
-    }
+    Ok((mapping, rebound))
+}
+
+/// Where a journal stores device numbers, as (path to the object, field):
+/// the releases, the guard and the desired configurations, the prior
+/// worker release, then the Hub fence.
+fn device_coordinates(value: &JsonObject) -> Vec<(Vec<String>, &'static str)> {
     let kinds: &[&str] = if value.get("format") == Some(&Json::from(3)) {
         &["env", "service", "gateway", "execution_layout"]
     } else {
@@ -255,27 +295,7 @@ pub(crate) fn rebase_volume_bindings(
     if python_compat::member_truthy(value.get("hub")) {
         coordinates.push((vec!["hub".to_string()], "fence_device"));
     }
-    // Map once from each original value: volumes may exchange numbers.
-    let mut updates = Vec::new();
-    for (path, field) in &coordinates {
-        let item = member(value, path);
-        let number = item.and_then(|item| python_compat::loose_int(item.get(field)));
-        match number.and_then(|n| mapping.iter().find(|(old, _)| *old == n)) {
-            Some((_, new)) => updates.push((path.clone(), *field, *new)),
-            None => {
-                return Err(Error::runtime(
-                    "activation filesystem coordinate lacks a volume binding",
-                ))
-            }
-        }
-    }
-    for (path, field, new) in updates {
-        if let Some(item) = member_mut(value, &path) {
-            item.insert(field, new);
-        }
-    }
-    value.insert("volume_bindings", rebound);
-    Ok(())
+    coordinates
 }
 
 fn member<'a>(value: &'a JsonObject, path: &[String]) -> Option<&'a JsonObject> {

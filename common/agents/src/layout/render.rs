@@ -8,9 +8,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{path_text, ExecutionLayout, GATEWAY_LABEL, WORKER_LABEL, WORKER_UNIT};
+use super::{path_text, ExecutionLayout, WORKER_UNIT};
 use crate::error::{Error, Result};
 use crate::fs::check_text;
+use crate::named::OrName;
+use crate::role::Role;
 
 /// launchd `Umask` (0o077): the services create private files only.
 const SERVICE_UMASK: i64 = 0o077;
@@ -19,12 +21,12 @@ const SERVICE_UMASK: i64 = 0o077;
 /// `execution_service.py`, the role and the public listener; the worker also
 /// asks for an ephemeral callback port. The worker runs from its pinned
 /// release, the gateway through the `current` link.
-pub fn service_arguments(layout: &ExecutionLayout, role: &str) -> Vec<String> {
+pub(crate) fn service_arguments(layout: &ExecutionLayout, role: Role) -> Vec<String> {
     let runtime = runtime_root(layout, role);
     let mut arguments = vec![
         path_text(&runtime.join(".venv/bin/python")),
         path_text(&runtime.join("execution_service.py")),
-        role.to_string(),
+        role.as_str().to_string(),
         "--runtime-dir".to_string(),
         path_text(&layout.runtime_dir()),
         "--bind".to_string(),
@@ -32,7 +34,7 @@ pub fn service_arguments(layout: &ExecutionLayout, role: &str) -> Vec<String> {
         "--port".to_string(),
         layout.port_text(),
     ];
-    if role == "worker" {
+    if role == Role::Worker {
         arguments.extend(["--callback-port".to_string(), "0".to_string()]);
     }
     arguments
@@ -40,11 +42,9 @@ pub fn service_arguments(layout: &ExecutionLayout, role: &str) -> Vec<String> {
 
 /// The unit (Linux) or plist (Darwin) body for `role`, validating the layout
 /// first; this is what the journal stores as the desired service file.
-pub fn render_service(layout: &ExecutionLayout, role: &str) -> Result<Vec<u8>> {
+pub fn render_service(layout: &ExecutionLayout, role: impl OrName<Role>) -> Result<Vec<u8>> {
     layout.validate()?;
-    if role != "worker" && role != "gateway" {
-        return Err(Error::value("unknown execution service role"));
-    }
+    let role = role.into_member()?;
     let runtime = runtime_root(layout, role);
     let authoritative = authoritative_environment(layout, role);
     let mut environment: BTreeMap<String, String> = layout
@@ -60,8 +60,8 @@ pub fn render_service(layout: &ExecutionLayout, role: &str) -> Result<Vec<u8>> {
     }
 }
 
-fn runtime_root(layout: &ExecutionLayout, role: &str) -> std::path::PathBuf {
-    if role == "worker" {
+fn runtime_root(layout: &ExecutionLayout, role: Role) -> std::path::PathBuf {
+    if role == Role::Worker {
         layout.worker_release.clone()
     } else {
         layout.current()
@@ -70,7 +70,7 @@ fn runtime_root(layout: &ExecutionLayout, role: &str) -> std::path::PathBuf {
 
 /// The eight variables that tie a service to this layout; they override the
 /// user's environment file and are re-asserted on the systemd command line.
-fn authoritative_environment(layout: &ExecutionLayout, role: &str) -> BTreeMap<String, String> {
+fn authoritative_environment(layout: &ExecutionLayout, role: Role) -> BTreeMap<String, String> {
     let state_root = path_text(&layout.state_root);
     [
         ("AGENTS_SERVER_INSTALL_DIR", path_text(&layout.install_root)),
@@ -79,7 +79,7 @@ fn authoritative_environment(layout: &ExecutionLayout, role: &str) -> BTreeMap<S
         ("AGENTS_SERVER_STATE_DIR", state_root),
         ("AGENTSDOCK_AGENT_BIND", layout.bind.clone()),
         ("AGENTSDOCK_AGENT_PORT", layout.port_text()),
-        ("AGENTSDOCK_EXECUTION_ROLE", role.to_string()),
+        ("AGENTSDOCK_EXECUTION_ROLE", role.as_str().to_string()),
         (
             "AGENTSDOCK_EXECUTION_RUNTIME_DIR",
             path_text(&layout.runtime_dir()),
@@ -92,7 +92,7 @@ fn authoritative_environment(layout: &ExecutionLayout, role: &str) -> BTreeMap<S
 
 fn systemd_unit(
     layout: &ExecutionLayout,
-    role: &str,
+    role: Role,
     runtime: &Path,
     environment: &BTreeMap<String, String>,
     authoritative: &BTreeMap<String, String>,
@@ -102,7 +102,7 @@ fn systemd_unit(
         format!("Description=AgentsDock {role}"),
         "After=network-online.target".to_string(),
     ];
-    if role == "gateway" {
+    if role == Role::Gateway {
         // Wants starts a missing worker without propagating gateway stop/restart.
         lines.push(format!("Wants={WORKER_UNIT}"));
         lines.push(format!("After={WORKER_UNIT}"));
@@ -139,7 +139,7 @@ fn systemd_unit(
         .collect::<Result<Vec<_>>>()?;
     lines.push(format!("ExecStart={}", words.join(" ")));
     lines.extend(["Restart=always".to_string(), "RestartSec=2".to_string()]);
-    if role == "worker" {
+    if role == Role::Worker {
         // A draining worker may take minutes; never SIGKILL running agents.
         lines.extend([
             "TimeoutStopSec=180s".to_string(),
@@ -198,18 +198,14 @@ pub(crate) enum PlistValue {
 
 fn launchd_plist(
     layout: &ExecutionLayout,
-    role: &str,
+    role: Role,
     runtime: &Path,
     environment: BTreeMap<String, String>,
 ) -> Vec<u8> {
-    let label = if role == "worker" {
-        WORKER_LABEL
-    } else {
-        GATEWAY_LABEL
-    };
+    let label = role.label();
     let logs = layout.runtime_dir().join("logs");
     // launchd reads ExitTimeOut 0 as "no automatic SIGKILL" for the worker.
-    let exit_timeout = if role == "worker" { 0 } else { 10 };
+    let exit_timeout = if role == Role::Worker { 0 } else { 10 };
     let environment = environment
         .into_iter()
         .map(|(key, value)| (key, PlistValue::String(value)))

@@ -414,9 +414,14 @@ fn reload_enable_disable_and_restore_run_the_seed_commands() {
     native.restore("gateway", &ServiceState::absent()).unwrap();
     assert_eq!(recorded.unused(), 0);
 
-    // Like the seed, any role other than "worker" names the gateway unit here.
-    let recorded = Recorded::new(vec![enable(GATEWAY_UNIT)]);
-    services(&host.layout, &recorded)
+    // Stricter than the seed, which maps any role other than "worker" to the
+    // gateway unit: an unknown role is refused before any command runs.
+    let recorded = Recorded::new(vec![]);
+    let refused = services(&host.layout, &recorded)
         .set_enabled("other", true)
-        .unwrap();
+        .unwrap_err();
+    assert_eq!(
+        refused.python_line(),
+        "ValueError: unknown execution service role"
+    );
 }

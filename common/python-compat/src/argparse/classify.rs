@@ -205,14 +205,18 @@ fn invalid_choice_message(word: &OsStr, choices: &[&str]) -> String {
     )
 }
 
-/// Rewrites `words` (without the program name) into the canonical form.
-pub(crate) fn canonicalize(
+/// Each word's class with the parser that reads it, and the parser of the
+/// last word.
+type ClassifiedWords<'w> = (Vec<(Word<'w>, &'static CommandSpec)>, &'static CommandSpec);
+
+/// Every word classified before any is consumed, as argparse reads them,
+/// so an ambiguous abbreviation wins over earlier errors; a subcommand's
+/// words are read by the subcommand's parser, with its options. Returns
+/// each word's class and reading parser, and the parser of the last one.
+fn classify_all<'w>(
     top: &'static CommandSpec,
-    words: &[OsString],
-) -> Result<Canonical, Ambiguous> {
-    // argparse reads every word of a parser before consuming any, so an
-    // ambiguous abbreviation wins over earlier errors. A subcommand's words
-    // are read by the subcommand's parser, with its options.
+    words: &'w [OsString],
+) -> Result<ClassifiedWords<'w>, Ambiguous> {
     let mut spec = top;
     let mut classes = Vec::with_capacity(words.len());
     let mut after_separator = false;
@@ -232,7 +236,15 @@ pub(crate) fn canonicalize(
             }
         }
     }
+    Ok((classes, spec))
+}
 
+/// Rewrites `words` (without the program name) into the canonical form.
+pub(crate) fn canonicalize(
+    top: &'static CommandSpec,
+    words: &[OsString],
+) -> Result<Canonical, Ambiguous> {
+    let (classes, spec) = classify_all(top, words)?;
     let mut canonical = Canonical {
         words: Vec::with_capacity(words.len()),
         subcommand: (!std::ptr::eq(spec, top)).then_some(spec),
