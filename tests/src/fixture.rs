@@ -3,6 +3,7 @@
 //! config `env` with the agent token, rendered units, the installed layout
 //! manifest, and a way to start it all under a [`Sandbox`].
 
+use agents_common::Platform;
 use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
@@ -250,7 +251,7 @@ impl Installation {
             config_root: self.config_root.clone(),
             state_root: self.state_root.clone(),
             home: self.home.clone(),
-            platform: "Linux".to_string(),
+            platform: Platform::Linux.into(),
             worker_release: worker_release.to_path_buf(),
             gateway_release: gateway_release.to_path_buf(),
             bind: "127.0.0.1".to_string(),

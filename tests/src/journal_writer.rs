@@ -11,6 +11,7 @@
 // field would repeat them.
 #![allow(missing_docs)]
 
+use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -37,7 +38,7 @@ pub const API_CONTRACT: i64 = 7;
 #[derive(Clone)]
 pub struct Roots {
     /// `Linux` (systemd units) or `Darwin` (launchd plists).
-    pub platform: String,
+    pub platform: Platform,
     /// The public listener port the layout uses.
     pub port: u16,
     pub root: PathBuf,
@@ -79,7 +80,7 @@ impl Install {
         Install {
             base: base.to_path_buf(),
             roots: Roots {
-                platform: "Linux".into(),
+                platform: Platform::Linux,
                 port: 7850,
                 root: base.join("install"),
                 config_root: base.join("config"),
@@ -107,7 +108,7 @@ impl Roots {
             make_dir(&base.join(name), 0o755);
         }
         Roots {
-            platform: "Linux".into(),
+            platform: Platform::Linux,
             port: 7850,
             root: base.join("install"),
             config_root: base.join("config"),
@@ -138,21 +139,21 @@ impl Roots {
         self.config_root().join("env")
     }
     pub fn unit_dir(&self) -> PathBuf {
-        if self.platform == "Darwin" {
+        if self.platform == Platform::Darwin {
             self.home().join("Library/LaunchAgents")
         } else {
             self.home().join(".config/systemd/user")
         }
     }
     pub fn service_path(&self) -> PathBuf {
-        if self.platform == "Darwin" {
+        if self.platform == Platform::Darwin {
             self.unit_dir().join("com.agentsdock.server.plist")
         } else {
             self.unit_dir().join("agents-server.service")
         }
     }
     pub fn gateway_path(&self) -> PathBuf {
-        if self.platform == "Darwin" {
+        if self.platform == Platform::Darwin {
             self.unit_dir().join("com.agentsdock.gateway.plist")
         } else {
             self.unit_dir().join("agents-server-gateway.service")
@@ -250,7 +251,7 @@ impl Roots {
             config_root: self.config_root(),
             state_root: self.state_root(),
             home: self.home(),
-            platform: self.platform.clone(),
+            platform: self.platform.into(),
             worker_release: self.release_dir(version),
             gateway_release: self.release_dir(version),
             bind: "127.0.0.1".into(),
@@ -296,7 +297,7 @@ impl Roots {
             "--home".into(),
             text(self.home()),
             "--platform".into(),
-            self.platform.clone(),
+            self.platform.as_str().into(),
             "--release-dir".into(),
             text(self.release_dir(version)),
             "--bind".into(),

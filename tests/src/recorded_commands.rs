@@ -4,6 +4,7 @@
 // field would repeat them.
 #![allow(missing_docs)]
 
+use agents_common::Platform;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fs;
@@ -111,14 +112,14 @@ impl CommandRunner for Recorded {
 
 /// A layout whose home is `home`; only the platform and home matter to
 /// NativeServices (the other fields are never read by it).
-pub fn layout(platform: &str, home: &Path) -> ExecutionLayout {
+pub fn layout(platform: Platform, home: &Path) -> ExecutionLayout {
     let base = home.parent().unwrap();
     ExecutionLayout {
         install_root: base.join("install"),
         config_root: base.join("config"),
         state_root: base.join("state"),
         home: home.to_path_buf(),
-        platform: platform.to_string(),
+        platform: platform.into(),
         worker_release: base.join("install/releases/1.0.0"),
         gateway_release: base.join("install/releases/1.0.0"),
         bind: "127.0.0.1".to_string(),
@@ -147,7 +148,7 @@ pub struct ServiceHome {
 impl ServiceHome {
     /// A `platform` (`Linux`, `Darwin`) layout whose service files of
     /// `roles` (`worker`, `gateway`) exist, 0600.
-    pub fn with_files(platform: &str, roles: &[&str]) -> ServiceHome {
+    pub fn with_files(platform: Platform, roles: &[&str]) -> ServiceHome {
         let temp = crate::TempDir::new("agents-service-home");
         let home = temp.join("home");
         crate::make_dir(&home, 0o755);

@@ -14,7 +14,7 @@ use crate::legacy_runner::{
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
     read_file, read_private_file, update_status_unlocked, ActivationManifest, Error,
-    ExecutionLayout, Result, Role, StatusLock, StatusPhase, WorkerControl,
+    ExecutionLayout, Platform, PlatformName, Result, Role, StatusLock, StatusPhase, WorkerControl,
     ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
 };
 use python_compat::{
@@ -244,7 +244,7 @@ fn admitted_update_id_with(
         return Ok(args.managed_update_id.clone());
     }
     let hex_id = python_str(&identifier).filter(|text| is_hex32(text));
-    if args.platform.as_deref() == Some("Darwin")
+    if args.platform.as_ref() == Some(&Platform::Darwin.into())
         && status.get("runner_pid").is_none()
         && hex_id.is_some()
     {
@@ -278,7 +278,7 @@ fn admitted_update_id_with(
 fn legacy_claim(args: &Args) -> LegacyRunnerClaim {
     let path = |value: &Path| PathBuf::from(pure_path_text(value));
     LegacyRunnerClaim {
-        platform: args.platform.clone(),
+        platform: args.platform.as_ref().and_then(PlatformName::supported),
         managed_update_id: args.managed_update_id.clone(),
         root: path(&args.root),
         state_root: path(args.state_root.as_deref().unwrap_or(Path::new(""))),

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use agents_common::PlatformName;
 use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind};
 
 /// The program name in usage and error lines.
@@ -183,8 +184,9 @@ pub struct Args {
     pub state_root: Option<PathBuf>,
     /// `--home`: the home directory holding the service definitions.
     pub home: Option<PathBuf>,
-    /// `--platform`: `Linux` or `Darwin`.
-    pub platform: Option<String>,
+    /// `--platform`: `Linux` or `Darwin`; other text is kept for the step
+    /// that refuses it (layout validation), as the original takes any string.
+    pub platform: Option<PlatformName>,
     /// `--release-dir`: the release that runs both services.
     pub release_dir: Option<PathBuf>,
     /// `--bind`: the public bind address.
@@ -225,7 +227,7 @@ impl Args {
             config_root: path("config-root"),
             state_root: path("state-root"),
             home: path("home"),
-            platform: text("platform"),
+            platform: parsed.text("platform").map(PlatformName::parse),
             release_dir: path("release-dir"),
             bind: text("bind"),
             port: parsed.int("port"),
@@ -245,6 +247,7 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agents_common::Platform;
     use python_compat::argparse::{try_parse_command_line, CommandLineExit};
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
@@ -340,7 +343,7 @@ mod tests {
         assert_eq!(separate.port, Some(8765));
         assert_eq!(separate.api_contract, 3);
         assert_eq!(separate.expected_native_pid, 42);
-        assert_eq!(separate.platform.as_deref(), Some("Linux"));
+        assert_eq!(separate.platform, Some(Platform::Linux.into()));
         assert_eq!(
             separate.release_dir,
             Some(PathBuf::from("/i/releases/1.0.0"))

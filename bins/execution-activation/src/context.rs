@@ -8,7 +8,7 @@ use std::process::Command;
 
 use agents_common::{
     execution_context, owned_directory, read_owned_config, ActivationManifest, Error,
-    ExecutionLayout, Result, Role,
+    ExecutionLayout, PlatformName, Result, Role,
 };
 use python_compat::{
     json::{Json, JsonObject},
@@ -40,7 +40,11 @@ pub(crate) fn command_layout(args: &Args) -> Result<ExecutionLayout> {
         config_root: path_arg(args.config_root.as_ref())?,
         state_root: path_arg(args.state_root.as_ref())?,
         home: path_arg(args.home.as_ref())?,
-        platform: args.platform.clone().unwrap_or_default(),
+        // Without `--platform` the layout's platform is no supported one.
+        platform: args
+            .platform
+            .clone()
+            .unwrap_or_else(|| PlatformName::parse("")),
         worker_release: release.clone(),
         gateway_release: release,
         bind: args.bind.clone().unwrap_or_default(),

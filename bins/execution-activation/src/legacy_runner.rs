@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::{CommandCapture, Error, Result, StatusPhase};
+use agents_common::{CommandCapture, Error, Platform, Result, StatusPhase};
 use python_compat::{
     decode_utf8, is_lower_hex,
     json::{Json, JsonObject},
@@ -89,8 +89,9 @@ pub trait LegacyRunnerProbe {
 /// The installer's command line as the proof reads it (the seed's `args`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LegacyRunnerClaim {
-    /// `--platform` (`None` when not given).
-    pub platform: Option<String>,
+    /// `--platform` when it names a supported platform (`None` when not
+    /// given or unsupported: the fallback applies to `Darwin` only).
+    pub platform: Option<Platform>,
     /// `--managed-update-id` (must be empty for this fallback).
     pub managed_update_id: String,
     /// `--root`.
@@ -141,7 +142,7 @@ pub fn verify_legacy_runner(
     probe: &dyn LegacyRunnerProbe,
 ) -> Result<String> {
     if !probe.host_is_darwin()
-        || claim.platform.as_deref() != Some("Darwin")
+        || claim.platform != Some(Platform::Darwin)
         || !claim.managed_update_id.is_empty()
         || status.get("runner_pid").is_some()
     {

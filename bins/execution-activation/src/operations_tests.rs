@@ -3,6 +3,7 @@
 //! answered with recorded launchd output (tests/fixtures/launchd), so each
 //! operation's exact command sequence on macOS is checked on Linux.
 
+use agents_common::Platform;
 use agents_common::{NativeServices, Role};
 use agents_tests::recorded_commands::{
     domain, expect, launchd_fixture, launchd_print_disabled, reply, Exchange, Recorded, ServiceHome,
@@ -79,7 +80,7 @@ struct Mac(ServiceHome);
 
 impl Mac {
     fn with_plists(roles: &[&str]) -> Mac {
-        Mac(ServiceHome::with_files("Darwin", roles))
+        Mac(ServiceHome::with_files(Platform::Darwin, roles))
     }
 
     fn bootstrap(&self, role: &str) -> Exchange {

@@ -26,8 +26,8 @@ use crate::replace_config::{journaled_staging_matches, replace_config};
 use agents_common::{
     config_path_matches_desired, config_staging_paths, ensure_directory, entry_present,
     layout_manifest, prepare_runtime, read_owned_config, read_private_file, render_service,
-    write_new_private, ActivationInvocation, ActivationManifest, Error, ExecutionLayout, Result,
-    Role, ACTIVATION_CONFIG_LIMIT,
+    write_new_private, ActivationInvocation, ActivationManifest, Error, ExecutionLayout, Platform,
+    Result, Role, ACTIVATION_CONFIG_LIMIT,
 };
 use python_compat::json::encode_indented;
 
@@ -54,7 +54,7 @@ pub fn publish(layout: &ExecutionLayout) -> Result<()> {
         ensure_directory(&python_compat::path::parent(&destination), false)?;
         let (source, _publication) =
             config_staging_paths(&destination, current.transaction_id(), kind);
-        let mode = if layout.platform == "Linux" && kind != "execution_layout" {
+        let mode = if layout.platform == Platform::Linux && kind != "execution_layout" {
             0o644
         } else {
             0o600

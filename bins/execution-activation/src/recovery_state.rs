@@ -7,7 +7,7 @@ use std::path::Path;
 
 use agents_common::{
     entry_present, normalize_path, owned_directory, recovery_service_path, validate_invocation,
-    ActivationInvocation, ActivationManifest, CommandRunner, RecoveryService, Result,
+    ActivationInvocation, ActivationManifest, CommandRunner, PlatformName, RecoveryService, Result,
     RECOVERY_DIRECTORY,
 };
 
@@ -48,17 +48,22 @@ pub(crate) fn recovery_state(
             return Ok("required");
         }
     }
-    let platform = args.platform.as_deref().unwrap_or_default();
+    // The registration's platform as given: any text but `Darwin` takes the
+    // systemd path, any but `Linux` the launchctl check, as in the original.
+    let platform = args
+        .platform
+        .clone()
+        .unwrap_or_else(|| PlatformName::parse(""));
     let home = args.home.as_deref().unwrap_or(Path::new(""));
     let path = normalize_path(&recovery_service_path(
         value.transaction_id(),
-        platform,
+        &platform,
         home,
     ))?;
     if entry_present(&path)? {
         return Ok("required");
     }
-    if platform == "Linux" {
+    if platform.uses_systemctl() {
         let wants = path
             .parent()
             .unwrap_or(Path::new("/"))
@@ -72,7 +77,7 @@ pub(crate) fn recovery_state(
             }
         }
     }
-    RecoveryService::new(value.transaction_id(), platform, commands).assert_absent(&path)?;
+    RecoveryService::new(value.transaction_id(), &platform, commands).assert_absent(&path)?;
     Ok("unarmed")
 }
 
@@ -85,7 +90,7 @@ mod tests {
 
     use std::time::Duration;
 
-    use agents_common::{recovery_service_path, ActivationManifest, CommandCapture};
+    use agents_common::{recovery_service_path, ActivationManifest, CommandCapture, Platform};
     use agents_tests::journal_writer::Install;
     use agents_tests::recorded_commands::{domain, expect, launchd_fixture, reply, Recorded};
     use agents_tests::{assert_error, write_file_making_parents};
@@ -98,7 +103,7 @@ mod tests {
     /// A split update begun on macOS, journaled in `prepared`.
     fn begun_on_macos(tag: &str) -> (Install, ActivationManifest) {
         let mut install = Install::new(tag);
-        install.roots.platform = "Darwin".into();
+        install.roots.platform = Platform::Darwin;
         install.begin_update();
         let (_journal, value) = ActivationManifest::read(&install.root(), false).unwrap();
         (install, value)
@@ -137,7 +142,8 @@ mod tests {
         let (install, value) = begun_on_macos("recovery-state-darwin");
         // A systemd enablement link of the same transaction means nothing
         // on macOS (it would make a Linux journal `required`).
-        let service = recovery_service_path(value.transaction_id(), "Linux", &install.home());
+        let service =
+            recovery_service_path(value.transaction_id(), Platform::Linux, &install.home());
         let wants = service
             .parent()
             .unwrap()
@@ -173,7 +179,8 @@ mod tests {
             "a native recovery job is loaded without its owned registration",
         );
         // Its plist registered: required, without asking launchd.
-        let plist = recovery_service_path(value.transaction_id(), "Darwin", &install.home());
+        let plist =
+            recovery_service_path(value.transaction_id(), Platform::Darwin, &install.home());
         assert_eq!(
             plist.parent().unwrap(),
             install.home().join("Library/LaunchAgents")

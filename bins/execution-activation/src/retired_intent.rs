@@ -12,8 +12,8 @@ use sha2::{Digest, Sha256};
 use agents_common::{
     check_binding, entry_present, evidence_digest, normalize_path, owned_directory,
     recovery_directory, recovery_evidence, recovery_service_path, Error, ExecutionLayout,
-    RecoveryService, Result, SystemCommandRunner, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
-    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, TRANSACTION_NAME,
+    PlatformName, RecoveryService, Result, SystemCommandRunner, ACTIVATION_JOURNAL_NAME,
+    INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, TRANSACTION_NAME,
 };
 use python_compat::{
     hex,
@@ -226,12 +226,12 @@ fn check_owner(
             "previous recovery intent lacks finalized rollback proof",
         ));
     }
-    let platform = own("platform").as_str().unwrap_or_default();
+    let platform = PlatformName::parse(own("platform").as_str().unwrap_or_default());
     let home = Path::new(own("home").as_str().unwrap_or_default());
-    let service = recovery_service_path(name, platform, home);
+    let service = recovery_service_path(name, &platform, home);
     let commands = SystemCommandRunner::default();
     if entry_present(&service)?
-        || RecoveryService::new(name, platform, &commands).running(&service)?
+        || RecoveryService::new(name, &platform, &commands).running(&service)?
     {
         return Err(Error::runtime(
             "previous recovery owner is still registered or running",

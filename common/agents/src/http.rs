@@ -16,6 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::platform::{Platform, PlatformName};
 use ownership::Endpoint;
 pub use ownership::LsofRunner;
 pub(crate) use ownership::SystemLsof;
@@ -42,7 +43,7 @@ const INVALID_RESPONSE: &str = "pinned HTTP response is invalid";
 /// the request's body and bounds.
 pub struct PinnedRequest<'a> {
     expected_pid: i64,
-    platform: &'a str,
+    platform: PlatformName,
     verify_owner: &'a mut dyn FnMut() -> Result<()>,
     body: Option<&'a Json>,
     timeout: f64,
@@ -52,17 +53,17 @@ pub struct PinnedRequest<'a> {
 
 impl<'a> PinnedRequest<'a> {
     /// A GET pinned to process `expected_pid` on `platform` (`Linux` or
-    /// `Darwin`), with Python's defaults: 5 s overall and a 1 MiB body limit.
+    /// `Darwin`; any other is refused when the request runs), with Python's defaults: 5 s overall and a 1 MiB body limit.
     /// `verify_owner` runs exactly once, after ownership is proven and before
     /// any byte is sent; its error aborts the request.
     pub fn new(
         expected_pid: i64,
-        platform: &'a str,
+        platform: impl Into<PlatformName>,
         verify_owner: &'a mut dyn FnMut() -> Result<()>,
     ) -> Self {
         PinnedRequest {
             expected_pid,
-            platform,
+            platform: platform.into(),
             verify_owner,
             body: None,
             timeout: 5.0,
@@ -119,9 +120,10 @@ pub fn request_json(url: &str, token: &str, request: PinnedRequest<'_>) -> Resul
         maximum_body,
         lsof,
     } = request;
-    if expected_pid <= 1 || !matches!(platform, "Linux" | "Darwin") {
-        return Err(Error::value("pinned HTTP process identity is invalid"));
-    }
+    let platform = match platform.supported() {
+        Some(platform) if expected_pid > 1 => platform,
+        _ => return Err(Error::value("pinned HTTP process identity is invalid")),
+    };
     let target = Target::parse(url)?;
     check_token(token)?;
     let bounded = timeout > 0.0 && timeout <= 60.0 && maximum_body > 0 && maximum_body <= 16 << 20;
@@ -148,7 +150,7 @@ pub fn request_json(url: &str, token: &str, request: PinnedRequest<'_>) -> Resul
             let remaining = remaining(deadline).ok_or_else(|| {
                 Error::runtime("pinned HTTP connection ownership could not be proven")
             })?;
-            let owned = if platform == "Linux" {
+            let owned = if platform == Platform::Linux {
                 ownership::linux_connection_owned(expected_pid, &server, &client)?
             } else {
                 ownership::darwin_connection_owned(expected_pid, &server, &client, remaining, lsof)?

@@ -28,6 +28,7 @@ use crate::fs::{
     owned_directory, read_file,
 };
 use crate::named::OrName;
+use crate::platform::PlatformName;
 use crate::role::Role;
 use python_compat::{
     decode_utf8,
@@ -87,8 +88,9 @@ pub struct ExecutionLayout {
     pub state_root: PathBuf,
     /// Home of the service user (unit or plist directory).
     pub home: PathBuf,
-    /// `Linux` (systemd user units) or `Darwin` (launchd agents).
-    pub platform: String,
+    /// `Linux` (systemd user units) or `Darwin` (launchd agents) once
+    /// validated; an unsupported text is kept as given until `validate`.
+    pub platform: PlatformName,
     /// Release the worker runs, pinned (`install_root/releases/<v>`).
     pub worker_release: PathBuf,
     /// Release the gateway runs through `current`.
@@ -142,7 +144,7 @@ impl ExecutionLayout {
             config_root,
             state_root,
             home,
-            platform: text("platform"),
+            platform: PlatformName::parse(&text("platform")),
             worker_release,
             gateway_release,
             bind: text("bind"),
@@ -194,7 +196,7 @@ impl ExecutionLayout {
     /// because only `validate` checks the platform.
     pub fn service_path(&self, role: impl OrName<Role>) -> Result<PathBuf> {
         let role = role.into_member()?;
-        Ok(if self.platform == "Darwin" {
+        Ok(if self.platform.uses_launchd_paths() {
             self.home
                 .join("Library/LaunchAgents")
                 .join(format!("{}.plist", role.label()))
@@ -224,9 +226,7 @@ impl ExecutionLayout {
                 }
             }
         }
-        if self.platform != "Darwin" && self.platform != "Linux" {
-            return Err(Error::value("unsupported execution service platform"));
-        }
+        self.platform.require()?;
         if self.public_port().is_none() {
             return Err(Error::value("public port must be between 1 and 65535"));
         }

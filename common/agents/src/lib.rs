@@ -80,6 +80,7 @@ mod http;
 mod install_lock;
 mod layout;
 mod named;
+mod platform;
 mod role;
 mod services;
 mod uninstall_marker;
@@ -137,6 +138,7 @@ pub use update_status::{
 
 // Native services.
 pub use named::{Named, OrName};
+pub use platform::{Platform, PlatformName};
 pub use role::Role;
 pub use services::{
     CommandCapture, CommandRunner, NativeServices, ServiceRunState, ServiceState, ServiceStates,

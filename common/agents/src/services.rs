@@ -29,6 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{check_text, read_file, snapshot};
 use crate::layout::ExecutionLayout;
 use crate::named::OrName;
+use crate::platform::Platform;
 use crate::role::Role;
 use python_compat::{
     json::{Json, JsonObject},
@@ -238,7 +239,7 @@ impl NativeServices {
     pub fn new(layout: &ExecutionLayout) -> Result<Self> {
         let host_is_darwin = cfg!(target_os = "macos");
         let supported_host = cfg!(any(target_os = "linux", target_os = "macos"));
-        if !supported_host || (layout.platform == "Darwin") != host_is_darwin {
+        if !supported_host || (layout.platform == Platform::Darwin) != host_is_darwin {
             return Err(Error::value(
                 "native execution platform does not match this host",
             ));
@@ -268,7 +269,7 @@ impl NativeServices {
 
     /// Any platform but `Linux` takes the launchd branch, as in the seed.
     fn is_linux(&self) -> bool {
-        self.layout.platform == "Linux"
+        self.layout.platform.uses_systemctl()
     }
 
     fn target(role: Role) -> String {

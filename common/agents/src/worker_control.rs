@@ -15,6 +15,7 @@ use crate::fs::{normalize_path, owned_directory, read_file, read_secret, MAX_CON
 use crate::http::url_split;
 use crate::http::{request_json, PinnedRequest};
 use crate::layout::{ExecutionLayout, PROTOCOL_VERSION};
+use crate::platform::PlatformName;
 use crate::role::Role;
 use crate::services::NativeServices;
 use python_compat::shlex;
@@ -406,7 +407,7 @@ impl<'a> WorkerControl<'a> {
         token: &str,
         body: Option<&Json>,
         pid: i128,
-        platform: &str,
+        platform: &PlatformName,
         verify_owner: &mut dyn FnMut() -> Result<()>,
     ) -> Result<JsonObject> {
         request_json(

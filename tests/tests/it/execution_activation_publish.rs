@@ -4,6 +4,7 @@
 //! resumes, and changed staging or rendering is refused.
 
 use crate::publish_support;
+use agents_common::Platform;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -100,7 +101,7 @@ fn publish_writes_the_golden_plists_of_a_launchd_layout_privately() {
         config_root: case.install.config_root(),
         state_root: case.install.state_root(),
         home: case.install.home(),
-        platform: "Darwin".into(),
+        platform: Platform::Darwin.into(),
         worker_release: release.clone(),
         gateway_release: release,
         bind: case.bind.clone(),

@@ -3,6 +3,7 @@
 //! (no owner directory, no registration, no enablement, no loaded job),
 //! `required` otherwise.
 
+use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::process::Output;
@@ -60,7 +61,7 @@ fn unarmed_only_with_the_strict_pre_takeover_proof() {
     fs::remove_dir(owners.join(&id)).unwrap();
 
     // So does its unit file, or its enablement link even without the file.
-    let unit = recovery_service_path(&id, "Linux", sandbox.home());
+    let unit = recovery_service_path(&id, Platform::Linux, sandbox.home());
     fs::create_dir_all(unit.parent().unwrap()).unwrap();
     write_file(&unit, b"[Service]\nExecStart=/bin/true\n", 0o644);
     assert_state(&recovery_state(&sandbox, &roots), "required");
@@ -96,7 +97,7 @@ fn a_loaded_job_without_its_registration_is_refused() {
         return;
     };
     let (roots, id) = prepared(&sandbox);
-    let unit = recovery_service_path(&id, "Linux", sandbox.home());
+    let unit = recovery_service_path(&id, Platform::Linux, sandbox.home());
     let name = unit.file_name().unwrap().to_str().unwrap().to_string();
     // A transient job of the same name: loaded, with no file at the path.
     let started = sandbox

@@ -4,6 +4,7 @@
 //! anything) the worker was asked.
 
 use crate::execution_manage_support;
+use agents_common::Platform;
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -341,7 +342,7 @@ fn a_layout_for_the_other_platform_is_refused_under_the_lock() {
     };
     let state = untouched(&site);
     let mut layout = site.layout(NEW, OLD);
-    layout.platform = "Darwin".to_string();
+    layout.platform = Platform::Darwin.into();
 
     site.apply(&layout, "worker")
         .assert_refused("ValueError: native execution platform does not match this host");
@@ -360,7 +361,7 @@ fn a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host() {
         return;
     };
     let mut layout = site.layout(NEW, NEW);
-    layout.platform = "Darwin".to_string();
+    layout.platform = Platform::Darwin.into();
     let absent = python_compat::json_object! { "state" => "absent", "enabled" => false };
     let prior = Json::Object(python_compat::json_object! {
         "worker" => absent.clone(), "gateway" => absent,

@@ -8,6 +8,7 @@
 //! Without root/unshare/systemd the tests say why they skip; under `CI=true`
 //! they fail instead.
 
+use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -34,7 +35,7 @@ fn layout(sandbox: &Sandbox) -> ExecutionLayout {
         config_root: base.join("config"),
         state_root: base.join("state"),
         home: sandbox.home().to_path_buf(),
-        platform: "Linux".to_string(),
+        platform: Platform::Linux.into(),
         worker_release: base.join("install/releases/1.0.0"),
         gateway_release: base.join("install/releases/1.0.0"),
         bind: "127.0.0.1".to_string(),

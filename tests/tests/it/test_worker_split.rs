@@ -2,6 +2,7 @@
 //! started by a real systemd user manager from the rendered units, reached
 //! over real loopback HTTP through the shared crate's PID-pinned client.
 
+use agents_common::Platform;
 use std::fs;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -56,7 +57,7 @@ fn pinned(
     request_json(
         url,
         token,
-        PinnedRequest::new(i64::from(pid), "Linux", &mut verify).body(body),
+        PinnedRequest::new(i64::from(pid), Platform::Linux, &mut verify).body(body),
     )
 }
 
@@ -127,7 +128,7 @@ fn systemd_started_services_answer_pinned_health_as_their_main_pids() {
     let foreign = request_json(
         &format!("{}/api/health", origin(&split)),
         AGENT_TOKEN,
-        PinnedRequest::new(i64::from(gateway.main_pid), "Linux", &mut verify).timeout(0.5),
+        PinnedRequest::new(i64::from(gateway.main_pid), Platform::Linux, &mut verify).timeout(0.5),
     );
     assert_eq!(
         foreign.unwrap_err().message(),

@@ -81,7 +81,7 @@ fn begin_activation(
     execution: bool,
 ) -> (PathBuf, Option<String>) {
     let roots = Roots {
-        platform: layout.platform.clone(),
+        platform: layout.platform.supported().unwrap(),
         port: layout.public_port().unwrap(),
         root: installation.install_root.clone(),
         config_root: installation.config_root.clone(),

@@ -4,6 +4,7 @@
 //! helper's own `--root ...` options).
 
 use crate::uninstall_support;
+use agents_common::Platform;
 
 use std::ffi::OsString;
 use std::fs;
@@ -21,17 +22,17 @@ struct SplitFiles {
 
 impl SplitFiles {
     fn new() -> SplitFiles {
-        SplitFiles::on("Linux")
+        SplitFiles::on(Platform::Linux)
     }
 
     /// The installation as `platform` has it (launchd plists under
     /// `~/Library/LaunchAgents` on Darwin).
-    fn on(platform: &str) -> SplitFiles {
+    fn on(platform: Platform) -> SplitFiles {
         let installation = Installation::in_temp();
         let worker = installation.add_release("1.0.0");
         let gateway = installation.add_release("1.1.0");
         let mut layout = installation.layout(&worker, &gateway, free_port());
-        layout.platform = platform.to_string();
+        layout.platform = platform.into();
         installation.install_split(&layout);
         for root in [&installation.install_root, &installation.config_root] {
             fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
@@ -223,7 +224,7 @@ fn a_launchd_layout_is_refused_on_this_host_before_any_change() {
     // execution_uninstall constructs NativeServices(layout) under the lock,
     // after provenance and the recovery owners; on a Linux host a layout
     // installed for macOS is refused there, in both forms.
-    let files = SplitFiles::on("Darwin");
+    let files = SplitFiles::on(Platform::Darwin);
     let plists = files.installation.home.join("Library/LaunchAgents");
     for name in [
         "com.agentsdock.server.plist",

@@ -4,6 +4,7 @@
 //! after services changed, and retried runs after SIGKILL.
 
 use crate::uninstall_support;
+use agents_common::Platform;
 
 use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::Role;
@@ -961,12 +962,12 @@ fn sha256_hex(data: &[u8]) -> String {
 /// pinning the root, payload digests and interpreter, and a terminal proof.
 /// Returns the owner directory.
 fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
-    arm_recovery_owner_on(case, name, "Linux")
+    arm_recovery_owner_on(case, name, Platform::Linux)
 }
 
 /// [`arm_recovery_owner`] for an owner whose native job is `platform`'s
 /// (a systemd unit on Linux, a launchd plist on Darwin).
-fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::path::PathBuf {
+fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: Platform) -> std::path::PathBuf {
     use agents_common::{directory_binding, RECOVERY_PAYLOAD};
     use python_compat::{
         json::{encode_indented, Json},
@@ -992,7 +993,7 @@ fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::p
         "root_binding" => directory_binding(&i.install_root).unwrap(),
         "transaction_id" => name, "version" => "1.1.0", "api_contract" => 1,
         "source_binding" => Json::Null, "source_inventory" => python_compat::json::JsonObject::new(),
-        "home" => text(&i.home), "platform" => platform,
+        "home" => text(&i.home), "platform" => platform.as_str(),
         "config_root" => text(&i.config_root), "state_root" => text(&i.state_root),
         "bind" => "127.0.0.1", "port" => 7850, "expected_server_identity" => "",
         "managed_update_id" => "", "interpreter" => text(&interpreter),
@@ -1041,10 +1042,11 @@ fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
         .join(agents_common::RECOVERY_DIRECTORY)
         .join(name);
     let owner = agents_common::recovery_evidence(&directory.join("owner.json")).unwrap();
-    let platform = owner.get("platform").and_then(|p| p.as_str()).unwrap();
+    let platform =
+        Platform::parse(owner.get("platform").and_then(|p| p.as_str()).unwrap()).unwrap();
     let unit = agents_common::recovery_service_path(name, platform, &case.installation.home);
     let rendered = agents_common::render_recovery_service(&directory, &owner).unwrap();
-    let argument = if platform == "Darwin" {
+    let argument = if platform == Platform::Darwin {
         format!("<string>{name}</string>")
     } else {
         format!("\"--transaction-id\" \"{name}\"\n")
@@ -1075,7 +1077,8 @@ fn an_unretired_recovery_owner_keeps_everything() {
     };
     let directory = arm_recovery_owner(&case, OWNER);
     // Armed, not yet registered: the seed's read of the registration fails.
-    let unit = agents_common::recovery_service_path(OWNER, "Linux", &case.installation.home);
+    let unit =
+        agents_common::recovery_service_path(OWNER, Platform::Linux, &case.installation.home);
     assert_kept(
         &case,
         &format!("[Errno 2] No such file or directory: '{}'", unit.display()),
@@ -1120,8 +1123,9 @@ fn a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl() {
     else {
         return;
     };
-    let directory = arm_recovery_owner_on(&case, OWNER, "Darwin");
-    let plist = agents_common::recovery_service_path(OWNER, "Darwin", &case.installation.home);
+    let directory = arm_recovery_owner_on(&case, OWNER, Platform::Darwin);
+    let plist =
+        agents_common::recovery_service_path(OWNER, Platform::Darwin, &case.installation.home);
     assert_eq!(
         plist.strip_prefix(&case.installation.home).unwrap(),
         std::path::Path::new(

@@ -4,6 +4,7 @@
 //! handoff and the installation stay exactly as they were.
 
 use crate::update_handoff_support;
+use agents_common::Platform;
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -304,7 +305,7 @@ fn a_layout_installed_for_macos_is_refused_before_any_request() {
     let manifest = case.layout.manifest_path();
     let original = fs::read(&manifest).unwrap();
     let mut darwin = case.layout.clone();
-    darwin.platform = "Darwin".to_string();
+    darwin.platform = Platform::Darwin.into();
     let rendered = agents_common::layout_manifest(&darwin).unwrap();
     assert_eq!(
         rendered

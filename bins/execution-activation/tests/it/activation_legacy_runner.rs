@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agents_common::{CommandCapture, Result};
+use agents_common::{CommandCapture, Platform, Result};
 use execution_activation::legacy_runner::{
     verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
     PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
@@ -379,7 +379,7 @@ impl Scenario {
             "server_instance_id" => "b1946ac92492d2347c6235b4d2611184",
         };
         let claim = LegacyRunnerClaim {
-            platform: Some("Darwin".into()),
+            platform: Some(Platform::Darwin),
             managed_update_id: String::new(),
             root: root.clone(),
             state_root: state.clone(),
@@ -579,11 +579,11 @@ fn the_fallback_applies_only_to_a_runner_less_darwin_update() {
     scenario.probe.darwin = false;
     scenario.refused("legacy ancestry fallback does not apply");
     scenario.probe.darwin = true;
-    for platform in [Some("Linux"), None] {
-        scenario.claim.platform = platform.map(str::to_string);
+    for platform in [Some(Platform::Linux), None] {
+        scenario.claim.platform = platform;
         scenario.refused("legacy ancestry fallback does not apply");
     }
-    scenario.claim.platform = Some("Darwin".into());
+    scenario.claim.platform = Some(Platform::Darwin);
     scenario.claim.managed_update_id = UPDATE.into();
     scenario.refused("legacy ancestry fallback does not apply");
     scenario.claim.managed_update_id.clear();

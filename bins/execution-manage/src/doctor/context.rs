@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use agents_common::{
     entry_present, inspect_lock, installed_layout, normalize_path, owned_directory,
-    read_status_unlocked, Error, ExecutionLayout, LockInspection, NativeServices, ServiceStates,
-    WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
+    read_status_unlocked, Error, ExecutionLayout, LockInspection, NativeServices, Platform,
+    ServiceStates, WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
 };
 use python_compat::{
     json::{Json, JsonObject},
@@ -386,16 +386,16 @@ fn native_layout(
     }
     let home = home?;
     let platform = if cfg!(target_os = "macos") {
-        "Darwin"
+        Platform::Darwin
     } else {
-        "Linux"
+        Platform::Linux
     };
     Some(ExecutionLayout {
         install_root: root.to_path_buf(),
         config_root: root.to_path_buf(),
         state_root: root.to_path_buf(),
         home: home.to_path_buf(),
-        platform: platform.to_string(),
+        platform: platform.into(),
         worker_release: root.join("current"),
         gateway_release: root.join("current"),
         bind: "127.0.0.1".to_string(),

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use agents_common::{
     check_binding, entry_present, evidence_digest, normalize_path, owned_directory, read_file,
     recovery_directory, recovery_evidence, recovery_service_path, render_recovery_service, Error,
-    ExecutionLayout, RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY,
-    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+    ExecutionLayout, PlatformName, RecoveryService, Result, SystemCommandRunner,
+    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
@@ -238,10 +238,10 @@ pub(super) fn require_retired_owners(root: &Path) -> Result<()> {
             ));
         }
         let (_directory, owner) = recovery_owner(root, &name)?;
-        let platform = owner_text(&owner, "platform");
-        let path = recovery_service_path(&name, platform, Path::new(owner_text(&owner, "home")));
+        let platform = PlatformName::parse(owner_text(&owner, "platform"));
+        let path = recovery_service_path(&name, &platform, Path::new(owner_text(&owner, "home")));
         if entry_present(&path)?
-            || RecoveryService::new(&name, platform, &commands).running(&path)?
+            || RecoveryService::new(&name, &platform, &commands).running(&path)?
         {
             return Err(Error::runtime(
                 "a durable activation recovery job is still registered or running",
@@ -289,7 +289,7 @@ fn owner_retired(root: &Path, name: &str) -> Result<bool> {
         // anything else is a job this owner cannot vouch for.
         let service = recovery_service_path(
             name,
-            owner_text(&owner, "platform"),
+            PlatformName::parse(owner_text(&owner, "platform")),
             Path::new(owner_text(&owner, "home")),
         );
         let (registered, _mode) = read_file(&service, false)?;
@@ -328,7 +328,9 @@ fn recovery_owner(root: &Path, name: &str) -> Result<(PathBuf, JsonObject)> {
         && field("format") == &Json::Int(1)
         && field("root") == &Json::from(pure_path_text(root))
         && field("transaction_id") == &Json::from(name)
-        && matches!(field("platform").as_str(), Some("Darwin" | "Linux"))
+        && field("platform")
+            .as_str()
+            .is_some_and(|text| PlatformName::parse(text).supported().is_some())
         && int_at_least("port", 1, 65535)
         && int_at_least("api_contract", 1, i128::MAX)
         && matches!(field("fresh"), Json::Bool(_))

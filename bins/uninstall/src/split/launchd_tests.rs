@@ -8,7 +8,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use agents_common::{layout_manifest, ExecutionLayout, NativeServices, UNINSTALL_INTENT_NAME};
+use agents_common::{
+    layout_manifest, ExecutionLayout, NativeServices, Platform, UNINSTALL_INTENT_NAME,
+};
 use agents_tests::recorded_commands::{
     domain, expect, launchd_fixture, launchd_print_disabled, reply, Exchange, Recorded,
 };
@@ -31,7 +33,7 @@ fn sealed_macos_uninstall() -> (Installation, ExecutionLayout) {
     let worker = installation.add_release("1.0.0");
     let gateway = installation.add_release("1.1.0");
     let mut layout = installation.layout(&worker, &gateway, free_port());
-    layout.platform = "Darwin".to_string();
+    layout.platform = Platform::Darwin.into();
     installation.install_split(&layout);
     for root in [&installation.install_root, &installation.config_root] {
         agents_tests::set_mode(root, 0o700);

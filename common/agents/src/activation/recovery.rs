@@ -16,6 +16,7 @@ use super::io::{read_guarded, ReadPolicy, ACTIVATION_CONFIG_LIMIT};
 use crate::activation::volume::directory_binding;
 use crate::error::{Error, Result};
 use crate::fs::{normalize_path, owned_directory, read_file};
+use crate::platform::PlatformName;
 use crate::services::CommandCapture;
 use crate::services::CommandRunner;
 use python_compat::{
@@ -79,11 +80,11 @@ pub const INTENT_KEYS: [&str; 8] = [
 ];
 
 /// `_label(value)`: the native job label of a transaction's owner.
-pub(crate) fn recovery_label(transaction_id: &str, platform: &str) -> String {
+pub(crate) fn recovery_label(transaction_id: &str, platform: &PlatformName) -> String {
     let suffix = transaction_id
         .strip_prefix("activation-")
         .unwrap_or(transaction_id);
-    if platform == "Darwin" {
+    if platform.uses_launchd_paths() {
         format!("com.agentsdock.recovery.{suffix}")
     } else {
         format!("agents-server-recovery-{suffix}")
@@ -91,9 +92,14 @@ pub(crate) fn recovery_label(transaction_id: &str, platform: &str) -> String {
 }
 
 /// `_service_path(value)`: where the owner's unit or plist is registered.
-pub fn recovery_service_path(transaction_id: &str, platform: &str, home: &Path) -> PathBuf {
-    let label = recovery_label(transaction_id, platform);
-    if platform == "Darwin" {
+pub fn recovery_service_path(
+    transaction_id: &str,
+    platform: impl Into<PlatformName>,
+    home: &Path,
+) -> PathBuf {
+    let platform = platform.into();
+    let label = recovery_label(transaction_id, &platform);
+    if platform.uses_launchd_paths() {
         home.join("Library/LaunchAgents")
             .join(format!("{label}.plist"))
     } else {
@@ -120,7 +126,8 @@ pub fn render_recovery_service(directory: &Path, owner: &JsonObject) -> Result<V
             )),
         }
     };
-    let (transaction, platform) = (field("transaction_id")?, field("platform")?);
+    let transaction = field("transaction_id")?;
+    let platform = PlatformName::parse(&field("platform")?);
     let directory_text = crate::layout::path_text(directory);
     let command = [
         field("interpreter")?,
@@ -133,7 +140,7 @@ pub fn render_recovery_service(directory: &Path, owner: &JsonObject) -> Result<V
         transaction.clone(),
     ];
     let search_path = format!("{}{RECOVERY_PATH_TAIL}", field("home")?);
-    if platform == "Darwin" {
+    if platform.uses_launchd_paths() {
         use crate::layout::PlistValue;
         let log = |name: &str| PlistValue::String(format!("{directory_text}/{name}"));
         return Ok(crate::layout::plist_document(
@@ -274,16 +281,20 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 /// `RecoveryService(registration)`: the native view of one owner's job.
 pub struct RecoveryService<'a> {
     transaction_id: String,
-    platform: String,
+    platform: PlatformName,
     commands: &'a dyn CommandRunner,
 }
 
 impl<'a> RecoveryService<'a> {
     /// The job of `transaction_id` on `platform`, queried through `commands`.
-    pub fn new(transaction_id: &str, platform: &str, commands: &'a dyn CommandRunner) -> Self {
+    pub fn new(
+        transaction_id: &str,
+        platform: impl Into<PlatformName>,
+        commands: &'a dyn CommandRunner,
+    ) -> Self {
         RecoveryService {
             transaction_id: transaction_id.to_string(),
-            platform: platform.to_string(),
+            platform: platform.into(),
             commands,
         }
     }
@@ -304,7 +315,7 @@ impl<'a> RecoveryService<'a> {
     pub fn assert_absent(&self, path: &Path) -> Result<()> {
         let loaded =
             || Error::runtime("a native recovery job is loaded without its owned registration");
-        if self.platform == "Linux" {
+        if self.platform.uses_systemctl() {
             let result = self.run(&systemctl_show(path, "LoadState,ActiveState,MainPID"))?;
             let values = show_values(&result.stdout)?;
             let expected = [
@@ -335,7 +346,7 @@ impl<'a> RecoveryService<'a> {
     /// `running(path)`: whether the owner's native process may still run.
     pub fn running(&self, path: &Path) -> Result<bool> {
         let unknown = || Error::runtime("cannot inspect native recovery process ownership");
-        if self.platform == "Linux" {
+        if self.platform.uses_systemctl() {
             let result = self.run(&systemctl_show(path, "ActiveState,MainPID"))?;
             let values = show_values(&result.stdout)?;
             let get = |key: &str| {
@@ -453,6 +464,7 @@ fn is_bytes_space(byte: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::platform::Platform;
     use std::cell::RefCell;
 
     /// Replays one recorded reply and remembers the argv.
@@ -484,28 +496,33 @@ mod tests {
     #[test]
     fn labels_and_paths_follow_the_platform() {
         assert_eq!(
-            recovery_service_path(TID, "Linux", Path::new("/h")),
+            recovery_service_path(TID, Platform::Linux, Path::new("/h")),
             Path::new(
                 "/h/.config/systemd/user/agents-server-recovery-0123456789abcdef01234567.service"
             )
         );
         assert_eq!(
-            recovery_service_path(TID, "Darwin", Path::new("/h")),
+            recovery_service_path(TID, Platform::Darwin, Path::new("/h")),
             Path::new(
                 "/h/Library/LaunchAgents/com.agentsdock.recovery.0123456789abcdef01234567.plist"
             )
+        );
+        // Any other text takes the systemd form, as in the original.
+        assert_eq!(
+            recovery_service_path(TID, PlatformName::parse("darwin"), Path::new("/h")),
+            recovery_service_path(TID, Platform::Linux, Path::new("/h"))
         );
     }
 
     #[test]
     fn systemd_absence_needs_the_exact_not_found_triple() {
-        let path = recovery_service_path(TID, "Linux", Path::new("/h"));
+        let path = recovery_service_path(TID, Platform::Linux, Path::new("/h"));
         let absent = recorded(
             0,
             "LoadState=not-found\nActiveState=inactive\nMainPID=0\n",
             "",
         );
-        RecoveryService::new(TID, "Linux", &absent)
+        RecoveryService::new(TID, Platform::Linux, &absent)
             .assert_absent(&path)
             .unwrap();
         assert_eq!(
@@ -525,7 +542,7 @@ mod tests {
             "",
         ] {
             let reply = recorded(1, stdout, "");
-            let error = RecoveryService::new(TID, "Linux", &reply)
+            let error = RecoveryService::new(TID, Platform::Linux, &reply)
                 .assert_absent(&path)
                 .unwrap_err();
             assert_eq!(
@@ -537,23 +554,23 @@ mod tests {
 
     #[test]
     fn launchd_absence_needs_a_failed_print_that_found_nothing() {
-        let path = recovery_service_path(TID, "Darwin", Path::new("/h"));
+        let path = recovery_service_path(TID, Platform::Darwin, Path::new("/h"));
         let missing = recorded(
             113,
             "",
             "Bad request.\nCould not find service \"x\" in domain for user gui: 501\n",
         );
-        RecoveryService::new(TID, "Darwin", &missing)
+        RecoveryService::new(TID, Platform::Darwin, &missing)
             .assert_absent(&path)
             .unwrap();
-        assert!(!RecoveryService::new(TID, "Darwin", &missing)
+        assert!(!RecoveryService::new(TID, Platform::Darwin, &missing)
             .running(&path)
             .unwrap());
         let loaded = recorded(0, "gui/501/x = {\n\tstate = running\n\tpid = 4242\n}\n", "");
-        assert!(RecoveryService::new(TID, "Darwin", &loaded)
+        assert!(RecoveryService::new(TID, Platform::Darwin, &loaded)
             .assert_absent(&path)
             .is_err());
-        assert!(RecoveryService::new(TID, "Darwin", &loaded)
+        assert!(RecoveryService::new(TID, Platform::Darwin, &loaded)
             .running(&path)
             .unwrap());
         let idle = recorded(
@@ -561,12 +578,12 @@ mod tests {
             "gui/501/x = {\n\tstate = not running\n\tpid = 0\n}\n",
             "",
         );
-        assert!(!RecoveryService::new(TID, "Darwin", &idle)
+        assert!(!RecoveryService::new(TID, Platform::Darwin, &idle)
             .running(&path)
             .unwrap());
         let broken = recorded(5, "", "Operation not permitted\n");
         assert_eq!(
-            RecoveryService::new(TID, "Darwin", &broken)
+            RecoveryService::new(TID, Platform::Darwin, &broken)
                 .running(&path)
                 .unwrap_err()
                 .message(),
@@ -599,7 +616,7 @@ mod tests {
 
     #[test]
     fn systemd_running_reads_main_pid_and_state() {
-        let path = recovery_service_path(TID, "Linux", Path::new("/h"));
+        let path = recovery_service_path(TID, Platform::Linux, Path::new("/h"));
         for (stdout, running) in [
             ("ActiveState=inactive\nMainPID=0\n", false),
             ("ActiveState=failed\nMainPID=0\n", false),
@@ -608,7 +625,7 @@ mod tests {
         ] {
             let reply = recorded(0, stdout, "");
             assert_eq!(
-                RecoveryService::new(TID, "Linux", &reply)
+                RecoveryService::new(TID, Platform::Linux, &reply)
                     .running(&path)
                     .unwrap(),
                 running,
@@ -622,7 +639,7 @@ mod tests {
         ] {
             let reply = recorded(0, stdout, "");
             assert!(
-                RecoveryService::new(TID, "Linux", &reply)
+                RecoveryService::new(TID, Platform::Linux, &reply)
                     .running(&path)
                     .is_err(),
                 "{stdout}"

@@ -53,7 +53,7 @@ pub fn render_service(layout: &ExecutionLayout, role: impl OrName<Role>) -> Resu
         .map(|(key, value)| (key.to_string(), value.to_string()))
         .collect();
     environment.extend(authoritative.clone());
-    if layout.platform == "Darwin" {
+    if layout.platform.uses_launchd_paths() {
         Ok(launchd_plist(layout, role, &runtime, environment))
     } else {
         systemd_unit(layout, role, &runtime, &environment, &authoritative)

@@ -3,6 +3,7 @@
 //! child process), `verify_owner` ordering, the macOS `lsof` proof through an
 //! injected runner, and timeouts.
 
+use agents_common::Platform;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -38,7 +39,7 @@ fn get_sends_exact_bytes_after_proof_and_returns_the_object() {
     let result = request_json(
         &server.url("/api/admin/execution/status?x=1&y=%20"),
         "tok-EN_123",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify),
     )
     .unwrap();
     assert_eq!(
@@ -72,7 +73,7 @@ fn post_sends_compact_insertion_ordered_json_with_length() {
     let result = request_json(
         &format!("HTTP://127.0.0.1:{port}/api/admin/execution/maintenance"),
         "t",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).body(Some(&body)),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify).body(Some(&body)),
     )
     .unwrap();
     assert_eq!(result, object(&[("lease", Json::Null)]));
@@ -98,7 +99,7 @@ fn an_empty_object_body_is_still_a_post_and_an_empty_path_is_slash() {
     request_json(
         &format!("http://127.0.0.1:{port}"),
         "t",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).body(Some(&empty)),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify).body(Some(&empty)),
     )
     .unwrap();
     let received = String::from_utf8(server.finish().received).unwrap();
@@ -117,7 +118,7 @@ fn ipv6_loopback_is_bracketed_in_host_and_owned() {
     let result = request_json(
         &format!("http://[::1]:{port}/api/health"),
         "t",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify),
     )
     .unwrap();
     assert_eq!(result.get("v6"), Some(&Json::Int(1)));
@@ -142,7 +143,7 @@ fn verify_owner_runs_once_on_the_proven_connection() {
     request_json(
         &server.url("/"),
         "t",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify),
     )
     .unwrap();
     assert_eq!(calls.get(), 1);
@@ -162,7 +163,7 @@ fn verify_owner_failure_propagates_and_nothing_is_sent() {
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify),
     )
     .unwrap_err();
     assert_eq!(
@@ -183,7 +184,7 @@ fn verify_owner_outliving_the_deadline_sends_nothing() {
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(1.0),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify).timeout(1.0),
     )
     .unwrap_err();
     assert_eq!(
@@ -202,7 +203,7 @@ fn a_port_owned_by_another_process_gets_no_byte() {
     let err = request_json(
         &child.url("/api/health"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(0.5),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify).timeout(0.5),
     )
     .unwrap_err();
     assert_eq!(
@@ -223,7 +224,7 @@ fn the_child_processes_own_pid_is_proven_across_processes() {
     let result = request_json(
         &child.url("/api/health"),
         "secret",
-        PinnedRequest::new(child.pid(), "Linux", &mut verify),
+        PinnedRequest::new(child.pid(), Platform::Linux, &mut verify),
     )
     .unwrap();
     assert_eq!(result.get("child"), Some(&Json::Int(1)));
@@ -241,7 +242,7 @@ fn a_pid_that_does_not_hold_the_socket_proves_nothing() {
         let err = request_json(
             &server.url("/"),
             "secret",
-            PinnedRequest::new(pid, "Linux", &mut verify).timeout(0.1),
+            PinnedRequest::new(pid, Platform::Linux, &mut verify).timeout(0.1),
         )
         .unwrap_err();
         assert_eq!(
@@ -297,7 +298,7 @@ fn darwin_proof_uses_lsof_output_for_the_exact_connection() {
     let result = request_json(
         &server.url("/api/health"),
         "secret",
-        PinnedRequest::new(4242, "Darwin", &mut verify).lsof_runner(&lsof),
+        PinnedRequest::new(4242, Platform::Darwin, &mut verify).lsof_runner(&lsof),
     )
     .unwrap();
     assert_eq!(result.get("mac"), Some(&Json::Bool(true)));
@@ -329,7 +330,7 @@ fn darwin_proof_refuses_swapped_ends_and_retries_until_the_deadline() {
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(4242, "Darwin", &mut verify)
+        PinnedRequest::new(4242, Platform::Darwin, &mut verify)
             .timeout(0.3)
             .lsof_runner(&lsof),
     )
@@ -355,7 +356,7 @@ fn darwin_non_ascii_lsof_output_is_a_value_error_and_sends_nothing() {
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(4242, "Darwin", &mut verify).lsof_runner(&lsof),
+        PinnedRequest::new(4242, Platform::Darwin, &mut verify).lsof_runner(&lsof),
     )
     .unwrap_err();
     assert_eq!(err.class(), ErrorClass::UnicodeDecode);
@@ -375,7 +376,7 @@ fn a_silent_server_times_out_as_timeout_error() {
     let err = request_json(
         &server.url("/"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify).timeout(1.0),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify).timeout(1.0),
     )
     .unwrap_err();
     assert_eq!(err.python_line(), "TimeoutError: timed out");
@@ -395,7 +396,7 @@ fn a_closed_port_is_a_raw_connection_error() {
     let err = request_json(
         &format!("http://127.0.0.1:{port}/"),
         "secret",
-        PinnedRequest::new(own_pid(), "Linux", &mut verify),
+        PinnedRequest::new(own_pid(), Platform::Linux, &mut verify),
     )
     .unwrap_err();
     // Python raises ConnectionRefusedError, an OSError with this text.

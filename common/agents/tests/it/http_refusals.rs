@@ -3,6 +3,7 @@
 //! quirks that are accepted. Expected messages and verdicts were produced by
 //! running upstream's checks under Python 3.11.7.
 
+use agents_common::{Platform, PlatformName};
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ struct Call<'a> {
     url: String,
     token: &'a str,
     pid: i64,
-    platform: &'a str,
+    platform: PlatformName,
     timeout: f64,
     maximum_body: i64,
     body: Option<Json>,
@@ -55,7 +56,7 @@ impl<'a> Call<'a> {
             url: url.into(),
             token: "t",
             pid: i64::from(std::process::id()),
-            platform: "Linux",
+            platform: Platform::Linux.into(),
             timeout: 5.0,
             maximum_body: 1024 * 1024,
             body: None,
@@ -67,7 +68,7 @@ impl<'a> Call<'a> {
         request_json(
             &self.url,
             self.token,
-            PinnedRequest::new(self.pid, self.platform, &mut verify)
+            PinnedRequest::new(self.pid, &self.platform, &mut verify)
                 .body(self.body.as_ref())
                 .timeout(self.timeout)
                 .maximum_body(self.maximum_body),
@@ -106,7 +107,7 @@ fn argument_refusals_are_value_errors_before_any_io() {
     }
     for platform in ["linux", "Windows", ""] {
         Call {
-            platform,
+            platform: PlatformName::parse(platform),
             ..Call::new(&url)
         }
         .refused_with(identity);
@@ -257,7 +258,7 @@ fn respond(raw: impl Into<Vec<u8>>, maximum_body: i64) -> agents_common::Result<
     let result = request_json(
         &call.url,
         "t",
-        PinnedRequest::new(call.pid, "Linux", &mut verify).maximum_body(maximum_body),
+        PinnedRequest::new(call.pid, Platform::Linux, &mut verify).maximum_body(maximum_body),
     );
     server.finish();
     result
@@ -555,7 +556,8 @@ fn a_slow_body_past_the_deadline_is_refused() {
     let err = request_json(
         &format!("http://127.0.0.1:{port}/"),
         "t",
-        PinnedRequest::new(i64::from(std::process::id()), "Linux", &mut verify).timeout(1.0),
+        PinnedRequest::new(i64::from(std::process::id()), Platform::Linux, &mut verify)
+            .timeout(1.0),
     )
     .unwrap_err();
     assert_eq!(err.python_line(), "TimeoutError: timed out");

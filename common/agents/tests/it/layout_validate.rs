@@ -5,7 +5,7 @@
 use std::fs;
 use std::os::unix::fs::chown;
 
-use agents_common::{layout_manifest, render_service, ExecutionLayout};
+use agents_common::{layout_manifest, render_service, ExecutionLayout, PlatformName};
 use agents_tests::{assert_error, link, make_dir, set_mode, with, write_file, InstallBase};
 use python_compat::{
     json::{Json, JsonObject},
@@ -578,7 +578,7 @@ fn unvalidated_layouts_keep_raw_values_and_any_platform_gets_systemd_paths() {
         config_root: base.join("config"),
         state_root: base.join("state"),
         home: base.join("home"),
-        platform: "Windows".to_string(),
+        platform: PlatformName::parse("Windows"),
         worker_release: base.join("install/releases/1.0.0"),
         gateway_release: base.join("install/releases/1.0.0"),
         bind: "127.0.0.1".to_string(),
@@ -590,6 +590,11 @@ fn unvalidated_layouts_keep_raw_values_and_any_platform_gets_systemd_paths() {
         base.join("home/.config/systemd/user/agents-server-gateway.service")
     );
     assert_eq!(layout.to_dict().get("port"), Some(&Json::from(true)));
+    // The unsupported text is written back as given.
+    assert_eq!(
+        layout.to_dict().get("platform"),
+        Some(&Json::from("Windows"))
+    );
     assert_eq!(layout.public_port(), None);
     assert_error(layout.validate(), ErrorClass::Value, PLATFORM);
 }

@@ -5,6 +5,7 @@
 //! observation branch, every command with its arguments and timeout, every
 //! refusal, and the rule that output is never echoed.
 
+use agents_common::Platform;
 use std::time::{Duration, Instant};
 
 use agents_common::{Error, RecoveryService, ServiceRunState, ServiceState};
@@ -78,7 +79,7 @@ fn not_found(label: &str) -> Exchange {
 
 /// A Darwin layout whose LaunchAgents directory exists, with plists for `roles`.
 fn host(roles: &[&str]) -> ServiceHome {
-    ServiceHome::with_files("Darwin", roles)
+    ServiceHome::with_files(Platform::Darwin, roles)
 }
 
 #[test]
@@ -587,7 +588,8 @@ fn recovery_print(reply_value: agents_common::Result<agents_common::CommandCaptu
 #[test]
 fn a_recovery_job_is_absent_only_when_launchd_cannot_find_it() {
     let temp = TempDir::new("agents-fs-test");
-    let plist = agents_common::recovery_service_path(TRANSACTION, "Darwin", &temp.join("home"));
+    let plist =
+        agents_common::recovery_service_path(TRANSACTION, Platform::Darwin, &temp.join("home"));
     assert_eq!(
         plist,
         temp.join("home/Library/LaunchAgents")
@@ -598,7 +600,7 @@ fn a_recovery_job_is_absent_only_when_launchd_cannot_find_it() {
         "",
         &not_found_stderr(RECOVERY_LABEL),
     ))]);
-    RecoveryService::new(TRANSACTION, "Darwin", &absent)
+    RecoveryService::new(TRANSACTION, Platform::Darwin, &absent)
         .assert_absent(&plist)
         .unwrap();
     assert_eq!(absent.calls()[0].1, Duration::from_secs(20));
@@ -610,7 +612,7 @@ fn a_recovery_job_is_absent_only_when_launchd_cannot_find_it() {
         reply(113, "", &no_domain),
     ] {
         let recorded = Recorded::new(vec![recovery_print(reply_value)]);
-        let err = RecoveryService::new(TRANSACTION, "Darwin", &recorded)
+        let err = RecoveryService::new(TRANSACTION, Platform::Darwin, &recorded)
             .assert_absent(&plist)
             .unwrap_err();
         assert_error_is(&err, ErrorClass::Runtime, loaded);
@@ -645,14 +647,14 @@ fn a_recovery_job_runs_only_with_a_positive_pid_line() {
     ];
     for (reply_value, expected) in cases {
         let recorded = Recorded::new(vec![recovery_print(reply_value)]);
-        let running = RecoveryService::new(TRANSACTION, "Darwin", &recorded)
+        let running = RecoveryService::new(TRANSACTION, Platform::Darwin, &recorded)
             .running(plist)
             .unwrap();
         assert_eq!(running, expected);
     }
     let no_domain = format!("Could not find domain for user gui: {}\n", current_uid());
     let recorded = Recorded::new(vec![recovery_print(reply(113, "", &no_domain))]);
-    let err = RecoveryService::new(TRANSACTION, "Darwin", &recorded)
+    let err = RecoveryService::new(TRANSACTION, Platform::Darwin, &recorded)
         .running(plist)
         .unwrap_err();
     assert_error_is(

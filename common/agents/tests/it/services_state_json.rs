@@ -2,6 +2,7 @@
 //! the per-role checks and messages of the seed's `_service_states`, and the
 //! host check of `NativeServices::new`.
 
+use agents_common::Platform;
 use agents_common::{NativeServices, ServiceRunState, ServiceState, ServiceStates};
 use agents_tests::{assert_error_is, TempDir};
 use python_compat::{
@@ -131,8 +132,8 @@ fn invalid_recorded_states_are_refused_with_the_seed_messages() {
 #[test]
 fn the_real_adapter_requires_the_host_platform() {
     let temp = TempDir::new("agents-fs-test");
-    let linux = agents_tests::recorded_commands::layout("Linux", &temp.join("home"));
-    let darwin = agents_tests::recorded_commands::layout("Darwin", &temp.join("home"));
+    let linux = agents_tests::recorded_commands::layout(Platform::Linux, &temp.join("home"));
+    let darwin = agents_tests::recorded_commands::layout(Platform::Darwin, &temp.join("home"));
     let (native, foreign) = if cfg!(target_os = "macos") {
         (darwin, linux)
     } else {

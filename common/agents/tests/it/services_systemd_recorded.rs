@@ -5,6 +5,7 @@
 //! stop, start, enable/disable, reload and restore. The same operations run
 //! against a real manager in `tests/tests/it/services_systemd.rs`.
 
+use agents_common::Platform;
 use std::time::Duration;
 
 use agents_common::{ServiceRunState, ServiceState};
@@ -37,7 +38,7 @@ fn show(unit: &str, stdout: &str) -> Exchange {
 }
 
 fn host(roles: &[&str]) -> ServiceHome {
-    ServiceHome::with_files("Linux", roles)
+    ServiceHome::with_files(Platform::Linux, roles)
 }
 
 /// Observes the worker with `stdout` as the `show` output.

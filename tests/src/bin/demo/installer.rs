@@ -15,6 +15,7 @@
 //! Each step prints one line to stdout, which the runner appends to
 //! `server-update.log`; the demo reads the steps from there.
 
+use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -96,7 +97,7 @@ fn environment(name: &str) -> Result<PathBuf> {
 impl Installer {
     fn new(args: Arguments) -> Result<Installer> {
         let roots = Roots {
-            platform: "Linux".into(),
+            platform: Platform::Linux,
             port: args.port,
             root: environment("AGENTS_SERVER_INSTALL_DIR")?,
             config_root: environment("AGENTS_SERVER_CONFIG_DIR")?,

@@ -12,6 +12,7 @@
 //! server already answers as the target release, failed otherwise), and a
 //! failed first update is admitted again.
 
+use agents_common::Platform;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -355,7 +356,7 @@ impl InterruptedInstall {
     fn roots(&self) -> Roots {
         let base = self.prepared.fixture.root.path();
         Roots {
-            platform: "Linux".into(),
+            platform: Platform::Linux,
             port: 7850,
             root: self.prepared.root.clone(),
             config_root: base.join("config"),

@@ -3,6 +3,7 @@
 //! `linked`, the runtime env published through it, and the install lock
 //! held by this process, with the exact bytes publish must write.
 
+use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -54,7 +55,7 @@ pub(crate) fn case(name: &str) -> Case {
     let base = install.base.to_str().unwrap().to_string();
     let layout = case.get("layout").unwrap();
     let field = |key: &str| layout.get(key).unwrap().clone();
-    install.roots.platform = field("platform").as_str().unwrap().to_string();
+    install.roots.platform = Platform::parse(field("platform").as_str().unwrap()).unwrap();
     let releases = case.get("releases").and_then(Json::as_array).unwrap();
     assert_eq!(releases.len(), 1, "one shared release");
     let version = releases[0].as_str().unwrap().to_string();
@@ -86,7 +87,7 @@ pub(crate) fn case(name: &str) -> Case {
     replace_config(&owned, "env", &env_source, 0o600).unwrap();
     install.hold_lock(std::process::id());
     let body = |key: &str| text(key).replace("{BASE}", &base).into_bytes();
-    let linux = install.platform == "Linux";
+    let linux = install.platform == Platform::Linux;
     let unit_mode = if linux { 0o644 } else { 0o600 };
     let expected = vec![
         (
