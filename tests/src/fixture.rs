@@ -3,7 +3,6 @@
 //! config `env` with the agent token, rendered units, the installed layout
 //! manifest, and a way to start it all under a [`Sandbox`].
 
-use agents_common::Platform;
 use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
@@ -13,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use agents_common::{
-    atomic_write, layout_manifest, prepare_runtime, render_service, ExecutionLayout,
+    atomic_write, layout_manifest, prepare_runtime, render_service, ExecutionLayout, Platform,
 };
 use agents_common::{
     test_support::{read_secret, service_arguments},

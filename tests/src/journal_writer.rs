@@ -11,7 +11,6 @@
 // field would repeat them.
 #![allow(missing_docs)]
 
-use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -19,7 +18,7 @@ use std::path::{Path, PathBuf};
 use agents_common::test_support::{canonical_manifest_bytes, link_state, release_identity};
 use agents_common::{
     active_worker_release, layout_manifest, release_matches, render_service, write_new_private,
-    ExecutionLayout,
+    ExecutionLayout, Platform,
 };
 use python_compat::{
     decode_utf8, is_space,

@@ -4,7 +4,6 @@
 // field would repeat them.
 #![allow(missing_docs)]
 
-use agents_common::Platform;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fs;
@@ -13,7 +12,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use agents_common::{
-    CommandCapture, CommandRunner, Error, ExecutionLayout, NativeServices, Result,
+    CommandCapture, CommandRunner, Error, ExecutionLayout, NativeServices, Platform, Result,
 };
 use python_compat::json::Json;
 use python_compat::os::current_uid;

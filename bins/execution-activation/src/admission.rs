@@ -244,7 +244,10 @@ fn admitted_update_id_with(
         return Ok(args.managed_update_id.clone());
     }
     let hex_id = python_str(&identifier).filter(|text| is_hex32(text));
-    if args.platform.as_ref() == Some(&Platform::Darwin.into())
+    if args
+        .platform
+        .as_ref()
+        .is_some_and(|platform| *platform == Platform::Darwin)
         && status.get("runner_pid").is_none()
         && hex_id.is_some()
     {

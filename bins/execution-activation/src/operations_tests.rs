@@ -3,8 +3,7 @@
 //! answered with recorded launchd output (tests/fixtures/launchd), so each
 //! operation's exact command sequence on macOS is checked on Linux.
 
-use agents_common::Platform;
-use agents_common::{NativeServices, Role};
+use agents_common::{NativeServices, Platform, Role};
 use agents_tests::recorded_commands::{
     domain, expect, launchd_fixture, launchd_print_disabled, reply, Exchange, Recorded, ServiceHome,
 };

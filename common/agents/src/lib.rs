@@ -34,7 +34,9 @@
 //! - the layout (UN, EA, EM; UR and UH through the handoff): the two-service
 //!   execution layout, its units/plists and installed manifest:
 //!   [`ExecutionLayout`], [`render_service`], [`layout_manifest`],
-//!   [`WORKER_UNIT`], [`GATEWAY_UNIT`].
+//!   [`WORKER_UNIT`], [`GATEWAY_UNIT`]; its [`Platform`] (`Linux` or
+//!   `Darwin`), parsed once where it enters into a [`PlatformName`] that
+//!   keeps an unsupported text for the step that refuses it.
 //! - the install lock (UN, EM; UR and UH through the handoff): install.sh's
 //!   `.install-lock`, released on Ctrl-C as Python's `with` releases it:
 //!   [`InstallationLock`]; [`inspect_lock`] judges it as the next acquirer

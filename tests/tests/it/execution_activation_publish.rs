@@ -4,7 +4,6 @@
 //! resumes, and changed staging or rendering is refused.
 
 use crate::publish_support;
-use agents_common::Platform;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -13,6 +12,7 @@ use std::process::Output;
 
 use agents_common::{
     config_staging_paths, execution_context, ActivationInvocation, ActivationManifest, Error,
+    Platform,
 };
 use agents_tests::write_file;
 use execution_activation::replace_config::{

@@ -3,12 +3,11 @@
 //! (no owner directory, no registration, no enablement, no loaded job),
 //! `required` otherwise.
 
-use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::process::Output;
 
-use agents_common::recovery_service_path;
+use agents_common::{recovery_service_path, Platform};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::{binary_path, Sandbox};
 use agents_tests::{make_dir, write_file};

@@ -4,14 +4,13 @@
 //! anything) the worker was asked.
 
 use crate::execution_manage_support;
-use agents_common::Platform;
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::{Command, Stdio};
 
 use agents_common::GATEWAY_UNIT;
-use agents_common::{atomic_write, ExecutionLayout};
+use agents_common::{atomic_write, ExecutionLayout, Platform};
 use agents_tests::Role;
 use execution_manage_support::{control_requests, Disk, Serving, Site, NEW, OLD};
 use python_compat::json::{encode_line, Json};

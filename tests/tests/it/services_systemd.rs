@@ -8,14 +8,14 @@
 //! Without root/unshare/systemd the tests say why they skip; under `CI=true`
 //! they fail instead.
 
-use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agents_common::{
-    ExecutionLayout, NativeServices, ServiceRunState, ServiceState, SystemCommandRunner,
+    ExecutionLayout, NativeServices, Platform, Role, ServiceRunState, ServiceState,
+    SystemCommandRunner,
 };
 use agents_tests::Sandbox;
 use python_compat::{
@@ -105,19 +105,22 @@ fn observes_absent_stopped_enabled_and_running_units_as_the_manager_reports_them
     write_unit(&sandbox, WORKER_UNIT, "/bin/sleep 1001", "");
     native.reload().unwrap();
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(false)
     );
-    assert_eq!(native.observe("gateway").unwrap(), ServiceState::absent());
+    assert_eq!(
+        native.observe(Role::Gateway).unwrap(),
+        ServiceState::absent()
+    );
 
     native.set_enabled("worker", true).unwrap();
     assert!(wants_link(&sandbox, WORKER_UNIT));
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(true)
     );
 
-    native.start("worker").unwrap();
+    native.start(Role::Worker).unwrap();
     let running = wait_running(&native, "worker");
     let pid = running.pid.expect("a running unit has its main PID");
     assert_eq!(running, ServiceState::running(true, pid));
@@ -127,9 +130,9 @@ fn observes_absent_stopped_enabled_and_running_units_as_the_manager_reports_them
     assert_eq!(snapshot.worker, running);
     assert_eq!(snapshot.gateway, ServiceState::absent());
 
-    native.stop("worker").unwrap();
+    native.stop(Role::Worker).unwrap();
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(true)
     );
     assert!(!alive(pid), "the stopped unit's process is gone");
@@ -137,7 +140,7 @@ fn observes_absent_stopped_enabled_and_running_units_as_the_manager_reports_them
     native.set_enabled("worker", false).unwrap();
     assert!(!wants_link(&sandbox, WORKER_UNIT));
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(false)
     );
 }
@@ -163,27 +166,27 @@ fn stop_waits_for_a_slow_exit_and_never_escalates() {
     );
     let native = native(&sandbox);
     native.reload().unwrap();
-    native.start("worker").unwrap();
-    native.start("gateway").unwrap();
+    native.start(Role::Worker).unwrap();
+    native.start(Role::Gateway).unwrap();
     let worker = wait_running(&native, "worker").pid.unwrap();
     let gateway = wait_running(&native, "gateway").pid.unwrap();
 
     let started = Instant::now();
-    native.stop("worker").unwrap();
+    native.stop(Role::Worker).unwrap();
     assert!(
         started.elapsed() >= Duration::from_millis(500),
         "stop returned before the slow exit finished: {:?}",
         started.elapsed()
     );
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(true)
     );
     assert!(!alive(worker));
 
     let bounded = native.with_timeout(Duration::from_millis(1200));
     let started = Instant::now();
-    let err = bounded.stop("gateway").unwrap_err();
+    let err = bounded.stop(Role::Gateway).unwrap_err();
     assert_eq!(err.class(), ErrorClass::Runtime);
     assert_eq!(
         err.message(),
@@ -195,7 +198,7 @@ fn stop_waits_for_a_slow_exit_and_never_escalates() {
         "{elapsed:?}"
     );
     assert!(alive(gateway), "no kill was sent to the stubborn process");
-    let state = bounded.observe("gateway").unwrap();
+    let state = bounded.observe(Role::Gateway).unwrap();
     assert_eq!(state.state, ServiceRunState::Transitioning, "{state:?}");
     let err = bounded.snapshot().unwrap_err();
     assert_eq!(
@@ -232,23 +235,23 @@ fn restore_brings_back_each_recorded_state() {
     assert!(!gateway.enabled && !wants_link(&sandbox, GATEWAY_UNIT));
 
     // Stopped priors only change enablement; absent changes nothing.
-    native.stop("worker").unwrap();
+    native.stop(Role::Worker).unwrap();
     native
         .restore("worker", &ServiceState::stopped(false))
         .unwrap();
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(false)
     );
     native
         .restore("worker", &ServiceState::stopped(true))
         .unwrap();
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::stopped(true)
     );
     native.restore("gateway", &ServiceState::absent()).unwrap();
-    assert_eq!(native.observe("gateway").unwrap(), gateway);
+    assert_eq!(native.observe(Role::Gateway).unwrap(), gateway);
 }
 
 #[test]
@@ -265,7 +268,7 @@ fn daemon_reload_makes_the_manager_re_read_a_rewritten_unit() {
     let native = native(&sandbox);
     write_unit(&sandbox, WORKER_UNIT, "/bin/sleep 1004", "");
     native.reload().unwrap();
-    native.start("worker").unwrap();
+    native.start(Role::Worker).unwrap();
     let pid = wait_running(&native, "worker").pid.unwrap();
     assert_eq!(command_line(pid), "/bin/sleep 1004 ");
     assert_eq!(need_reload(), "NeedDaemonReload=no");
@@ -276,7 +279,7 @@ fn daemon_reload_makes_the_manager_re_read_a_rewritten_unit() {
     assert_eq!(need_reload(), "NeedDaemonReload=no");
     // The running process is untouched by a reload.
     assert_eq!(
-        native.observe("worker").unwrap(),
+        native.observe(Role::Worker).unwrap(),
         ServiceState::running(true, pid)
     );
 }
@@ -291,16 +294,16 @@ fn a_unit_with_a_bad_setting_is_stopped_and_a_missing_file_cannot_start() {
     native.reload().unwrap();
     assert_eq!(sandbox.unit_state(GATEWAY_UNIT).load_state, "bad-setting");
     assert_eq!(
-        native.observe("gateway").unwrap(),
+        native.observe(Role::Gateway).unwrap(),
         ServiceState::stopped(false)
     );
-    let err = native.start("gateway").unwrap_err();
+    let err = native.start(Role::Gateway).unwrap_err();
     assert_eq!(
         err.python_line(),
         "RuntimeError: native service command failed (systemctl --user)"
     );
 
-    let err = native.start("worker").unwrap_err();
+    let err = native.start(Role::Worker).unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
     assert_eq!(sandbox.unit_state(WORKER_UNIT).load_state, "not-found");
     assert!(!wants_link(&sandbox, WORKER_UNIT), "nothing was enabled");

@@ -2,13 +2,12 @@
 //! started by a real systemd user manager from the rendered units, reached
 //! over real loopback HTTP through the shared crate's PID-pinned client.
 
-use agents_common::Platform;
 use std::fs;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use agents_common::{maintenance_operation_id, ExecutionLayout};
+use agents_common::{maintenance_operation_id, ExecutionLayout, Platform};
 use agents_common::{
     test_support::{request_json, PinnedRequest},
     GATEWAY_UNIT, WORKER_UNIT,

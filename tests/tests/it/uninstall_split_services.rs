@@ -4,9 +4,8 @@
 //! after services changed, and retried runs after SIGKILL.
 
 use crate::uninstall_support;
-use agents_common::Platform;
 
-use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{Platform, GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::Role;
 use uninstall_support::split::*;
 use uninstall_support::*;

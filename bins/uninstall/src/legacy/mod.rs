@@ -13,11 +13,10 @@ mod lock;
 mod service;
 mod shell;
 
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-pub(crate) use service::{os_name, Host, RealHost};
+pub(crate) use service::{os_name, Host, HostOs, RealHost};
 
 use crate::output::{say, warn};
 use crate::roots::ManagedRoots;
@@ -58,7 +57,7 @@ pub(crate) struct Options {
 
 /// Runs the legacy uninstall on the host `uname -s` named and returns the
 /// exit status.
-pub(crate) fn run(roots: &ManagedRoots, options: Options, os: &OsStr, host: &mut dyn Host) -> u8 {
+pub(crate) fn run(roots: &ManagedRoots, options: Options, os: &HostOs, host: &mut dyn Host) -> u8 {
     if refuse_execution_layout(&roots.install).is_err() {
         return 1;
     }
@@ -78,7 +77,7 @@ pub(crate) fn run(roots: &ManagedRoots, options: Options, os: &OsStr, host: &mut
 fn uninstall_under_lock(
     roots: &ManagedRoots,
     options: Options,
-    os: &OsStr,
+    os: &HostOs,
     host: &mut dyn Host,
     lock: &mut ScriptLock,
 ) -> Result<(), Exit> {

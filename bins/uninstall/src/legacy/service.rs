@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use agents_common::Platform;
+
 use super::shell::{rm_f, rm_rf};
 use super::Exit;
 use crate::output::{say, warn};
@@ -72,11 +74,32 @@ const LABEL: &str = "com.agentsdock.server";
 /// How many times the script polls for the stop (0.1 s apart).
 const STOP_POLLS: usize = 50;
 
+/// The host `uname -s` named: a platform the script serves, or any other
+/// name, kept byte for byte for its `Unsupported host OS: <name>` refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HostOs {
+    /// `Linux` or `Darwin`, exactly.
+    Supported(Platform),
+    /// Any other output of `uname -s`.
+    Unsupported(OsString),
+}
+
+impl HostOs {
+    /// Classifies `uname -s`'s output (trailing newlines already removed).
+    pub(crate) fn parse(name: OsString) -> HostOs {
+        match name.as_bytes() {
+            b"Linux" => HostOs::Supported(Platform::Linux),
+            b"Darwin" => HostOs::Supported(Platform::Darwin),
+            _ => HostOs::Unsupported(name),
+        }
+    }
+}
+
 /// `OS_NAME="$(uname -s)"`, the script's first command: the host's name as
 /// the `uname` found on PATH prints it, trailing newlines removed. Under
 /// `set -e` a `uname` that cannot run or fails ends the script at once with
 /// bash's status (127 not found, 126 not executable, else uname's own).
-pub(crate) fn os_name() -> Result<OsString, Exit> {
+pub(crate) fn os_name() -> Result<HostOs, Exit> {
     let output = Command::new("uname")
         .arg("-s")
         .stderr(Stdio::inherit())
@@ -105,16 +128,16 @@ pub(crate) fn os_name() -> Result<OsString, Exit> {
     while name.last() == Some(&b'\n') {
         name.pop();
     }
-    Ok(OsString::from_vec(name))
+    Ok(HostOs::parse(OsString::from_vec(name)))
 }
 
 /// Stops the service and removes its definition (and macOS logs), or
 /// refuses with every file kept.
-pub(super) fn stop_and_remove(host: &mut dyn Host, os: &OsStr, home: &OsStr) -> Result<(), Exit> {
-    match os.as_bytes() {
-        b"Darwin" => stop_launchd(host, home),
-        b"Linux" => stop_systemd(host, home),
-        _ => {
+pub(super) fn stop_and_remove(host: &mut dyn Host, os: &HostOs, home: &OsStr) -> Result<(), Exit> {
+    match os {
+        HostOs::Supported(Platform::Darwin) => stop_launchd(host, home),
+        HostOs::Supported(Platform::Linux) => stop_systemd(host, home),
+        HostOs::Unsupported(os) => {
             warn(&[
                 b"Unsupported host OS: ",
                 os.as_bytes(),
@@ -328,7 +351,11 @@ mod tests {
             move |line, count| line != print || count == 0
         });
         assert_eq!(
-            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            stop_and_remove(
+                &mut host,
+                &HostOs::Supported(Platform::Darwin),
+                home.as_os_str()
+            ),
             Ok(())
         );
         assert_eq!(host.calls, [print.clone(), bootout, print]);
@@ -342,14 +369,22 @@ mod tests {
         // bootout fails and the agent is still printed.
         let mut host = FakeHost::new(|line, _| !line.starts_with("launchctl bootout"));
         assert_eq!(
-            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            stop_and_remove(
+                &mut host,
+                &HostOs::Supported(Platform::Darwin),
+                home.as_os_str()
+            ),
             Err(Exit(1))
         );
         assert_eq!(host.calls.len(), 3);
         // bootout succeeds but the agent never goes away: 50 polls, then refusal.
         let mut host = FakeHost::new(|_, _| true);
         assert_eq!(
-            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            stop_and_remove(
+                &mut host,
+                &HostOs::Supported(Platform::Darwin),
+                home.as_os_str()
+            ),
             Err(Exit(1))
         );
         let polls = host
@@ -372,7 +407,11 @@ mod tests {
         let (home, plist, logs) = mac_home();
         let mut host = FakeHost::new(|_, _| false);
         assert_eq!(
-            stop_and_remove(&mut host, OsStr::new("Darwin"), home.as_os_str()),
+            stop_and_remove(
+                &mut host,
+                &HostOs::Supported(Platform::Darwin),
+                home.as_os_str()
+            ),
             Ok(())
         );
         assert_eq!(host.calls, [format!("launchctl print {}", target())]);
@@ -393,7 +432,11 @@ mod tests {
         // `disable --now` succeeds, yet the unit stays active.
         let mut host = FakeHost::new(|_, _| true);
         assert_eq!(
-            stop_and_remove(&mut host, OsStr::new("Linux"), home.as_os_str()),
+            stop_and_remove(
+                &mut host,
+                &HostOs::Supported(Platform::Linux),
+                home.as_os_str()
+            ),
             Err(Exit(1))
         );
         assert_eq!(
@@ -418,9 +461,29 @@ mod tests {
     fn other_systems_are_refused_before_any_command() {
         let mut host = FakeHost::new(|_, _| true);
         assert_eq!(
-            stop_and_remove(&mut host, OsStr::new("FreeBSD"), OsStr::new("/nonexistent")),
+            stop_and_remove(
+                &mut host,
+                &HostOs::parse("FreeBSD".into()),
+                OsStr::new("/nonexistent")
+            ),
             Err(Exit(1))
         );
         assert!(host.calls.is_empty());
+    }
+
+    #[test]
+    fn uname_names_are_classified_exactly_and_others_kept_byte_for_byte() {
+        assert_eq!(
+            HostOs::parse("Linux".into()),
+            HostOs::Supported(Platform::Linux)
+        );
+        assert_eq!(
+            HostOs::parse("Darwin".into()),
+            HostOs::Supported(Platform::Darwin)
+        );
+        for other in [&b"linux"[..], b"Darwin ", b"", b"Sun\xffOS"] {
+            let name = OsString::from_vec(other.to_vec());
+            assert_eq!(HostOs::parse(name.clone()), HostOs::Unsupported(name));
+        }
     }
 }

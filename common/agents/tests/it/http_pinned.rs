@@ -3,7 +3,6 @@
 //! child process), `verify_owner` ordering, the macOS `lsof` proof through an
 //! injected runner, and timeouts.
 
-use agents_common::Platform;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -11,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use agents_common::{
     test_support::{request_json, LsofRunner, PinnedRequest},
-    Error,
+    Error, Platform,
 };
 use agents_tests::loopback_peers::{counting, ok_json, ChildServer, Reply, ThreadServer};
 use python_compat::{

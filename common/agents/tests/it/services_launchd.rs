@@ -5,10 +5,9 @@
 //! observation branch, every command with its arguments and timeout, every
 //! refusal, and the rule that output is never echoed.
 
-use agents_common::Platform;
 use std::time::{Duration, Instant};
 
-use agents_common::{Error, RecoveryService, ServiceRunState, ServiceState};
+use agents_common::{Error, Platform, RecoveryService, Role, ServiceRunState, ServiceState};
 use agents_tests::recorded_commands::{
     domain, expect, failure, launchd_fixture, launchd_output, launchd_print_disabled, reply,
     services, Exchange, Recorded, ServiceHome, LAUNCHD_SECRET,
@@ -117,7 +116,9 @@ fn enablement_follows_both_spellings_and_defaults_to_enabled() {
     ] {
         let host = host(&["worker"]);
         let recorded = Recorded::new(vec![disabled_call(value), running(WORKER, 77)]);
-        let state = services(&host.layout, &recorded).observe("worker").unwrap();
+        let state = services(&host.layout, &recorded)
+            .observe(Role::Worker)
+            .unwrap();
         assert_eq!(state, ServiceState::running(enabled, 77), "{value:?}");
     }
 }
@@ -136,7 +137,7 @@ fn ambiguous_enablement_is_refused_before_the_job_is_queried() {
             &["/bin/launchctl", "print-disabled", &domain()],
             reply(0, &output, ""),
         )]);
-        let err = failure(services(&host.layout, &recorded).observe("worker"));
+        let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
         assert_error_is(
             &err,
             ErrorClass::Runtime,
@@ -151,14 +152,14 @@ fn an_unloaded_agent_is_stopped_with_its_plist_and_absent_without() {
     let host_with = host(&["worker"]);
     let recorded = Recorded::new(vec![disabled_call(Some("disabled")), not_found(WORKER)]);
     let state = services(&host_with.layout, &recorded)
-        .observe("worker")
+        .observe(Role::Worker)
         .unwrap();
     assert_eq!(state, ServiceState::stopped(false));
 
     let host_without = host(&[]);
     let recorded = Recorded::new(vec![disabled_call(Some("enabled")), not_found(WORKER)]);
     let state = services(&host_without.layout, &recorded)
-        .observe("worker")
+        .observe(Role::Worker)
         .unwrap();
     assert_eq!(state, ServiceState::absent());
     assert_eq!(
@@ -186,7 +187,7 @@ fn a_failed_print_without_could_not_find_service_is_unknown_ownership() {
             disabled_call(None),
             print_call(WORKER, reply(status, &stdout, &stderr)),
         ]);
-        let err = failure(services(&host.layout, &recorded).observe("worker"));
+        let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
         assert_error_is(
             &err,
             ErrorClass::Runtime,
@@ -199,7 +200,7 @@ fn a_failed_print_without_could_not_find_service_is_unknown_ownership() {
 fn a_loaded_agent_without_its_plist_is_refused() {
     let host = host(&[]);
     let recorded = Recorded::new(vec![disabled_call(None), running(WORKER, 4242)]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
     assert_error_is(
         &err,
         ErrorClass::Runtime,
@@ -222,7 +223,9 @@ fn only_exactly_one_positive_pid_line_means_running() {
             disabled_call(None),
             print_call(WORKER, reply(0, &print_loaded_with(WORKER, pid_lines), "")),
         ]);
-        let state = services(&host.layout, &recorded).observe("worker").unwrap();
+        let state = services(&host.layout, &recorded)
+            .observe(Role::Worker)
+            .unwrap();
         let expected = match pid {
             Some(pid) => ServiceState::running(true, pid),
             None => ServiceState::with_state(ServiceRunState::Transitioning, true),
@@ -262,7 +265,7 @@ fn a_failing_command_is_reported_without_its_output() {
         &["/bin/launchctl", "print-disabled", &domain()],
         reply(1, &fixture("print-running.txt", WORKER, "4242"), SECRET),
     )]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
     assert_error_is(
         &err,
         ErrorClass::Runtime,
@@ -282,7 +285,7 @@ fn output_that_is_not_utf8_is_a_decode_error() {
             stderr: Vec::new(),
         }),
     )]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
     assert_error_is(
         &err,
         ErrorClass::UnicodeDecode,
@@ -293,16 +296,16 @@ fn output_that_is_not_utf8_is_a_decode_error() {
 #[test]
 fn an_unsafe_plist_fails_before_any_command() {
     let host = host(&["worker"]);
-    let plist = host.layout.service_path("worker").unwrap();
+    let plist = host.layout.service_path(Role::Worker).unwrap();
     set_mode(&plist, 0o666);
     let recorded = Recorded::new(vec![]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
     assert_error_is(
         &err,
         ErrorClass::Permission,
         &format!("execution configuration is unsafe: {}", plist.display()),
     );
-    let err = failure(services(&host.layout, &recorded).start("worker"));
+    let err = failure(services(&host.layout, &recorded).start(Role::Worker));
     assert_eq!(err.class(), ErrorClass::Permission);
     let err = failure(services(&host.layout, &recorded).observe("bogus"));
     assert_error_is(&err, ErrorClass::Value, "unknown execution service role");
@@ -322,7 +325,9 @@ fn stop_boots_out_then_waits_until_the_agent_is_gone() {
         disabled_call(None),
         not_found(WORKER),
     ]);
-    services(&host.layout, &recorded).stop("worker").unwrap();
+    services(&host.layout, &recorded)
+        .stop(Role::Worker)
+        .unwrap();
     assert_eq!(recorded.unused(), 0);
     let bootout = &recorded.calls()[2];
     assert_eq!(
@@ -343,7 +348,9 @@ fn a_gateway_bootout_waits_at_most_thirty_seconds() {
         disabled_call(None),
         not_found(GATEWAY),
     ]);
-    services(&host.layout, &recorded).stop("gateway").unwrap();
+    services(&host.layout, &recorded)
+        .stop(Role::Gateway)
+        .unwrap();
     assert_eq!(recorded.calls()[2].1, Duration::from_secs(30));
 
     // With a shorter configured bound, the gateway uses that.
@@ -356,7 +363,7 @@ fn a_gateway_bootout_waits_at_most_thirty_seconds() {
     ]);
     services(&host.layout, &recorded)
         .with_timeout(Duration::from_secs(5))
-        .stop("gateway")
+        .stop(Role::Gateway)
         .unwrap();
     assert_eq!(recorded.calls()[2].1, Duration::from_secs(5));
 }
@@ -375,7 +382,7 @@ fn a_stop_that_never_settles_fails_without_escalating() {
     let err = failure(
         services(&host.layout, &recorded)
             .with_timeout(Duration::from_millis(350))
-            .stop("worker"),
+            .stop(Role::Worker),
     );
     let elapsed = started.elapsed();
     assert_error_is(
@@ -405,9 +412,13 @@ fn a_stop_that_never_settles_fails_without_escalating() {
 fn stopping_a_stopped_or_absent_agent_does_nothing() {
     let host = host(&["worker"]);
     let recorded = Recorded::new(vec![disabled_call(None), not_found(WORKER)]);
-    services(&host.layout, &recorded).stop("worker").unwrap();
+    services(&host.layout, &recorded)
+        .stop(Role::Worker)
+        .unwrap();
     let recorded = Recorded::new(vec![disabled_call(None), not_found(GATEWAY)]);
-    services(&host.layout, &recorded).stop("gateway").unwrap();
+    services(&host.layout, &recorded)
+        .stop(Role::Gateway)
+        .unwrap();
     assert_eq!(recorded.unused(), 0);
 }
 
@@ -419,7 +430,9 @@ fn start_enables_then_bootstraps_the_plist() {
         expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
         host.bootstrap("worker", reply(0, "", "")),
     ]);
-    services(&host.layout, &recorded).start("worker").unwrap();
+    services(&host.layout, &recorded)
+        .start(Role::Worker)
+        .unwrap();
     assert_eq!(recorded.unused(), 0);
 
     let refused = fixture("bootstrap-io-error.stderr", WORKER, "");
@@ -427,7 +440,7 @@ fn start_enables_then_bootstraps_the_plist() {
         expect(&["/bin/launchctl", "enable", &target], reply(0, "", "")),
         host.bootstrap("worker", reply(5, "", &refused)),
     ]);
-    let err = failure(services(&host.layout, &recorded).start("worker"));
+    let err = failure(services(&host.layout, &recorded).start(Role::Worker));
     assert_error_is(
         &err,
         ErrorClass::Runtime,
@@ -439,8 +452,8 @@ fn start_enables_then_bootstraps_the_plist() {
 fn start_without_a_plist_runs_nothing() {
     let host = host(&[]);
     let recorded = Recorded::new(vec![]);
-    let err = failure(services(&host.layout, &recorded).start("gateway"));
-    let plist = host.layout.service_path("gateway").unwrap();
+    let err = failure(services(&host.layout, &recorded).start(Role::Gateway));
+    let plist = host.layout.service_path(Role::Gateway).unwrap();
     assert_error_is(
         &err,
         ErrorClass::NotFound,
@@ -491,7 +504,7 @@ fn runner_errors_propagate_unchanged() {
         &["/bin/launchctl", "print-disabled", &domain()],
         Err(timeout.clone()),
     )]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
     assert_eq!(err, timeout);
 }
 
@@ -510,7 +523,9 @@ fn the_older_true_false_spelling_of_print_disabled_is_read_too() {
             ),
             print_call(WORKER, reply(113, "", &not_found_stderr(WORKER))),
         ]);
-        let state = services(&host.layout, &recorded).observe("worker").unwrap();
+        let state = services(&host.layout, &recorded)
+            .observe(Role::Worker)
+            .unwrap();
         assert_eq!(state, ServiceState::stopped(enabled), "{value:?}");
     }
 }
@@ -534,7 +549,7 @@ fn a_refused_bootout_fails_the_stop_without_polling_or_echoing() {
                 reply(status, "", &fixture(stderr, WORKER, "")),
             ),
         ]);
-        let err = failure(services(&host.layout, &recorded).stop("worker"));
+        let err = failure(services(&host.layout, &recorded).stop(Role::Worker));
         assert_error_is(
             &err,
             ErrorClass::Runtime,
@@ -571,7 +586,7 @@ fn a_refused_enable_or_disable_is_a_failed_command() {
         ],
         reply(1, "", ""),
     )]);
-    failure(services(&host.layout, &recorded).start("worker"));
+    failure(services(&host.layout, &recorded).start(Role::Worker));
     assert_eq!(recorded.calls().len(), 1);
 }
 

@@ -2,8 +2,7 @@
 //! the per-role checks and messages of the seed's `_service_states`, and the
 //! host check of `NativeServices::new`.
 
-use agents_common::Platform;
-use agents_common::{NativeServices, ServiceRunState, ServiceState, ServiceStates};
+use agents_common::{NativeServices, Platform, ServiceRunState, ServiceState, ServiceStates};
 use agents_tests::{assert_error_is, TempDir};
 use python_compat::{
     json::{encode_line, parse_json},

@@ -5,10 +5,9 @@
 //! stop, start, enable/disable, reload and restore. The same operations run
 //! against a real manager in `tests/tests/it/services_systemd.rs`.
 
-use agents_common::Platform;
 use std::time::Duration;
 
-use agents_common::{ServiceRunState, ServiceState};
+use agents_common::{Platform, Role, ServiceRunState, ServiceState};
 use agents_tests::assert_error_is;
 use agents_tests::recorded_commands::{
     expect, failure, reply, services, Exchange, Recorded, ServiceHome,
@@ -45,7 +44,7 @@ fn host(roles: &[&str]) -> ServiceHome {
 fn observe(roles: &[&str], stdout: &str) -> agents_common::Result<ServiceState> {
     let host = host(roles);
     let recorded = Recorded::new(vec![show(WORKER_UNIT, stdout)]);
-    let result = services(&host.layout, &recorded).observe("worker");
+    let result = services(&host.layout, &recorded).observe(Role::Worker);
     assert_eq!(recorded.calls()[0].1, Duration::from_secs(10));
     result
 }
@@ -289,7 +288,7 @@ fn a_failing_systemctl_is_reported_without_its_output() {
             "Failed to connect to bus: No medium found\n",
         ),
     )]);
-    let err = failure(services(&host.layout, &recorded).observe("worker"));
+    let err = failure(services(&host.layout, &recorded).observe(Role::Worker));
     assert_error_is(
         &err,
         ErrorClass::Runtime,
@@ -318,7 +317,9 @@ fn stop_requests_a_non_blocking_stop_and_polls_until_stopped() {
             &show_output("0", "loaded", "inactive", "enabled"),
         ),
     ]);
-    services(&host.layout, &recorded).stop("gateway").unwrap();
+    services(&host.layout, &recorded)
+        .stop(Role::Gateway)
+        .unwrap();
     assert_eq!(recorded.unused(), 0);
     assert_eq!(recorded.calls()[1].1, Duration::from_secs(10));
 }
@@ -341,7 +342,7 @@ fn a_worker_that_never_stops_is_reported_after_its_bound() {
     let err = failure(
         services(&host.layout, &recorded)
             .with_timeout(Duration::from_millis(250))
-            .stop("worker"),
+            .stop(Role::Worker),
     );
     assert_error_is(
         &err,
@@ -367,11 +368,13 @@ fn start_reads_the_unit_then_enables_and_starts_without_blocking() {
             reply(0, "", ""),
         ),
     ]);
-    services(&host.layout, &recorded).start("worker").unwrap();
+    services(&host.layout, &recorded)
+        .start(Role::Worker)
+        .unwrap();
     assert_eq!(recorded.unused(), 0);
 
     let recorded = Recorded::new(vec![]);
-    let err = failure(services(&host.layout, &recorded).start("gateway"));
+    let err = failure(services(&host.layout, &recorded).start(Role::Gateway));
     assert_eq!(err.class(), ErrorClass::NotFound);
     assert!(recorded.calls().is_empty());
 }

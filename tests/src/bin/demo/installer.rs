@@ -15,13 +15,12 @@
 //! Each step prints one line to stdout, which the runner appends to
 //! `server-update.log`; the demo reads the steps from there.
 
-use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::{config_staging_paths, ActivationInvocation, ActivationManifest};
+use agents_common::{config_staging_paths, ActivationInvocation, ActivationManifest, Platform};
 use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{binary_path, test_worker_path, try_poll_until, HttpRequest, AGENT_TOKEN};
 use execution_activation::replace_config::replace_config;

@@ -12,13 +12,14 @@
 //! server already answers as the target release, failed otherwise), and a
 //! failed first update is admitted again.
 
-use agents_common::Platform;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agents_common::test_support::atomic_json;
-use agents_common::{read_status_unlocked, utc_now, StatusLock, RUNNER_OWNED_ACTIVE_PHASES};
+use agents_common::{
+    read_status_unlocked, utc_now, Platform, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
+};
 use agents_tests::crash_points::{helper_injection, Injection, Traced};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::Outcome;

@@ -3,14 +3,13 @@
 //! `linked`, the runtime env published through it, and the install lock
 //! held by this process, with the exact bytes publish must write.
 
-use agents_common::Platform;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use agents_common::{
-    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest,
+    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest, Platform,
 };
 use agents_tests::binary_path;
 use agents_tests::journal_writer::{Begin, Install};
