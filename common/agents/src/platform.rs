@@ -82,10 +82,12 @@ pub enum PlatformName {
 impl PlatformName {
     /// Classifies `text` exactly (case and whitespace count).
     pub fn parse(text: &str) -> PlatformName {
-        match text {
-            "Linux" => PlatformName::Supported(Platform::Linux),
-            "Darwin" => PlatformName::Supported(Platform::Darwin),
-            other => PlatformName::Unsupported(other.to_string()),
+        match Platform::ALL
+            .into_iter()
+            .find(|platform| platform.as_str() == text)
+        {
+            Some(platform) => PlatformName::Supported(platform),
+            None => PlatformName::Unsupported(text.to_string()),
         }
     }
 

@@ -87,10 +87,10 @@ pub(crate) enum HostOs {
 impl HostOs {
     /// Classifies `uname -s`'s output (trailing newlines already removed).
     pub(crate) fn parse(name: OsString) -> HostOs {
-        match name.as_bytes() {
-            b"Linux" => HostOs::Supported(Platform::Linux),
-            b"Darwin" => HostOs::Supported(Platform::Darwin),
-            _ => HostOs::Unsupported(name),
+        let named = |platform: &&Platform| platform.as_str().as_bytes() == name.as_bytes();
+        match Platform::ALL.iter().find(named) {
+            Some(platform) => HostOs::Supported(*platform),
+            None => HostOs::Unsupported(name),
         }
     }
 }
