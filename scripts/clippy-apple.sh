@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lints the shipped code for both Apple targets (arm64 and x86_64 macOS):
-# every library and binary of agents-common and the five helpers, with
+# every library and binary of the common crates and the five helpers, with
 # warnings denied, as `cargo clippy --workspace --all-targets` lints Linux.
 # The test targets are Linux-only (the suite needs systemd, /proc and ptrace)
 # and are linted on Linux.
@@ -17,7 +17,7 @@ for tool in "$rustc_for_release" "$clippy_driver"; do
 done
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-packages=(-p agents-common -p uninstall -p update-runner -p update-handoff -p execution-activation -p execution-manage)
+packages=(-p python-compat -p python-source -p agents-common -p uninstall -p update-runner -p update-handoff -p execution-activation -p execution-manage)
 for target in aarch64-apple-darwin x86_64-apple-darwin; do
   # clippy-driver as the workspace wrapper is what `cargo clippy` runs;
   # CLIPPY_ARGS carries `-D warnings` the way cargo-clippy passes it.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Regenerates bins/execution-activation/src/python_source/tables.rs.
+"""Regenerates common/python-source/src/tables.rs.
 
-execution-activation's candidate-api-contract reproduces what CPython 3.11's
+The python-source crate (execution-activation's candidate-api-contract)
+reproduces what CPython 3.11's
 ast.parse accepts. A few of the rules it needs are data, not logic: which
 characters may start or continue an identifier (str.isidentifier), which are
 printable (str.isprintable, for the tokenizer's error message), which
@@ -12,7 +13,7 @@ each single-byte codec). This script reads them from the python3 that runs it,
 which must be CPython 3.11 (Unicode 14.0.0), and prints them as Rust tables.
 
 Usage: python3 scripts/gen-python-source-tables.py > \
-    bins/execution-activation/src/python_source/tables.rs
+    common/python-source/src/tables.rs
 """
 
 import codecs

@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-5000}"
 echo "property tests with $PROPTEST_CASES cases each"
-cargo test --release -p agents-common --test json_properties --test handoff_properties
+cargo test --release -p python-compat --test json_properties
+cargo test --release -p agents-common --test handoff_properties
 cargo test --release -p update-runner --test release_archive_properties
 cargo test --release -p update-runner --test release_archive --test release_manifest -- generated

@@ -93,18 +93,26 @@ for name in "${SKIPPED_TESTS[@]}"; do skips+=(--skip "${name%% *}"); done
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-# binfmt_misc runs this interpreter for every aarch64 executable. A shell
-# script would export PWD into every program's environment, so it is a
-# compiled exec of qemu-aarch64, with the loader prefix as an option (in
-# QEMU_LD_PREFIX the emulated program would inherit it too).
+# binfmt_misc runs this interpreter for every aarch64 executable, as
+# `qemu <path> <argv[0]> <arguments>` (the P flag keeps argv[0], which the
+# helpers name themselves by). A shell script would export PWD into every
+# program's environment, so it is a compiled exec of qemu-aarch64, with the
+# loader prefix as an option (in QEMU_LD_PREFIX the emulated program would
+# inherit it too).
 cat >"$work/qemu.c" <<C
 #include <unistd.h>
 int main(int argc, char **argv) {
-  char *args[argc + 3];
-  args[0] = "$(command -v qemu-aarch64)";
-  args[1] = "-L";
-  args[2] = "/usr/aarch64-linux-gnu";
-  for (int i = 1; i <= argc; i++) args[i + 2] = argv[i];
+  if (argc < 3) return 127;
+  char *args[argc + 4];
+  int n = 0;
+  args[n++] = "$(command -v qemu-aarch64)";
+  args[n++] = "-L";
+  args[n++] = "/usr/aarch64-linux-gnu";
+  args[n++] = "-0";
+  args[n++] = argv[2];
+  args[n++] = argv[1];
+  for (int i = 3; i < argc; i++) args[n++] = argv[i];
+  args[n] = 0;
   execv(args[0], args);
   return 127;
 }
@@ -113,7 +121,7 @@ cc -O2 -o "$work/qemu" "$work/qemu.c"
 chmod 755 "$work"
 # ELF, 64-bit, little-endian, ET_EXEC or ET_DYN, EM_AARCH64.
 rule=":agents-aarch64:M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\xb7\\x00"
-rule+=":\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x00\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xfe\\xff\\xff\\xff:$work/qemu:"
+rule+=":\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x00\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xfe\\xff\\xff\\xff:$work/qemu:P"
 ready="$work/ready"
 mkfifo "$ready"
 unshare --user --mount --propagation private bash -c '

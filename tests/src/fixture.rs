@@ -11,10 +11,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::{read_secret, service_arguments, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
-    atomic_write, encode_indented, json_object, layout_manifest, parse_json, prepare_runtime,
-    render_service, ExecutionLayout, Json,
+    atomic_write, layout_manifest, prepare_runtime, render_service, ExecutionLayout,
+};
+use agents_common::{
+    test_support::{read_secret, service_arguments},
+    GATEWAY_UNIT, WORKER_UNIT,
+};
+use python_compat::{
+    json::{encode_indented, parse_json, Json},
+    json_object,
 };
 
 use crate::binaries::test_worker_path;

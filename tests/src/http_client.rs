@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use agents_common::{parse_json, Json};
+use python_compat::json::{parse_json, Json};
 
 /// Timeout of [`HttpRequest::send`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -6,7 +6,10 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use agents_common::{json_object, Json, JsonObject};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 use crate::files::{make_dir, unique_base, write_file};
 

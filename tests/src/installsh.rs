@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agents_common::test_support::WORKER_UNIT;
 use agents_common::{
-    encode_indented, installed_layout, json_object, Json, NativeServices, SystemCommandRunner,
-    WorkerControl,
+    installed_layout, NativeServices, SystemCommandRunner, WorkerControl, WORKER_UNIT,
 };
+use python_compat::json::{encode_indented, Json, JsonObject};
+use python_compat::json_object;
 
 use crate::binaries::{profile_dir, test_worker_path};
 use crate::poll::try_poll_until;
@@ -480,9 +480,7 @@ impl Host<'_> {
             .services(&native)
             .seal_for_stop(&layout, &operation, i64::from(worker_pid))
             .unwrap_or_else(|err| panic!("seal the worker for the update: {err}"));
-        let field = |key: &str, object: &agents_common::JsonObject| {
-            object.get(key).cloned().unwrap_or(Json::Null)
-        };
+        let field = |key: &str, object: &JsonObject| object.get(key).cloned().unwrap_or(Json::Null);
         let handoff = json_object! {
             "schema" => 1,
             "operation_id" => operation.as_str(),

@@ -15,7 +15,7 @@
 
 use crate::sandbox::Sandbox;
 use crate::upstream::SERVICE_FILES;
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -15,12 +15,15 @@ use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::test_support::{
-    canonical_manifest_bytes, link_state, release_identity, uuid5_url,
-};
+use agents_common::test_support::{canonical_manifest_bytes, link_state, release_identity};
 use agents_common::{
-    active_worker_release, encode_indented, json_object, layout_manifest, parse_json,
-    release_matches, render_service, write_new_private, ExecutionLayout, Json, JsonObject,
+    active_worker_release, layout_manifest, release_matches, render_service, write_new_private,
+    ExecutionLayout,
+};
+use python_compat::{
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object,
+    uuid::uuid5_url,
 };
 
 use crate::files::{make_dir, unique_base, write_file};
@@ -670,7 +673,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 fn hex24() -> String {
-    agents_common::token_hex(12).unwrap()
+    python_compat::token_hex(12).unwrap()
 }
 
 fn replace_symlink(link: &Path, target: &Path) {

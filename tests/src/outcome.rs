@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use agents_common::{parse_json, Json};
+use python_compat::json::{parse_json, Json};
 
 /// Exit code and output of one helper run.
 #[derive(Debug, Clone, PartialEq, Eq)]

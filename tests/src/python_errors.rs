@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use agents_common::{Error, ErrorClass};
+use agents_common::Error;
+use python_compat::ErrorClass;
 
 /// Asserts that `result` failed with the Python class and exact message.
 #[track_caller]

@@ -12,9 +12,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use agents_common::{
-    current_uid, CommandCapture, CommandRunner, Error, ExecutionLayout, Json, NativeServices,
-    Result,
+    CommandCapture, CommandRunner, Error, ExecutionLayout, NativeServices, Result,
 };
+use python_compat::json::Json;
+use python_compat::os::current_uid;
 
 /// One recorded command: what NativeServices must run and what it printed.
 pub struct Exchange {
@@ -122,7 +123,7 @@ pub fn layout(platform: &str, home: &Path) -> ExecutionLayout {
         gateway_release: base.join("install/releases/1.0.0"),
         bind: "127.0.0.1".to_string(),
         port: Json::from(8765),
-        environment: Json::Object(agents_common::JsonObject::new()),
+        environment: Json::Object(python_compat::json::JsonObject::new()),
     }
 }
 

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use agents_common::{encode_indented, json_object, Json, JsonObject};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256};
 
 use crate::release_support::{write_tar_gz, Member, Reply, TestKey, TestServer};
@@ -20,7 +23,7 @@ use crate::release_support::{write_tar_gz, Member, Reply, TestKey, TestServer};
 /// `version` whose archive is `archive`, downloaded from `release_base`
 /// (as `AGENTS_SERVER_RELEASE_BASE` names it).
 pub fn legacy_release_manifest(release_base: &str, version: &str, archive: &[u8]) -> JsonObject {
-    let digest = agents_common::python::hex(&Sha256::digest(archive));
+    let digest = python_compat::hex(&Sha256::digest(archive));
     schema1_manifest(release_base, version, &digest, archive.len())
 }
 

@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 
 use crate::Originals;
 pub use crate::TempDir;
-use agents_common::{parse_json, Json};
 use ed25519_dalek::pkcs8::EncodePublicKey;
 use ed25519_dalek::{Signer, SigningKey};
+use python_compat::json::{parse_json, Json};
 
 /// Release base the tests trust instead of GitHub.
 pub const TEST_RELEASE_BASE: &str = "http://127.0.0.1:9/releases";
@@ -52,7 +52,7 @@ impl TestKey {
 /// Python's `json.dumps(value, indent=2, sort_keys=True) + "\n"`, the
 /// publisher's manifest serialisation.
 pub fn manifest_bytes(value: &Json) -> Vec<u8> {
-    agents_common::encode_indented(value)
+    python_compat::json::encode_indented(value)
 }
 
 /// Run `script` with python3 (the originals on `sys.path`), feeding `input`
@@ -96,7 +96,7 @@ pub fn seed_rate_limit_delays(
     let input: Vec<Json> = cases
         .iter()
         .map(|(code, headers)| {
-            Json::Object(agents_common::json_object! {
+            Json::Object(python_compat::json_object! {
                 "code" => *code,
                 "headers" => headers
                     .iter()
@@ -123,7 +123,7 @@ print(json.dumps(out))
     let seed = python_oracle(
         originals,
         &script,
-        &agents_common::test_support::encode_compact(&Json::Array(input)).unwrap(),
+        &python_compat::json::encode_compact(&Json::Array(input)).unwrap(),
     );
     seed.as_array().unwrap().to_vec()
 }

@@ -465,7 +465,7 @@ fn decode_snapshots(text: &str) -> String {
             .and_then(|bytes| String::from_utf8(bytes).ok());
         match decoded {
             Some(decoded) => {
-                let quoted = json_text(&agents_common::Json::from(decoded.as_str()));
+                let quoted = json_text(&python_compat::json::Json::from(decoded.as_str()));
                 out.push_str("base64 of: ");
                 out.push_str(&quoted[1..quoted.len() - 1]);
             }
@@ -540,8 +540,8 @@ fn time_at(bytes: &[u8]) -> Option<usize> {
 
 /// A JSON value as one sorted line (`json.dumps(value, sort_keys=True)`),
 /// so its volatile numbers are normalised like the files'.
-pub fn json_text(value: &agents_common::Json) -> String {
-    agents_common::encode_line(value, true)
+pub fn json_text(value: &python_compat::json::Json) -> String {
+    python_compat::json::encode_line(value, true)
 }
 
 /// The worker's admission lease as one JSON line, or why there is none to
@@ -550,14 +550,16 @@ pub fn json_text(value: &agents_common::Json) -> String {
 /// lease is asked for once the receipt names the unit's MainPID (or after
 /// 20 s, when the receipt is what it is).
 pub fn lease_text(sandbox: &Sandbox, installation: &crate::Installation) -> String {
-    let unit = agents_common::test_support::WORKER_UNIT;
+    let unit = agents_common::WORKER_UNIT;
     if !sandbox.unit_state(unit).is_running() {
         return "worker not running".to_string();
     }
     let current = || {
         let main_pid = sandbox.unit_state(unit).main_pid;
         let receipt = installation.receipt(crate::Role::Worker)?;
-        let pid = receipt.get("pid").and_then(agents_common::Json::as_int)?;
+        let pid = receipt
+            .get("pid")
+            .and_then(python_compat::json::Json::as_int)?;
         (pid == i128::from(main_pid)).then_some(())
     };
     if try_poll_until(Duration::from_secs(20), "the worker's receipt", current).is_err()
@@ -1240,7 +1242,7 @@ pub fn run_to(
         KillPoint::Request(role, on, None) => stall(*role, on),
         KillPoint::Request(role, on, Some(call)) => {
             let switches = Switches::stalling(on.clone(), STALL_SECONDS);
-            let content = agents_common::encode_line(&switches.to_json(), true) + "\n";
+            let content = python_compat::json::encode_line(&switches.to_json(), true) + "\n";
             let target = crate::switches_path(&installation.state_root, *role);
             trace.arm_at(call, &target, content.as_bytes());
         }

@@ -12,8 +12,11 @@ use std::sync::{Arc, Mutex};
 use crate::files::{make_dir, write_file};
 use crate::install_base::InstallBase;
 use crate::loopback_peers::{Request, ScriptedServer};
-use agents_common::test_support::encode_compact;
-use agents_common::{json_object, parse_json, ExecutionLayout, Json, JsonObject, ServiceSnapshot};
+use agents_common::{ExecutionLayout, ServiceSnapshot};
+use python_compat::{
+    json::{encode_compact, parse_json, Json, JsonObject},
+    json_object,
+};
 
 pub const CONTROL_TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 pub const INSTANCE_ID: &str = "4f1c0b7e9a2d4e6f8a0b1c2d3e4f5a6b";

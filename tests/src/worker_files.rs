@@ -14,7 +14,10 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::{encode_line, json_object, parse_json, Json, JsonObject};
+use python_compat::{
+    json::{encode_line, parse_json, Json, JsonObject},
+    json_object,
+};
 
 /// The process a test worker plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@
 mod cli_support;
 
 use agents_tests::Originals;
-use cli_support::{assert_same_as_seed, not_implemented_line, oracle, run, run_as, text};
+use cli_support::{assert_same_as_seed, oracle, run, run_as, text};
 
 const PROGRAM: &str = "update-runner";
 const SEED: &str = "update_runner";
@@ -34,18 +34,7 @@ fn with_required(extra: &[&str]) -> Vec<String> {
 }
 
 fn check(originals: &Originals, args: &[String]) {
-    let operation = if args.iter().any(|word| word.starts_with("--recover-")) {
-        "recovery"
-    } else {
-        "update"
-    };
-    assert_same_as_seed(
-        originals,
-        PROGRAM,
-        SEED,
-        args,
-        &not_implemented_line(PROGRAM, operation),
-    );
+    assert_same_as_seed(originals, PROGRAM, SEED, args);
 }
 
 #[test]

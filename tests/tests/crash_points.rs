@@ -18,7 +18,7 @@ mod uninstall_support;
 mod update_handoff_support;
 mod update_runner_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::crash_points::{
     helper_injection, run_traced, run_traced_with_stdin, Campaign, DurableCall, Injection,
     PointResult, Traced,
@@ -131,7 +131,7 @@ fn converge(
         site.assert_serving(old);
         assert_eq!(
             site.worker_lease(),
-            agents_common::Json::Null,
+            python_compat::json::Json::Null,
             "admission released"
         );
     }
@@ -148,7 +148,7 @@ fn assert_new(site: &Site, new: &ExecutionLayout, outside: &Outside) {
     site.assert_serving(new);
     assert_eq!(
         site.worker_lease(),
-        agents_common::Json::Null,
+        python_compat::json::Json::Null,
         "admission released"
     );
     assert!(site.pending_journal().is_none(), "no journal pending");
@@ -682,16 +682,17 @@ fn runner_fixture(name: &str) -> Fixture {
 
 /// The row after a run: it parses as the server's row and keeps the
 /// server's own keys.
-fn assert_row_valid(row: &agents_common::JsonObject, update_id: &str) {
+fn assert_row_valid(row: &python_compat::json::JsonObject, update_id: &str) {
     assert_eq!(
-        row.get("update_id").and_then(agents_common::Json::as_str),
+        row.get("update_id")
+            .and_then(python_compat::json::Json::as_str),
         Some(update_id),
         "the row still names its update: {row:?}"
     );
     assert_eq!(
         row.get("unknown_server_key")
             .and_then(|kept| kept.get("kept")),
-        Some(&agents_common::Json::Bool(true)),
+        Some(&python_compat::json::Json::Bool(true)),
         "the server's own keys survive: {row:?}"
     );
 }
@@ -756,7 +757,7 @@ fn runner_campaign_with(name: &str, side: Side<'_>, fixture: &Fixture) {
         assert_eq!(outcome.exit, Some(0), "the next runner: {outcome:?}");
         assert_eq!(
             outcome.row.get("phase"),
-            Some(&agents_common::Json::from("complete"))
+            Some(&python_compat::json::Json::from("complete"))
         );
         assert_row_valid(&outcome.row, RETRY_ID);
         assert!(outcome.installer.is_some(), "install.sh ran");
@@ -790,7 +791,7 @@ fn traced_handoff(case: &HandoffCase, retry: bool, kill_at: Option<usize>) -> Tr
         let expected = case.installation.state_root.join("expected-status.json");
         std::fs::write(
             &expected,
-            agents_common::encode_indented(&case.failed_status().into()),
+            python_compat::json::encode_indented(&case.failed_status().into()),
         )
         .expect("write the expected status");
         command

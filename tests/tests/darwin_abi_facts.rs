@@ -15,7 +15,7 @@ use agents_tests::{skip, test_name, workspace_root, TempDir};
 
 /// The workspace's fact modules.
 const FACT_MODULES: [&str; 2] = [
-    "common/src/darwin_abi.rs",
+    "common/agents/src/darwin_abi.rs",
     "bins/execution-activation/src/legacy_runner/darwin_abi.rs",
 ];
 /// zig's names of the two Apple targets.
@@ -31,7 +31,8 @@ struct Fact {
 }
 
 /// The facts of one module: a `/// C: `expr` in `header`...` line followed
-/// (after more doc lines) by `pub const NAME: TYPE = VALUE;`.
+/// (after more doc lines) by `pub const NAME: TYPE = VALUE;` (of any
+/// visibility).
 fn facts_of(source: &str) -> Vec<Fact> {
     let mut facts = Vec::new();
     let mut pending: Option<(String, String)> = None;
@@ -44,7 +45,7 @@ fn facts_of(source: &str) -> Vec<Fact> {
                 .map(|(header, _)| header)
                 .expect("C: `expr` in `header`");
             pending = Some((expression.to_string(), header.to_string()));
-        } else if let Some(rest) = line.strip_prefix("pub const ") {
+        } else if let Some(rest) = constant_declaration(line) {
             let (expression, header) = pending.take().expect("a fact constant has a C: line");
             let (name, typed) = rest.split_once(':').expect("NAME: TYPE = VALUE;");
             let value = typed
@@ -65,6 +66,13 @@ fn facts_of(source: &str) -> Vec<Fact> {
         }
     }
     facts
+}
+
+/// `NAME: TYPE = VALUE;` of a `pub`, `pub(crate)` or `pub(super)` constant.
+fn constant_declaration(line: &str) -> Option<&str> {
+    ["pub const ", "pub(crate) const ", "pub(super) const "]
+        .iter()
+        .find_map(|prefix| line.strip_prefix(prefix))
 }
 
 fn all_facts() -> Vec<Fact> {

@@ -10,10 +10,13 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Output, Stdio};
 
-use agents_common::test_support::WORKER_UNIT;
-use agents_common::{json_object, parse_json, Json};
+use agents_common::WORKER_UNIT;
 use agents_tests::{binary_path, poll_until, Sandbox};
 use execution_activation_support::{write_json, Monolith, SERVER, UPDATE};
+use python_compat::{
+    json::{parse_json, Json},
+    json_object,
+};
 
 #[track_caller]
 fn assert_ok(output: &Output) {

@@ -14,17 +14,21 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
-    config_staging_paths, json_object, ActivationInvocation, ActivationManifest, ExecutionLayout,
-    Json, JsonObject, NativeServices, ServiceSnapshot, SystemCommandRunner, WorkerControl,
+    config_staging_paths, ActivationInvocation, ActivationManifest, ExecutionLayout,
+    NativeServices, ServiceSnapshot, SystemCommandRunner, WorkerControl,
 };
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::write_file;
 use agents_tests::{
     binary_path, free_port, poll_until, test_worker_path, HttpRequest, Sandbox, AGENT_TOKEN,
 };
 use execution_activation::replace_config::replace_config;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 /// How long a started unit may take to publish its receipt.
 const SERVICE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -208,7 +212,7 @@ impl<'a> Installer<'a> {
             let worker = self.unit(WORKER_UNIT);
             let gateway = self.unit(GATEWAY_UNIT);
             let receipt = fs::read(self.roots.runtime_dir().join("worker.json")).ok()?;
-            let receipt = agents_common::parse_json(&receipt).ok()?;
+            let receipt = python_compat::json::parse_json(&receipt).ok()?;
             let release = self.roots.release_dir(version);
             (worker.is_running()
                 && gateway.is_running()
@@ -366,7 +370,8 @@ fn running_split(installer: &Installer) -> (JsonObject, PathBuf) {
     let pid = i64::from(installer.unit(WORKER_UNIT).main_pid);
     let hold = control.seal_for_stop(&layout, operation, pid).unwrap();
     // The stable server identity is what the worker reports.
-    let health = agents_common::parse_json(&fs::read(installer.health_file()).unwrap()).unwrap();
+    let health =
+        python_compat::json::parse_json(&fs::read(installer.health_file()).unwrap()).unwrap();
     let identity = health
         .get("server_identity")
         .and_then(Json::as_str)
@@ -393,7 +398,7 @@ fn running_split(installer: &Installer) -> (JsonObject, PathBuf) {
     let path = directory.join("handoff-ffeeddccbbaa99887766554433221100.json");
     write_file(
         &path,
-        &agents_common::encode_indented(&Json::Object(handoff.clone())),
+        &python_compat::json::encode_indented(&Json::Object(handoff.clone())),
         0o600,
     );
     (handoff, path)
@@ -641,7 +646,7 @@ fn verify_refuses_mismatched_health_and_a_lost_hold() {
     update_to_candidate(&mut installer);
     // A health body naming another worker version is not the paired release.
     let health = installer.health_file();
-    let mut body = agents_common::parse_json(&fs::read(&health).unwrap()).unwrap();
+    let mut body = python_compat::json::parse_json(&fs::read(&health).unwrap()).unwrap();
     let mut worker = body
         .get("execution_service")
         .and_then(Json::as_object)
@@ -651,7 +656,7 @@ fn verify_refuses_mismatched_health_and_a_lost_hold() {
     body.as_object_mut()
         .unwrap()
         .insert("execution_service", worker);
-    write_file(&health, &agents_common::encode_indented(&body), 0o600);
+    write_file(&health, &python_compat::json::encode_indented(&body), 0o600);
     installer.fails(
         "verify",
         &["--health-file", health.to_str().unwrap()],
@@ -696,7 +701,7 @@ fn preflight_refuses_a_handoff_for_another_lease() {
     handoff.insert("lease_id", "00000000-0000-4000-8000-000000000000");
     write_file(
         &handoff_file,
-        &agents_common::encode_indented(&Json::Object(handoff)),
+        &python_compat::json::encode_indented(&Json::Object(handoff)),
         0o600,
     );
     installer.fails(

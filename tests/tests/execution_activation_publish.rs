@@ -11,13 +11,14 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use agents_common::{
-    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest, Error, Json,
+    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest, Error,
 };
 use agents_tests::write_file;
 use execution_activation::replace_config::{
     replace_config, replace_config_with_checkpoints, ReplaceConfigStep,
 };
 use publish_support::{case, Case};
+use python_compat::json::Json;
 
 #[track_caller]
 fn assert_ok_silent(output: &Output) {
@@ -104,7 +105,7 @@ fn publish_writes_the_golden_plists_of_a_launchd_layout_privately() {
         gateway_release: release,
         bind: case.bind.clone(),
         port: Json::from(case.port),
-        environment: Json::Object(agents_common::JsonObject::new()),
+        environment: Json::Object(python_compat::json::JsonObject::new()),
     };
     execution_activation::publish::publish(&layout).unwrap();
     case.assert_published();

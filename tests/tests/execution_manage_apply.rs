@@ -6,10 +6,11 @@
 
 mod execution_manage_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{atomic_write, parse_json, prepare_runtime, render_service, Json};
+use agents_common::{atomic_write, prepare_runtime, render_service};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{Role, Switches};
 use execution_manage_support::{control_requests, instances, receipt_line, Site, NEW, OLD};
+use python_compat::json::{parse_json, Json};
 
 /// The control requests a running worker sees when it is replaced: the
 /// preflight status, then `seal_for_stop` before any stop (status, acquire,

@@ -7,9 +7,9 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::process::{Command, Stdio};
 
-use agents_common::Json;
 use agents_tests::{RequestMatch, Role, Stall, Switches};
 use execution_manage_support::{finish, receipt_line, Site, NEW, OLD};
+use python_compat::json::Json;
 
 /// A stand-in installer process, killed (by its PID) when the test ends.
 struct Installer(std::process::Child);

@@ -16,13 +16,13 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Stdio};
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{encode_line, parse_json, Json};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     binary_path, descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT,
 };
 use doctor_support::{doctor, doctor_at, run_suggested, text, Doctor, CONCERNS};
 use execution_manage_support::{finish, Outcome, Site, NEW, OLD, STATUS};
+use python_compat::json::{encode_line, parse_json, Json};
 
 /// SIGKILL a helper as a crash would (frozen first, so it cannot start
 /// another command between the listing and the kill), then wait for the

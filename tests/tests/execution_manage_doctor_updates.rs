@@ -17,16 +17,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use agents_common::test_support::atomic_json;
-use agents_common::{
-    encode_indented, json_object, read_status_unlocked, Json, JsonObject, NativeServices,
-    SystemCommandRunner, WorkerControl,
-};
+use agents_common::{read_status_unlocked, NativeServices, SystemCommandRunner, WorkerControl};
 use agents_tests::{
     binary_path, descendants, poll_until, ReleaseFile, ReleaseHost, RequestMatch, Role, Stall,
     Switches, AGENT_TOKEN,
 };
 use doctor_support::{doctor_finding_state as doctor, run_suggested, text};
 use execution_manage_support::{finish, Site, HELPER_TIMEOUT, OLD};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
 
 /// The server's update id (`uuid4().hex`) and its handoff operation.
 const UPDATE_ID: &str = "d0c70d0c70d04d0c8d0c70d0c70d0c70";

@@ -16,9 +16,9 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Child;
 
-use agents_common::Json;
 use agents_tests::{RequestMatch, Role, Switches};
 use execution_manage_support::{finish, receipt_line, rolled_back_line, Site, NEW, OLD};
+use python_compat::json::Json;
 
 /// Starts a worker-scope apply to `NEW` and waits until its `seal` stalls.
 fn apply_stalled_at_seal(site: &Site, seconds: f64, ignore_sigint: bool) -> Child {

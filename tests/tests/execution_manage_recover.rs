@@ -18,12 +18,12 @@ mod execution_manage_support;
 
 use std::process::Child;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::Json;
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{descendants, poll_until, RequestMatch, Role, Switches, SERVICE_TIMEOUT};
 use execution_manage_support::{
     control_requests, instances, receipt_line, rolled_back_line, Outcome, Site, NEW, OLD,
 };
+use python_compat::json::Json;
 
 /// SIGKILL the helper as a crash would, then wait for the commands it had
 /// already started (a `systemctl` mid-`enable`, say): they outlive it and run

@@ -9,10 +9,11 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::{Command, Stdio};
 
-use agents_common::test_support::GATEWAY_UNIT;
-use agents_common::{atomic_write, encode_line, ExecutionLayout, Json};
+use agents_common::GATEWAY_UNIT;
+use agents_common::{atomic_write, ExecutionLayout};
 use agents_tests::Role;
 use execution_manage_support::{control_requests, Disk, Serving, Site, NEW, OLD};
+use python_compat::json::{encode_line, Json};
 
 /// A running site and the state every refusal must leave exactly as found.
 struct Untouched {
@@ -154,9 +155,7 @@ fn a_transitioning_service_refuses_before_anything() {
         "activating",
         "still settling: the refusals happened while it transitioned"
     );
-    let worker = site
-        .sandbox
-        .unit_state(agents_common::test_support::WORKER_UNIT);
+    let worker = site.sandbox.unit_state(agents_common::WORKER_UNIT);
     assert_eq!(
         worker.main_pid, serving.worker_pid,
         "the worker was not touched"
@@ -258,9 +257,9 @@ fn a_legacy_monolith_is_not_migrated_directly() {
     site.installation.write_monolith_unit(site.port);
     site.sandbox.systemctl_ok(&["daemon-reload"]);
     site.sandbox
-        .systemctl_ok(&["enable", "--now", agents_common::test_support::WORKER_UNIT]);
+        .systemctl_ok(&["enable", "--now", agents_common::WORKER_UNIT]);
     let running = site.sandbox.wait_for_unit(
-        agents_common::test_support::WORKER_UNIT,
+        agents_common::WORKER_UNIT,
         agents_tests::SERVICE_TIMEOUT,
         "running",
         |state| state.is_running(),
@@ -280,9 +279,7 @@ fn a_legacy_monolith_is_not_migrated_directly() {
         !site.installation.runtime_dir().exists(),
         "no runtime was prepared"
     );
-    let state = site
-        .sandbox
-        .unit_state(agents_common::test_support::WORKER_UNIT);
+    let state = site.sandbox.unit_state(agents_common::WORKER_UNIT);
     assert_eq!(
         (state.is_running(), state.main_pid),
         (true, running.main_pid)
@@ -364,8 +361,8 @@ fn a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host() {
     };
     let mut layout = site.layout(NEW, NEW);
     layout.platform = "Darwin".to_string();
-    let absent = agents_common::json_object! { "state" => "absent", "enabled" => false };
-    let prior = Json::Object(agents_common::json_object! {
+    let absent = python_compat::json_object! { "state" => "absent", "enabled" => false };
+    let prior = Json::Object(python_compat::json_object! {
         "worker" => absent.clone(), "gateway" => absent,
     });
     let staged = execution_manage::ExecutionTransaction::stage(&layout, "migration", &prior, None)

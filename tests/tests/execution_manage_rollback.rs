@@ -12,10 +12,10 @@
 
 mod execution_manage_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::Json;
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{RequestMatch, Role, Stall, Switches};
 use execution_manage_support::{control_requests, finish, instances, Disk, Site, NEW, OLD, STATUS};
+use python_compat::json::Json;
 
 fn stall(action: &str, seconds: f64) -> Option<Stall> {
     Some(Stall {

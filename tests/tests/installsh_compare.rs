@@ -449,7 +449,7 @@ fn receipt_path(host: &Host<'_>) -> PathBuf {
 fn prepared_candidate(receipt: &Path) -> PathBuf {
     let data = std::fs::read(receipt)
         .unwrap_or_else(|err| panic!("the preparation receipt {}: {err}", receipt.display()));
-    let value = agents_common::parse_json(&data).expect("a JSON receipt");
+    let value = python_compat::json::parse_json(&data).expect("a JSON receipt");
     let candidate = value
         .get("candidate")
         .and_then(|candidate| candidate.as_str())

@@ -9,13 +9,13 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
-use agents_common::{parse_json, Json};
 use agents_tests::{binary_path, HELPERS};
 use migration_kit_support::{
     all_targets, binaries_dir, content, dist, fixtures_dir, foreign_executable, launcher_block,
     sha256_file, snapshot, staged, tag, FakeRelease, HOST_TARGET, LAUNCHERS, MANIFEST, SEEDS,
     TARGETS,
 };
+use python_compat::json::{parse_json, Json};
 
 fn text(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()))

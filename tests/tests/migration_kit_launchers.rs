@@ -446,6 +446,7 @@ impl FullPipe {
             // SAFETY: fcntl on a descriptor this function owns.
             let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
             assert_eq!(
+                // SAFETY: fcntl on a descriptor this function owns.
                 unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) },
                 0
             );
@@ -458,6 +459,7 @@ impl FullPipe {
                 }
                 prefilled += written as usize;
             }
+            // SAFETY: fcntl on a descriptor this function owns.
             assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFL, flags) }, 0);
         }
         FullPipe {

@@ -14,10 +14,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agents_common::{
-    ErrorClass, ExecutionLayout, Json, JsonObject, NativeServices, ServiceRunState, ServiceState,
-    SystemCommandRunner,
+    ExecutionLayout, NativeServices, ServiceRunState, ServiceState, SystemCommandRunner,
 };
 use agents_tests::Sandbox;
+use python_compat::{
+    json::{Json, JsonObject},
+    ErrorClass,
+};
 
 const WORKER_UNIT: &str = "agents-server.service";
 const GATEWAY_UNIT: &str = "agents-server-gateway.service";

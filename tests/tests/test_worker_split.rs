@@ -7,13 +7,20 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use agents_common::test_support::{request_json, PinnedRequest, GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{json_object, maintenance_operation_id, ExecutionLayout, Json, JsonObject};
+use agents_common::{maintenance_operation_id, ExecutionLayout};
+use agents_common::{
+    test_support::{request_json, PinnedRequest},
+    GATEWAY_UNIT, WORKER_UNIT,
+};
 use agents_tests::{
     free_port, poll_until, HttpRequest, Installation, ProcessIdentity, Role, Sandbox,
     SplitServices, AGENT_TOKEN,
 };
 use execution_manage::ExecutionTransaction;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 struct Split {
     sandbox: Sandbox,
@@ -364,7 +371,7 @@ fn control_refusals_follow_the_upstream_table() {
     let callback = split.services.callback();
     let token = split.installation.control_token();
     let maintenance = "/api/admin/execution/maintenance";
-    let body = |value: Json| agents_common::test_support::encode_compact(&value).unwrap();
+    let body = |value: Json| python_compat::json::encode_compact(&value).unwrap();
     let valid = body(maintenance_body(&split, "acquire", OPERATION, None));
     let cases: Vec<(HttpRequest, u16, &str)> = vec![
         (HttpRequest::get("/api/admin/execution/status"), 401, "Execution control authentication required"),

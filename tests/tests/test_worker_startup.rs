@@ -6,10 +6,9 @@ use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
-use agents_common::{
-    json_object, maintenance_operation_id, write_uninstall_intent, ExecutionLayout, Json,
-};
+use agents_common::{maintenance_operation_id, write_uninstall_intent, ExecutionLayout};
 use execution_manage::ExecutionTransaction;
+use python_compat::{json::Json, json_object};
 
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::{free_port, DirectService, HttpRequest, Installation, Role};

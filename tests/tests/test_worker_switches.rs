@@ -5,12 +5,15 @@ use std::fs;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::{encode_compact, GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{json_object, Json, JsonObject};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     free_port, poll_until, process_alive, Death, DeathPoint, HttpRequest, HttpResponse,
     Installation, ProcessIdentity, RequestMatch, Role, Sandbox, SplitServices, Stall, Switches,
     AGENT_TOKEN,
+};
+use python_compat::{
+    json::{encode_compact, Json, JsonObject},
+    json_object,
 };
 
 /// listener, path, query present, credential, action, status

@@ -875,7 +875,7 @@ fn assert_darwin_unchanged(ran: &DarwinRan) {
 
 /// `launchctl <verb> gui/<uid>/com.agentsdock.server`.
 fn agent_call(verb: &str) -> String {
-    format!("{verb} gui/{}/{LABEL}", agents_common::current_uid())
+    format!("{verb} gui/{}/{LABEL}", python_compat::os::current_uid())
 }
 
 #[track_caller]

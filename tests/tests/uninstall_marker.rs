@@ -9,10 +9,11 @@ use std::process::{Command, Stdio};
 
 use agents_common::test_support::pending_uninstall_operation;
 use agents_common::{
-    encode_indented, parse_json, read_uninstall_intent, store_uninstall_intent,
-    write_uninstall_intent, ExecutionLayout, Json, JsonObject, UNINSTALL_INTENT_NAME,
+    read_uninstall_intent, store_uninstall_intent, write_uninstall_intent, ExecutionLayout,
+    UNINSTALL_INTENT_NAME,
 };
 use agents_tests::{free_port, Installation};
+use python_compat::json::{encode_indented, parse_json, Json, JsonObject};
 
 const OPERATION: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 

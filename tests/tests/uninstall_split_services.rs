@@ -5,7 +5,7 @@
 
 mod uninstall_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::Role;
 use uninstall_support::split::*;
 use uninstall_support::*;
@@ -201,7 +201,7 @@ fn a_busy_worker_or_a_foreign_lease_is_refused() {
     let address = agents_tests::origin_address(
         record
             .get("callback_origin")
-            .and_then(agents_common::Json::as_str)
+            .and_then(python_compat::json::Json::as_str)
             .unwrap(),
     )
     .unwrap();
@@ -228,7 +228,7 @@ fn a_busy_worker_or_a_foreign_lease_is_refused() {
         lease
             .get("lease")
             .and_then(|lease| lease.get("operation_id")),
-        Some(&agents_common::Json::from(
+        Some(&python_compat::json::Json::from(
             "11111111-2222-4333-8444-555555555555"
         )),
         "the foreign lease is untouched"
@@ -740,18 +740,21 @@ fn a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall() {
     let restarted = case
         .installation
         .wait_for_receipt(Role::Worker, "of a new worker", |record| {
-            record.get("pid") != Some(&agents_common::Json::from(case.services.worker_pid))
+            record.get("pid") != Some(&python_compat::json::Json::from(case.services.worker_pid))
         });
     // Its startup hold is the interrupted uninstall's sealed lease.
     let status = case.worker_status();
     let lease = status.get("lease").unwrap();
     assert_eq!(lease.get("operation_id"), Some(&operation), "{status:?}");
-    assert_eq!(lease.get("sealed"), Some(&agents_common::Json::Bool(true)));
+    assert_eq!(
+        lease.get("sealed"),
+        Some(&python_compat::json::Json::Bool(true))
+    );
     let outcome = case.run(&["--yes"], Input::Null);
     case.assert_removed(&outcome, true);
     let pid = restarted
         .get("pid")
-        .and_then(agents_common::Json::as_int)
+        .and_then(python_compat::json::Json::as_int)
         .unwrap();
     assert!(!agents_tests::process_alive(pid as u32));
 }
@@ -895,7 +898,7 @@ fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
     assert_eq!(case.phase().as_deref(), Some("prepared"));
     case.installation
         .wait_for_receipt(Role::Worker, "of the new worker", |record| {
-            record.get("pid") != Some(&agents_common::Json::from(case.services.worker_pid))
+            record.get("pid") != Some(&python_compat::json::Json::from(case.services.worker_pid))
         });
     case.switches(Role::Worker, agents_tests::Switches::default());
     let outcome = case.run(&["--yes"], Input::Null);
@@ -964,7 +967,11 @@ fn arm_recovery_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
 /// [`arm_recovery_owner`] for an owner whose native job is `platform`'s
 /// (a systemd unit on Linux, a launchd plist on Darwin).
 fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::path::PathBuf {
-    use agents_common::{directory_binding, encode_indented, json_object, Json, RECOVERY_PAYLOAD};
+    use agents_common::{directory_binding, RECOVERY_PAYLOAD};
+    use python_compat::{
+        json::{encode_indented, Json},
+        json_object,
+    };
     let i = &case.installation;
     let parent = i.install_root.join(".activation-recovery");
     if !parent.exists() {
@@ -972,7 +979,7 @@ fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::p
     }
     let directory = parent.join(name);
     agents_tests::make_dirs(&directory, 0o700);
-    let mut payload = agents_common::JsonObject::new();
+    let mut payload = python_compat::json::JsonObject::new();
     for file in RECOVERY_PAYLOAD {
         let content = format!("# retained {file}\n");
         agents_tests::write_file_making_parents(&directory.join(file), content.as_bytes(), 0o600);
@@ -984,7 +991,7 @@ fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::p
         "format" => 1, "root" => text(&i.install_root),
         "root_binding" => directory_binding(&i.install_root).unwrap(),
         "transaction_id" => name, "version" => "1.1.0", "api_contract" => 1,
-        "source_binding" => Json::Null, "source_inventory" => agents_common::JsonObject::new(),
+        "source_binding" => Json::Null, "source_inventory" => python_compat::json::JsonObject::new(),
         "home" => text(&i.home), "platform" => platform,
         "config_root" => text(&i.config_root), "state_root" => text(&i.state_root),
         "bind" => "127.0.0.1", "port" => 7850, "expected_server_identity" => "",
@@ -1000,7 +1007,7 @@ fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::p
     );
     let terminal = encode_indented(&Json::Object(json_object! {
         "format" => 1, "transaction_id" => name, "phase" => "committed",
-        "snapshot" => agents_common::JsonObject::new(),
+        "snapshot" => python_compat::json::JsonObject::new(),
     }));
     agents_tests::write_file_making_parents(&directory.join("terminal.json"), &terminal, 0o600);
     directory
@@ -1008,7 +1015,10 @@ fn arm_recovery_owner_on(case: &SplitCase, name: &str, platform: &str) -> std::p
 
 /// The proof `finalized` (and then `_retire`) records for `directory`.
 fn finalization_proof(directory: &std::path::Path, name: &str) -> Vec<u8> {
-    use agents_common::{encode_indented, json_object, Json};
+    use python_compat::{
+        json::{encode_indented, Json},
+        json_object,
+    };
     let terminal = std::fs::read(directory.join("terminal.json")).unwrap();
     encode_indented(&Json::Object(json_object! {
         "format" => 1, "transaction_id" => name, "terminal_sha256" => sha256_hex(&terminal),

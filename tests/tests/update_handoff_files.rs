@@ -8,7 +8,7 @@ mod update_handoff_support;
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 
-use agents_common::{encode_indented, Json};
+use python_compat::json::{encode_indented, Json};
 use update_handoff_support::{replace_file, Case, UPDATE_ID};
 
 /// Runs the helper on the case's handoff path and asserts the refusal, that
@@ -263,7 +263,7 @@ fn the_installed_layout_must_be_present_and_unchanged() {
     fs::rename(&moved, &manifest).unwrap();
 
     // Valid JSON that is not exactly the manifest of its own layout.
-    let mut changed = agents_common::parse_json(&original).unwrap();
+    let mut changed = python_compat::json::parse_json(&original).unwrap();
     if let Json::Object(object) = &mut changed {
         object.insert("format", 99);
     }

@@ -9,9 +9,10 @@ mod update_handoff_support;
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use agents_common::test_support::WORKER_UNIT;
-use agents_common::{encode_indented, Json, UNINSTALL_INTENT_NAME};
+use agents_common::UNINSTALL_INTENT_NAME;
+use agents_common::WORKER_UNIT;
 use agents_tests::{Death, DeathPoint, RequestMatch, Stall, Switches, SERVICE_TIMEOUT};
+use python_compat::json::{encode_indented, Json};
 use update_handoff_support::{replace_file, Case, Outcome, HEALTH, OPERATION};
 
 /// Starts a release with the health reply stalled, applies `change` while
@@ -105,7 +106,7 @@ fn local_provenance_changes_after_health_are_caught() {
     let manifest = case.layout.manifest_path();
     let layout_bytes = fs::read(&manifest).unwrap();
     release_changed_during_health(&case, 0, || {
-        let mut changed = agents_common::parse_json(&layout_bytes).unwrap();
+        let mut changed = python_compat::json::parse_json(&layout_bytes).unwrap();
         if let Json::Object(object) = &mut changed {
             object.insert("format", 99);
         }

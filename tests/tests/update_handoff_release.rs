@@ -10,7 +10,7 @@ use std::os::unix::fs::{symlink, MetadataExt};
 use std::process::Command;
 use std::time::Duration;
 
-use agents_common::test_support::WORKER_UNIT;
+use agents_common::WORKER_UNIT;
 use agents_tests::{poll_until, Switches};
 use update_handoff_support::{Case, FOREIGN_OPERATION, HEALTH, MAINTENANCE, OPERATION, STATUS};
 

@@ -11,9 +11,10 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::PathBuf;
 
-use agents_common::test_support::WORKER_UNIT;
-use agents_common::{encode_indented, Json, JsonObject, UNINSTALL_INTENT_NAME};
+use agents_common::UNINSTALL_INTENT_NAME;
+use agents_common::WORKER_UNIT;
 use agents_tests::{RequestMatch, Role, Stall, Switches};
+use python_compat::json::{encode_indented, Json, JsonObject};
 use rustix::fs::{flock, FlockOperation};
 use update_handoff_support::{
     replace_file, tree, Case, Entry, Outcome, FOREIGN_OPERATION, OPERATION, UPDATE_ID,

@@ -13,8 +13,10 @@ mod update_runner_support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use agents_common::test_support::encode_compact_sorted;
-use agents_common::{json_object, Json, JsonObject};
+use python_compat::{
+    json::{encode_compact_sorted, Json, JsonObject},
+    json_object,
+};
 use update_runner_support::{idle_health, updated_health, Fixture, Side, IDENTITY, UPDATE_ID};
 
 const SNAPSHOT: &str = "snapshot_00000001700000000000000000_0123456789abcdef";

@@ -23,10 +23,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{encode_indented, json_object, parse_json, Json, JsonObject};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::forward_proxy::ForwardProxy;
 use agents_tests::{binary_path, Originals, RequestRecord, Switches};
+use python_compat::{
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object,
+};
 use update_handoff_support::{
     finish, Case, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,
 };

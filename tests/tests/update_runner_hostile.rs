@@ -10,8 +10,8 @@ use std::net::TcpStream;
 use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
-use agents_common::{encode_indented, parse_json, Json, JsonObject};
 use agents_tests::release_support::{gnu_sparse_tar_gz, gzip_bomb_tar_gz, Member};
+use python_compat::json::{encode_indented, parse_json, Json, JsonObject};
 use update_runner_support::{idle_health, updated_health, Fixture, Side, UPDATE_ID};
 
 /// A value json.loads returns but no Rust string or i128 can hold: a lone

@@ -16,7 +16,10 @@ mod update_runner_support;
 
 use std::os::unix::fs::MetadataExt;
 
-use agents_common::{json_object, Json, JsonObject};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use update_runner_support::prepared::*;
 use update_runner_support::{IDENTITY, UPDATE_ID};
 

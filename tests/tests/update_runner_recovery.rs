@@ -14,8 +14,12 @@ mod update_runner_support;
 
 use std::process::Command;
 
-use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
+use agents_common::read_status_unlocked;
 use agents_tests::journal_writer::API_CONTRACT;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use update_runner_support::recovery::{Recovery, ROLLBACK_BEHAVIOUR, UPDATE_ID, VERSION};
 use update_runner_support::IDENTITY;
 

@@ -7,8 +7,11 @@
 
 mod update_runner_support;
 
-use agents_common::{json_object, Json, JsonObject};
 use agents_tests::Originals;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use update_runner::release::INVALID_SIGNATURE_MESSAGE;
 use update_runner_support::{idle_health, updated_health, Fixture, Member, Served, Side};
 

@@ -12,8 +12,10 @@ mod update_runner_support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use agents_common::test_support::encode_compact_sorted;
-use agents_common::{json_object, Json, JsonObject};
+use python_compat::{
+    json::{encode_compact_sorted, Json, JsonObject},
+    json_object,
+};
 use update_runner_support::{idle_health, updated_health, Fixture, Side, IDENTITY, UPDATE_ID};
 
 const HUB_ID: &str = "hub_0123456789";

@@ -5,7 +5,7 @@
 
 mod update_runner_support;
 
-use agents_common::{Json, JsonObject};
+use python_compat::json::{Json, JsonObject};
 use update_runner_support::{updated_health, Fixture, Side, IDENTITY, UPDATE_ID};
 
 fn expect_complete(row: &JsonObject, version: &str) {

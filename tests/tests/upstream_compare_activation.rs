@@ -15,8 +15,8 @@ mod execution_activation_support;
 
 use std::fs;
 
-use agents_common::test_support::WORKER_UNIT;
-use agents_common::{activation_intent, json_object, parse_json, JsonObject};
+use agents_common::activation_intent;
+use agents_common::WORKER_UNIT;
 use agents_tests::journal_writer::Begin;
 use agents_tests::upstream::{
     check_scenarios_recorded, compare_scenarios, finish, Helper, Normalizer, Observed, Side,
@@ -24,6 +24,10 @@ use agents_tests::upstream::{
 };
 use agents_tests::{make_dir, Sandbox};
 use execution_activation_support::{write_json, Monolith, SERVER};
+use python_compat::{
+    json::{parse_json, JsonObject},
+    json_object,
+};
 
 /// An earlier admitted update, whose intent a status row may still carry.
 const EARLIER_UPDATE: &str = "fedcba9876543210fedcba9876543210";

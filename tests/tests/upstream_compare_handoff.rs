@@ -12,13 +12,14 @@ use std::fs;
 use std::io::Write;
 use std::process::Stdio;
 
-use agents_common::test_support::{encode_compact, WORKER_UNIT};
-use agents_common::{JsonObject, UNINSTALL_INTENT_NAME};
+use agents_common::UNINSTALL_INTENT_NAME;
+use agents_common::WORKER_UNIT;
 use agents_tests::upstream::{
     check_scenarios_recorded, compare_scenarios, finish, lease_text, Helper, Normalizer, Observed,
     Side, Upstream,
 };
 use agents_tests::{Role, Sandbox, Switches};
+use python_compat::json::{encode_compact, JsonObject};
 use update_handoff_support::{replace_file, Case, FOREIGN_OPERATION, OPERATION};
 
 /// One side's run of a scenario: the case and what it observed so far.

@@ -10,8 +10,8 @@
 
 mod execution_manage_support;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::UNINSTALL_INTENT_NAME;
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::upstream::{
     check_scenarios_recorded, compare_scenarios, finish, lease_text, run_to, Helper, KillPoint,
     Normalizer, Observed, Side, SystemctlTrace, Upstream,

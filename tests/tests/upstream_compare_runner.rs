@@ -15,11 +15,12 @@ mod update_runner_support;
 use std::path::Path;
 use std::process::Command;
 
-use agents_common::{read_status_unlocked, Json};
+use agents_common::read_status_unlocked;
 use agents_tests::upstream::{
     self, check_recorded, check_scenarios_recorded, compare_scenarios, json_text, report, selected,
     Normalizer, Observed, Upstream,
 };
+use python_compat::json::Json;
 use update_runner_support::prepared::{refusals, Prepared, VERSION};
 use update_runner_support::recovery::Recovery;
 use update_runner_support::{idle_health, updated_health, Outcome, Side};
@@ -205,7 +206,7 @@ fn recovery_cases() -> Vec<RecoveryCase> {
                 recovery.edit_row(|row| {
                     row.insert(
                         "_execution_handoff",
-                        agents_common::json_object! {"schema" => 1},
+                        python_compat::json_object! {"schema" => 1},
                     );
                 })
             },

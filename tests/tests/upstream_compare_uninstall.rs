@@ -12,7 +12,7 @@ mod uninstall_support;
 
 use std::process::Command;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::upstream::{
     check_scenarios_recorded, compare_scenarios, lease_text, run_to, Helper, KillPoint, Normalizer,
     Observed, Side, SystemctlTrace, Upstream,

@@ -13,10 +13,14 @@ use crate::legacy_runner::{
 };
 use agents_common::{
     activation_intent, active_worker_release, entry_present, normalize_path, owned_directory,
-    parse_json, pure_path_text, python_truthy, read_file, read_private_file,
-    update_status_unlocked, ActivationManifest, Error, ExecutionLayout, Json, JsonObject, Result,
-    StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
+    read_file, read_private_file, update_status_unlocked, ActivationManifest, Error,
+    ExecutionLayout, Result, StatusLock, WorkerControl, ACTIVATION_CONTROL_LIMIT, PROTOCOL_VERSION,
     RUNNER_OWNED_ACTIVE_PHASES,
+};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    path::pure_path_text,
+    truthy,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 
@@ -30,7 +34,7 @@ const BODY_LIMIT: u64 = 1024 * 1024;
 
 /// What the stop proof needs from the journal (or, at preflight, from the
 /// admitted handoff before any journal exists).
-pub struct StopContext {
+pub(crate) struct StopContext {
     /// The candidate release (`value["release_dir"]`).
     pub release_dir: String,
     /// `value["execution"]["operation_id"]`.
@@ -41,7 +45,7 @@ pub struct StopContext {
 
 impl StopContext {
     /// The stop context of a journal.
-    pub fn of(value: &ActivationManifest) -> StopContext {
+    pub(crate) fn of(value: &ActivationManifest) -> StopContext {
         StopContext {
             release_dir: value.text("release_dir").to_string(),
             operation_id: value.execution_field("operation_id").clone(),
@@ -53,12 +57,12 @@ impl StopContext {
 /// A private (0600, ours, single-link) JSON control file, bounded by
 /// `maximum`: `json.loads(_read_private(path, maximum=...))`.
 fn private_json(path: &Path, maximum: u64) -> Result<Json> {
-    parse_json(&read_private_file(path, maximum)?)
+    Ok(parse_json(&read_private_file(path, maximum)?)?)
 }
 
 /// `verify_stop(args, value, services, control)`: nothing to prove unless the
 /// worker role runs.
-pub fn verify_stop(
+pub(crate) fn verify_stop(
     args: &Args,
     layout: &ExecutionLayout,
     value: &StopContext,
@@ -153,9 +157,7 @@ fn prove_legacy_idle(args: &Args, layout: &ExecutionLayout, before: &JsonObject)
         Some(count) if !count.is_null() => Some(count.clone()),
         _ => queued_total(&health)?,
     };
-    let server_instance = health
-        .get("server_instance_id")
-        .filter(|id| python_truthy(id));
+    let server_instance = health.get("server_instance_id").filter(|id| truthy(id));
     let phase_active = |value: &Json| {
         value
             .get("phase")
@@ -226,7 +228,7 @@ fn queued_total(health: &Json) -> Result<Option<Json>> {
 /// `admitted_update_id(args, status)`: the managed update this installer
 /// runs for, proven by the explicit `--managed-update-id` or by descent from
 /// the admitted runner process.
-pub fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
+pub(crate) fn admitted_update_id(args: &Args, status: &Json) -> Result<String> {
     admitted_update_id_with(args, status, &SystemLegacyProbe)
 }
 
@@ -316,7 +318,7 @@ fn is_hex32(text: &str) -> bool {
 /// when its worker is dead, its lease is unheld (this process holds it for
 /// the duration) and authenticated legacy health names no split components;
 /// all of that is re-proved after the body. Nothing is removed.
-pub fn legacy_process(
+pub(crate) fn legacy_process(
     args: &Args,
     layout: &ExecutionLayout,
     services: &dyn Native,
@@ -511,7 +513,7 @@ fn stat_following(path: &Path) -> Result<Stat> {
 
 /// `seed_legacy_recovery(args, services)`: after a legacy preflight, record
 /// the admitted recovery intent for the managed update.
-pub fn seed_legacy_recovery(
+pub(crate) fn seed_legacy_recovery(
     args: &Args,
     layout: &ExecutionLayout,
     services: &dyn Native,

@@ -8,8 +8,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agents_common::{
-    encode_indented, json_object, parse_json, try_parse_command_line, Json, JsonObject, Result,
+use agents_common::Result;
+use python_compat::{
+    argparse::try_parse_command_line,
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object,
 };
 
 use super::*;

@@ -6,7 +6,7 @@
 //! is the bare name `API_CONTRACT_VERSION` and a value that is an
 //! `ast.Constant`, and requires exactly one, a positive int, which it
 //! prints. Assignments with any other value (`-1`, `f()`, `1 + 1`, an
-//! f-string) are not collected at all. [`crate::python_source`] reproduces
+//! f-string) are not collected at all. [`python_source`] reproduces
 //! `ast.parse` on bytes (decoding, tokenizer, grammar, literal checks), so a
 //! source Python refuses is refused here with the same `Class: message`
 //! line, and the `SyntaxWarning` lines Python prints while parsing are
@@ -14,45 +14,33 @@
 
 use std::path::Path;
 
-use agents_common::{read_owned_config, Error, ErrorClass, Result, ACTIVATION_CONFIG_LIMIT};
+use agents_common::{read_owned_config, Error, Result, ACTIVATION_CONFIG_LIMIT};
+use python_compat::ErrorClass;
 
-use crate::python_source::{self, Constant, Parsed, Refusal};
+use python_source::{Constant, Refusal};
 
 const NAME: &str = "API_CONTRACT_VERSION";
 const REFUSAL: &str = "candidate API contract is not one positive literal integer";
 /// `sys.get_int_max_str_digits()`: `print` refuses longer integers.
 const MAX_STR_DIGITS: usize = 4300;
-/// The parse runs on a thread with a stack deep enough for the nesting
-/// depth the parser allows (it needs about 10 MiB in a debug build).
-const PARSER_STACK: usize = 256 << 20;
 
 /// `candidate-api-contract`: the one literal `API_CONTRACT_VERSION` a
 /// candidate's `agent_server.py` declares (in decimal, as `print` writes
 /// it), read without running it, so install.sh can refuse a candidate the
 /// running server cannot talk to. Ports `candidate_api_contract(candidate)`.
-pub fn candidate_api_contract(candidate: &Path) -> Result<String> {
+pub(crate) fn candidate_api_contract(candidate: &Path) -> Result<String> {
     let source = read_owned_config(&candidate.join("agent_server.py"), ACTIVATION_CONFIG_LIMIT)?;
-    let parsed = parse_on_big_stack(source);
+    let parsed = python_source::module_constants(&source, NAME);
     for line in &parsed.warnings {
         eprintln!("{line}");
     }
     contract(parsed.outcome)
 }
 
-fn parse_on_big_stack(source: Vec<u8>) -> Parsed {
-    std::thread::Builder::new()
-        .name("ast-parse".into())
-        .stack_size(PARSER_STACK)
-        .spawn(move || python_source::module_constants(&source, NAME))
-        .expect("a thread for the parser")
-        .join()
-        .expect("the parser does not panic")
-}
-
 fn contract(outcome: std::result::Result<Vec<Constant>, Refusal>) -> Result<String> {
     let values = match outcome {
         Ok(values) => values,
-        Err(Refusal::Python(error)) => return Err(Error::new(error.class, error.message)),
+        Err(Refusal::Python(error)) => return Err(error.into()),
         Err(Refusal::UnsupportedEncoding(name)) => {
             return Err(Error::value(format!(
                 "candidate agent_server.py declares the source encoding '{name}', which this port does not decode"
@@ -150,7 +138,7 @@ mod tests {
     fn nesting_stops_where_python_does() {
         let run = |depth: usize| {
             let source = format!("x = {}1\nAPI_CONTRACT_VERSION = 7\n", "-".repeat(depth));
-            contract(parse_on_big_stack(source.into_bytes()).outcome)
+            contract(python_source::module_constants(source.as_bytes(), NAME).outcome)
                 .map_err(|error| error.python_line())
         };
         assert_eq!(run(2985), Ok("7".into()));

@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use agents_common::{CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, PositionalSpec, ValueKind};
 
 /// The program name in usage and error lines.
-pub const PROGRAM: &str = "execution-activation";
+pub(crate) const PROGRAM: &str = "execution-activation";
 
 /// The operations install.sh runs, in the seed's `choices=` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,23 +173,42 @@ pub static SPEC: CommandSpec = CommandSpec {
 /// stay `None` (the seed passes `None` on), the others default to `""` or 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
+    /// The operation (the positional word).
     pub operation: Operation,
+    /// `--root`: the installation root.
     pub root: PathBuf,
+    /// `--config-root`: the configuration root.
     pub config_root: Option<PathBuf>,
+    /// `--state-root`: the state root.
     pub state_root: Option<PathBuf>,
+    /// `--home`: the home directory holding the service definitions.
     pub home: Option<PathBuf>,
+    /// `--platform`: `Linux` or `Darwin`.
     pub platform: Option<String>,
+    /// `--release-dir`: the release that runs both services.
     pub release_dir: Option<PathBuf>,
+    /// `--bind`: the public bind address.
     pub bind: Option<String>,
+    /// `--port`: the public port.
     pub port: Option<i128>,
+    /// `--candidate-source`: the candidate release source tree.
     pub candidate_source: PathBuf,
+    /// `--release-version`: the candidate release version.
     pub release_version: String,
+    /// `--api-contract`: the candidate API contract (default 0).
     pub api_contract: i128,
+    /// `--health-file`: the file holding the verified health reply.
     pub health_file: PathBuf,
+    /// `--update-file`: the managed update's status file.
     pub update_file: PathBuf,
+    /// `--handoff-file`: the split worker's sealed update handoff.
     pub handoff_file: PathBuf,
+    /// `--managed-update-id`: the managed update being installed.
     pub managed_update_id: String,
+    /// `--expected-native-pid`: the service PID the installer observed
+    /// (default 0).
     pub expected_native_pid: i128,
+    /// `--expected-server-identity`: the stable identity of the server.
     pub expected_server_identity: String,
 }
 
@@ -226,7 +245,7 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
         try_parse_command_line(&SPEC, words).map(|parsed| Args::from_parsed(&parsed))

@@ -7,8 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agents_common::{
-    execution_context, owned_directory, pure_path_text, read_owned_config, ActivationManifest,
-    Error, ErrorClass, ExecutionLayout, Json, JsonObject, Result,
+    execution_context, owned_directory, read_owned_config, ActivationManifest, Error,
+    ExecutionLayout, Result,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    path::pure_path_text,
+    ErrorClass,
 };
 
 use crate::cli::Args;
@@ -28,7 +33,7 @@ fn path_arg(value: Option<&PathBuf>) -> Result<PathBuf> {
 /// `command_layout(args)`: the layout install.sh describes, with both
 /// services on `--release-dir` and no environment. Built once per command:
 /// it depends on the arguments alone.
-pub fn command_layout(args: &Args) -> Result<ExecutionLayout> {
+pub(crate) fn command_layout(args: &Args) -> Result<ExecutionLayout> {
     let release = path_arg(args.release_dir.as_ref())?;
     Ok(ExecutionLayout {
         install_root: path_arg(Some(&args.root))?,
@@ -46,7 +51,7 @@ pub fn command_layout(args: &Args) -> Result<ExecutionLayout> {
 
 /// `command_layout(args, environment=True)`: the same layout with the parsed
 /// runtime `config/env`, for the operations that render units.
-pub fn with_runtime_environment(layout: &ExecutionLayout) -> Result<ExecutionLayout> {
+pub(crate) fn with_runtime_environment(layout: &ExecutionLayout) -> Result<ExecutionLayout> {
     let environment = runtime_environment(&layout.config_root.join("env"))?;
     Ok(ExecutionLayout {
         environment: Json::Object(environment),
@@ -57,7 +62,7 @@ pub fn with_runtime_environment(layout: &ExecutionLayout) -> Result<ExecutionLay
 /// `transaction(args)`: the outer journal, which must be a split-service
 /// journal for exactly this layout, while this process descends from the
 /// installer that holds the install lock.
-pub fn transaction(args: &Args, layout: &ExecutionLayout) -> Result<ActivationManifest> {
+pub(crate) fn transaction(args: &Args, layout: &ExecutionLayout) -> Result<ActivationManifest> {
     let root = path_arg(Some(&args.root))?;
     let Some(value) = execution_context(&root)? else {
         return Err(Error::runtime(
@@ -85,7 +90,7 @@ const LOCK_ANCESTRY_DEPTH: usize = 8;
 /// `assert_install_lock(root)`: `.install-lock` is the installer's private
 /// lock directory and its PID is this process's parent or a near ancestor
 /// (install.sh runs helpers through one or two subshells).
-pub fn assert_install_lock(root: &Path) -> Result<()> {
+pub(crate) fn assert_install_lock(root: &Path) -> Result<()> {
     let lock = root.join(".install-lock");
     owned_directory(&lock, true)?;
     let pid_data = read_owned_config(&lock.join("pid"), 32)?;
@@ -127,7 +132,7 @@ fn lock_pid(data: &[u8]) -> Option<i128> {
 /// The parent of `pid`, to prove this helper descends from the installer
 /// that holds the install lock: `int(subprocess.check_output(["/bin/ps",
 /// "-p", pid, "-o", "ppid="]).strip())`.
-pub fn parent_of_process(pid: i128) -> Result<i128> {
+pub(crate) fn parent_of_process(pid: i128) -> Result<i128> {
     let arguments = [
         "-p".to_string(),
         pid.to_string(),
@@ -156,7 +161,7 @@ pub fn parent_of_process(pid: i128) -> Result<i128> {
 }
 
 /// `print(text)`: one line on stdout, the only output install.sh captures.
-pub fn print_line(text: &str) -> Result<()> {
+pub(crate) fn print_line(text: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{text}")
         .and_then(|()| stdout.flush())

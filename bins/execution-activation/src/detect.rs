@@ -11,7 +11,7 @@ use agents_common::{
 };
 
 /// `split` or `legacy`.
-pub fn detect(root: &Path) -> Result<&'static str> {
+pub(crate) fn detect(root: &Path) -> Result<&'static str> {
     let root = normalize_path(root)?;
     if entry_present(&root.join(TRANSACTION_NAME))? {
         return Err(Error::runtime(

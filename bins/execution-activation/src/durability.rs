@@ -17,15 +17,15 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
-use agents_common::activation::io::{ctime_ns, mtime_ns};
-use agents_common::activation::manifest::{same_path, ActivationManifest};
-use agents_common::activation::release::{locate_release, release_matches};
-use agents_common::current_uid;
-use agents_common::fs::{
-    fsync_directory_nofollow, is_type, lstat, open, open_leaf, permission_bits,
+use agents_common::{
+    fsync_directory_nofollow, locate_release, open_leaf, release_matches, ActivationManifest,
+    Error, Result,
 };
-use agents_common::JsonObject;
-use agents_common::{Error, Result};
+use python_compat::{
+    json::JsonObject,
+    os::{ctime_ns, current_uid, is_type, lstat, mtime_ns, open, permission_bits},
+    path::same_path,
+};
 
 /// Most members one tree may have.
 const MAX_ENTRIES: u64 = 250_000;
@@ -123,7 +123,7 @@ pub fn flush_activation_on(
         }
         seen.push(path.clone());
         flush_tree(&path, false, sync)?;
-        fsync_directory_nofollow(&agents_common::activation::io::parent_of(&path))?;
+        fsync_directory_nofollow(&agents_common::parent_of(&path))?;
         full_barrier(&path.join("VERSION"), sync)?;
         if !release_matches(&path, release)? {
             return Err(Error::runtime("durability runtime identity changed"));
@@ -341,8 +341,8 @@ fn flush_interpreter(interpreter: &Path, sync: &dyn FullSync) -> Result<()> {
         // traverse an OS-managed installation.
         return Ok(());
     }
-    let bin = agents_common::activation::io::parent_of(interpreter);
-    let prefix = agents_common::activation::io::parent_of(&bin);
+    let bin = agents_common::parent_of(interpreter);
+    let prefix = agents_common::parent_of(&bin);
     let version = interpreter
         .file_name()
         .and_then(|name| name.to_str())
@@ -365,7 +365,7 @@ fn flush_interpreter(interpreter: &Path, sync: &dyn FullSync) -> Result<()> {
             ));
         }
         flush_tree(&prefix, true, sync)?;
-        fsync_directory_nofollow(&agents_common::activation::io::parent_of(&prefix))?;
+        fsync_directory_nofollow(&agents_common::parent_of(&prefix))?;
     }
     full_barrier(interpreter, sync)?;
     if identity(&info) != identity(&lstat(interpreter)?) {

@@ -8,18 +8,16 @@
 
 use std::path::Path;
 
-use agents_common::activation::io::{read_guarded, ACTIVATION_CONFIG_LIMIT, PRIVATE};
-use agents_common::layout::is_variable_name;
-use agents_common::python::text::{decode_utf8, is_space, splitlines, strip};
-use agents_common::shlex_split;
-use agents_common::JsonObject;
-use agents_common::{Error, Result};
+use agents_common::{
+    is_variable_name, read_guarded, Error, ReadPolicy, Result, ACTIVATION_CONFIG_LIMIT,
+};
+use python_compat::{decode_utf8, is_space, json::JsonObject, shlex, splitlines, strip};
 
 /// `environment_file(path)`: the `KEY=value` assignments of the private
 /// runtime env file, in file order (a repeated key keeps its first position
 /// and its last value, like a dict).
 pub fn runtime_environment(path: &Path) -> Result<JsonObject> {
-    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, PRIVATE)?.data;
+    let data = read_guarded(path, ACTIVATION_CONFIG_LIMIT, ReadPolicy::PRIVATE)?.data;
     let mut result = JsonObject::new();
     for line in splitlines(decode_utf8(&data)?) {
         if strip(line).is_empty() || line.trim_start_matches(is_space).starts_with('#') {
@@ -34,7 +32,7 @@ pub fn runtime_environment(path: &Path) -> Result<JsonObject> {
             }
         };
         let value = if value.starts_with(['"', '\'']) {
-            match shlex_split(value)?.as_slice() {
+            match shlex::split(value)?.as_slice() {
                 [word] => word.clone(),
                 _ => return Err(Error::value("runtime environment quoting is invalid")),
             }

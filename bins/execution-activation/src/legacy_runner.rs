@@ -26,15 +26,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::activation::io::read_link;
-use agents_common::fs::{is_type, lstat};
-use agents_common::python::hex::is_lower_hex;
-use agents_common::python::path::{pure_path, resolve};
-use agents_common::python::text::{decode_utf8, strip};
-use agents_common::python::values::{member_truthy as truthy, strict_int};
-use agents_common::{CommandCapture, RUNNER_OWNED_ACTIVE_PHASES};
-use agents_common::{Error, Result};
-use agents_common::{Json, JsonObject};
+use agents_common::{CommandCapture, Error, Result, RUNNER_OWNED_ACTIVE_PHASES};
+use python_compat::{
+    decode_utf8, is_lower_hex,
+    json::{Json, JsonObject},
+    member_truthy,
+    os::{is_type, lstat, read_link},
+    path::{pure_path, resolve},
+    strict_int, strip,
+};
 
 // Facts, each checked against the headers; Linux builds use only some.
 #[allow(dead_code)]
@@ -202,7 +202,7 @@ impl Proof {
         let current = root.join("current");
         let link_info = lstat(&current)?;
         if !is_type(&link_info, rustix::fs::FileType::Symlink)
-            || link_info.st_uid != agents_common::current_uid()
+            || link_info.st_uid != python_compat::os::current_uid()
         {
             return Err(Error::runtime(
                 "legacy current release is not an owned link",
@@ -213,7 +213,7 @@ impl Proof {
         let hidden = release
             .file_name()
             .is_some_and(|name| name.to_string_lossy().starts_with('.'));
-        if agents_common::python::path::parent(&release) != root.join("releases") || hidden {
+        if python_compat::path::parent(&release) != root.join("releases") || hidden {
             return Err(Error::runtime(
                 "legacy updater must belong to the retained installed release",
             ));
@@ -232,7 +232,7 @@ impl Proof {
         let health_path = pure_path(&claim.health_file);
         let update_path = pure_path(&claim.update_file);
         for path in [&health_path, &update_path] {
-            if agents_common::python::path::parent(path) != state.join("admin")
+            if python_compat::path::parent(path) != state.join("admin")
                 || !pins::is_canonical(path)?
             {
                 return Err(Error::runtime(
@@ -483,7 +483,7 @@ fn check_idle_health(
     };
     let refused = health.get("server_identity") != Some(&identity)
         || admitted.get("server_identity") != Some(&identity)
-        || !truthy(instance)
+        || !member_truthy(instance)
         || admitted.get("server_instance_id") != instance
         || health.get("server_version") != Some(&Json::from(old_version))
         || strict_int(health.get("active_count")) != Some(0)

@@ -8,6 +8,24 @@
 //! `previous-worker` and `recovery-state` print (one line install.sh
 //! captures); every failure is one line on stderr and exit status 1. Signals
 //! the installer ignored stay ignored: nothing here installs handlers.
+//!
+//! # Map by concern
+//!
+//! - The command line and the context every journal-owned operation
+//!   establishes first: `cli` ([`Args`], [`SPEC`]), `context`.
+//! - Before the installer touches anything: `detect` (split mode or not),
+//!   `api_contract` (`candidate-api-contract`, through the `python_source`
+//!   crate), `admission` (`preflight`, `stop`), `recovery_state`.
+//! - Publishing a candidate: [`publish`] (units and plists), [`durability`]
+//!   (flushing every retained generation), [`replace_config`] (the journal's
+//!   write-ahead configuration publication), [`environment`] (the runtime
+//!   env file).
+//! - Around link takeover: `native` (the service manager), `operations`
+//!   (`start`, `suppress`, `restore`, `release`, `previous-worker`),
+//!   `verify` (the health install.sh fetched).
+//! - Old installations: [`legacy_runner`] (the read-only proof that the
+//!   legacy runner is gone), `retired_intent` (an old updater's recovery
+//!   intent).
 
 mod admission;
 mod api_contract;
@@ -20,14 +38,14 @@ pub mod legacy_runner;
 mod native;
 mod operations;
 pub mod publish;
-mod python_source;
 mod recovery_state;
 pub mod replace_config;
 mod retired_intent;
 mod verify;
 
 use crate::durability::flush_activation;
-use agents_common::{locate_release, Error, Json, Result, SystemCommandRunner};
+use agents_common::{locate_release, Error, Result, SystemCommandRunner};
+use python_compat::json::Json;
 
 pub use cli::{Args, SPEC};
 

@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
-use agents_common::{exit_status, parse_command_line};
 use execution_activation::{run, Args, SPEC};
+use python_compat::{argparse::parse_command_line, exit_status};
 
 fn main() -> ExitCode {
     exit_status(run(Args::from_parsed(&parse_command_line(&SPEC))))

@@ -7,15 +7,15 @@
 //! drives `systemctl --user` or `launchctl`.
 
 use agents_common::{
-    Error, ExecutionLayout, Json, JsonObject, NativeServices, Result, ServiceRunState,
-    ServiceSnapshot, ServiceState,
+    Error, ExecutionLayout, NativeServices, Result, ServiceRunState, ServiceSnapshot, ServiceState,
 };
+use python_compat::json::{Json, JsonObject};
 
 /// The two service roles, in the seed's snapshot order.
-pub const ROLES: [&str; 2] = ["worker", "gateway"];
+pub(crate) const ROLES: [&str; 2] = ["worker", "gateway"];
 
 /// `NativeServices` as `execution_activation` calls it.
-pub trait Native {
+pub(crate) trait Native {
     /// `_observe(role)`: `{state, enabled[, pid]}`, where state is `absent`,
     /// `stopped`, `running` or `transitioning`.
     fn observe(&self, role: &str) -> Result<JsonObject>;
@@ -59,7 +59,7 @@ pub trait Native {
 }
 
 /// Lets `WorkerControl` read native state through the same manager client.
-pub struct Snapshots<'a>(pub &'a dyn Native);
+pub(crate) struct Snapshots<'a>(pub &'a dyn Native);
 
 impl ServiceSnapshot for Snapshots<'_> {
     fn snapshot_json(&self) -> Result<JsonObject> {
@@ -70,7 +70,7 @@ impl ServiceSnapshot for Snapshots<'_> {
 /// `NativeServices(layout)`: refuses a layout whose platform is not this
 /// host's, as the seed's constructor does for every operation after
 /// `detect` and `candidate-api-contract`.
-pub fn connect(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
+pub(crate) fn connect(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
     Ok(managed(NativeServices::new(layout)?))
 }
 

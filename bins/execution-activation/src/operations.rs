@@ -4,9 +4,9 @@
 //! [`transaction`](crate::context::transaction).
 
 use agents_common::{
-    read_update_handoff, ActivationManifest, Error, ExecutionLayout, Json, JsonObject, Result,
-    WorkerControl,
+    read_update_handoff, ActivationManifest, Error, ExecutionLayout, Result, WorkerControl,
 };
+use python_compat::json::{Json, JsonObject};
 
 use crate::admission::{seed_legacy_recovery, verify_stop, StopContext};
 use crate::cli::Args;
@@ -21,7 +21,7 @@ fn state_of(observed: &JsonObject) -> &str {
 }
 
 /// `snapshot`: the gateway's prior `STATE|ENABLED`, for `begin`.
-pub fn snapshot(services: &dyn Native) -> Result<()> {
+pub(crate) fn snapshot(services: &dyn Native) -> Result<()> {
     let observed = services.role_snapshot("gateway")?;
     let enabled = observed
         .get("enabled")
@@ -32,7 +32,11 @@ pub fn snapshot(services: &dyn Native) -> Result<()> {
 
 /// `preflight`: read-only admission before any journal exists; `stop`
 /// repeats the proof from the journal right before touching native jobs.
-pub fn preflight(args: &Args, layout: &ExecutionLayout, services: &dyn Native) -> Result<()> {
+pub(crate) fn preflight(
+    args: &Args,
+    layout: &ExecutionLayout,
+    services: &dyn Native,
+) -> Result<()> {
     assert_install_lock(&layout.install_root)?;
     let mut handoff = Json::Null;
     if !args.handoff_file.as_os_str().is_empty() {
@@ -49,7 +53,7 @@ pub fn preflight(args: &Args, layout: &ExecutionLayout, services: &dyn Native) -
         _ => Json::from(""),
     };
     let value = StopContext {
-        release_dir: agents_common::pure_path_text(&layout.worker_release),
+        release_dir: python_compat::path::pure_path_text(&layout.worker_release),
         operation_id,
         handoff,
     };
@@ -58,7 +62,7 @@ pub fn preflight(args: &Args, layout: &ExecutionLayout, services: &dyn Native) -
 }
 
 /// `stop`: prove the admission again, then stop the gateway and the worker.
-pub fn stop(
+pub(crate) fn stop(
     args: &Args,
     layout: &ExecutionLayout,
     value: &ActivationManifest,
@@ -70,7 +74,7 @@ pub fn stop(
 }
 
 /// `suppress`: disable autostart of every installed role before rollback.
-pub fn suppress(services: &dyn Native) -> Result<()> {
+pub(crate) fn suppress(services: &dyn Native) -> Result<()> {
     for role in ["gateway", "worker"] {
         if state_of(&services.role_snapshot(role)?) != "absent" {
             services.set_enabled(role, false)?;
@@ -81,7 +85,7 @@ pub fn suppress(services: &dyn Native) -> Result<()> {
 
 /// `start`: load the published units and start the worker, then the
 /// gateway, unless already running or starting.
-pub fn start(services: &dyn Native) -> Result<()> {
+pub(crate) fn start(services: &dyn Native) -> Result<()> {
     services.reload()?;
     for role in ["worker", "gateway"] {
         if !["running", "transitioning"].contains(&state_of(&services.observe(role)?)) {
@@ -92,10 +96,10 @@ pub fn start(services: &dyn Native) -> Result<()> {
 }
 
 /// `restore`: bring both roles back to the journaled prior states.
-pub fn restore(value: &ActivationManifest, services: &dyn Native) -> Result<()> {
+pub(crate) fn restore(value: &ActivationManifest, services: &dyn Native) -> Result<()> {
     services.reload()?;
     let prior = |state: &Json, enabled: &Json| {
-        agents_common::json_object! { "state" => state.clone(), "enabled" => enabled.clone() }
+        python_compat::json_object! { "state" => state.clone(), "enabled" => enabled.clone() }
     };
     let priors = [
         (
@@ -125,7 +129,7 @@ pub fn restore(value: &ActivationManifest, services: &dyn Native) -> Result<()> 
 }
 
 /// `release`: after verified settlement, let the worker admit work again.
-pub fn release(
+pub(crate) fn release(
     value: &ActivationManifest,
     layout: &ExecutionLayout,
     services: &dyn Native,

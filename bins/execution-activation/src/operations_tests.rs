@@ -179,7 +179,7 @@ fn snapshot_reports_the_gateway_of_a_launchd_host() {
     let gateway = mac.services(&recorded).role_snapshot("gateway").unwrap();
     // install.sh receives `stopped|false` for `begin --gateway-state/-enabled`.
     assert_eq!(
-        agents_common::encode_line(&Json::Object(gateway), false),
+        python_compat::json::encode_line(&Json::Object(gateway), false),
         r#"{"state": "stopped", "enabled": false}"#
     );
 }

@@ -24,14 +24,14 @@ use std::path::PathBuf;
 
 use crate::replace_config::{journaled_staging_matches, replace_config};
 use agents_common::{
-    config_path_matches_desired, config_staging_paths, encode_indented, ensure_directory,
-    entry_present, layout_manifest, prepare_runtime, read_owned_config, read_private_file,
-    render_service, write_new_private, ActivationInvocation, ActivationManifest, Error, Result,
+    config_path_matches_desired, config_staging_paths, ensure_directory, entry_present,
+    layout_manifest, prepare_runtime, read_owned_config, read_private_file, render_service,
+    write_new_private, ActivationInvocation, ActivationManifest, Error, ExecutionLayout, Result,
     ACTIVATION_CONFIG_LIMIT,
 };
+use python_compat::json::encode_indented;
 
 use crate::context::with_runtime_environment;
-use agents_common::ExecutionLayout;
 
 /// The three configurations publish renders, in the seed's order.
 const KINDS: [&str; 3] = ["service", "gateway", "execution_layout"];
@@ -51,7 +51,7 @@ pub fn publish(layout: &ExecutionLayout) -> Result<()> {
     for (kind, payload) in KINDS.into_iter().zip(bodies) {
         let (_directory, current) = ActivationManifest::read(&layout.install_root, true)?;
         let destination = PathBuf::from(current.text(&format!("{kind}_path")));
-        ensure_directory(&agents_common::python::path::parent(&destination), false)?;
+        ensure_directory(&python_compat::path::parent(&destination), false)?;
         let (source, _publication) =
             config_staging_paths(&destination, current.transaction_id(), kind);
         let mode = if layout.platform == "Linux" && kind != "execution_layout" {

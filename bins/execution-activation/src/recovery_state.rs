@@ -16,7 +16,7 @@ use crate::cli::Args;
 /// `recovery-state`: tells install.sh whether a recovery owner armed for
 /// this journal is still registered or running, so it neither starts a second
 /// one nor discards a live one. Ports `recovery_state(args, value, native=...)`.
-pub fn recovery_state(
+pub(crate) fn recovery_state(
     args: &Args,
     value: &ActivationManifest,
     commands: &dyn CommandRunner,
@@ -85,13 +85,12 @@ mod tests {
 
     use std::time::Duration;
 
-    use agents_common::{
-        current_uid, recovery_service_path, try_parse_command_line, ActivationManifest,
-        CommandCapture, ErrorClass,
-    };
+    use agents_common::{recovery_service_path, ActivationManifest, CommandCapture};
     use agents_tests::journal_writer::Install;
     use agents_tests::recorded_commands::{domain, expect, launchd_fixture, reply, Recorded};
     use agents_tests::{assert_error, write_file_making_parents};
+    use python_compat::os::current_uid;
+    use python_compat::{argparse::try_parse_command_line, ErrorClass};
 
     use super::*;
     use crate::cli::SPEC;

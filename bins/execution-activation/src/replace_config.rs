@@ -15,23 +15,42 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use agents_common::activation::config::{
-    config_modes, config_path_matches_desired, config_staging_paths, identity_matches,
-    ConfigMetadata,
+use agents_common::{
+    capture_volume, config_modes, config_path_matches_desired, config_staging_paths,
+    fsync_directory_nofollow, identity_matches, parent_of, read_guarded, replace_private,
+    validate_invocation, ActivationInvocation, ActivationManifest, ConfigMetadata, Error,
+    ReadPolicy, Result, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT,
 };
-use agents_common::activation::invocation::{validate_invocation, ActivationInvocation};
-use agents_common::activation::io::{
-    hard_link, lstat_if_present, parent_of, read_guarded, rename, replace_private, unlink,
-    ACTIVATION_CONFIG_LIMIT, STAGED_PUBLICATION, STAGING_SOURCE,
+use python_compat::{
+    hex,
+    json::{Json, JsonObject},
+    json_object,
+    os::{hard_link, lstat, lstat_if_present, permission_bits, rename, unlink},
+    path::{absolute_path, pure_path_text, same_path},
 };
-use agents_common::activation::manifest::{same_path, ActivationManifest};
-use agents_common::activation::paths::{absolute_path, pure_path_text};
-use agents_common::activation::volume::{capture_volume, SystemVolumes, VolumeProbe};
-use agents_common::fs::{fsync_directory_nofollow, lstat, permission_bits};
-use agents_common::json_object;
-use agents_common::python::hex::hex;
-use agents_common::{Error, Result};
-use agents_common::{Json, JsonObject};
+
+/// `_open_config_staging_source`: the `.source` file, opened read-write.
+const STAGING_SOURCE: ReadPolicy = ReadPolicy {
+    write: true,
+    exact_mode: None,
+    links: &[1],
+    minimum: 0,
+    exact_length: false,
+    unsafe_message: "activation configuration staging file is unsafe",
+    changed_message: "activation configuration staging file changed",
+};
+
+/// `_staged_config_metadata`: a `.publication` (or source) that may still
+/// share its inode with the other staging name.
+const STAGED_PUBLICATION: ReadPolicy = ReadPolicy {
+    write: false,
+    exact_mode: None,
+    links: &[1, 2],
+    minimum: 0,
+    exact_length: false,
+    unsafe_message: "activation configuration publication is unsafe",
+    changed_message: "activation configuration publication changed",
+};
 
 /// The durable steps of a fresh publication, in order; a crash after any of
 /// them leaves a state the next call resumes from.
@@ -173,7 +192,7 @@ pub fn replace_config_on(
     }
     replace_private(&directory.join("manifest.json"), &value.canonical_bytes())?;
     checkpoint(ReplaceConfigStep::JournalWritten)?;
-    rustix::fs::fchmod(&opened.descriptor, agents_common::fs::permission_mode(mode))?;
+    rustix::fs::fchmod(&opened.descriptor, python_compat::os::permission_mode(mode))?;
     rustix::fs::fsync(&opened.descriptor)?;
     checkpoint(ReplaceConfigStep::ModeSet)?;
     hard_link(&source, &secured)?;
@@ -271,7 +290,7 @@ impl Staged<'_> {
                 rename(self.staged, self.source)?;
                 fsync_directory_nofollow(&source_parent)?;
             }
-            return Err(error);
+            return Err(error.into());
         }
         checkpoint(ReplaceConfigStep::Published)?;
         fsync_directory_nofollow(&parent_of(self.destination))?;

@@ -9,13 +9,16 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use agents_common::python::hex;
 use agents_common::{
-    check_binding, encode_indented, entry_present, evidence_digest, normalize_path,
-    owned_directory, pure_path_text, recovery_directory, recovery_evidence, recovery_service_path,
-    Error, ExecutionLayout, Json, JsonObject, RecoveryService, Result, SystemCommandRunner,
-    ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
-    RECOVERY_PAYLOAD, TRANSACTION_NAME,
+    check_binding, entry_present, evidence_digest, normalize_path, owned_directory,
+    recovery_directory, recovery_evidence, recovery_service_path, Error, ExecutionLayout,
+    RecoveryService, Result, SystemCommandRunner, ACTIVATION_JOURNAL_NAME, INTENT_KEYS,
+    RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, TRANSACTION_NAME,
+};
+use python_compat::{
+    hex,
+    json::{encode_indented, Json, JsonObject},
+    path::pure_path_text,
 };
 
 /// Most historical owners the check walks.
@@ -55,7 +58,7 @@ fn is_hex32(value: Option<&Json>) -> bool {
 /// Refuses to go on while a legacy updater's recovery intent is still live:
 /// only an intent whose owner has retired may be replaced by the split
 /// layout's. Ports `require_retired_legacy_intent(layout, previous, intent)`.
-pub fn require_retired_legacy_intent(
+pub(crate) fn require_retired_legacy_intent(
     layout: &ExecutionLayout,
     previous: &Json,
     intent: &JsonObject,
@@ -104,7 +107,7 @@ pub fn require_retired_legacy_intent(
         return Err(Error::runtime("too many historical recovery owners"));
     }
     let digest = hex(&Sha256::digest(encode_indented(previous)));
-    let binding = Json::Object(agents_common::json_object! {
+    let binding = Json::Object(python_compat::json_object! {
         "format" => 1,
         "path" => pure_path_text(layout.state_root.join("admin/server-update.json")),
         "update_id" => field("update_id").clone(),
@@ -200,7 +203,7 @@ fn check_owner(
         .and_then(|snapshot| snapshot.get("health"));
     let terminal_null = Json::Null;
     let term = |key: &str| terminal.get(key).unwrap_or(&terminal_null);
-    let finalized = Json::Object(agents_common::json_object! {
+    let finalized = Json::Object(python_compat::json_object! {
         "format" => 1,
         "transaction_id" => name,
         "terminal_sha256" => evidence_digest(&directory.join("terminal.json"))?,

@@ -4,14 +4,16 @@
 //! activation's sealed lease.
 
 use agents_common::{
-    locate_release, parse_json, python_strip, python_truthy, read_owned_config, read_private_file,
-    ActivationManifest, Error, Json, Result, WorkerControl, ACTIVATION_CONFIG_LIMIT,
-    PROTOCOL_VERSION,
+    locate_release, read_owned_config, read_private_file, ActivationManifest, Error,
+    ExecutionLayout, Result, WorkerControl, ACTIVATION_CONFIG_LIMIT, PROTOCOL_VERSION,
+};
+use python_compat::{
+    json::{parse_json, Json},
+    strip, truthy,
 };
 
 use crate::cli::{Args, Operation};
 use crate::native::{Native, Snapshots};
-use agents_common::ExecutionLayout;
 
 /// Limit of the stored health body.
 const HEALTH_LIMIT: u64 = 1024 * 1024;
@@ -20,7 +22,7 @@ const HEALTH_LIMIT: u64 = 1024 * 1024;
 /// installer fetched over its pinned connection, that the running worker and
 /// gateway are exactly the releases the journal expects before install.sh
 /// commits (or after it restored the old ones). Ports `verify_components`.
-pub fn verify_components(
+pub(crate) fn verify_components(
     args: &Args,
     layout: &ExecutionLayout,
     value: &ActivationManifest,
@@ -43,12 +45,13 @@ pub fn verify_components(
             .cloned()
             .unwrap_or_default();
         let old_gateway = value.release("old_release");
-        let located = |release: &agents_common::JsonObject| -> Result<Option<std::path::PathBuf>> {
-            if release.is_empty() {
-                return Ok(None);
-            }
-            locate_release(release, &[])
-        };
+        let located =
+            |release: &python_compat::json::JsonObject| -> Result<Option<std::path::PathBuf>> {
+                if release.is_empty() {
+                    return Ok(None);
+                }
+                locate_release(release, &[])
+            };
         let (Some(old_worker), Some(old_gateway)) = (located(&old_worker)?, located(&old_gateway)?)
         else {
             return Err(Error::runtime(
@@ -59,7 +62,7 @@ pub fn verify_components(
             let data = read_owned_config(&release.join("VERSION"), ACTIVATION_CONFIG_LIMIT)?;
             let text = std::str::from_utf8(&data)
                 .map_err(|_| Error::value("'utf-8' codec can't decode VERSION"))?;
-            Ok(Json::from(python_strip(text)))
+            Ok(Json::from(strip(text)))
         };
         worker_root = Json::from(old_worker.to_string_lossy().into_owned());
         worker_version = version(&old_worker)?;
@@ -105,7 +108,7 @@ pub fn verify_components(
         .get("lease")
         .and_then(Json::as_object)
         .is_some_and(|lease| {
-            lease.get("sealed").is_some_and(python_truthy)
+            lease.get("sealed").is_some_and(truthy)
                 && lease.get("operation_id") == Some(value.execution_field("operation_id"))
         });
     if value.phase() != "committed" && !held {

@@ -4,10 +4,11 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use agents_common::{ActivationManifest, ErrorClass};
+use agents_common::ActivationManifest;
 use agents_tests::journal_writer::{Begin, Install};
 use agents_tests::{assert_error, set_mode, write_file};
 use execution_activation::durability::{flush_activation, flush_activation_on, FullSync};
+use python_compat::ErrorClass;
 
 /// An update journal in `prepared` with old and candidate releases.
 fn prepared(tag: &str) -> Install {

@@ -13,12 +13,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agents_common::{
-    current_uid, encode_indented, json_object, CommandCapture, Json, JsonObject, Result,
-};
+use agents_common::{CommandCapture, Result};
 use execution_activation::legacy_runner::{
     verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
     PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
+};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+    os::current_uid,
 };
 
 const UPDATE: &str = "0123456789abcdef0123456789abcdef";

@@ -7,14 +7,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    config_staging_paths, execution_context, json_object, ActivationInvocation, ActivationManifest,
-    Error, ErrorClass, Json,
+    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest, Error,
 };
 use agents_tests::journal_writer::{sha256_hex, Install};
 use agents_tests::{assert_error, write_file};
 use execution_activation::replace_config::{
     replace_config, replace_config_with_checkpoints, ReplaceConfigStep,
 };
+use python_compat::{json::Json, json_object, ErrorClass};
 
 const UNIT: &str = "[Unit]\nDescription=candidate worker\n";
 

@@ -14,14 +14,17 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use agents_common::test_support::{check_binding_on, directory_binding_on, VOLUME_UUID_REPLY_SIZE};
 use agents_common::{
-    config_staging_paths, json_object, validate_invocation, volume_uuid, ActivationInvocation,
-    ActivationManifest, ErrorClass, Json, JsonObject, SystemVolumes, VolumeProbe,
+    check_binding_on, config_staging_paths, directory_binding_on, validate_invocation, volume_uuid,
+    ActivationInvocation, ActivationManifest, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };
 use agents_tests::journal_writer::{Install, Roots};
 use agents_tests::{assert_error, make_dir, write_file};
 use execution_activation::replace_config::replace_config_on;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, ErrorClass,
+};
 
 /// `diskutil info /` of the data volume, and of a second APFS volume.
 const DATA_VOLUME: &str = "0A81F3B1-51D9-3335-B3E3-169C3640360D";

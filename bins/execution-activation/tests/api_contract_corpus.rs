@@ -37,8 +37,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use agents_common::{parse_json, Json};
 use agents_tests::{binary_path, skip, test_name, write_file, TempDir};
+use python_compat::json::{parse_json, Json};
 
 const FULL_CORPUS_ENV: &str = "AGENTS_FULL_CORPUS";
 const CONTRACT_LINE: &[u8] = b"\nAPI_CONTRACT_VERSION = 7\n";

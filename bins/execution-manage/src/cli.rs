@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use agents_common::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
 /// The program name in usage and error lines.
-pub const PROGRAM: &str = "execution-manage";
+pub(crate) const PROGRAM: &str = "execution-manage";
 
 /// The activation scopes `apply` accepts, in the seed's `choices=` order.
 const SCOPES: &[&str] = &["migration", "gateway", "worker"];
@@ -74,9 +74,24 @@ pub static SPEC: CommandSpec = CommandSpec {
 /// seed's `type=Path` makes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Args {
-    Apply { layout: PathBuf, scope: String },
-    Recover { root: PathBuf },
-    Inspect { root: PathBuf },
+    /// `apply`: activate a layout for one scope.
+    Apply {
+        /// `--layout`: the private JSON file holding the layout to activate.
+        layout: PathBuf,
+        /// `--scope`: which services the activation replaces (`migration`,
+        /// `gateway` or `worker`).
+        scope: String,
+    },
+    /// `recover`: finish or roll back a pending activation.
+    Recover {
+        /// `--root`: the installation root.
+        root: PathBuf,
+    },
+    /// `inspect`: print the pending activation (read-only).
+    Inspect {
+        /// `--root`: the installation root.
+        root: PathBuf,
+    },
 }
 
 impl Args {
@@ -98,7 +113,7 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
         try_parse_command_line(&SPEC, words).map(|parsed| Args::from_parsed(&parsed))

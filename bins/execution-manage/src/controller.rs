@@ -23,21 +23,24 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use agents_common::{
-    json_object, layout_manifest, maintenance_operation_id, prepare_runtime, Error,
-    ExecutionLayout, Json, JsonObject, NativeServices, Result, ServiceRunState, ServiceState,
-    ServiceStates, WorkerControl,
+    layout_manifest, maintenance_operation_id, prepare_runtime, Error, ExecutionLayout,
+    NativeServices, Result, ServiceRunState, ServiceState, ServiceStates, WorkerControl,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
 };
 
 use crate::transaction::ExecutionTransaction;
 
 /// How long a started candidate (or a restored prior generation) may take to
 /// reach authenticated health (the seed's `health_timeout`).
-pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between two health attempts.
 const HEALTH_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Activates one scope of a split layout, or recovers its pending journal.
-pub struct ActivationController {
+pub(crate) struct ActivationController {
     layout: ExecutionLayout,
     services: NativeServices,
     control: WorkerControl<'static>,
@@ -47,7 +50,7 @@ pub struct ActivationController {
 impl ActivationController {
     /// A controller for `layout` on this host's service manager. Refuses a
     /// layout of the other platform (`NativeServices`' own check).
-    pub fn new(layout: ExecutionLayout) -> Result<Self> {
+    pub(crate) fn new(layout: ExecutionLayout) -> Result<Self> {
         let services = NativeServices::new(&layout)?;
         Ok(ActivationController {
             layout,
@@ -123,7 +126,7 @@ impl ActivationController {
     /// `apply(scope)`: activates this controller's layout for `scope`
     /// (`migration`, `gateway` or `worker`) and returns
     /// `{"ok": true, "scope": ..., "receipt": ...}`.
-    pub fn apply(&self, scope: &str) -> Result<Json> {
+    pub(crate) fn apply(&self, scope: &str) -> Result<Json> {
         self.layout.validate()?;
         let mut prior = self.services.snapshot()?;
         let mut expected_identity = None;
@@ -262,7 +265,7 @@ impl ActivationController {
     /// `recover()`: finishes a committed activation, or restores the prior
     /// services, files and `current` of any other pending one, and retires
     /// its journal. Returns `{"ok": true, "phase": ..., "receipt": ...}`.
-    pub fn recover(&self) -> Result<Json> {
+    pub(crate) fn recover(&self) -> Result<Json> {
         let root = &self.layout.install_root;
         let (transaction, layout) = ExecutionTransaction::load(root)?;
         if layout != self.layout {

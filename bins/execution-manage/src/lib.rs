@@ -13,6 +13,15 @@
 //! failure handling is skipped (the journal stays for `recover`), the
 //! installation lock is released after its checks, and the process dies by
 //! SIGINT (see the install lock's interrupt handling).
+//!
+//! # Map by concern
+//!
+//! - `cli`: the seed's parser and the typed arguments ([`Args`], [`SPEC`]).
+//! - `controller`: `ActivationController`, the orchestration of `apply` and
+//!   `recover` under the installation lock.
+//! - `transaction`: the `.execution-transaction` journal it writes and
+//!   resumes ([`ExecutionTransaction`]).
+//! - [`doctor`]: the read-only report of what is stuck and how to resolve it.
 
 mod cli;
 mod controller;
@@ -23,8 +32,11 @@ use std::io::Write;
 use std::path::Path;
 
 use agents_common::{
-    encode_line, json_object, maintenance_operation_id, parse_json, read_file, ExecutionLayout,
-    InstallationLock, Json, Result,
+    maintenance_operation_id, read_file, ExecutionLayout, InstallationLock, Result,
+};
+use python_compat::{
+    json::{encode_line, parse_json, Json},
+    json_object,
 };
 
 pub use cli::{Args, SPEC};

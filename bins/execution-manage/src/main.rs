@@ -5,8 +5,8 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use agents_common::{exit_status, parse_command_line};
 use execution_manage::{doctor, run, Args, SPEC};
+use python_compat::{argparse::parse_command_line, exit_status};
 
 fn main() -> ExitCode {
     let words: Vec<OsString> = std::env::args_os().skip(1).collect();

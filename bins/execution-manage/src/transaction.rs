@@ -19,11 +19,16 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use agents_common::{
-    atomic_write, check_text, current_uid, desired, encode_indented, fsync_directory, json_object,
-    layout_manifest, maintenance_operation_id, normalize_path, owned_directory, parse_json,
-    read_file, remove_abandoned_drafts, remove_atomic_temporaries, render_service, snapshot,
-    token_hex, Error, ExecutionLayout, Json, JsonObject, Result, ServiceState, FORMAT,
+    atomic_write, check_text, desired, fsync_directory, layout_manifest, maintenance_operation_id,
+    normalize_path, owned_directory, read_file, remove_abandoned_drafts, remove_atomic_temporaries,
+    render_service, snapshot, Error, ExecutionLayout, Result, ServiceState, FORMAT,
     MAX_CONFIG_BYTES, PROTOCOL_VERSION, TRANSACTION_NAME,
+};
+use python_compat::{
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object,
+    os::current_uid,
+    token_hex,
 };
 
 /// The three activation scopes: a first split install, or one component.
@@ -470,7 +475,7 @@ impl ExecutionTransaction {
 /// `_current_target`: the raw link text of `install_root/current` (possibly
 /// relative, compared as a string), after proving it is an owned symlink into
 /// `releases/`; `None` when there is no link.
-pub fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
+pub(crate) fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
     let current = layout.current();
     let info = match std::fs::symlink_metadata(&current) {
         Ok(info) => info,
@@ -497,7 +502,7 @@ pub fn current_target(layout: &ExecutionLayout) -> Result<Option<String>> {
 
 /// `_service_states`: the prior native states a journal records must have
 /// exactly the shape `restore` can act on.
-pub fn check_service_states(value: &Json) -> Result<()> {
+pub(crate) fn check_service_states(value: &Json) -> Result<()> {
     let both = value.as_object().is_some_and(|states| {
         states.len() == 2 && states.contains_key("worker") && states.contains_key("gateway")
     });
@@ -538,9 +543,9 @@ fn remove_own_leftovers(journal: &Json, layout: &ExecutionLayout) -> Result<()> 
     for entry in std::fs::read_dir(root).map_err(|err| Error::from_io_path(&err, root))? {
         let entry = entry.map_err(|err| Error::from_io_path(&err, root))?;
         let name = entry.file_name();
-        let ours = name.to_str().is_some_and(|name| {
-            agents_common::python::is_prefixed_hex(name, CURRENT_TEMPORARY_PREFIX, 24)
-        });
+        let ours = name
+            .to_str()
+            .is_some_and(|name| python_compat::is_prefixed_hex(name, CURRENT_TEMPORARY_PREFIX, 24));
         let path = entry.path();
         let own_link = std::fs::symlink_metadata(&path).is_ok_and(|info| {
             use std::os::unix::fs::MetadataExt as _;
@@ -567,7 +572,7 @@ fn remove_abandoned_journal_drafts(root: &Path) -> Result<()> {
     remove_abandoned_drafts(root, b"manifest.json", |name| {
         std::str::from_utf8(name).is_ok_and(|name| {
             name.strip_prefix(DRAFT_PREFIX)
-                .is_some_and(|id| agents_common::python::is_prefixed_hex(id, "execution-", 24))
+                .is_some_and(|id| python_compat::is_prefixed_hex(id, "execution-", 24))
         })
     })
 }
@@ -659,7 +664,7 @@ fn decode_base64(data: Option<&str>) -> Result<Vec<u8>> {
 }
 
 fn hex_digest(data: &[u8]) -> String {
-    agents_common::python::hex(&Sha256::digest(data))
+    python_compat::hex(&Sha256::digest(data))
 }
 
 /// The layout stored in a manifest snapshot's data (the previous install).

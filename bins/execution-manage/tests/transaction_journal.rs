@@ -6,12 +6,13 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::{
-    encode_indented, json_object, parse_json, render_service, ErrorClass, ExecutionLayout, Json,
-    JsonObject,
-};
+use agents_common::{render_service, ExecutionLayout};
 use agents_tests::{assert_error, link, write_file, InstallBase};
 use execution_manage::ExecutionTransaction;
+use python_compat::{
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object, ErrorClass,
+};
 
 /// Each watched file's path with its bytes and mode (`None` when absent).
 type FilesState = Vec<(String, Option<(Vec<u8>, u32)>)>;

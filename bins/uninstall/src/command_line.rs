@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use agents_common::{CommandSpec, OptionSpec, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ValueKind};
 
 /// The helper form's parser (`execution_uninstall.main`'s argparse parser).
 pub static HELPER_SPEC: CommandSpec = CommandSpec {
@@ -73,7 +73,7 @@ pub fn is_helper_form(words: &[OsString]) -> bool {
 
 /// The outcome of the script's option loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScriptOptions {
+pub(crate) enum ScriptOptions {
     /// Run with these flags.
     Run {
         /// `--yes`.
@@ -88,7 +88,7 @@ pub enum ScriptOptions {
 }
 
 /// The script's `while (($#)); do case "$1" in ...` loop.
-pub fn parse_script_options(words: &[OsString]) -> ScriptOptions {
+pub(crate) fn parse_script_options(words: &[OsString]) -> ScriptOptions {
     let mut assume_yes = false;
     let mut purge_state = false;
     for word in words {
@@ -126,7 +126,7 @@ const USAGE: [&str; 15] = [
 ];
 
 /// The usage text with the state root filled in (bytes: it may not be UTF-8).
-pub fn usage(state_root: &[u8]) -> Vec<u8> {
+pub(crate) fn usage(state_root: &[u8]) -> Vec<u8> {
     let mut text = Vec::new();
     for line in USAGE {
         let mut parts = line.split("{state}");

@@ -6,6 +6,15 @@
 //! uninstall or, when the install root holds `execution-layout.json`, the
 //! idle-only split uninstall with the script's roots. With `--root` and the
 //! other path options it is the split helper itself.
+//!
+//! # Map by concern
+//!
+//! - `command_line`: the two command-line forms; `roots`: the three managed
+//!   roots and the refusal of unsafe ones.
+//! - `legacy`: the single-service uninstall of `uninstall.sh`; `split`: the
+//!   idle-only split uninstall of `execution_uninstall.py`.
+//! - The script's terminal behaviour: `terminal` (confirmation), `signals`
+//!   (its `trap`), `output` (its `echo`).
 
 mod command_line;
 mod legacy;
@@ -25,12 +34,12 @@ pub use command_line::{is_helper_form, HELPER_SPEC};
 
 /// The split helper's form (`--root ...`) with its parsed command line: its
 /// exit status.
-pub fn run_helper(parsed: &agents_common::ParsedArgs) -> u8 {
+pub fn run_helper(parsed: &python_compat::argparse::ParsedArgs) -> u8 {
     split::main(&split_args(parsed))
 }
 
 /// The helper's typed arguments from its parsed command line.
-fn split_args(parsed: &agents_common::ParsedArgs) -> split::SplitArgs {
+fn split_args(parsed: &python_compat::argparse::ParsedArgs) -> split::SplitArgs {
     let path = |long: &str| {
         parsed
             .path(long)
@@ -68,7 +77,7 @@ fn hand_over(roots: &roots::ManagedRoots, assume_yes: bool, purge_state: bool) -
     if purge_state {
         words.push("--purge-state".into());
     }
-    match agents_common::try_parse_command_line(&command_line::HELPER_SPEC, &words) {
+    match python_compat::argparse::try_parse_command_line(&command_line::HELPER_SPEC, &words) {
         Ok(parsed) => split::main(&split_args(&parsed)),
         Err(exit) => exit.exit(),
     }

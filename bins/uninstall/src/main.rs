@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use agents_common::parse_command_line;
+use python_compat::argparse::parse_command_line;
 use uninstall::{is_helper_form, run_helper, run_script, HELPER_SPEC};
 
 fn main() -> ExitCode {

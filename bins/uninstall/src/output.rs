@@ -8,7 +8,7 @@
 use std::io::Write;
 
 /// One line on stdout.
-pub fn say(parts: &[&[u8]]) {
+pub(crate) fn say(parts: &[&[u8]]) {
     let mut line = parts.concat();
     line.push(b'\n');
     let mut stdout = std::io::stdout().lock();
@@ -17,20 +17,20 @@ pub fn say(parts: &[&[u8]]) {
 }
 
 /// One line on stderr.
-pub fn warn(parts: &[&[u8]]) {
+pub(crate) fn warn(parts: &[&[u8]]) {
     let mut line = parts.concat();
     line.push(b'\n');
     let _ = std::io::stderr().lock().write_all(&line);
 }
 
 /// Text without a newline on stderr (bash's `read -p` prompt).
-pub fn prompt_stderr(text: &[u8]) {
+pub(crate) fn prompt_stderr(text: &[u8]) {
     let _ = std::io::stderr().lock().write_all(text);
 }
 
 /// Text without a newline on stdout, flushed (Python's `input()` prompt when
 /// stdin or stdout is not a terminal).
-pub fn prompt_stdout(text: &[u8]) {
+pub(crate) fn prompt_stdout(text: &[u8]) {
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(text);
     let _ = stdout.flush();

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Where the script puts things, after normalisation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagedRoots {
+pub(crate) struct ManagedRoots {
     /// `INSTALL_ROOT`: releases, the install lock, the split layout manifest.
     pub install: PathBuf,
     /// `CONFIG_ROOT`: the generated configuration and access token.
@@ -27,14 +27,14 @@ pub struct ManagedRoots {
 
 impl ManagedRoots {
     /// `$HOME/.zenithbot-agent`, the legacy alias a purge unlinks.
-    pub fn legacy_state_alias(&self) -> PathBuf {
+    pub(crate) fn legacy_state_alias(&self) -> PathBuf {
         join_bytes(self.home.as_os_str(), b"/.zenithbot-agent")
     }
 }
 
 /// Why the roots were refused: the script's message and exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RootRefusal {
+pub(crate) struct RootRefusal {
     /// One line for stderr (without the newline).
     pub message: Vec<u8>,
     /// 2 for every path refusal; 1 when `HOME` is unset (bash's `set -u`).
@@ -49,13 +49,13 @@ impl RootRefusal {
 
 /// The environment the roots come from (injected so tests need not mutate
 /// the process environment).
-pub trait Environment {
+pub(crate) trait Environment {
     /// The variable's value, `None` when unset.
     fn var(&self, name: &str) -> Option<OsString>;
 }
 
 /// The real process environment.
-pub struct ProcessEnvironment;
+pub(crate) struct ProcessEnvironment;
 
 impl Environment for ProcessEnvironment {
     fn var(&self, name: &str) -> Option<OsString> {
@@ -64,7 +64,7 @@ impl Environment for ProcessEnvironment {
 }
 
 /// Computes and checks the roots exactly as the top of `uninstall.sh` does.
-pub fn managed_roots(env: &dyn Environment) -> Result<ManagedRoots, RootRefusal> {
+pub(crate) fn managed_roots(env: &dyn Environment) -> Result<ManagedRoots, RootRefusal> {
     // `${VAR:-default}` and `[[ -n $VAR ]]`: an empty variable counts as unset.
     let set = |name: &str| env.var(name).filter(|value| !value.is_empty());
     // Under `set -u` the script dies on the first expansion of an unset HOME,
@@ -216,7 +216,7 @@ fn normalize_managed_path(
 }
 
 /// `paths_overlap`: equal, or one is a textual prefix directory of the other.
-pub fn paths_overlap(first: &Path, second: &Path) -> bool {
+pub(crate) fn paths_overlap(first: &Path, second: &Path) -> bool {
     let first = first.as_os_str().as_bytes();
     let second = second.as_os_str().as_bytes();
     let under = |inner: &[u8], outer: &[u8]| {
@@ -253,12 +253,12 @@ fn split_last(path: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// `[[ -d path ]]`: a directory, following symlinks.
-pub fn is_directory(path: &[u8]) -> bool {
+pub(crate) fn is_directory(path: &[u8]) -> bool {
     std::fs::metadata(OsStr::from_bytes(path)).is_ok_and(|meta| meta.is_dir())
 }
 
 /// `[[ -L path ]]`.
-pub fn is_symlink(path: &Path) -> bool {
+pub(crate) fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink())
 }
 
@@ -273,7 +273,7 @@ fn concat(parts: &[&[u8]]) -> Vec<u8> {
 }
 
 /// `"$base<suffix>"` as the shell builds it.
-pub fn join_bytes(base: &OsStr, suffix: &[u8]) -> PathBuf {
+pub(crate) fn join_bytes(base: &OsStr, suffix: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(concat(&[base.as_bytes(), suffix])))
 }
 

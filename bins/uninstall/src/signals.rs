@@ -16,7 +16,7 @@ extern "C" fn note_signal(_signal: libc::c_int) {
 }
 
 /// Installs the handlers (the script's `trap` line).
-pub fn trap_exit_130() {
+pub(crate) fn trap_exit_130() {
     install(&[libc::SIGHUP, libc::SIGINT, libc::SIGTERM]);
 }
 
@@ -46,13 +46,13 @@ fn install(signals: &[libc::c_int]) {
 /// Notes SIGINT instead of dying at once, so the split uninstall can run
 /// its recovery (as Python's `KeyboardInterrupt` does) before it dies of it
 /// with [`die_of_interrupt`].
-pub fn trap_interrupt() {
+pub(crate) fn trap_interrupt() {
     install(&[libc::SIGINT]);
 }
 
 /// Ends the process by SIGINT's default action, as an uncaught
 /// `KeyboardInterrupt` ends Python.
-pub fn die_of_interrupt() -> ! {
+pub(crate) fn die_of_interrupt() -> ! {
     // SAFETY: restoring the default disposition and raising a signal.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
@@ -62,6 +62,6 @@ pub fn die_of_interrupt() -> ! {
 }
 
 /// True once a trapped signal has arrived.
-pub fn pending() -> bool {
+pub(crate) fn pending() -> bool {
     PENDING.load(Ordering::SeqCst)
 }

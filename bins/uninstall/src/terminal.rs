@@ -7,13 +7,13 @@
 use crate::signals;
 
 /// `[[ -t 0 ]]` / `sys.stdin.isatty()`.
-pub fn stdin_is_terminal() -> bool {
+pub(crate) fn stdin_is_terminal() -> bool {
     std::io::IsTerminal::is_terminal(&std::io::stdin())
 }
 
 /// One raw line from stdin.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawLine {
+pub(crate) enum RawLine {
     /// A line ended by a newline (not included).
     Complete(Vec<u8>),
     /// End of input (or a read error) before a newline; what came before it.
@@ -23,7 +23,7 @@ pub enum RawLine {
 }
 
 /// Reads up to and including the next newline.
-pub fn read_raw_line() -> RawLine {
+pub(crate) fn read_raw_line() -> RawLine {
     let mut line = Vec::new();
     loop {
         let mut byte = [0u8; 1];
@@ -43,7 +43,7 @@ pub fn read_raw_line() -> RawLine {
 
 /// The outcome of bash's `read -r reply`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BashReply {
+pub(crate) enum BashReply {
     /// `read` succeeded; the reply with surrounding IFS whitespace removed.
     Line(Vec<u8>),
     /// `read` failed (end of input): the script treats this as "no".
@@ -55,7 +55,7 @@ pub enum BashReply {
 /// `read -r -p "$prompt" reply` on a terminal: the prompt goes to stderr,
 /// NUL bytes are dropped and leading/trailing spaces, tabs and newlines are
 /// trimmed (the default IFS with a single variable).
-pub fn bash_read(prompt: &[u8]) -> BashReply {
+pub(crate) fn bash_read(prompt: &[u8]) -> BashReply {
     crate::output::prompt_stderr(prompt);
     match read_raw_line() {
         RawLine::Complete(line) => BashReply::Line(bash_reply_value(&line)),

@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 
-use agents_common::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
 /// The program name in usage and error lines.
-pub const PROGRAM: &str = "update-handoff";
+pub(crate) const PROGRAM: &str = "update-handoff";
 
 const fn required(long: &'static str, kind: ValueKind, help: &'static str) -> OptionSpec {
     OptionSpec {
@@ -95,13 +95,21 @@ pub enum StatusSource {
 /// The operation and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Args {
+    /// `release`: release a failed update's held handoff.
     Release {
+        /// `--root`: the installation root.
         root: PathBuf,
+        /// `--handoff-file`: the sealed handoff.
         handoff_file: PathBuf,
     },
+    /// `retry-failed`: finish the release a failed status records.
     RetryFailed {
+        /// `--root`: the installation root.
         root: PathBuf,
+        /// `--status-file`: the installation's `server-update.json`.
         status_file: PathBuf,
+        /// `--expected-status`: the expected status JSON, from a file or
+        /// standard input.
         expected_status: StatusSource,
     },
 }
@@ -131,7 +139,7 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
 
     fn parse(words: &[&str]) -> Result<Args, CommandLineExit> {
         try_parse_command_line(&SPEC, words).map(|parsed| Args::from_parsed(&parsed))

@@ -6,6 +6,12 @@
 //! a refusal prints one `Class: message` line on stderr and exits 1. Neither
 //! changes a file, a status or a process; only a release whose reply was lost
 //! may have taken effect in the worker (`retry-failed` then acknowledges it).
+//!
+//! # Map by concern
+//!
+//! - `cli`: the two subcommands ([`Args`], [`SPEC`]) and where the expected
+//!   status comes from; the release itself is the shared handoff of
+//!   `agents_common` (`release_existing_handoff`, `retry_failed_handoff`).
 
 mod cli;
 
@@ -13,13 +19,13 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use agents_common::{
-    encode_line, parse_json, release_existing_handoff, retry_failed_handoff, Error, Json, Result,
-    MAX_CONFIG_BYTES,
+    read_regular_file, release_existing_handoff, retry_failed_handoff, BoundedRead, Error, Leaf,
+    Result, MAX_CONFIG_BYTES,
 };
+use python_compat::json::{encode_line, parse_json, Json};
 
 pub use cli::{Args, SPEC};
 
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
 use cli::StatusSource;
 
 /// Runs one command and prints its result line; the error is the one line
@@ -73,5 +79,5 @@ fn expected_status_json(source: &StatusSource) -> Result<Json> {
             }
         }
     };
-    parse_json(&data)
+    Ok(parse_json(&data)?)
 }

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use agents_common::{exit_status, parse_command_line};
+use python_compat::{argparse::parse_command_line, exit_status};
 use update_handoff::{run, Args, SPEC};
 
 fn main() -> ExitCode {

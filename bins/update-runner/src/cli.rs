@@ -4,12 +4,15 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use agents_common::python::int::PythonInt;
-use agents_common::{CommandSpec, Error, OptionSpec, ParsedArgs, Result, ValueKind};
+use agents_common::{Error, Result};
+use python_compat::{
+    argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind},
+    PythonInt,
+};
 
 /// The program name in usage and error lines, whatever `argv[0]` is: the
 /// server may start the runner as `update_runner.py` for its liveness check.
-pub const PROGRAM: &str = "update-runner";
+pub(crate) const PROGRAM: &str = "update-runner";
 
 /// `sorted(RELEASE_TRACKS)`, the order argparse lists the choices in.
 const TRACK_CHOICES: &[&str] = &["beta", "stable"];
@@ -186,36 +189,59 @@ pub static SPEC: CommandSpec = CommandSpec {
 /// the two apart (`getattr(args, ..., None) is not None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
+    /// `--status-file`: the `server-update.json` status row this update owns.
     pub status_file: PathBuf,
+    /// `--public-key`: the PEM Ed25519 key that signs release manifests.
     pub public_key: PathBuf,
-    /// Any int argparse reads; passed on as Python prints it.
+    /// `--port`: the server's public port; any int argparse reads, passed on
+    /// as Python prints it.
     pub port: PythonInt,
-    /// Passed to install.sh byte for byte.
+    /// `--bind`: the server's bind address, passed to install.sh byte for byte.
     pub bind: OsString,
+    /// `--expected-version`: install exactly this release version.
     pub expected_version: Option<String>,
+    /// `--current-version`: the version running now.
     pub current_version: Option<String>,
+    /// `--track`: the release track (`stable`, the default, or `beta`).
     pub track: String,
+    /// `--npm-descriptor`: the release is described by an npm package.
     pub npm_descriptor: bool,
+    /// `--prepared-receipt`: the receipt of an already prepared release.
     pub prepared_receipt: Option<PathBuf>,
+    /// `--prepared-receipt-sha256`: the SHA-256 of the prepared receipt.
     pub prepared_receipt_sha256: Option<String>,
+    /// `--execution-handoff-file`: the split worker's sealed handoff.
     pub execution_handoff_file: Option<PathBuf>,
+    /// `--recover-only`: only recover an interrupted installation.
     pub recover_only: bool,
+    /// `--recovery-transaction`: the interrupted transaction to recover.
     pub recovery_transaction: Option<PathBuf>,
+    /// `--auth-token-file`: the one-time file holding the server's access token.
     pub auth_token_file: Option<PathBuf>,
-    /// The identity compared with the server's: its text, undecodable bytes
-    /// as U+FFFD (Python holds them as surrogate escapes, which no identity
-    /// a server reports contains either).
+    /// `--expected-server-identity` compared with the server's: its text,
+    /// undecodable bytes as U+FFFD (Python holds them as surrogate escapes,
+    /// which no identity a server reports contains either).
     pub expected_server_identity: String,
     /// The identity as given, for install.sh's argument list.
     pub expected_server_identity_argument: OsString,
+    /// `--update-id`: the update this runner owns.
     pub update_id: UpdateId,
+    /// `--expected-service-cgroup`: the server's service cgroup.
     pub expected_service_cgroup: Option<String>,
+    /// `--expected-team-hub-id`: the identity of the Team Hub this server hosts.
     pub expected_team_hub_id: Option<String>,
+    /// `--expected-team-hub-transport`: the hosted Team Hub's transport.
     pub expected_team_hub_transport: Option<String>,
+    /// `--expected-team-hub-url`: the hosted Team Hub's URL.
     pub expected_team_hub_url: Option<String>,
+    /// `--expected-team-hub-direct-ip-url`: the hosted Team Hub's direct-IP URL.
     pub expected_team_hub_direct_ip_url: Option<String>,
+    /// `--team-hub-snapshot`: the Team Hub snapshot for rollback.
     pub team_hub_snapshot: Option<String>,
+    /// `--team-hub-data-dir`: the Team Hub data directory.
     pub team_hub_data_dir: Option<String>,
+    /// `--repair-failed-team-hub-host`: repair a Team Hub host whose update
+    /// failed.
     pub repair_failed_team_hub_host: bool,
 }
 
@@ -236,7 +262,7 @@ pub struct UpdateId {
 impl UpdateId {
     /// Reads the argument as given.
     pub fn new(given: String) -> UpdateId {
-        let stripped = agents_common::python_strip(&given).to_string();
+        let stripped = python_compat::strip(&given).to_string();
         let well_formed = is_update_id(&stripped);
         UpdateId {
             given,
@@ -328,7 +354,7 @@ impl Args {
 mod tests {
     use super::*;
     use crate::release::RELEASE_TRACKS;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
     use std::ffi::OsString;
 
     fn parse(words: &[&str]) -> std::result::Result<Args, CommandLineExit> {

@@ -10,9 +10,12 @@ use std::path::Path;
 
 use crate::server_health::resolve_user_path;
 use agents_common::{
-    is_ownership_lost, json_object, python_str_or_empty, python_truthy, read_status_unlocked,
-    release_existing_handoff, runner_owns, update_status, update_status_unlocked, utc_now, Error,
-    Json, JsonObject, Result, StatusLock,
+    is_ownership_lost, read_status_unlocked, release_existing_handoff, runner_owns, update_status,
+    update_status_unlocked, utc_now, Error, Result, StatusLock,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, str_or_empty, truthy,
 };
 
 use crate::cli::Args;
@@ -32,7 +35,7 @@ const INSTALL_PHASES: [&str; 2] = ["installing", "restarting"];
 
 /// `main`'s handling of a failed `run_update`. Failures of the handling
 /// itself change nothing more; the runner exits 1 either way.
-pub fn settle_failed_update(args: &Args, error: &Error) {
+pub(crate) fn settle_failed_update(args: &Args, error: &Error) {
     let Ok(status_path) = resolve_user_path(&args.status_file) else {
         return;
     };
@@ -53,11 +56,8 @@ fn publish_failure(args: &Args, status_path: &Path, update_id: &str, error: &Err
         if !runner_owns(&current, update_id) {
             return Ok(());
         }
-        let phase = current
-            .get("phase")
-            .map(python_str_or_empty)
-            .unwrap_or_default();
-        let truthy = |key: &str| current.get(key).is_some_and(python_truthy);
+        let phase = current.get("phase").map(str_or_empty).unwrap_or_default();
+        let truthy = |key: &str| current.get(key).is_some_and(truthy);
         let installing = INSTALL_PHASES.contains(&phase.as_str());
         if installing && truthy("_activation_recovery") && journal_present(&install_root()?)? {
             // The retained activation stays active for `--recover-only`.
@@ -144,7 +144,7 @@ fn still_failed(row: &JsonObject, update_id: &str) -> bool {
 /// `main`'s handling of a failed `--recover-only` run: keep the journal and
 /// the Hub fence for install.sh, and publish a retryable recovery error while
 /// this update still owns the row.
-pub fn settle_failed_recovery(args: &Args) {
+pub(crate) fn settle_failed_recovery(args: &Args) {
     let Ok(status_path) = resolve_user_path(&args.status_file) else {
         return;
     };

@@ -36,9 +36,8 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 
-use agents_common::json_object;
-use agents_common::{is_ownership_lost, update_status, utc_now};
-use agents_common::{Error, Result};
+use agents_common::{is_ownership_lost, update_status, utc_now, Error, Result};
+use python_compat::json_object;
 
 pub use log::{installer_log_tail, trim_installer_log, INSTALLER_LOG_MAX_BYTES};
 
@@ -302,7 +301,7 @@ fn expire_budget(
     };
     Error::runtime(format!(
         "installer timed out after {} seconds{detail}",
-        agents_common::python::number::format_g(run.timeout.as_secs_f64())
+        python_compat::format_g(run.timeout.as_secs_f64())
     ))
 }
 
@@ -444,7 +443,7 @@ fn python_returncode(status: ExitStatus) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use agents_common::python::number::format_g as python_general_format;
+    use python_compat::format_g;
 
     #[test]
     fn general_format_matches_python() {
@@ -465,7 +464,7 @@ mod tests {
             (0.0, "0"),
         ];
         for (value, expected) in cases {
-            assert_eq!(python_general_format(value), expected, "{value}");
+            assert_eq!(format_g(value), expected, "{value}");
         }
     }
 }

@@ -5,6 +5,21 @@
 //! The server launches it detached and reads only the `server-update.json`
 //! row it writes; the exit status (0 done, 1 failed, 2 usage) is
 //! informational. Nothing is printed on a failure the row reports.
+//!
+//! # Map by concern
+//!
+//! - The run: `cli` (the typed arguments), `update` (`run_update`, one
+//!   managed update), [`recovery`] (`--recover-only`), `failure` (what a
+//!   failed update or recovery publishes).
+//! - What gets installed: [`release`] (versions, tracks, signed manifests,
+//!   downloads, archives), `prepared` (a release prepared ahead),
+//!   [`installer`] (supervising `install.sh`).
+//! - The running server: [`server_health`] (its health endpoint), `team_hub`
+//!   and [`team_hub_fence`] (the hosted Team Hub's part of an update).
+//! - The network: `urllib` (one GET as `urlopen` performs it, read with
+//!   `python_compat::http_client`), [`proxy`] (which way a request goes),
+//!   [`trust_store`] (the certificate authorities HTTPS hosts are verified
+//!   against).
 
 mod cli;
 mod failure;

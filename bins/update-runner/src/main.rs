@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use agents_common::parse_command_line;
+use python_compat::argparse::parse_command_line;
 use update_runner::{run, Args, SPEC};
 
 fn main() -> ExitCode {

@@ -14,26 +14,28 @@ use std::path::{Path, PathBuf};
 
 use crate::release::{ReleaseManifest, ReleaseTrust};
 use agents_common::{
-    check_binding, directory_binding, normalize_path, parse_json_unique, python_str_or_empty,
-    Error, ErrorClass, Json, JsonObject, Result,
+    check_binding, directory_binding, normalize_path, preparation_path, Error, Result,
+};
+use python_compat::{
+    is_lower_hex,
+    json::{parse_json_unique, Json, JsonObject},
+    str_or_empty, ErrorClass,
 };
 
 use crate::install_root;
-use agents_common::activation::recovery::preparation_path;
-use agents_common::python::is_lower_hex;
 use inventory::{
     check_file, inventory_tree, read_checked, source_inventory, CheckFailure, FileRefusal,
     FileRules,
 };
 
 /// `execution_preparation.MAX_RECEIPT_BYTES`.
-pub const MAX_RECEIPT_BYTES: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_RECEIPT_BYTES: u64 = 32 * 1024 * 1024;
 /// Longest `manifest_base64` of a prepared envelope (`MAX_METADATA_BYTES * 2`).
 const MAX_ENVELOPE_MANIFEST_CHARS: usize = 2_000_000;
 
 /// A verified prepared release, ready for install.sh's `--activate-prepared`.
 #[derive(Debug, Clone)]
-pub struct PreparedRelease {
+pub(crate) struct PreparedRelease {
     /// The retained candidate release directory (`<root>/releases/<name>`).
     pub candidate: PathBuf,
     /// The receipt (`<root>/.prepared-receipts/<preparation id>.json`).
@@ -43,7 +45,7 @@ pub struct PreparedRelease {
 /// What `verify_prepared_status` proved: the signed manifest, and the staged
 /// release unless the preparation fell back to the legacy installer.
 #[derive(Debug, Clone)]
-pub struct VerifiedPreparation {
+pub(crate) struct VerifiedPreparation {
     /// The manifest of the admitted signed envelope.
     pub manifest: ReleaseManifest,
     /// `None` for a `legacy` preparation (no staged candidate).
@@ -54,7 +56,7 @@ impl PreparedRelease {
     /// `update_recovery.activation_intent` for this candidate under
     /// `AGENTS_SERVER_INSTALL_DIR` (taken as given, not resolved): what lets
     /// a later `--recover-only` run resume this exact activation.
-    pub fn activation_intent(
+    pub(crate) fn activation_intent(
         &self,
         version: &str,
         manifest: &ReleaseManifest,
@@ -79,7 +81,7 @@ impl PreparedRelease {
 }
 
 /// `KeyError('AGENTS_SERVER_INSTALL_DIR')` as Python words it.
-pub fn missing_install_dir() -> Error {
+pub(crate) fn missing_install_dir() -> Error {
     key_error("AGENTS_SERVER_INSTALL_DIR")
 }
 
@@ -91,7 +93,7 @@ fn key_error(name: &str) -> Error {
 /// Checks a prepared (pre-downloaded) candidate the status row names against
 /// its signed receipt and its files before the runner installs it instead of
 /// downloading. Ports `verify_prepared_status(status, root=..., public_key)`.
-pub fn verify_prepared_update(
+pub(crate) fn verify_prepared_update(
     status: &JsonObject,
     trust: &ReleaseTrust,
 ) -> Result<VerifiedPreparation> {
@@ -113,12 +115,12 @@ pub fn verify_prepared_update(
         .ok_or_else(|| key_error("target_version"))?;
     let track = status.get("track").ok_or_else(|| key_error("track"))?;
     // A non-string pin can never equal a manifest version, as in Python.
-    let expected_version = (!target_version.is_null()).then(|| python_str_or_empty(target_version));
+    let expected_version = (!target_version.is_null()).then(|| str_or_empty(target_version));
     let manifest = trust.verify_manifest(
         &manifest_bytes,
         &signature,
         expected_version.as_deref(),
-        &python_str_or_empty(track),
+        &str_or_empty(track),
         true,
     )?;
     let preparation_id = status
@@ -144,7 +146,7 @@ pub fn verify_prepared_update(
     let api_contract = match manifest.document().get("api_contract_version") {
         Some(Json::Int(contract)) => *contract,
         Some(Json::Bool(flag)) => i128::from(*flag),
-        Some(Json::Str(text)) => agents_common::python_int(text).ok_or_else(|| {
+        Some(Json::Str(text)) => python_compat::python_int(text).ok_or_else(|| {
             Error::value(format!("invalid literal for int() with base 10: '{text}'"))
         })?,
         Some(Json::Float(number)) if number.is_finite() => number.trunc() as i128,
@@ -188,7 +190,7 @@ fn prepared_envelope(envelope: Option<&Json>) -> Result<(&str, &str)> {
 /// A receipt field in base64, decoded as `base64.b64decode(text,
 /// validate=True)` decodes it (Python's leniencies included).
 fn b64decode(text: &str) -> Result<Vec<u8>> {
-    agents_common::python::base64::b64decode_validate(text)
+    python_compat::base64::b64decode_validate(text)
         .ok_or_else(|| Error::value("Invalid base64-encoded string"))
 }
 
@@ -393,7 +395,7 @@ fn check_release(candidate: &Path, version: &str, api_contract: i128) -> Result<
             err.utf8_error().valid_up_to()
         ))
     })?;
-    if agents_common::python_strip(&text) != version {
+    if python_compat::strip(&text) != version {
         return Err(Error::value(
             "prepared runtime version differs from signed candidate",
         ));

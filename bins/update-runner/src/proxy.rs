@@ -4,7 +4,7 @@
 //! (`getproxies_environment`, `proxy_bypass_environment`, `_parse_proxy` and
 //! `ProxyHandler.proxy_open`), because the seed fetched with `urlopen`.
 //!
-//! Only the decision lives here; [`crate::urllib`] connects. Loopback
+//! Only the decision lives here; `urllib` connects. Loopback
 //! requests of the runner's own (the server's health) never ask: they are
 //! always direct (README, "Deviations": the seed sends the one-time health
 //! credential to the proxy).
@@ -43,7 +43,9 @@ impl RequestScheme {
 /// URL's credentials make, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proxy {
+    /// `host[:port]`, unquoted, as urllib hands it to `http.client`.
     pub host_port: String,
+    /// The `Proxy-Authorization` value the proxy URL's credentials make.
     pub authorization: Option<String>,
 }
 
@@ -55,11 +57,19 @@ pub enum Route {
     /// An `http://` request sent whole to the proxy (`GET http://host/path`);
     /// over TLS when the proxy URL's scheme is `https` (default port 443,
     /// else 80).
-    Forward { proxy: Proxy, tls: bool },
+    Forward {
+        /// The proxy.
+        proxy: Proxy,
+        /// TLS to the proxy itself.
+        tls: bool,
+    },
     /// An `https://` request through `CONNECT host:port` on a plain
     /// connection to the proxy (default port 443), whatever the proxy URL's
     /// scheme, as `http.client` tunnels.
-    Tunnel { proxy: Proxy },
+    Tunnel {
+        /// The proxy.
+        proxy: Proxy,
+    },
     /// An `http://` request whose proxy URL names another scheme
     /// (`socks5://...`): urllib has no handler for it.
     UnknownScheme(String),
@@ -137,7 +147,7 @@ impl ProxyEnvironment {
         let host = host.to_lowercase();
         let host_only = split_port(&host);
         for entry in no_proxy.split(',') {
-            let entry = agents_common::python::strip(entry);
+            let entry = python_compat::strip(entry);
             if entry.is_empty() {
                 continue;
             }
@@ -212,7 +222,7 @@ impl ProxyUrl {
             let Some(after) = rest.strip_prefix("//") else {
                 return Err(Error::value(format!(
                     "proxy URL with no authority: {}",
-                    agents_common::python::repr(proxy)
+                    python_compat::repr(proxy)
                 )));
             };
             // The authority ends at the first `/` after the credentials.

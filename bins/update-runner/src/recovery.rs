@@ -14,17 +14,19 @@ use crate::server_health::{
     consume_auth_token_file, resolve_user_path, PostUpdateIdentity, RepairedHubIdentity,
     ServerHealth,
 };
-use agents_common::activation::{check_binding_on, execution_context_on};
 use agents_common::{
-    entry_present, json_object, read_status_unlocked, update_status, utc_now, ActivationManifest,
-    Error, Json, JsonObject, Result, StatusLock, SystemVolumes, VolumeProbe, INTENT_KEYS,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    check_binding_on, entry_present, execution_context_on, preparation_path, read_status_unlocked,
+    update_status, utc_now, ActivationManifest, Error, Result, StatusLock, SystemVolumes,
+    VolumeProbe, INTENT_KEYS, RUNNER_OWNED_ACTIVE_PHASES,
+};
+use python_compat::{
+    is_lower_hex,
+    json::{Json, JsonObject},
+    json_object,
 };
 
 use crate::cli::Args;
 use crate::prepared::missing_install_dir;
-use agents_common::activation::recovery::preparation_path;
-use agents_common::python::is_lower_hex;
 
 /// `journal_present(root)`: an activation or execution journal entry exists
 /// (a dangling link counts), so only install.sh may resolve the update.
@@ -94,7 +96,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         "--release-version".into(),
         version.clone().into(),
         "--expected-api-contract".into(),
-        agents_common::python_str_or_empty(&api).into(),
+        python_compat::str_or_empty(&api).into(),
         "--expected-activation-id".into(),
         context.transaction_id().into(),
         "--expected-server-identity".into(),
@@ -153,7 +155,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
         api_contract_version: api.as_int(),
         ..PostUpdateIdentity::default()
     };
-    if row("team_hub_id").is_some_and(|id| agents_common::python_truthy(&id)) {
+    if row("team_hub_id").is_some_and(|id| python_compat::truthy(&id)) {
         identity.team_hub_id = row("team_hub_id");
         identity.team_hub_transport = row("team_hub_transport");
         identity.team_hub_url = row("team_hub_url");
@@ -163,7 +165,7 @@ pub fn run_recovery(args: &Args) -> Result<()> {
     if status.get("team_hub_repair_mode") == Some(&Json::from("failed_start")) {
         let or_empty = |name: &str| {
             row(name)
-                .filter(agents_common::python_truthy)
+                .filter(python_compat::truthy)
                 .unwrap_or_else(|| Json::from(""))
         };
         health.assert_repaired_team_hub_identity(&RepairedHubIdentity {
@@ -273,7 +275,7 @@ pub fn recovery_context_on(
         let root_uuid = field("root_binding")
             .get("volume_uuid")
             .unwrap_or(&Json::Null);
-        if !agents_common::python_truthy(uuid) || uuid != root_uuid {
+        if !python_compat::truthy(uuid) || uuid != root_uuid {
             return Err(Error::runtime("activation candidate volume changed"));
         }
     } else if saved.get("volume_uuid") != Some(&Json::Null)
@@ -304,7 +306,7 @@ fn bound_to_update(
         && field("root") == &Json::from(root.to_string_lossy().into_owned())
         && field("server_identity") == &Json::from(server_identity)
         && Some(update_id) == Some(status.get("update_id").unwrap_or(&Json::Null))
-        && is_lower_hex(agents_common::python_str_or_empty(update_id), 32)
+        && is_lower_hex(python_compat::str_or_empty(update_id), 32)
         && Some(field("version")) == Some(status.get("target_version").unwrap_or(&Json::Null))
         && field("api_contract")
             .as_int()

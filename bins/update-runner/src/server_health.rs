@@ -22,15 +22,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::release::MAX_METADATA_BYTES;
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
-use agents_common::json_object;
-use agents_common::python::int::PythonInt;
-use agents_common::python::{
-    str_or_empty as python_str_or_empty, strip as python_strip, truthy as python_truthy,
+use agents_common::{read_regular_file, update_status, utc_now, BoundedRead, Error, Leaf, Result};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    json_object, str_or_empty, strip, truthy, ErrorClass, PythonInt,
 };
-use agents_common::{parse_json, ErrorClass, Json, JsonObject};
-use agents_common::{update_status, utc_now};
-use agents_common::{Error, Result};
 
 /// Per-request timeout of a health probe (`SERVER_IDLE_CHECK_TIMEOUT_SECONDS`).
 pub const SERVER_IDLE_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -169,7 +165,7 @@ impl ServerHealth {
     pub fn new(port: PythonInt, token: &str) -> Self {
         ServerHealth {
             port,
-            token: python_strip(token).to_string(),
+            token: strip(token).to_string(),
         }
     }
 
@@ -197,7 +193,7 @@ impl ServerHealth {
         let health = parse_json(&content).map_err(|error| {
             // UnicodeDecodeError is not a JSONDecodeError: Python lets it through.
             if error.class() == ErrorClass::UnicodeDecode {
-                HealthProbeError::from(error)
+                HealthProbeError::from(Error::from(error))
             } else {
                 HealthProbeError::refused("server health response is invalid JSON")
             }
@@ -341,7 +337,7 @@ impl ServerHealth {
             if remaining.is_zero() {
                 return Err(Error::runtime(format!(
                     "AgentsServer startup readiness timed out after {} seconds",
-                    agents_common::python::number::format_g(wait.timeout.as_secs_f64())
+                    python_compat::format_g(wait.timeout.as_secs_f64())
                 )));
             }
             match self.assert_idle(
@@ -380,7 +376,7 @@ impl ServerHealth {
     pub fn assert_post_update_identity(&self, expected: &PostUpdateIdentity) -> Result<()> {
         let health = self.snapshot(SERVER_IDLE_CHECK_TIMEOUT)?;
         let field = |name: &str| health.get(name).unwrap_or(&Json::Null);
-        if python_str_or_empty(field("server_identity")) != expected.server_identity {
+        if str_or_empty(field("server_identity")) != expected.server_identity {
             return Err(Error::runtime(
                 "updated AgentsServer stable identity does not match",
             ));
@@ -489,7 +485,7 @@ impl ServerHealth {
             let transport = expected
                 .team_hub_transport
                 .clone()
-                .filter(python_truthy)
+                .filter(truthy)
                 .unwrap_or_else(|| Json::from("loopback"));
             let routes = team_hub_routes(
                 transport,
@@ -620,7 +616,7 @@ fn team_hub_routes(
         "hub_url" => url,
     })];
     let primary_is_direct = primary_transport == Some(&Json::from("direct_ip"));
-    if python_truthy(direct_ip_url) && !primary_is_direct {
+    if truthy(direct_ip_url) && !primary_is_direct {
         routes.push(Json::from(json_object! {
             "transport" => "direct_ip",
             "hub_url" => direct_ip_url.clone(),
@@ -653,26 +649,14 @@ fn plural(count: i128) -> &'static str {
 /// `Path(text).expanduser().resolve()`: `~` from `HOME`, a relative path
 /// from the working directory, symlinks resolved as far as the path exists.
 pub fn resolve_user_path(path: &Path) -> Result<PathBuf> {
-    agents_common::python::path::resolve(Path::new(OsStr::from_bytes(&expand_user_absolute(path)?)))
+    Ok(python_compat::path::resolve(Path::new(OsStr::from_bytes(
+        &expand_user_absolute(path)?,
+    )))?)
 }
 
 /// `Path(text).expanduser()` made absolute against the working directory.
 fn expand_user_absolute(path: &Path) -> Result<Vec<u8>> {
-    let raw = path.as_os_str().as_bytes();
-    let expanded: Vec<u8> = match (raw.strip_prefix(b"~"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with(b"/") => {
-            let home = home.as_bytes();
-            let trimmed =
-                &home[..home.len() - home.iter().rev().take_while(|b| **b == b'/').count()];
-            let joined = [trimmed, rest].concat();
-            if joined.is_empty() {
-                b"/".to_vec()
-            } else {
-                joined
-            }
-        }
-        _ => raw.to_vec(),
-    };
+    let expanded = python_compat::path::expanduser(path.as_os_str().as_bytes());
     if expanded.starts_with(b"/") {
         return Ok(expanded);
     }
@@ -688,9 +672,9 @@ fn expand_user_absolute(path: &Path) -> Result<Vec<u8>> {
 fn resolve_user_parent(path: &Path) -> Result<PathBuf> {
     let absolute = PathBuf::from(OsStr::from_bytes(&expand_user_absolute(path)?));
     match (absolute.parent(), absolute.file_name()) {
-        (Some(parent), Some(name)) => Ok(agents_common::python::path::resolve(parent)?.join(name)),
+        (Some(parent), Some(name)) => Ok(python_compat::path::resolve(parent)?.join(name)),
         // `/`, or a path ending in `..`: nothing to keep unresolved.
-        _ => agents_common::python::path::resolve(&absolute),
+        _ => Ok(python_compat::path::resolve(&absolute)?),
     }
 }
 
@@ -704,7 +688,7 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
     let text = path
         .map(|path| path.as_os_str().to_string_lossy().into_owned())
         .unwrap_or_default();
-    let clean = python_strip(&text);
+    let clean = strip(&text);
     if clean.is_empty() {
         return Ok(String::new());
     }
@@ -713,7 +697,7 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
     // its target, and blocks on a FIFO: only a small regular file is read,
     // and only the entry at the given path is removed.
     let read = match read_regular_file(&token_path, MAX_CREDENTIAL_BYTES, Leaf::Refuse) {
-        Ok(BoundedRead::Contents(data)) => parse_json(&data),
+        Ok(BoundedRead::Contents(data)) => parse_json(&data).map_err(Error::from),
         Ok(BoundedRead::NotRegular) => Err(Error::runtime(
             "server update health credential is not a regular file",
         )),
@@ -731,10 +715,7 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
         }
     }
     let token = match read? {
-        Json::Object(value) => value
-            .get("token")
-            .map(python_str_or_empty)
-            .unwrap_or_default(),
+        Json::Object(value) => value.get("token").map(str_or_empty).unwrap_or_default(),
         _ => String::new(),
     };
     if token.is_empty() {

@@ -7,9 +7,10 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::team_hub_fence::TeamHubFence;
-use agents_common::python::int::PythonInt;
-use agents_common::{
-    json_object, python_strip, read_status_unlocked, Error, Json, JsonObject, Result, StatusLock,
+use agents_common::{read_status_unlocked, Error, Result, StatusLock};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, strip, PythonInt,
 };
 
 use crate::cli::Args;
@@ -25,7 +26,7 @@ const FENCE_REASON: &str = "server-update";
 /// absent option; `Some("")` an option given empty (the seed tells them
 /// apart). A loopback transport's URL is `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TeamHub {
+pub(crate) struct TeamHub {
     /// `--expected-team-hub-id`, stripped; `None` when blank.
     pub hub_id: Option<String>,
     /// `--expected-team-hub-transport`, stripped.
@@ -43,7 +44,7 @@ pub struct TeamHub {
 }
 
 fn stripped(value: &Option<String>) -> Option<String> {
-    value.as_deref().map(|text| python_strip(text).to_string())
+    value.as_deref().map(|text| strip(text).to_string())
 }
 
 fn non_blank(value: &Option<String>) -> Option<String> {
@@ -54,7 +55,7 @@ impl TeamHub {
     /// `run_update`'s Team Hub checks, in the seed's order, each refusal
     /// with its message; `port` is the server's (`--port`), which a direct-IP
     /// URL must name.
-    pub fn validate(args: &Args) -> Result<TeamHub> {
+    pub(crate) fn validate(args: &Args) -> Result<TeamHub> {
         let hub_id = non_blank(&args.expected_team_hub_id);
         let transport = stripped(&args.expected_team_hub_transport);
         let mut url = stripped(&args.expected_team_hub_url);
@@ -152,7 +153,7 @@ impl TeamHub {
 
     /// The canonical route list of the admitted Hub: the primary route, and
     /// the direct-IP route when one is set and the primary is not direct IP.
-    pub fn routes(&self) -> Json {
+    pub(crate) fn routes(&self) -> Json {
         let mut routes = vec![Json::from(json_object! {
             "transport" => Json::from(self.transport.clone()),
             "hub_url" => Json::from(self.url.clone()),
@@ -171,7 +172,7 @@ impl TeamHub {
     /// A failed-host repair runs only for the exact admitted update: the row
     /// must still be `starting` with `failed_start` repair and the same host,
     /// transport, URLs and routes.
-    pub fn check_repair_admission(
+    pub(crate) fn check_repair_admission(
         &self,
         status_path: &Path,
         update_id: &str,
@@ -201,7 +202,7 @@ impl TeamHub {
 
     /// The installer options that hand the Hub's rollback or repair to
     /// install.sh.
-    pub fn installer_arguments(&self, update_id: &str) -> Vec<String> {
+    pub(crate) fn installer_arguments(&self, update_id: &str) -> Vec<String> {
         let mut arguments = Vec::new();
         if let Some(hub_id) = &self.hub_id {
             arguments.extend([
@@ -321,11 +322,11 @@ fn is_tailnet_hostname(host: &str) -> bool {
 /// The exact fence this update's server set on its Hub, from the raw
 /// options; `None` when the update carries no Hub rollback arguments.
 fn maintenance_fence_arguments(args: &Args) -> Result<Option<[String; 5]>> {
-    let text = |value: &Option<String>| python_strip(value.as_deref().unwrap_or("")).to_string();
+    let text = |value: &Option<String>| strip(value.as_deref().unwrap_or("")).to_string();
     let hub_id = text(&args.expected_team_hub_id);
     let snapshot = text(&args.team_hub_snapshot);
     let data_dir = text(&args.team_hub_data_dir);
-    let host_identity = python_strip(&args.expected_server_identity).to_string();
+    let host_identity = strip(&args.expected_server_identity).to_string();
     let operation_id = args.update_id.stripped().to_string();
     if hub_id.is_empty() && snapshot.is_empty() && data_dir.is_empty() {
         return Ok(None);
@@ -357,13 +358,13 @@ fn with_fence<T>(args: &Args, absent: T, act: impl Fn(&TeamHubFence) -> Result<T
 
 /// `clear_team_hub_maintenance`: remove this update's exact Hub fence
 /// (false when the update has none or it is already gone).
-pub fn clear_team_hub_maintenance(args: &Args) -> Result<bool> {
+pub(crate) fn clear_team_hub_maintenance(args: &Args) -> Result<bool> {
     with_fence(args, false, |fence| fence.clear_control())
 }
 
 /// `team_hub_maintenance_fence_present`: whether this update's exact Hub
 /// fence is still on disk.
-pub fn team_hub_maintenance_fence_present(args: &Args) -> Result<bool> {
+pub(crate) fn team_hub_maintenance_fence_present(args: &Args) -> Result<bool> {
     with_fence(args, false, |fence| fence.matches_control())
 }
 

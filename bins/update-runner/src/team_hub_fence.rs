@@ -23,11 +23,12 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use agents_common::absolute_path;
-use agents_common::current_uid;
-use agents_common::python::path::pure_path;
-use agents_common::{parse_json, Json};
 use agents_common::{Error, Result};
+use python_compat::{
+    json::{parse_json, Json},
+    os::current_uid,
+    path::{absolute_path, pure_path},
+};
 
 /// The fence marker in the Hub data directory.
 const FENCE_NAME: &str = "maintenance-fence.json";
@@ -124,7 +125,7 @@ impl TeamHubFence<'_> {
 /// `_maintenance_operation_id`: the stripped id, 1 to 128 characters of
 /// `[A-Za-z0-9][A-Za-z0-9._:-]*`.
 fn maintenance_operation_id(value: &str) -> Result<String> {
-    let operation_id = agents_common::python::strip(value);
+    let operation_id = python_compat::strip(value);
     if !(1..=128).contains(&operation_id.chars().count()) {
         return Err(Error::value(
             "operation_id must be between 1 and 128 characters",
@@ -235,7 +236,7 @@ fn is_restore_staging(name: &[u8]) -> bool {
         .first()
         .is_some_and(|digit| (b'1'..=b'9').contains(digit))
         && number.iter().all(u8::is_ascii_digit)
-        && agents_common::python::hex::is_lower_hex(suffix, 16)
+        && python_compat::is_lower_hex(suffix, 16)
 }
 
 /// `security.ensure_private_directory`: create the directory (and parents),

@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
+use agents_common::{read_regular_file, BoundedRead, Leaf};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;
@@ -114,7 +114,7 @@ pub(crate) fn load() -> Result<RootCertStore, String> {
     load_from(|name| std::env::var_os(name))
 }
 
-/// [`load`] with an explicit environment lookup.
+/// `load` with an explicit environment lookup.
 pub fn load_from(variable: impl Fn(&str) -> Option<OsString>) -> Result<RootCertStore, String> {
     let (file, directories) = verify_paths(variable);
     let mut roots = RootCertStore::empty();

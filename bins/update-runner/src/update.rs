@@ -22,8 +22,12 @@ use crate::server_health::{
     RepairedHubIdentity, ServerHealth, StatusOwner,
 };
 use agents_common::{
-    json_object, python_strip, read_status_unlocked, token_hex, update_status, utc_now, Error,
-    Json, JsonObject, Result, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
+    read_status_unlocked, update_status, utc_now, Error, Result, StatusLock,
+    RUNNER_OWNED_ACTIVE_PHASES,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, strip, token_hex,
 };
 
 use crate::cli::Args;
@@ -31,12 +35,12 @@ use crate::prepared::{verify_prepared_update, PreparedRelease};
 use crate::team_hub::TeamHub;
 
 /// `run_update`.
-pub fn run_update(args: &Args) -> Result<()> {
+pub(crate) fn run_update(args: &Args) -> Result<()> {
     let status_path = resolve_user_path(&args.status_file)?;
     let public_key = resolve_user_path(&args.public_key)?;
     let track = normalized_release_track(Some(&args.track))?;
     let auth_token = consume_auth_token_file(args.auth_token_file.as_deref())?;
-    let server_identity = python_strip(&args.expected_server_identity).to_string();
+    let server_identity = strip(&args.expected_server_identity).to_string();
     if server_identity.is_empty() {
         return Err(Error::runtime(
             "managed update is missing the stable server identity",
@@ -46,7 +50,7 @@ pub fn run_update(args: &Args) -> Result<()> {
     let service_cgroup = args
         .expected_service_cgroup
         .as_deref()
-        .map(python_strip)
+        .map(strip)
         .filter(|cgroup| !cgroup.is_empty())
         .map(str::to_string);
     if service_cgroup
@@ -78,9 +82,9 @@ pub fn run_update(args: &Args) -> Result<()> {
     let expected_version = args
         .expected_version
         .as_deref()
-        .map(python_strip)
+        .map(strip)
         .filter(|version| !version.is_empty());
-    let current_version = python_strip(args.current_version.as_deref().unwrap_or(""));
+    let current_version = strip(args.current_version.as_deref().unwrap_or(""));
     let trust = ReleaseTrust::new(public_key, ReleaseEndpoints::from_env());
     let (manifest, prepared) = resolve_release(
         args,
@@ -344,7 +348,7 @@ fn installer_arguments(
     team_hub: &TeamHub,
 ) -> Vec<OsString> {
     // The identity stripped as `str.strip()` strips it, its bytes kept.
-    let server_identity = OsStr::from_bytes(agents_common::python::text::strip_bytes(
+    let server_identity = OsStr::from_bytes(python_compat::strip_bytes(
         args.expected_server_identity_argument.as_bytes(),
     ));
     let mut arguments: Vec<OsString> = vec![
@@ -390,7 +394,7 @@ fn installer_arguments(
 /// `str(manifest["api_contract_version"])`.
 fn python_api_contract(manifest: &ReleaseManifest) -> String {
     match manifest.document().get("api_contract_version") {
-        Some(value) => agents_common::python_str_or_empty(value),
+        Some(value) => python_compat::str_or_empty(value),
         None => String::new(),
     }
 }

@@ -5,9 +5,9 @@ mod installer_support;
 
 use std::path::PathBuf;
 
-use agents_common::{Json, JsonObject};
 use agents_tests::TempDir;
 use installer_support::{seed, Random};
+use python_compat::json::{Json, JsonObject};
 use update_runner::installer::{installer_log_tail, trim_installer_log};
 
 /// Pieces the generated logs are made of: secrets in every spelling the

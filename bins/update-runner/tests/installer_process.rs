@@ -11,13 +11,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::OWNERSHIP_LOST_MESSAGE;
-use agents_common::{is_ownership_lost, json_object, utc_now, Json};
+use agents_common::{is_ownership_lost, test_support::OWNERSHIP_LOST_MESSAGE, utc_now};
 use agents_tests::{Originals, TempDir};
 use installer_support::{
     eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,
     Fixture,
 };
+use python_compat::{json::Json, json_object};
 use update_runner::installer::{
     run_installer, InstallerOutcome, InstallerRun, INSTALLER_ENVIRONMENT_SELECTORS,
 };
@@ -32,14 +32,14 @@ fn message(result: &agents_common::Result<InstallerOutcome>) -> String {
     }
 }
 
-fn text(row: &agents_common::JsonObject, key: &str) -> String {
+fn text(row: &python_compat::json::JsonObject, key: &str) -> String {
     row.get(key)
         .and_then(Json::as_str)
         .unwrap_or_else(|| panic!("row has no text {key}: {row:?}"))
         .to_string()
 }
 
-fn int(row: &agents_common::JsonObject, key: &str) -> i128 {
+fn int(row: &python_compat::json::JsonObject, key: &str) -> i128 {
     row.get(key)
         .and_then(Json::as_int)
         .unwrap_or_else(|| panic!("row has no integer {key}: {row:?}"))

@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use agents_common::{parse_json, Json};
+use python_compat::json::{parse_json, Json};
 use update_runner::proxy::{request_host, ProxyEnvironment, RequestScheme, Route};
 
 /// Runs each case under CPython 3.11's urllib; prints one result per case.
@@ -165,26 +165,26 @@ fn port_decision(environment: &ProxyEnvironment, url: &str) -> Json {
         RequestScheme::Http
     };
     let proxies: BTreeMap<&String, &String> = environment.proxies().iter().collect();
-    let mut proxies_json = agents_common::JsonObject::new();
+    let mut proxies_json = python_compat::json::JsonObject::new();
     for (name, value) in proxies {
         proxies_json.insert(name.as_str(), value.as_str());
     }
     let auth = |value: &Option<String>| value.clone().map_or(Json::Null, Json::from);
     let route = match environment.route(scheme, &host) {
-        Err(error) => agents_common::json_object! {"kind" => "error", "message" => error.message()},
-        Ok(Route::Direct) => agents_common::json_object! {"kind" => "direct"},
-        Ok(Route::Tunnel { proxy }) => agents_common::json_object! {
+        Err(error) => python_compat::json_object! {"kind" => "error", "message" => error.message()},
+        Ok(Route::Direct) => python_compat::json_object! {"kind" => "direct"},
+        Ok(Route::Tunnel { proxy }) => python_compat::json_object! {
             "kind" => "tunnel", "proxy" => proxy.host_port.as_str(), "auth" => auth(&proxy.authorization),
         },
-        Ok(Route::Forward { proxy, tls }) => agents_common::json_object! {
+        Ok(Route::Forward { proxy, tls }) => python_compat::json_object! {
             "kind" => "forward", "proxy" => proxy.host_port.as_str(),
             "auth" => auth(&proxy.authorization), "tls" => tls,
         },
         Ok(Route::UnknownScheme(scheme)) => {
-            agents_common::json_object! {"kind" => "unknown", "scheme" => scheme.as_str()}
+            python_compat::json_object! {"kind" => "unknown", "scheme" => scheme.as_str()}
         }
     };
-    Json::Object(agents_common::json_object! {
+    Json::Object(python_compat::json_object! {
         "proxies" => proxies_json,
         "bypass" => environment.bypass(&host),
         "route" => route,
@@ -201,7 +201,7 @@ fn proxy_decisions_match_cpython() {
                 .iter()
                 .map(|(name, value)| Json::Array(vec![Json::from(*name), Json::from(*value)]))
                 .collect();
-            inputs.push(Json::Object(agents_common::json_object! {
+            inputs.push(Json::Object(python_compat::json_object! {
                 "env" => pairs, "url" => url,
             }));
             cases.push((environment.clone(), url));
@@ -214,7 +214,7 @@ fn proxy_decisions_match_cpython() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("python3 runs the oracle (scripts/setup.sh installs it)");
-    let input = agents_common::test_support::encode_compact(&Json::Array(inputs)).unwrap();
+    let input = python_compat::json::encode_compact(&Json::Array(inputs)).unwrap();
     child.stdin.take().unwrap().write_all(&input).unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(

@@ -9,7 +9,7 @@ use agents_tests::release_support;
 
 use std::path::{Path, PathBuf};
 
-use agents_common::{json_object, Json};
+use python_compat::{json::Json, json_object};
 use release_support::{python_oracle, write_tar_gz, Member, TempDir};
 use update_runner::release::safe_extract;
 
@@ -434,7 +434,7 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
     let seed = python_oracle(
         originals,
         EXTRACT,
-        &agents_common::test_support::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
+        &python_compat::json::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
     );
     let seed = seed.as_array().unwrap();
     let roots: Vec<Json> = oracle_input
@@ -450,7 +450,7 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
     let trees = python_oracle(
         originals,
         LIST,
-        &agents_common::test_support::encode_compact(&Json::Array(roots)).unwrap(),
+        &python_compat::json::encode_compact(&Json::Array(roots)).unwrap(),
     );
     let trees = trees.as_array().unwrap();
     let mut accepted = 0;
@@ -570,7 +570,7 @@ fn gzip_and_tar_damage_ends_as_in_the_seed() {
     let seed = python_oracle(
         &originals,
         EXTRACT,
-        &agents_common::test_support::encode_compact(&Json::Array(
+        &python_compat::json::encode_compact(&Json::Array(
             damaged
                 .iter()
                 .map(|archive| {

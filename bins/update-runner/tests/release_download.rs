@@ -6,8 +6,11 @@ use agents_tests::release_support;
 
 use std::os::unix::fs::PermissionsExt;
 
-use agents_common::{json_object, Json, JsonObject};
 use base64::Engine as _;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use release_support::{b64, python_oracle, Reply, TempDir, TestKey, TestServer};
 use sha2::{Digest, Sha256, Sha512};
 use update_runner::release::{
@@ -94,7 +97,7 @@ for url in json.load(sys.stdin):
         out.append({"error": type(exc).__name__, "message": str(exc)})
 print(json.dumps(out))
 "#,
-        &agents_common::test_support::encode_compact(&Json::Array(urls)).unwrap(),
+        &python_compat::json::encode_compact(&Json::Array(urls)).unwrap(),
     );
     let python_requests = server.seen().len();
     for (path, expected) in paths.iter().zip(seed.as_array().unwrap()) {
@@ -188,7 +191,7 @@ fn npm_manifest(server: &TestServer, archive: &[u8]) -> Release {
 }
 
 fn verify(key: &TestKey, server: &TestServer, release: &Release) -> ReleaseManifest {
-    let bytes = agents_common::encode_indented(&Json::Object(release.manifest.clone()));
+    let bytes = python_compat::json::encode_indented(&Json::Object(release.manifest.clone()));
     let trust = ReleaseTrust::new(
         &key.pem_path,
         ReleaseEndpoints {
@@ -272,7 +275,7 @@ for manifest in json.load(sys.stdin):
         out.append({"error": type(exc).__name__, "message": str(exc)})
 print(json.dumps(out))
 "#,
-        &agents_common::test_support::encode_compact(&Json::Array(
+        &python_compat::json::encode_compact(&Json::Array(
             cases
                 .iter()
                 .map(|(_, release)| Json::Object(release.manifest.clone()))
@@ -344,8 +347,7 @@ try:
 except Exception as exc:
     print(json.dumps({"message": str(exc)}))
 "#,
-        &agents_common::test_support::encode_compact(&Json::Object(release.manifest.clone()))
-            .unwrap(),
+        &python_compat::json::encode_compact(&Json::Object(release.manifest.clone())).unwrap(),
     );
     let error = download_release_archive(&manifest, dir.path()).unwrap_err();
     assert_eq!(

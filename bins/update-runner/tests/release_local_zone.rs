@@ -4,7 +4,7 @@
 
 use agents_tests::release_support;
 
-use agents_common::Json;
+use python_compat::json::Json;
 use release_support::{port_rate_limit_delay, seed_rate_limit_delays, RejectedResponse};
 
 #[test]

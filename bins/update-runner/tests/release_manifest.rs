@@ -6,7 +6,10 @@
 use agents_tests::release_support;
 use agents_tests::Originals;
 
-use agents_common::{json_object, ErrorClass, Json, JsonObject};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, ErrorClass,
+};
 use release_support::{
     b64, manifest_bytes, python_oracle, TempDir, TestKey, TEST_NPM_BASE, TEST_RELEASE_BASE,
 };
@@ -153,7 +156,11 @@ fn compare_with_seed(originals: &Originals, cases: &[Case]) -> (usize, usize) {
         "npm_base" => TEST_NPM_BASE,
         "cases" => cases.iter().map(Case::to_oracle).collect::<Vec<_>>(),
     });
-    let oracle = python_oracle(originals, ORACLE, &agents_common::encode_indented(&input));
+    let oracle = python_oracle(
+        originals,
+        ORACLE,
+        &python_compat::json::encode_indented(&input),
+    );
     let outcomes = oracle.as_array().expect("oracle prints a list");
     assert_eq!(outcomes.len(), cases.len());
     let (mut accepted, mut refused) = (0, 0);

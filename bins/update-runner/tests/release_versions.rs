@@ -3,7 +3,7 @@
 
 use agents_tests::release_support;
 
-use agents_common::{json_object, Json};
+use python_compat::{json::Json, json_object};
 use release_support::python_oracle;
 use update_runner::release::{
     normalized_release_track, release_candidates, release_transition_allowed,
@@ -48,7 +48,7 @@ order = [[(update_runner.version_key(a) > update_runner.version_key(b)) - (updat
 transitions = [[[update_runner.release_transition_allowed(a, b, t) for t in ("stable", "beta")] for b in versions] for a in versions]
 print(json.dumps({"order": order, "transitions": transitions}))
 "#;
-    let input = agents_common::test_support::encode_compact(&Json::Array(
+    let input = python_compat::json::encode_compact(&Json::Array(
         VERSIONS.iter().map(|v| Json::from(*v)).collect(),
     ))
     .unwrap();
@@ -122,7 +122,7 @@ print(json.dumps(out))
     let oracle = python_oracle(
         &originals,
         script,
-        &agents_common::test_support::encode_compact(&input).unwrap(),
+        &python_compat::json::encode_compact(&input).unwrap(),
     );
     for track in ["stable", "beta"] {
         let ours: Vec<Json> = release_candidates(&releases, track)

@@ -10,7 +10,10 @@ use agents_tests::Originals;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agents_common::{json_object, Json, JsonObject};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use release_support::{
     manifest_bytes, port_rate_limit_delay, python_oracle, seed_rate_limit_delays, RejectedResponse,
     Reply, TempDir, TestKey, TestServer,
@@ -147,7 +150,7 @@ impl ReleaseHost {
             .collect();
         self.serve(
             "/api/releases?per_page=100",
-            Served::ok(agents_common::test_support::encode_compact(&Json::Array(listing)).unwrap()),
+            Served::ok(python_compat::json::encode_compact(&Json::Array(listing)).unwrap()),
         );
     }
 }
@@ -193,7 +196,7 @@ impl Lookup {
         python_oracle(
             originals,
             ORACLE,
-            &agents_common::test_support::encode_compact(&Json::Object(input)).unwrap(),
+            &python_compat::json::encode_compact(&Json::Object(input)).unwrap(),
         )
     }
 

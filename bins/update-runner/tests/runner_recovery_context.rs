@@ -9,12 +9,15 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use agents_common::test_support::{directory_binding_on, VOLUME_UUID_REPLY_SIZE};
 use agents_common::{
-    json_object, ErrorClass, Json, JsonObject, Result, SystemVolumes, VolumeProbe,
+    directory_binding_on, Result, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,
 };
 use agents_tests::assert_error;
 use agents_tests::journal_writer::{Install, API_CONTRACT};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, ErrorClass,
+};
 use update_runner::recovery::recovery_context_on;
 
 const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";

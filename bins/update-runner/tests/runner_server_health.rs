@@ -18,8 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agents_common::python::int::PythonInt;
-use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
+use agents_common::read_status_unlocked;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object, PythonInt,
+};
 use release_support::{python_oracle, Reply, TempDir, TestServer};
 use update_runner::server_health::{
     consume_auth_token_file, PostUpdateIdentity, ReadinessWait, RepairedHubIdentity, ServerHealth,
@@ -108,7 +111,7 @@ fn edited(path: &str, value: Option<Json>) -> JsonObject {
 }
 
 fn body(document: &JsonObject) -> Vec<u8> {
-    agents_common::test_support::encode_compact(&Json::Object(document.clone())).unwrap()
+    python_compat::json::encode_compact(&Json::Object(document.clone())).unwrap()
 }
 
 /// Status code, content type and body of one canned health answer.
@@ -315,7 +318,7 @@ fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Ve
     let seed = python_oracle(
         originals,
         ORACLE,
-        &agents_common::test_support::encode_compact(&input).unwrap(),
+        &python_compat::json::encode_compact(&input).unwrap(),
     );
     for (index, ((label, _, _, check), expected)) in
         cases.iter().zip(seed.as_array().unwrap()).enumerate()
@@ -1009,10 +1012,8 @@ fn transport_failures_are_transient_like_the_seed() {
     let seed = python_oracle(
         &originals,
         ORACLE,
-        &agents_common::test_support::encode_compact(&Json::Object(
-            json_object! {"cases" => input},
-        ))
-        .unwrap(),
+        &python_compat::json::encode_compact(&Json::Object(json_object! {"cases" => input}))
+            .unwrap(),
     );
     for ((label, port), expected) in cases.iter().zip(seed.as_array().unwrap()) {
         let ours = Check::Idle {
@@ -1081,7 +1082,7 @@ fn compare_wait(
     let seed = python_oracle(
         originals,
         WAIT_ORACLE,
-        &agents_common::test_support::encode_compact(&Json::Object(json_object! {
+        &python_compat::json::encode_compact(&Json::Object(json_object! {
             "port" => u32::from(port),
             "status" => seed_status.to_string_lossy().into_owned(),
             "update_id" => update_id,
@@ -1231,7 +1232,7 @@ fn credential_files_are_consumed_like_the_seed() {
         let seed = python_oracle(
             &originals,
             TOKEN_ORACLE,
-            &agents_common::test_support::encode_compact(&Json::Object(
+            &python_compat::json::encode_compact(&Json::Object(
                 json_object! {"path" => seed_argument},
             ))
             .unwrap(),

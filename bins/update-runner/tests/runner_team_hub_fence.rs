@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::encode_compact_sorted;
-use agents_common::{json_object, ErrorClass, Json, JsonObject};
+use python_compat::{
+    json::{encode_compact_sorted, Json, JsonObject},
+    json_object, ErrorClass,
+};
 use release_support::TempDir;
 use update_runner::team_hub_fence::TeamHubFence;
 

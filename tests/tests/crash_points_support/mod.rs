@@ -8,19 +8,18 @@ use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::{
-    encode_indented, layout_manifest, parse_json, render_service, ExecutionLayout, Json,
-};
+use agents_common::{layout_manifest, render_service, ExecutionLayout};
 use agents_tests::{process_alive, write_file_making_parents, Installation, Sandbox};
+use python_compat::json::{encode_indented, parse_json, Json};
 
 use crate::execution_manage_support::Site;
 
-pub mod runner_recovery;
+pub(crate) mod runner_recovery;
 
 /// True when the units, the layout manifest and `current` are exactly what
 /// a finished activation of `layout` leaves (units 0600, as
 /// `execution-manage` and the fixtures write them).
-pub fn is_installation_of(site: &Site, layout: &ExecutionLayout) -> bool {
+pub(crate) fn is_installation_of(site: &Site, layout: &ExecutionLayout) -> bool {
     let disk = site.disk();
     let unit = |role| Some((render_service(layout, role).expect("render"), 0o600));
     let manifest = encode_indented(&layout_manifest(layout).expect("manifest"));
@@ -32,7 +31,7 @@ pub fn is_installation_of(site: &Site, layout: &ExecutionLayout) -> bool {
 
 /// Every retired execution journal holds exactly its `manifest.json`, which
 /// is a terminal journal under its own id.
-pub fn assert_retired_journals_valid(root: &Path) {
+pub(crate) fn assert_retired_journals_valid(root: &Path) {
     for entry in fs::read_dir(root).expect("the install root") {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -55,7 +54,7 @@ pub fn assert_retired_journals_valid(root: &Path) {
 /// The install lock is free: absent, an empty directory (a release killed
 /// after removing its owner file), or owned by a process that is gone, which
 /// the next owner reaps.
-pub fn assert_unlocked_or_reapable(root: &Path) {
+pub(crate) fn assert_unlocked_or_reapable(root: &Path) {
     let lock = root.join(".install-lock");
     let Ok(info) = fs::symlink_metadata(&lock) else {
         return;
@@ -72,7 +71,7 @@ pub fn assert_unlocked_or_reapable(root: &Path) {
 }
 
 /// True for a name one of the helpers (or install.sh) gives a temporary.
-pub fn is_temporary(name: &str) -> bool {
+pub(crate) fn is_temporary(name: &str) -> bool {
     name.starts_with('.')
         && (name.ends_with(".tmp")
             || name.starts_with(".execution-draft-")
@@ -84,7 +83,7 @@ pub fn is_temporary(name: &str) -> bool {
 /// root and its journals, the unit directory, the config root and the
 /// state's admin and runtime directories (the workers' own receipt
 /// temporaries aside).
-pub fn assert_no_temporaries(sandbox: &Sandbox, installation: &Installation) {
+pub(crate) fn assert_no_temporaries(sandbox: &Sandbox, installation: &Installation) {
     let mut directories = vec![
         installation.install_root.clone(),
         sandbox.unit_dir(),
@@ -114,7 +113,7 @@ pub fn assert_no_temporaries(sandbox: &Sandbox, installation: &Installation) {
 }
 
 /// Names in a directory, sorted (none when it does not exist).
-pub fn sorted_names(directory: &Path) -> Vec<String> {
+pub(crate) fn sorted_names(directory: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(directory)
         .map(|entries| {
             entries
@@ -130,14 +129,14 @@ pub fn sorted_names(directory: &Path) -> Vec<String> {
 /// A neighbourhood of the installation that no helper may touch: a tree
 /// beside the roots (with a link into the install root) and a file in the
 /// home, snapshotted when the scene is set up.
-pub struct Outside {
+pub(crate) struct Outside {
     roots: Vec<PathBuf>,
     before: BTreeMap<PathBuf, String>,
 }
 
 impl Outside {
     /// Creates the neighbourhood of `installation` and records it.
-    pub fn around(sandbox: &Sandbox, installation: &Installation) -> Outside {
+    pub(crate) fn around(sandbox: &Sandbox, installation: &Installation) -> Outside {
         Outside::with_link(
             sandbox.base(),
             &installation.install_root,
@@ -147,7 +146,7 @@ impl Outside {
 
     /// The neighbourhood of an installation under `home` (the legacy
     /// layout, whose roots are in the home).
-    pub fn beside(sandbox: &Sandbox, home: &Path) -> Outside {
+    pub(crate) fn beside(sandbox: &Sandbox, home: &Path) -> Outside {
         Outside::with_link(
             sandbox.base(),
             &home.join(".local/share/agents-server"),
@@ -157,7 +156,7 @@ impl Outside {
 
     /// The neighbourhood, in `base`, of an installation that runs no
     /// services (its roots under `base`, its home `home`).
-    pub fn with_link(base: &Path, install_root: &Path, home: &Path) -> Outside {
+    pub(crate) fn with_link(base: &Path, install_root: &Path, home: &Path) -> Outside {
         let neighbour = base.join("neighbour");
         write_file_making_parents(&neighbour.join("notes.txt"), b"keep me\n", 0o644);
         write_file_making_parents(&neighbour.join("deep/data.bin"), b"\x00\x01", 0o600);
@@ -171,7 +170,7 @@ impl Outside {
 
     /// Nothing in the neighbourhood changed.
     #[track_caller]
-    pub fn assert_unchanged(&self) {
+    pub(crate) fn assert_unchanged(&self) {
         assert_eq!(tree(&self.roots), self.before, "outside the installation");
     }
 }

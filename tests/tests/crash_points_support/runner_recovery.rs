@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agents_common::test_support::atomic_json;
-use agents_common::{
-    json_object, parse_json, read_status_unlocked, utc_now, Json, JsonObject, StatusLock,
-    RUNNER_OWNED_ACTIVE_PHASES,
-};
+use agents_common::{read_status_unlocked, utc_now, StatusLock, RUNNER_OWNED_ACTIVE_PHASES};
 use agents_tests::crash_points::{helper_injection, Injection, Traced};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::Outcome;
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    json_object,
+};
 
 use super::{assert_unlocked_or_reapable, is_temporary, sorted_names, Outside};
 use crate::update_runner_support::prepared::{Prepared, VERSION as PREPARED_VERSION};
@@ -36,7 +37,7 @@ use crate::update_runner_support::{Side, IDENTITY, UPDATE_ID as FIRST_UPDATE_ID}
 const SERVER_KEY: &str = "unknown_server_key";
 
 /// The injection of the runners: they inherit the test's environment.
-pub fn runner_injection() -> Injection {
+pub(crate) fn runner_injection() -> Injection {
     Injection {
         inherit_environment: true,
         ..helper_injection()
@@ -45,7 +46,7 @@ pub fn runner_injection() -> Injection {
 
 /// How the running release's install.sh ends the recovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoveryEnd {
+pub(crate) enum RecoveryEnd {
     /// It finishes the activation: the server answers as the new release.
     Finishes,
     /// Its verified rollback restores the old release (exit 75).
@@ -55,7 +56,7 @@ pub enum RecoveryEnd {
 /// The row as stored: it must parse as a JSON object (a reader that falls
 /// back to `{}` would hide a torn write), name `update_id` and keep the
 /// server's own key.
-pub fn stored_row(status: &Path, update_id: &str) -> JsonObject {
+pub(crate) fn stored_row(status: &Path, update_id: &str) -> JsonObject {
     let bytes = fs::read(status).expect("the row exists");
     let row = match parse_json(&bytes) {
         Ok(Json::Object(row)) => row,
@@ -152,7 +153,7 @@ fn journal(root: &Path) -> Option<(Vec<String>, Vec<u8>)> {
 }
 
 /// A `--recover-only` scene and what it must end as.
-pub struct RecoveryScene {
+pub(crate) struct RecoveryScene {
     pub recovery: Recovery,
     pub end: RecoveryEnd,
     journal: Option<(Vec<String>, Vec<u8>)>,
@@ -161,7 +162,7 @@ pub struct RecoveryScene {
 
 impl RecoveryScene {
     /// An interrupted activation whose recovery ends as `end`.
-    pub fn new(tag: &str, end: RecoveryEnd) -> RecoveryScene {
+    pub(crate) fn new(tag: &str, end: RecoveryEnd) -> RecoveryScene {
         let recovery = Recovery::interrupted(tag);
         if end == RecoveryEnd::RollsBack {
             recovery.behaviour(ROLLBACK_BEHAVIOUR);
@@ -179,7 +180,7 @@ impl RecoveryScene {
     }
 
     /// The server's first `--recover-only`, traced and killed at `kill_at`.
-    pub fn traced(&self, kill_at: Option<usize>) -> Traced {
+    pub(crate) fn traced(&self, kill_at: Option<usize>) -> Traced {
         let command = self.recovery.command(&self.recovery.transaction);
         agents_tests::crash_points::run_traced(&command, &runner_injection(), kill_at)
     }
@@ -188,7 +189,7 @@ impl RecoveryScene {
     /// retired by install.sh; then what the server runs next (`--recover-only`
     /// again while the journal is retained, or its finalisation of the
     /// abandoned row) and every invariant of the ended update.
-    pub fn converge_after_kill(&self) {
+    pub(crate) fn converge_after_kill(&self) {
         let r = &self.recovery;
         let root = r.install.root();
         let row = stored_row(&r.status, UPDATE_ID);
@@ -266,7 +267,7 @@ impl RecoveryScene {
 
     /// The update ended as `end` says, recorded on a terminal row, with
     /// nothing left behind.
-    pub fn assert_ended(&self) {
+    pub(crate) fn assert_ended(&self) {
         self.assert_outcome();
         let r = &self.recovery;
         let admin = r.status.parent().unwrap().to_path_buf();
@@ -314,7 +315,7 @@ fi
 /// A prepared managed update whose install.sh dies once, right after it
 /// began its activation journal (as a crash of install.sh leaves it), and
 /// the running release the server recovers it with.
-pub struct InterruptedInstall {
+pub(crate) struct InterruptedInstall {
     pub prepared: Prepared,
     pub runtime: RunningRelease,
     /// The journal the stand-in publishes on the current run.
@@ -323,7 +324,7 @@ pub struct InterruptedInstall {
 }
 
 impl InterruptedInstall {
-    pub fn new(name: &str) -> InterruptedInstall {
+    pub(crate) fn new(name: &str) -> InterruptedInstall {
         let mut prepared = Prepared::new(name);
         prepared.fixture.behaviour = Some(INTERRUPTED_BEHAVIOUR.into());
         let base = prepared.fixture.root.path().to_path_buf();
@@ -366,7 +367,7 @@ impl InterruptedInstall {
     /// The first runner of a fresh admission: the row admitted, the
     /// credential written, and the journal install.sh will publish staged
     /// in the record directory.
-    pub fn first_run(&mut self) -> std::process::Command {
+    pub(crate) fn first_run(&mut self) -> std::process::Command {
         let root = self.prepared.root.clone();
         assert!(journal(&root).is_none(), "no journal before the update");
         let command = self.prepared.fixture.command(Side::Port);
@@ -395,7 +396,7 @@ impl InterruptedInstall {
     /// retained journal to it; otherwise the abandoned row finalised and, if
     /// it failed, the update admitted again (install.sh not interrupted
     /// this time) and completed by the next runner. Then every invariant.
-    pub fn converge(&self) {
+    pub(crate) fn converge(&self) {
         let root = self.prepared.root.clone();
         let status = self.status();
         let record = self.record();

@@ -12,13 +12,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use agents_common::{parse_json, Json};
 use agents_tests::profile_dir;
+use python_compat::json::{parse_json, Json};
 
 use crate::execution_manage_support::{Outcome, Site};
 
 /// The concerns, in report order.
-pub const CONCERNS: [&str; 8] = [
+pub(crate) const CONCERNS: [&str; 8] = [
     "install_lock",
     "activation_journal",
     "execution_transaction",
@@ -30,36 +30,36 @@ pub const CONCERNS: [&str; 8] = [
 ];
 
 /// One `doctor --json` run.
-pub struct Doctor {
+pub(crate) struct Doctor {
     pub outcome: Outcome,
     pub report: Json,
 }
 
 impl Doctor {
-    pub fn concern(&self, key: &str) -> &Json {
+    pub(crate) fn concern(&self, key: &str) -> &Json {
         self.report
             .get("concerns")
             .and_then(|concerns| concerns.get(key))
             .unwrap_or_else(|| panic!("no concern {key}: {}", self.outcome.stdout))
     }
 
-    pub fn status(&self, key: &str) -> String {
+    pub(crate) fn status(&self, key: &str) -> String {
         text(self.concern(key).get("status"))
     }
 
-    pub fn action(&self, key: &str) -> &Json {
+    pub(crate) fn action(&self, key: &str) -> &Json {
         self.concern(key).get("action").unwrap_or(&Json::Null)
     }
 
-    pub fn action_kind(&self, key: &str) -> String {
+    pub(crate) fn action_kind(&self, key: &str) -> String {
         text(self.action(key).get("kind"))
     }
 
-    pub fn command(&self, key: &str) -> String {
+    pub(crate) fn command(&self, key: &str) -> String {
         text(self.action(key).get("command"))
     }
 
-    pub fn found(&self, key: &str, field: &str) -> Json {
+    pub(crate) fn found(&self, key: &str, field: &str) -> Json {
         self.concern(key)
             .get("found")
             .and_then(|found| found.get(field))
@@ -67,7 +67,7 @@ impl Doctor {
             .unwrap_or(Json::Null)
     }
 
-    pub fn kind(&self) -> String {
+    pub(crate) fn kind(&self) -> String {
         text(
             self.report
                 .get("installation")
@@ -76,7 +76,7 @@ impl Doctor {
     }
 
     /// `concern status` for every concern, for readable failures.
-    pub fn statuses(&self) -> Vec<String> {
+    pub(crate) fn statuses(&self) -> Vec<String> {
         CONCERNS
             .iter()
             .map(|key| format!("{key} {}", self.status(key)))
@@ -86,7 +86,7 @@ impl Doctor {
     /// The concerns that are neither healthy nor absent, with their status
     /// words, in report order; the report names exactly [`CONCERNS`].
     #[track_caller]
-    pub fn attention(&self) -> Vec<(String, String)> {
+    pub(crate) fn attention(&self) -> Vec<(String, String)> {
         let mut named: Vec<&str> = self
             .report
             .get("concerns")
@@ -106,7 +106,7 @@ impl Doctor {
 
     /// Exit 0 and every concern healthy or absent, with no action.
     #[track_caller]
-    pub fn assert_healthy(&self) {
+    pub(crate) fn assert_healthy(&self) {
         assert_eq!(
             self.outcome.code,
             Some(0),
@@ -128,7 +128,7 @@ impl Doctor {
     /// Exactly these concerns not healthy or absent, with these status
     /// words; exit 1 and not healthy unless there are none.
     #[track_caller]
-    pub fn assert_attention(&self, expected: &[(&str, &str)]) {
+    pub(crate) fn assert_attention(&self, expected: &[(&str, &str)]) {
         let expected: Vec<(String, String)> = expected
             .iter()
             .map(|(key, status)| (key.to_string(), status.to_string()))
@@ -148,7 +148,7 @@ impl Doctor {
 }
 
 /// The text of a JSON string, empty for anything else.
-pub fn text(value: Option<&Json>) -> String {
+pub(crate) fn text(value: Option<&Json>) -> String {
     value.and_then(Json::as_str).unwrap_or_default().to_string()
 }
 
@@ -168,19 +168,19 @@ fn run_doctor(site: &Site, root: &Path, state_dir: Option<&Path>) -> Doctor {
 }
 
 /// doctor on `root` with the site's state root named.
-pub fn doctor_at(site: &Site, root: &Path) -> Doctor {
+pub(crate) fn doctor_at(site: &Site, root: &Path) -> Doctor {
     run_doctor(site, root, Some(&site.installation.state_root))
 }
 
 /// doctor on the site's installation, its state root named, proven not to
 /// change anything.
-pub fn doctor(site: &Site) -> Doctor {
+pub(crate) fn doctor(site: &Site) -> Doctor {
     unchanged(site, || doctor_at(site, &site.installation.install_root))
 }
 
 /// doctor on the site's installation finding the state root itself (as
 /// the server's support page runs it), proven not to change anything.
-pub fn doctor_finding_state(site: &Site) -> Doctor {
+pub(crate) fn doctor_finding_state(site: &Site) -> Doctor {
     unchanged(site, || {
         run_doctor(site, &site.installation.install_root, None)
     })
@@ -288,7 +288,7 @@ fn changes(before: &BTreeMap<PathBuf, Entry>, after: &BTreeMap<PathBuf, Entry>) 
 /// sandbox's environment, the built helpers first on `PATH` (where a
 /// migrated release puts them on a real host) and the agent token a
 /// support engineer takes from the config directory's env file.
-pub fn run_suggested(site: &Site, command: &str) -> Outcome {
+pub(crate) fn run_suggested(site: &Site, command: &str) -> Outcome {
     let path = format!(
         "{}:{}",
         profile_dir().display(),

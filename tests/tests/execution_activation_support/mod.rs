@@ -8,33 +8,36 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use agents_common::test_support::WORKER_UNIT;
-use agents_common::{encode_indented, json_object, Json, JsonObject};
+use agents_common::WORKER_UNIT;
 use agents_tests::journal_writer::Roots;
 use agents_tests::{binary_path, free_port, poll_until, Sandbox};
 use agents_tests::{make_dir, write_file};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
 
-pub const UPDATE: &str = "0123456789abcdef0123456789abcdef";
-pub const SERVER: &str = "srv-legacy-1";
+pub(crate) const UPDATE: &str = "0123456789abcdef0123456789abcdef";
+pub(crate) const SERVER: &str = "srv-legacy-1";
 
-pub struct Monolith<'a> {
+pub(crate) struct Monolith<'a> {
     pub sandbox: &'a Sandbox,
     pub roots: Roots,
     pub pid: u32,
 }
 
-pub fn write_json(path: &Path, value: JsonObject) {
+pub(crate) fn write_json(path: &Path, value: JsonObject) {
     write_file(path, &encode_indented(&Json::Object(value)), 0o600);
 }
 
 impl<'a> Monolith<'a> {
     /// A legacy install whose monolith runs, inside an admitted update.
-    pub fn start(sandbox: &'a Sandbox) -> Monolith<'a> {
+    pub(crate) fn start(sandbox: &'a Sandbox) -> Monolith<'a> {
         Monolith::start_on(sandbox, free_port())
     }
 
     /// [`Monolith::start`] whose installation listens on `port`.
-    pub fn start_on(sandbox: &'a Sandbox, port: u16) -> Monolith<'a> {
+    pub(crate) fn start_on(sandbox: &'a Sandbox, port: u16) -> Monolith<'a> {
         let mut roots = Roots::create(sandbox.base(), sandbox.home());
         roots.port = port;
         roots.release("1.0.0");
@@ -76,22 +79,22 @@ impl<'a> Monolith<'a> {
         monolith
     }
 
-    pub fn status_path(&self) -> PathBuf {
+    pub(crate) fn status_path(&self) -> PathBuf {
         self.roots.state_root().join("admin/server-update.json")
     }
-    pub fn update_path(&self) -> PathBuf {
+    pub(crate) fn update_path(&self) -> PathBuf {
         self.roots
             .state_root()
             .join("admin/.execution-update-proof.AAAAAAAA")
     }
-    pub fn health_path(&self) -> PathBuf {
+    pub(crate) fn health_path(&self) -> PathBuf {
         self.roots
             .state_root()
             .join("admin/.execution-handoff.AAAAAAAA")
     }
 
     /// The monolith's authenticated health, with `extra` members.
-    pub fn write_health(&self, extra: JsonObject) {
+    pub(crate) fn write_health(&self, extra: JsonObject) {
         let mut health = json_object! {
             "ok" => true,
             "server_identity" => SERVER,
@@ -107,13 +110,13 @@ impl<'a> Monolith<'a> {
     }
 
     /// install.sh's preflight with the legacy proof flags.
-    pub fn preflight(&self, health: bool) -> Output {
+    pub(crate) fn preflight(&self, health: bool) -> Output {
         self.preflight_command(health, false).output().unwrap()
     }
 
     /// The preflight command; `masked` starts it as install.sh does inside
     /// `trap '' HUP INT TERM` (bash hands ignored signals to what it runs).
-    pub fn preflight_command(&self, health: bool, masked: bool) -> Command {
+    pub(crate) fn preflight_command(&self, health: bool, masked: bool) -> Command {
         let args = self.legacy_args("preflight", health);
         let mut command = if masked {
             let mut shell = self.sandbox.command("/bin/bash");
@@ -130,7 +133,7 @@ impl<'a> Monolith<'a> {
 
     /// install.sh's arguments for `operation` (`preflight`, `stop`) with the
     /// legacy proof flags; the health file only when `health`.
-    pub fn legacy_args(&self, operation: &str, health: bool) -> Vec<String> {
+    pub(crate) fn legacy_args(&self, operation: &str, health: bool) -> Vec<String> {
         let mut args =
             self.roots
                 .operation_args(operation, "1.1.0", "127.0.0.1", i128::from(self.roots.port));
@@ -161,7 +164,7 @@ impl<'a> Monolith<'a> {
     }
 
     /// A `worker.json` and free `worker.lock` an earlier split install left.
-    pub fn abandon_receipt(&self, pid: u32) {
+    pub(crate) fn abandon_receipt(&self, pid: u32) {
         let runtime = self.roots.runtime_dir();
         if !runtime.exists() {
             make_dir(&runtime, 0o700);

@@ -13,31 +13,32 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{
-    encode_indented, json_object, layout_manifest, parse_json, render_service, ExecutionLayout,
-    Json,
-};
+use agents_common::{layout_manifest, render_service, ExecutionLayout};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::crash_points::{helper_injection, run_traced, Traced};
-pub use agents_tests::Outcome;
+pub(crate) use agents_tests::Outcome;
 use agents_tests::{
     binary_path, free_port, poll_until, HttpRequest, Installation, RequestRecord, Role, Sandbox,
     Switches, AGENT_TOKEN, SERVICE_TIMEOUT,
 };
+use python_compat::{
+    json::{encode_indented, parse_json, Json},
+    json_object,
+};
 
 /// The release installed at the start of every test.
-pub const OLD: &str = "1.0.0";
+pub(crate) const OLD: &str = "1.0.0";
 /// The release tests activate.
-pub const NEW: &str = "1.1.0";
+pub(crate) const NEW: &str = "1.1.0";
 /// Status path of the worker's private control listener.
-pub const STATUS: &str = "/api/admin/execution/status";
+pub(crate) const STATUS: &str = "/api/admin/execution/status";
 /// Maintenance path of the worker's private control listener.
-pub const MAINTENANCE: &str = "/api/admin/execution/maintenance";
+pub(crate) const MAINTENANCE: &str = "/api/admin/execution/maintenance";
 /// How long the helper may take for a whole successful command.
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One installation with its own service manager.
-pub struct Site {
+pub(crate) struct Site {
     /// The service manager (dropped last among the fields that use it).
     pub sandbox: Sandbox,
     /// Roots, releases and fixtures.
@@ -48,7 +49,7 @@ pub struct Site {
 
 /// The files an activation may change, as found on disk.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Disk {
+pub(crate) struct Disk {
     /// Worker unit bytes and mode.
     pub worker_unit: Option<(Vec<u8>, u32)>,
     /// Gateway unit bytes and mode.
@@ -66,7 +67,7 @@ pub struct Disk {
 impl Disk {
     /// The same state without one install-root entry (e.g. a pending journal
     /// or a lock that is expected to differ).
-    pub fn without_entry(mut self, name: &str) -> Disk {
+    pub(crate) fn without_entry(mut self, name: &str) -> Disk {
         self.install_entries.retain(|entry| entry != name);
         self
     }
@@ -92,7 +93,7 @@ impl std::fmt::Debug for Disk {
 
 /// One service as systemd runs it, proven by its receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Serving {
+pub(crate) struct Serving {
     /// The worker's MainPID (= `worker.json` pid).
     pub worker_pid: u32,
     /// The worker receipt's instance id.
@@ -118,12 +119,12 @@ fn sorted_names(directory: &Path) -> Vec<String> {
 impl Site {
     /// A sandboxed installation with releases [`OLD`] and [`NEW`] on disk and
     /// nothing installed or running yet.
-    pub fn empty(test: &str) -> Option<Site> {
+    pub(crate) fn empty(test: &str) -> Option<Site> {
         Some(Site::empty_in(Sandbox::start_or_skip(test)?, free_port()))
     }
 
     /// [`Site::empty`] under `sandbox`, its layouts listening on `port`.
-    pub fn empty_in(sandbox: Sandbox, port: u16) -> Site {
+    pub(crate) fn empty_in(sandbox: Sandbox, port: u16) -> Site {
         let installation = Installation::in_sandbox(&sandbox);
         installation.add_release(OLD);
         installation.add_release(NEW);
@@ -136,12 +137,12 @@ impl Site {
 
     /// A split installation of [`OLD`] (worker and gateway enabled and
     /// running, proven by their receipts), with [`NEW`] retained beside it.
-    pub fn running(test: &str) -> Option<Site> {
+    pub(crate) fn running(test: &str) -> Option<Site> {
         Some(Site::running_in(Sandbox::start_or_skip(test)?, free_port()))
     }
 
     /// [`Site::running`] under `sandbox`, its layouts listening on `port`.
-    pub fn running_in(sandbox: Sandbox, port: u16) -> Site {
+    pub(crate) fn running_in(sandbox: Sandbox, port: u16) -> Site {
         let site = Site::empty_in(sandbox, port);
         let layout = site.layout(OLD, OLD);
         site.installation.install_split(&layout);
@@ -150,7 +151,7 @@ impl Site {
     }
 
     /// The layout running `worker` and `gateway` releases of this site.
-    pub fn layout(&self, worker: &str, gateway: &str) -> ExecutionLayout {
+    pub(crate) fn layout(&self, worker: &str, gateway: &str) -> ExecutionLayout {
         self.installation.layout(
             &self.installation.release_dir(worker),
             &self.installation.release_dir(gateway),
@@ -159,14 +160,14 @@ impl Site {
     }
 
     /// Writes `layout` as a private (0600) `apply --layout` file.
-    pub fn layout_file(&self, layout: &ExecutionLayout) -> PathBuf {
+    pub(crate) fn layout_file(&self, layout: &ExecutionLayout) -> PathBuf {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!("layout-{}.json", COUNTER.fetch_add(1, Ordering::Relaxed));
         self.layout_file_named(layout, &name)
     }
 
     /// [`Site::layout_file`] named `name` in the sandbox's directory.
-    pub fn layout_file_named(&self, layout: &ExecutionLayout, name: &str) -> PathBuf {
+    pub(crate) fn layout_file_named(&self, layout: &ExecutionLayout, name: &str) -> PathBuf {
         let path = self.sandbox.base().join(name);
         fs::write(&path, encode_indented(&layout.to_dict())).expect("write the layout file");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod layout");
@@ -174,14 +175,14 @@ impl Site {
     }
 
     /// The helper with this manager's environment and nothing else.
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut command = self.sandbox.command(binary_path("execution-manage"));
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }
 
     /// Runs the helper with `args` to completion.
-    pub fn manage<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Outcome {
+    pub(crate) fn manage<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Outcome {
         Outcome::from(
             self.command()
                 .args(args)
@@ -191,7 +192,7 @@ impl Site {
     }
 
     /// `apply --layout <file of layout> --scope <scope>`.
-    pub fn apply(&self, layout: &ExecutionLayout, scope: &str) -> Outcome {
+    pub(crate) fn apply(&self, layout: &ExecutionLayout, scope: &str) -> Outcome {
         let file = self.layout_file(layout);
         self.manage(&[
             "apply".as_ref(),
@@ -203,7 +204,7 @@ impl Site {
     }
 
     /// Starts `apply` in the background (to be killed or awaited).
-    pub fn spawn_apply(&self, layout: &ExecutionLayout, scope: &str) -> Child {
+    pub(crate) fn spawn_apply(&self, layout: &ExecutionLayout, scope: &str) -> Child {
         let file = self.layout_file(layout);
         self.command()
             .arg("apply")
@@ -216,7 +217,7 @@ impl Site {
 
     /// `apply` under `crash-tracer`, killed on entry to its `kill_at`-th
     /// durable system call (never for `None`).
-    pub fn apply_traced(
+    pub(crate) fn apply_traced(
         &self,
         layout: &ExecutionLayout,
         scope: &str,
@@ -234,7 +235,7 @@ impl Site {
 
     /// `recover` under `crash-tracer`, killed on entry to its `kill_at`-th
     /// durable system call (never for `None`).
-    pub fn recover_traced(&self, kill_at: Option<usize>) -> Traced {
+    pub(crate) fn recover_traced(&self, kill_at: Option<usize>) -> Traced {
         let mut command = self.command();
         command
             .arg("recover")
@@ -244,7 +245,7 @@ impl Site {
     }
 
     /// Names in the pending journal's directory, sorted.
-    pub fn journal_entries(&self) -> Vec<String> {
+    pub(crate) fn journal_entries(&self) -> Vec<String> {
         sorted_names(
             &self
                 .installation
@@ -254,7 +255,7 @@ impl Site {
     }
 
     /// `recover --root <install root>`.
-    pub fn recover(&self) -> Outcome {
+    pub(crate) fn recover(&self) -> Outcome {
         self.manage(&[
             "recover".as_ref(),
             "--root".as_ref(),
@@ -263,7 +264,7 @@ impl Site {
     }
 
     /// `inspect --root <install root>`.
-    pub fn inspect(&self) -> Outcome {
+    pub(crate) fn inspect(&self) -> Outcome {
         self.manage(&[
             "inspect".as_ref(),
             "--root".as_ref(),
@@ -272,7 +273,7 @@ impl Site {
     }
 
     /// The files an activation may change.
-    pub fn disk(&self) -> Disk {
+    pub(crate) fn disk(&self) -> Disk {
         let root = &self.installation.install_root;
         let units = self.sandbox.unit_dir();
         Disk {
@@ -289,7 +290,7 @@ impl Site {
     }
 
     /// The files exactly as a finished activation of `layout` leaves them.
-    pub fn assert_files_of(&self, layout: &ExecutionLayout) {
+    pub(crate) fn assert_files_of(&self, layout: &ExecutionLayout) {
         let disk = self.disk();
         let unit = |role| Some((render_service(layout, role).expect("render"), 0o600));
         assert!(disk.worker_unit == unit("worker"), "worker unit");
@@ -308,7 +309,7 @@ impl Site {
     }
 
     /// The pending journal (`.execution-transaction/manifest.json`), if any.
-    pub fn pending_journal(&self) -> Option<Json> {
+    pub(crate) fn pending_journal(&self) -> Option<Json> {
         let path = self
             .installation
             .install_root
@@ -317,12 +318,12 @@ impl Site {
     }
 
     /// The phase of the pending journal, if any.
-    pub fn pending_phase(&self) -> Option<String> {
+    pub(crate) fn pending_phase(&self) -> Option<String> {
         Some(self.pending_journal()?.get("phase")?.as_str()?.to_string())
     }
 
     /// Every retired journal (`.execution-completed-<id>/manifest.json`).
-    pub fn completed_journals(&self) -> Vec<Json> {
+    pub(crate) fn completed_journals(&self) -> Vec<Json> {
         let root = &self.installation.install_root;
         sorted_names(root)
             .into_iter()
@@ -342,7 +343,7 @@ impl Site {
     }
 
     /// Exactly one retired journal and no pending one; returns it.
-    pub fn only_retired_journal(&self) -> Json {
+    pub(crate) fn only_retired_journal(&self) -> Json {
         assert!(self.pending_journal().is_none(), "no journal is pending");
         assert!(
             !self
@@ -360,7 +361,7 @@ impl Site {
     /// Waits until systemd runs both services from the releases of `layout`
     /// (each receipt naming its MainPID) and public health reports both
     /// versions; returns who runs.
-    pub fn assert_serving(&self, layout: &ExecutionLayout) -> Serving {
+    pub(crate) fn assert_serving(&self, layout: &ExecutionLayout) -> Serving {
         let installation = &self.installation;
         let (worker, worker_pid) =
             installation.wait_for_service(&self.sandbox, WORKER_UNIT, Role::Worker);
@@ -412,7 +413,7 @@ impl Site {
     }
 
     /// Authenticated public health through the gateway.
-    pub fn public_health(&self) -> Json {
+    pub(crate) fn public_health(&self) -> Json {
         let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
         poll_until(SERVICE_TIMEOUT, "public health", || {
             let response = HttpRequest::get("/api/health")
@@ -424,7 +425,7 @@ impl Site {
     }
 
     /// The `server_identity` public health reports.
-    pub fn server_identity(&self) -> String {
+    pub(crate) fn server_identity(&self) -> String {
         self.public_health()
             .get("server_identity")
             .and_then(Json::as_str)
@@ -433,18 +434,18 @@ impl Site {
     }
 
     /// The running worker's private status, asked directly.
-    pub fn worker_status(&self) -> Json {
+    pub(crate) fn worker_status(&self) -> Json {
         self.installation.worker_status()
     }
 
     /// The running worker's lease (`null` when nothing holds admission).
-    pub fn worker_lease(&self) -> Json {
+    pub(crate) fn worker_lease(&self) -> Json {
         self.installation.worker_lease()
     }
 
     /// Takes the worker's admission for another operation, as a concurrent
     /// maintenance client would; returns the lease.
-    pub fn acquire_foreign_lease(&self, operation: &str) -> Json {
+    pub(crate) fn acquire_foreign_lease(&self, operation: &str) -> Json {
         let receipt = self.installation.receipt(Role::Worker).expect("receipt");
         let body = Json::Object(json_object! {
             "action" => "acquire",
@@ -453,7 +454,7 @@ impl Site {
         });
         let response = HttpRequest::post_json(
             MAINTENANCE,
-            agents_common::test_support::encode_compact(&body).expect("encode"),
+            python_compat::json::encode_compact(&body).expect("encode"),
         )
         .bearer(&self.installation.control_token())
         .send(self.installation.worker_callback())
@@ -463,22 +464,22 @@ impl Site {
     }
 
     /// How many requests a role has logged so far (a mark for [`Site::requests_since`]).
-    pub fn request_mark(&self, role: Role) -> usize {
+    pub(crate) fn request_mark(&self, role: Role) -> usize {
         self.installation.requests(role).len()
     }
 
     /// The requests a role logged after `mark`.
-    pub fn requests_since(&self, role: Role, mark: usize) -> Vec<RequestRecord> {
+    pub(crate) fn requests_since(&self, role: Role, mark: usize) -> Vec<RequestRecord> {
         self.installation.requests_since(role, mark)
     }
 
     /// Replaces a role's misbehaviour switches.
-    pub fn switch(&self, role: Role, switches: Switches) {
+    pub(crate) fn switch(&self, role: Role, switches: Switches) {
         self.installation.set_switches(role, &switches);
     }
 
     /// Waits until the role logged a request matching `accept` after `mark`.
-    pub fn wait_for_request(
+    pub(crate) fn wait_for_request(
         &self,
         role: Role,
         mark: usize,
@@ -493,7 +494,7 @@ impl Site {
     }
 
     /// Waits until the pending journal reaches one of `phases`.
-    pub fn wait_for_phase(&self, phases: &[&str]) -> String {
+    pub(crate) fn wait_for_phase(&self, phases: &[&str]) -> String {
         poll_until(HELPER_TIMEOUT, &format!("journal phase {phases:?}"), || {
             self.pending_phase()
                 .filter(|phase| phases.contains(&phase.as_str()))
@@ -501,7 +502,7 @@ impl Site {
     }
 
     /// No installation lock is left behind.
-    pub fn assert_unlocked(&self) {
+    pub(crate) fn assert_unlocked(&self) {
         let lock = self.installation.install_root.join(".install-lock");
         assert!(
             fs::symlink_metadata(&lock).is_err(),
@@ -514,7 +515,7 @@ impl Site {
 /// Waits for a helper started in the background and collects its outcome;
 /// a helper still running after two [`HELPER_TIMEOUT`]s is killed and fails
 /// the test.
-pub fn finish(mut child: Child) -> Outcome {
+pub(crate) fn finish(mut child: Child) -> Outcome {
     let waited = agents_tests::try_poll_until(2 * HELPER_TIMEOUT, "the helper to exit", || {
         child.try_wait().expect("wait for the helper")
     });
@@ -528,13 +529,13 @@ pub fn finish(mut child: Child) -> Outcome {
 
 /// `recover`'s stdout after a rollback to the release named by `receipt`
 /// (a [`receipt_line`]).
-pub fn rolled_back_line(receipt: &str) -> String {
+pub(crate) fn rolled_back_line(receipt: &str) -> String {
     format!("{{\"ok\": true, \"phase\": \"rolled-back\", \"receipt\": {receipt}}}\n")
 }
 
 /// The control requests (status and maintenance) of one worker instance, as
 /// `GET status` / `POST <action>` words, in the order the worker saw them.
-pub fn control_requests(records: &[RequestRecord], instance_id: &str) -> Vec<String> {
+pub(crate) fn control_requests(records: &[RequestRecord], instance_id: &str) -> Vec<String> {
     records
         .iter()
         .filter(|record| record.instance_id == instance_id && record.path.starts_with("/api/admin"))
@@ -553,7 +554,7 @@ pub fn control_requests(records: &[RequestRecord], instance_id: &str) -> Vec<Str
 }
 
 /// The distinct worker instances, in the order they first logged a request.
-pub fn instances(records: &[RequestRecord]) -> Vec<String> {
+pub(crate) fn instances(records: &[RequestRecord]) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for record in records {
         if !seen.contains(&record.instance_id) {
@@ -565,7 +566,7 @@ pub fn instances(records: &[RequestRecord]) -> Vec<String> {
 
 /// `json.dumps(receipt, sort_keys=True)` of an activation receipt, written
 /// out by hand from Python's format (`", "` and `": "` separators).
-pub fn receipt_line(
+pub(crate) fn receipt_line(
     serving: &Serving,
     layout: &ExecutionLayout,
     server_identity: &str,

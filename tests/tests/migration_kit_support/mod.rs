@@ -15,9 +15,9 @@ use std::process::{Command, Output, Stdio};
 use agents_tests::{binary_path, profile_dir, Originals, TempDir, HELPERS};
 
 /// The release's version file.
-pub const VERSION: &str = "1.0.7-beta.5";
+pub(crate) const VERSION: &str = "1.0.7-beta.5";
 /// The seeds copied into every fake release (the kit's pinned sources).
-pub const SEEDS: [&str; 5] = [
+pub(crate) const SEEDS: [&str; 5] = [
     "execution_activation.py",
     "execution_manage.py",
     "update_handoff.py",
@@ -25,7 +25,7 @@ pub const SEEDS: [&str; 5] = [
     "uninstall.sh",
 ];
 /// The stand-ins copied from `tests/fixtures/migration`.
-pub const STAND_INS: [&str; 7] = [
+pub(crate) const STAND_INS: [&str; 7] = [
     "install.sh",
     "activation_transaction.py",
     "execution_install.py",
@@ -35,7 +35,7 @@ pub const STAND_INS: [&str; 7] = [
     "VERSION",
 ];
 /// The entry points the kit gives a launcher, and the binary each runs.
-pub const LAUNCHERS: [(&str, &str); 5] = [
+pub(crate) const LAUNCHERS: [(&str, &str); 5] = [
     ("execution_activation.py", "execution-activation"),
     ("execution_manage.py", "execution-manage"),
     ("update_runner.py", "update-runner"),
@@ -43,7 +43,7 @@ pub const LAUNCHERS: [(&str, &str); 5] = [
     ("uninstall.sh", "uninstall"),
 ];
 /// The kit's manifest.
-pub const MANIFEST: &str = "rust-helpers.json";
+pub(crate) const MANIFEST: &str = "rust-helpers.json";
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,17 +53,17 @@ fn repo_root() -> PathBuf {
 }
 
 /// `tests/fixtures/migration`.
-pub fn fixtures_dir() -> PathBuf {
+pub(crate) fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/migration")
 }
 
 /// `scripts/migration-kit.sh`.
-pub fn kit_script() -> PathBuf {
+pub(crate) fn kit_script() -> PathBuf {
     repo_root().join("scripts/migration-kit.sh")
 }
 
 /// The directory of the built helpers the kit installs (every one must exist).
-pub fn binaries_dir() -> PathBuf {
+pub(crate) fn binaries_dir() -> PathBuf {
     for helper in HELPERS {
         binary_path(helper);
     }
@@ -71,7 +71,7 @@ pub fn binaries_dir() -> PathBuf {
 }
 
 /// The four Rust targets the kit ships, and each one's staged-name tag.
-pub const TARGETS: [(&str, &str); 4] = [
+pub(crate) const TARGETS: [(&str, &str); 4] = [
     ("x86_64-unknown-linux-gnu", "linux-x86_64"),
     ("aarch64-unknown-linux-gnu", "linux-aarch64"),
     ("x86_64-apple-darwin", "darwin-x86_64"),
@@ -79,14 +79,14 @@ pub const TARGETS: [(&str, &str); 4] = [
 ];
 /// The target of the machine running the tests: its folder holds the built
 /// helpers, which the launchers really run here.
-pub const HOST_TARGET: &str = if cfg!(target_arch = "aarch64") {
+pub(crate) const HOST_TARGET: &str = if cfg!(target_arch = "aarch64") {
     "aarch64-unknown-linux-gnu"
 } else {
     "x86_64-unknown-linux-gnu"
 };
 
 /// The staged-name tag of `target` (`linux-x86_64`, ...).
-pub fn tag(target: &str) -> &'static str {
+pub(crate) fn tag(target: &str) -> &'static str {
     TARGETS
         .iter()
         .find(|(name, _)| *name == target)
@@ -95,7 +95,7 @@ pub fn tag(target: &str) -> &'static str {
 }
 
 /// The name the kit stages `helper` under for `target`.
-pub fn staged(helper: &str, target: &str) -> String {
+pub(crate) fn staged(helper: &str, target: &str) -> String {
     format!("{helper}-{}", tag(target))
 }
 
@@ -103,7 +103,7 @@ pub fn staged(helper: &str, target: &str) -> String {
 /// 64-bit little-endian ELF executable header with the target's e_machine,
 /// or a Mach-O MH_EXECUTE header with its cputype, then a note. It stands
 /// for another platform's binary, which this machine never executes.
-pub fn foreign_executable(target: &str) -> Vec<u8> {
+pub(crate) fn foreign_executable(target: &str) -> Vec<u8> {
     let mut bytes = match target {
         "x86_64-unknown-linux-gnu" | "aarch64-unknown-linux-gnu" => {
             let machine: u16 = if target.starts_with("x86_64") {
@@ -139,7 +139,7 @@ pub fn foreign_executable(target: &str) -> Vec<u8> {
 /// A dist folder as `scripts/build-release.sh` leaves it: `<target>/<helper>`.
 /// The host's folder holds the built helpers (hard links, or copies across
 /// filesystems); every other target's holds [`foreign_executable`]s.
-pub fn dist(parent: &Path, targets: &[&str]) -> PathBuf {
+pub(crate) fn dist(parent: &Path, targets: &[&str]) -> PathBuf {
     let dist = parent.join("dist");
     for target in targets {
         let folder = dist.join(target);
@@ -161,12 +161,12 @@ pub fn dist(parent: &Path, targets: &[&str]) -> PathBuf {
 }
 
 /// Every target name, in the kit's order.
-pub fn all_targets() -> Vec<&'static str> {
+pub(crate) fn all_targets() -> Vec<&'static str> {
     TARGETS.iter().map(|(target, _)| *target).collect()
 }
 
 /// An unpacked release in a private temp directory.
-pub struct FakeRelease {
+pub(crate) struct FakeRelease {
     temp: TempDir,
     /// The release directory (the one holding install.sh).
     pub source: PathBuf,
@@ -175,7 +175,7 @@ pub struct FakeRelease {
 impl FakeRelease {
     /// Seeds and stand-ins with a release archive's modes (scripts 0755,
     /// everything else 0644).
-    pub fn new(originals: &Originals) -> FakeRelease {
+    pub(crate) fn new(originals: &Originals) -> FakeRelease {
         let temp = TempDir::new("migration-kit");
         let source = temp.path().join(format!("agents-server-{VERSION}"));
         fs::create_dir(&source).unwrap();
@@ -195,18 +195,18 @@ impl FakeRelease {
     }
 
     /// The private temp directory holding the release (for scratch files).
-    pub fn temp(&self) -> &Path {
+    pub(crate) fn temp(&self) -> &Path {
         self.temp.path()
     }
 
     /// A file of the release.
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.source.join(name)
     }
 
     /// The dist the default run stages: the built helpers for this host and
     /// stand-ins for the three other platforms (made once per release).
-    pub fn default_dist(&self) -> PathBuf {
+    pub(crate) fn default_dist(&self) -> PathBuf {
         let dist = self.temp().join("dist");
         if !dist.exists() {
             self::dist(self.temp(), &all_targets());
@@ -215,12 +215,12 @@ impl FakeRelease {
     }
 
     /// Runs the kit on the release with [`FakeRelease::default_dist`].
-    pub fn run_kit(&self) -> Output {
+    pub(crate) fn run_kit(&self) -> Output {
         self.run_kit_with(&self.default_dist())
     }
 
     /// Runs the kit on the release with the dist folder `dist`.
-    pub fn run_kit_with(&self, dist: &Path) -> Output {
+    pub(crate) fn run_kit_with(&self, dist: &Path) -> Output {
         Command::new("bash")
             .arg(kit_script())
             .arg("--dist")
@@ -232,12 +232,12 @@ impl FakeRelease {
     }
 
     /// Runs the kit and fails the test unless it succeeds.
-    pub fn migrate(&self) -> String {
+    pub(crate) fn migrate(&self) -> String {
         self.migrate_with(&self.default_dist())
     }
 
     /// Runs the kit with `dist` and fails the test unless it succeeds.
-    pub fn migrate_with(&self, dist: &Path) -> String {
+    pub(crate) fn migrate_with(&self, dist: &Path) -> String {
         let output = self.run_kit_with(dist);
         assert!(
             output.status.success(),
@@ -251,7 +251,7 @@ impl FakeRelease {
 
     /// Runs the release's (stand-in) install.sh, which stages the release into
     /// `<temp>/stage` as install.sh stages a runtime, and returns the stage.
-    pub fn stage(&self) -> PathBuf {
+    pub(crate) fn stage(&self) -> PathBuf {
         let stage = self.temp().join("stage");
         let output = Command::new(self.path("install.sh"))
             .arg(&stage)
@@ -270,10 +270,10 @@ impl FakeRelease {
 
 /// What a test compares to prove a directory did not change: every entry's
 /// type, mode, inode and a hash of its content (or link target).
-pub type Snapshot = BTreeMap<PathBuf, (u32, u64, u64, u64)>;
+pub(crate) type Snapshot = BTreeMap<PathBuf, (u32, u64, u64, u64)>;
 
 /// Walks `root` without following links.
-pub fn snapshot(root: &Path) -> Snapshot {
+pub(crate) fn snapshot(root: &Path) -> Snapshot {
     let mut entries = Snapshot::new();
     let mut pending = vec![root.to_path_buf()];
     while let Some(directory) = pending.pop() {
@@ -299,7 +299,7 @@ pub fn snapshot(root: &Path) -> Snapshot {
 }
 
 /// The same snapshot without inodes: equal content, modes and names.
-pub fn content(snapshot: &Snapshot) -> BTreeMap<PathBuf, (u32, u64, u64)> {
+pub(crate) fn content(snapshot: &Snapshot) -> BTreeMap<PathBuf, (u32, u64, u64)> {
     snapshot
         .iter()
         .map(|(path, (mode, _ino, len, hash))| (path.clone(), (*mode, *len, *hash)))
@@ -307,7 +307,7 @@ pub fn content(snapshot: &Snapshot) -> BTreeMap<PathBuf, (u32, u64, u64)> {
 }
 
 /// `sha256sum FILE`, an oracle independent of the kit.
-pub fn sha256_file(path: &Path) -> String {
+pub(crate) fn sha256_file(path: &Path) -> String {
     let output = Command::new("sha256sum").arg(path).output().unwrap();
     assert!(output.status.success(), "sha256sum {}", path.display());
     String::from_utf8(output.stdout).unwrap()[..64].to_string()
@@ -315,7 +315,7 @@ pub fn sha256_file(path: &Path) -> String {
 
 /// The text the kit inserted into an entry point: the block between its
 /// markers, with the blank line put before it in a Python module.
-pub fn launcher_block(text: &str) -> Option<&str> {
+pub(crate) fn launcher_block(text: &str) -> Option<&str> {
     let marker = text.find("# --- rust-helpers launcher")?;
     let start = if text[..marker].ends_with("\n\n") {
         marker - 1

@@ -11,17 +11,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use agents_common::{
-    config_staging_paths, execution_context, parse_json, ActivationInvocation, ActivationManifest,
-    Json,
+    config_staging_paths, execution_context, ActivationInvocation, ActivationManifest,
 };
 use agents_tests::binary_path;
 use agents_tests::journal_writer::{Begin, Install};
 use agents_tests::write_file;
 use execution_activation::replace_config::replace_config;
+use python_compat::json::{parse_json, Json};
 
 /// One golden layout case whose worker and gateway share a release (the
 /// only shape `execution_activation` publishes).
-pub struct Case {
+pub(crate) struct Case {
     pub install: Install,
     pub version: String,
     pub bind: String,
@@ -31,7 +31,7 @@ pub struct Case {
 }
 
 /// The golden layout case `name` of `layouts.json`.
-pub fn golden(name: &str) -> Json {
+pub(crate) fn golden(name: &str) -> Json {
     let data = agents_tests::golden_bytes("layouts.json");
     let all = parse_json(&data).unwrap();
     all.get("cases")
@@ -45,7 +45,7 @@ pub fn golden(name: &str) -> Json {
 
 /// Build the case's tree with a journal in `linked` (the phase install.sh
 /// publishes in), held by this process.
-pub fn case(name: &str) -> Case {
+pub(crate) fn case(name: &str) -> Case {
     let case = golden(name);
     let text = |key: &str| case.get(key).and_then(Json::as_str).unwrap().to_string();
     let mut install = if case.get("fixed_base") == Some(&Json::Bool(true)) {
@@ -129,12 +129,12 @@ pub fn case(name: &str) -> Case {
 }
 
 impl Case {
-    pub fn publish(&self) -> Output {
+    pub(crate) fn publish(&self) -> Output {
         self.publish_command().output().expect("run publish")
     }
 
     /// install.sh's `publish` command line for this case.
-    pub fn publish_command(&self) -> Command {
+    pub(crate) fn publish_command(&self) -> Command {
         let mut command = Command::new(binary_path("execution-activation"));
         command.args(
             self.install
@@ -146,7 +146,7 @@ impl Case {
     /// Every file is the golden rendering, with its mode, as the journal's
     /// exact publication, and the journal is valid in the next phase.
     #[track_caller]
-    pub fn assert_published(&self) {
+    pub(crate) fn assert_published(&self) {
         let manifest = self.install.manifest();
         for (kind, path, bytes, mode) in &self.expected {
             let info = fs::symlink_metadata(path).unwrap_or_else(|_| panic!("{kind} published"));
@@ -173,12 +173,12 @@ impl Case {
     }
 
     /// The exact bytes publish renders for `kind`.
-    pub fn payload(&self, kind: &str) -> (PathBuf, Vec<u8>, u32) {
+    pub(crate) fn payload(&self, kind: &str) -> (PathBuf, Vec<u8>, u32) {
         let (_, path, bytes, mode) = self.expected.iter().find(|entry| entry.0 == kind).unwrap();
         (path.clone(), bytes.clone(), *mode)
     }
 
-    pub fn source(&self, kind: &str) -> PathBuf {
+    pub(crate) fn source(&self, kind: &str) -> PathBuf {
         let (path, _, _) = self.payload(kind);
         let (_directory, manifest) = ActivationManifest::read(&self.install.root(), false).unwrap();
         config_staging_paths(&path, manifest.transaction_id(), kind).0
@@ -188,7 +188,7 @@ impl Case {
 impl Case {
     /// Runs publish and kills it (SIGKILL) on entering the `when`-th
     /// `syscall`, before that call does anything.
-    pub fn publish_killed_at(&self, strace: &Path, syscall: &str, when: u32) {
+    pub(crate) fn publish_killed_at(&self, strace: &Path, syscall: &str, when: u32) {
         let output = Command::new(strace)
             .args([
                 "-qq",
@@ -217,7 +217,7 @@ impl Case {
     }
 
     /// The `.source` / `.publication` names of `kind` that exist.
-    pub fn staging_left(&self, kind: &str) -> Vec<PathBuf> {
+    pub(crate) fn staging_left(&self, kind: &str) -> Vec<PathBuf> {
         let (path, _, _) = self.payload(kind);
         let (_directory, manifest) = ActivationManifest::read(&self.install.root(), false).unwrap();
         let (source, publication) = config_staging_paths(&path, manifest.transaction_id(), kind);

@@ -21,11 +21,11 @@ use agents_tests::TempDir;
 use super::{clean_env, legacy_install, snapshot_under, Entry, LegacyOptions, LegacyRoots};
 
 /// The legacy agent's label.
-pub const LABEL: &str = "com.agentsdock.server";
+pub(crate) const LABEL: &str = "com.agentsdock.server";
 
 /// How `launchctl bootout` answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bootout {
+pub(crate) enum Bootout {
     /// Exit 0; the agent is gone after `linger` more prints.
     Unloads { linger: u32 },
     /// Exit 0, yet the agent stays loaded for ever.
@@ -38,7 +38,7 @@ pub enum Bootout {
 
 /// The macOS host one run sees.
 #[derive(Debug, Clone, Copy)]
-pub struct DarwinHost {
+pub(crate) struct DarwinHost {
     /// What `uname -s` prints (`Darwin`, or another kernel).
     pub os_name: &'static str,
     /// `uname`'s exit status (0, or a failure that ends the script).
@@ -61,7 +61,7 @@ impl Default for DarwinHost {
 }
 
 /// A legacy installation in a macOS-shaped home, with its fake host.
-pub struct DarwinCase {
+pub(crate) struct DarwinCase {
     temp: TempDir,
     /// The installation's roots (the script's defaults under the home).
     pub roots: LegacyRoots,
@@ -107,7 +107,7 @@ cat "$dir/os-name"
 impl DarwinCase {
     /// A fresh legacy installation whose home has the agent's plist, its
     /// logs and another user agent, on `host`.
-    pub fn start(host: DarwinHost) -> DarwinCase {
+    pub(crate) fn start(host: DarwinHost) -> DarwinCase {
         let temp = TempDir::with_mode("agents-darwin-uninstall", 0o755);
         let home = temp.path().join("home");
         fs::create_dir(&home).unwrap();
@@ -139,7 +139,7 @@ impl DarwinCase {
             fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
         }
         let values = [
-            ("uid", agents_common::current_uid().to_string()),
+            ("uid", python_compat::os::current_uid().to_string()),
             ("label", LABEL.to_string()),
             ("home", home.to_string_lossy().into_owned()),
             ("pid", "4242".to_string()),
@@ -185,13 +185,13 @@ impl DarwinCase {
     }
 
     /// The directory every path of this case is under (`<BASE>` in outputs).
-    pub fn base(&self) -> &Path {
+    pub(crate) fn base(&self) -> &Path {
         self.temp.path()
     }
 
     /// `HOME` and a `PATH` that finds the fake host's `uname` and
     /// `launchctl` first.
-    pub fn env(&self) -> Vec<(String, OsString)> {
+    pub(crate) fn env(&self) -> Vec<(String, OsString)> {
         let mut path = OsString::from(&self.host_dir);
         path.push(":");
         path.push(std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()));
@@ -202,13 +202,13 @@ impl DarwinCase {
     }
 
     /// Every `launchctl` call so far, one argument line each.
-    pub fn launchctl_calls(&self) -> Vec<String> {
+    pub(crate) fn launchctl_calls(&self) -> Vec<String> {
         let calls = fs::read_to_string(self.host_dir.join("launchd/calls")).unwrap();
         calls.lines().map(str::to_string).collect()
     }
 
     /// The agent's plist.
-    pub fn plist(&self) -> PathBuf {
+    pub(crate) fn plist(&self) -> PathBuf {
         self.roots
             .home
             .join("Library/LaunchAgents")
@@ -216,12 +216,12 @@ impl DarwinCase {
     }
 
     /// The agent's log directory.
-    pub fn logs(&self) -> PathBuf {
+    pub(crate) fn logs(&self) -> PathBuf {
         self.roots.home.join("Library/Logs/AgentsServer")
     }
 
     /// The home's files by relative path (`<BASE>` in link targets).
-    pub fn home_tree(&self) -> std::collections::BTreeMap<PathBuf, Entry> {
+    pub(crate) fn home_tree(&self) -> std::collections::BTreeMap<PathBuf, Entry> {
         snapshot_under(&self.roots.home, self.base())
     }
 }

@@ -4,9 +4,9 @@
 
 #![allow(dead_code)]
 
-pub mod darwin;
-pub mod pty;
-pub mod split;
+pub(crate) mod darwin;
+pub(crate) mod pty;
+pub(crate) mod split;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use agents_tests::{binary_path, poll_until, Originals, Sandbox};
 
-pub use pty::Pty;
+pub(crate) use pty::Pty;
 
 /// Which implementation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Implementation<'a> {
+pub(crate) enum Implementation<'a> {
     /// `bash uninstall.sh` of the Python originals, the oracle.
     Seed(&'a Originals),
     /// The `uninstall` binary under test.
@@ -34,7 +34,7 @@ pub enum Implementation<'a> {
 
 impl Implementation<'_> {
     /// A command running this implementation with no arguments yet.
-    pub fn command(self) -> Command {
+    pub(crate) fn command(self) -> Command {
         match self {
             Implementation::Seed(originals) => {
                 let mut command = Command::new("bash");
@@ -48,7 +48,7 @@ impl Implementation<'_> {
 
 /// What stdin is.
 #[derive(Debug, Clone)]
-pub enum Input {
+pub(crate) enum Input {
     /// `/dev/null`: not a terminal.
     Null,
     /// A pseudo-terminal on which these bytes are typed (the answers,
@@ -58,7 +58,7 @@ pub enum Input {
 
 /// How one run ended.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Exit status.
     pub status: ExitStatus,
     /// Everything written to stdout.
@@ -69,7 +69,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// The exit code (panics when killed by a signal).
-    pub fn code(&self) -> i32 {
+    pub(crate) fn code(&self) -> i32 {
         self.status
             .code()
             .unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
@@ -77,7 +77,7 @@ impl Outcome {
 
     /// Both streams with `base` replaced by `<BASE>`, for comparing runs in
     /// different directories.
-    pub fn normalized(&self, base: &Path) -> (i32, String, String) {
+    pub(crate) fn normalized(&self, base: &Path) -> (i32, String, String) {
         let base = base.to_string_lossy();
         (
             self.code(),
@@ -87,14 +87,14 @@ impl Outcome {
     }
 
     /// stdout lines.
-    pub fn stdout_lines(&self) -> Vec<&str> {
+    pub(crate) fn stdout_lines(&self) -> Vec<&str> {
         self.stdout.lines().collect()
     }
 }
 
 /// The environment of a run: only these variables (plus `LC_ALL=C`, so the
 /// coreutils messages of both implementations are the same).
-pub fn clean_env(vars: &[(&str, OsString)]) -> Vec<(String, OsString)> {
+pub(crate) fn clean_env(vars: &[(&str, OsString)]) -> Vec<(String, OsString)> {
     let mut env: Vec<(String, OsString)> = vars
         .iter()
         .map(|(name, value)| (name.to_string(), value.clone()))
@@ -110,7 +110,7 @@ pub fn clean_env(vars: &[(&str, OsString)]) -> Vec<(String, OsString)> {
 }
 
 /// A started run whose output is collected in the background.
-pub struct Running {
+pub(crate) struct Running {
     child: Child,
     stdout: Arc<Mutex<Vec<u8>>>,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -137,7 +137,7 @@ fn collect(
 }
 
 /// Starts `implementation args` with exactly `env` and `input`.
-pub fn start(
+pub(crate) fn start(
     implementation: Implementation<'_>,
     env: &[(String, OsString)],
     args: &[&str],
@@ -148,7 +148,7 @@ pub fn start(
 
 /// [`start`] with `ignored` signals set to `SIG_IGN` in the uninstaller, as a
 /// caller such as `nohup` or a masking installer leaves them.
-pub fn start_ignoring(
+pub(crate) fn start_ignoring(
     implementation: Implementation<'_>,
     env: &[(String, OsString)],
     args: &[&str],
@@ -200,22 +200,22 @@ pub fn start_ignoring(
 
 impl Running {
     /// The PID of the uninstaller (bash or the port).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// stderr so far.
-    pub fn stderr_so_far(&self) -> String {
+    pub(crate) fn stderr_so_far(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
     /// stdout so far.
-    pub fn stdout_so_far(&self) -> String {
+    pub(crate) fn stdout_so_far(&self) -> String {
         String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
     }
 
     /// Waits (bounded) until stdout contains `text`.
-    pub fn wait_for_stdout(&self, text: &str) {
+    pub(crate) fn wait_for_stdout(&self, text: &str) {
         poll_until(
             Duration::from_secs(20),
             &format!("stdout to show {text:?}"),
@@ -224,7 +224,7 @@ impl Running {
     }
 
     /// Waits (bounded) until stderr contains `text`.
-    pub fn wait_for_stderr(&self, text: &str) {
+    pub(crate) fn wait_for_stderr(&self, text: &str) {
         poll_until(
             Duration::from_secs(20),
             &format!("stderr to show {text:?}"),
@@ -233,7 +233,7 @@ impl Running {
     }
 
     /// Types more input on the terminal.
-    pub fn type_input(&self, bytes: &[u8]) {
+    pub(crate) fn type_input(&self, bytes: &[u8]) {
         self.pty
             .as_ref()
             .expect("stdin is a terminal")
@@ -241,14 +241,14 @@ impl Running {
     }
 
     /// Sends a signal to the uninstaller.
-    pub fn signal(&self, signal: rustix::process::Signal) {
+    pub(crate) fn signal(&self, signal: rustix::process::Signal) {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
         rustix::process::kill_process(pid, signal).expect("the uninstaller is running");
     }
 
     /// Sends each of `signals` and requires the uninstaller to be still
     /// running a moment later (the signals were ignored).
-    pub fn assert_survives(&self, signals: &[rustix::process::Signal]) {
+    pub(crate) fn assert_survives(&self, signals: &[rustix::process::Signal]) {
         for &signal in signals {
             self.signal(signal);
         }
@@ -260,7 +260,7 @@ impl Running {
     }
 
     /// Waits (bounded: 60 s) for the end of the run.
-    pub fn finish(mut self) -> Outcome {
+    pub(crate) fn finish(mut self) -> Outcome {
         let status = poll_until(Duration::from_secs(60), "the uninstaller to exit", || {
             self.child.try_wait().expect("waitpid works")
         });
@@ -280,7 +280,7 @@ impl Running {
 }
 
 /// Runs to the end.
-pub fn run(
+pub(crate) fn run(
     implementation: Implementation<'_>,
     env: &[(String, OsString)],
     args: &[&str],
@@ -291,7 +291,7 @@ pub fn run(
 
 /// One entry of a file-tree snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// A directory and its permission bits.
     Directory(u32),
     /// A regular file, its permission bits and content.
@@ -304,7 +304,7 @@ pub enum Entry {
 
 /// Every entry under `root` (not following symlinks), by relative path;
 /// empty when `root` does not exist.
-pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
+pub(crate) fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
     let mut entries = BTreeMap::new();
     if fs::symlink_metadata(root).is_ok() {
         walk(root, Path::new(""), &mut entries);
@@ -338,7 +338,7 @@ fn walk(root: &Path, relative: &Path, entries: &mut BTreeMap<PathBuf, Entry>) {
 
 /// [`snapshot`] of `root` with `base` in symlink targets replaced by
 /// `<BASE>`, so trees built under different bases compare.
-pub fn snapshot_under(root: &Path, base: &Path) -> BTreeMap<PathBuf, Entry> {
+pub(crate) fn snapshot_under(root: &Path, base: &Path) -> BTreeMap<PathBuf, Entry> {
     let base = base.to_string_lossy().into_owned();
     snapshot(root)
         .into_iter()
@@ -355,11 +355,11 @@ pub fn snapshot_under(root: &Path, base: &Path) -> BTreeMap<PathBuf, Entry> {
 }
 
 /// The legacy unit name.
-pub const LEGACY_UNIT: &str = "agents-server.service";
+pub(crate) const LEGACY_UNIT: &str = "agents-server.service";
 
 /// Where a legacy installation lives (the script's default roots).
 #[derive(Debug, Clone)]
-pub struct LegacyRoots {
+pub(crate) struct LegacyRoots {
     /// `HOME`.
     pub home: PathBuf,
     /// `$HOME/.local/share/agents-server`.
@@ -372,7 +372,7 @@ pub struct LegacyRoots {
 
 impl LegacyRoots {
     /// The default roots under `home`.
-    pub fn under(home: &Path) -> LegacyRoots {
+    pub(crate) fn under(home: &Path) -> LegacyRoots {
         LegacyRoots {
             home: home.to_path_buf(),
             install: home.join(".local/share/agents-server"),
@@ -382,14 +382,14 @@ impl LegacyRoots {
     }
 
     /// The unit file of the legacy service.
-    pub fn unit_file(&self) -> PathBuf {
+    pub(crate) fn unit_file(&self) -> PathBuf {
         self.home.join(".config/systemd/user").join(LEGACY_UNIT)
     }
 }
 
 /// What the legacy fixture contains besides the basics.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LegacyOptions {
+pub(crate) struct LegacyOptions {
     /// `state/team-hub/team-hub.sqlite3` exists.
     pub team_hub: bool,
     /// `$HOME/.zenithbot-agent` is a symlink to the state root.
@@ -403,7 +403,7 @@ pub struct LegacyOptions {
 /// A realistic legacy installation under `home`: a release with a venv, a
 /// `current` link, hidden files, generated configuration with a token, and
 /// state with chat history and secure-peer credentials.
-pub fn legacy_install(home: &Path, options: LegacyOptions) -> LegacyRoots {
+pub(crate) fn legacy_install(home: &Path, options: LegacyOptions) -> LegacyRoots {
     let roots = LegacyRoots::under(home);
     let release = roots.install.join("releases/1.0.6");
     agents_tests::write_file_making_parents(&release.join("VERSION"), b"1.0.6\n", 0o644);
@@ -454,7 +454,7 @@ pub fn legacy_install(home: &Path, options: LegacyOptions) -> LegacyRoots {
 
 /// Installs, enables and starts the legacy unit in `sandbox` (a long sleep
 /// standing in for the monolithic server).
-pub fn start_legacy_service(sandbox: &Sandbox, unstoppable: bool) -> u32 {
+pub(crate) fn start_legacy_service(sandbox: &Sandbox, unstoppable: bool) -> u32 {
     let refuse = if unstoppable {
         "RefuseManualStop=yes\n"
     } else {
@@ -475,7 +475,7 @@ pub fn start_legacy_service(sandbox: &Sandbox, unstoppable: bool) -> u32 {
 }
 
 /// A sandbox with a legacy installation, for one implementation.
-pub struct LegacyCase {
+pub(crate) struct LegacyCase {
     /// The sandboxed manager and home.
     pub sandbox: Sandbox,
     /// The installation's roots.
@@ -487,7 +487,7 @@ pub struct LegacyCase {
 impl LegacyCase {
     /// Starts a sandbox (or returns `None` when this machine cannot) and
     /// builds the installation in its home.
-    pub fn start(test: &str, options: LegacyOptions) -> Option<LegacyCase> {
+    pub(crate) fn start(test: &str, options: LegacyOptions) -> Option<LegacyCase> {
         let sandbox = Sandbox::start_or_skip(test)?;
         let roots = legacy_install(sandbox.home(), options);
         let service_pid = options
@@ -501,20 +501,20 @@ impl LegacyCase {
     }
 
     /// The run environment: the sandbox's HOME, XDG_RUNTIME_DIR and PATH.
-    pub fn env(&self) -> Vec<(String, OsString)> {
+    pub(crate) fn env(&self) -> Vec<(String, OsString)> {
         clean_env(&self.sandbox.env())
     }
 
     /// The home directory's files by relative path, with the sandbox base
     /// in symlink targets replaced by `<BASE>` so cases compare.
-    pub fn home_tree(&self) -> BTreeMap<PathBuf, Entry> {
+    pub(crate) fn home_tree(&self) -> BTreeMap<PathBuf, Entry> {
         snapshot_under(&self.roots.home, self.sandbox.base())
     }
 }
 
 /// What changed between two snapshots, one line per path: `- path` (gone),
 /// `+ path` (new) or `~ path` (changed), in path order.
-pub fn differences(
+pub(crate) fn differences(
     before: &BTreeMap<PathBuf, Entry>,
     after: &BTreeMap<PathBuf, Entry>,
 ) -> Vec<String> {

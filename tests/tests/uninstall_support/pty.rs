@@ -9,14 +9,14 @@ use std::process::Stdio;
 use std::thread;
 
 /// The master side of a pseudo-terminal whose slave is the child's stdin.
-pub struct Pty {
+pub(crate) struct Pty {
     master: File,
     slave_path: std::ffi::CString,
 }
 
 impl Pty {
     /// Opens a new pseudo-terminal pair and drains its echo in the background.
-    pub fn open() -> Pty {
+    pub(crate) fn open() -> Pty {
         // SAFETY: plain libc calls on a descriptor this function owns.
         let master = unsafe {
             let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
@@ -42,7 +42,7 @@ impl Pty {
     }
 
     /// A fresh descriptor of the slave side, to become a child's stdin.
-    pub fn slave_stdio(&self) -> Stdio {
+    pub(crate) fn slave_stdio(&self) -> Stdio {
         // SAFETY: opening a path with valid flags; the descriptor is owned below.
         let fd = unsafe {
             libc::open(
@@ -60,7 +60,7 @@ impl Pty {
     }
 
     /// Types bytes on the terminal (queued until the program reads them).
-    pub fn type_input(&self, bytes: &[u8]) {
+    pub(crate) fn type_input(&self, bytes: &[u8]) {
         (&self.master).write_all(bytes).expect("type on the pty");
     }
 }

@@ -9,19 +9,20 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{parse_json, ExecutionLayout, Json};
+use agents_common::ExecutionLayout;
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     free_port, poll_until, Installation, RequestRecord, Role, Sandbox, SplitServices, Switches,
     UnitState,
 };
+use python_compat::json::{parse_json, Json};
 
 use super::{
     clean_env, differences, run, snapshot, start, Entry, Implementation, Input, Outcome, Running,
 };
 
 /// Non-volatile state files every case has (compared byte for byte).
-pub const STATE_FILES: [&str; 4] = [
+pub(crate) const STATE_FILES: [&str; 4] = [
     "sessions.json",
     "secure-peers/client/identity.key",
     "team-hub/team-hub.sqlite3",
@@ -29,7 +30,7 @@ pub const STATE_FILES: [&str; 4] = [
 ];
 
 /// A split installation running under its own manager.
-pub struct SplitCase {
+pub(crate) struct SplitCase {
     /// The manager and home.
     pub sandbox: Sandbox,
     /// The roots and releases.
@@ -44,14 +45,14 @@ impl SplitCase {
     /// Starts a sandbox, installs releases 1.0.0 (worker) and 1.1.0
     /// (gateway), makes the three roots private (0700) as a real
     /// installation has them, adds state, and starts both services.
-    pub fn start(test: &str) -> Option<SplitCase> {
+    pub(crate) fn start(test: &str) -> Option<SplitCase> {
         SplitCase::start_with(test, |_| {})
     }
 
     /// Registers `children` (a JSON list) as the server's provider children
     /// in `state/admin/provider-children.json`: a live one keeps the
     /// uninstaller from removing anything.
-    pub fn register_provider_children(&self, children: &str) {
+    pub(crate) fn register_provider_children(&self, children: &str) {
         let path = self
             .installation
             .state_root
@@ -61,13 +62,17 @@ impl SplitCase {
     }
 
     /// Like [`SplitCase::start`], changing the files before the services start.
-    pub fn start_with(test: &str, prepare: impl FnOnce(&Installation)) -> Option<SplitCase> {
+    pub(crate) fn start_with(test: &str, prepare: impl FnOnce(&Installation)) -> Option<SplitCase> {
         let sandbox = Sandbox::start_or_skip(test)?;
         Some(SplitCase::start_in(sandbox, free_port(), prepare))
     }
 
     /// [`SplitCase::start_with`] under `sandbox`, the public listener on `port`.
-    pub fn start_in(sandbox: Sandbox, port: u16, prepare: impl FnOnce(&Installation)) -> SplitCase {
+    pub(crate) fn start_in(
+        sandbox: Sandbox,
+        port: u16,
+        prepare: impl FnOnce(&Installation),
+    ) -> SplitCase {
         let installation = Installation::in_sandbox(&sandbox);
         let worker = installation.add_release("1.0.0");
         let gateway = installation.add_release("1.1.0");
@@ -99,7 +104,7 @@ impl SplitCase {
     }
 
     /// The helper form's arguments followed by `extra`.
-    pub fn args(&self, extra: &[&str]) -> Vec<String> {
+    pub(crate) fn args(&self, extra: &[&str]) -> Vec<String> {
         let i = &self.installation;
         let text = |path: &PathBuf| path.to_str().unwrap().to_string();
         let mut args = vec![
@@ -117,13 +122,13 @@ impl SplitCase {
     }
 
     /// The manager's environment for the uninstaller.
-    pub fn env(&self) -> Vec<(String, OsString)> {
+    pub(crate) fn env(&self) -> Vec<(String, OsString)> {
         clean_env(&self.sandbox.env())
     }
 
     /// [`Self::env`] with the installation's roots named as an operator
     /// names them to `uninstall.sh` (`AGENTS_SERVER_*_DIR`).
-    pub fn script_env(&self) -> Vec<(String, OsString)> {
+    pub(crate) fn script_env(&self) -> Vec<(String, OsString)> {
         let i = &self.installation;
         let mut env = self.env();
         for (name, root) in [
@@ -137,33 +142,33 @@ impl SplitCase {
     }
 
     /// Runs the port in the helper form to its end.
-    pub fn run(&self, extra: &[&str], input: Input) -> Outcome {
+    pub(crate) fn run(&self, extra: &[&str], input: Input) -> Outcome {
         let args = self.args(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         run(Implementation::Port, &self.env(), &args, input)
     }
 
     /// Starts the port in the helper form with `--yes`.
-    pub fn start_run(&self) -> Running {
+    pub(crate) fn start_run(&self) -> Running {
         self.start_run_with(&["--yes"], Input::Null)
     }
 
     /// Starts the port in the helper form with `extra` arguments.
-    pub fn start_run_with(&self, extra: &[&str], input: Input) -> Running {
+    pub(crate) fn start_run_with(&self, extra: &[&str], input: Input) -> Running {
         let args = self.args(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         start(Implementation::Port, &self.env(), &args, input)
     }
 
     /// The unit's state as the manager reports it.
-    pub fn unit(&self, unit: &str) -> UnitState {
+    pub(crate) fn unit(&self, unit: &str) -> UnitState {
         self.sandbox.unit_state(unit)
     }
 
     /// Everything an uninstall must keep or remove as a whole: the install
     /// and config roots, the unit directory, and the state root without the
     /// services' runtime files (`execution/`, `admin/`, `test-worker/`).
-    pub fn kept_tree(&self) -> BTreeMap<PathBuf, Entry> {
+    pub(crate) fn kept_tree(&self) -> BTreeMap<PathBuf, Entry> {
         let mut tree = BTreeMap::new();
         let i = &self.installation;
         for (name, root) in [
@@ -186,7 +191,7 @@ impl SplitCase {
     }
 
     /// The state files, byte for byte.
-    pub fn state_files(&self) -> Vec<(String, Option<Vec<u8>>)> {
+    pub(crate) fn state_files(&self) -> Vec<(String, Option<Vec<u8>>)> {
         STATE_FILES
             .iter()
             .map(|name| {
@@ -200,7 +205,7 @@ impl SplitCase {
 
     /// Both units still run the very processes that were started, enabled.
     #[track_caller]
-    pub fn assert_services_untouched(&self) {
+    pub(crate) fn assert_services_untouched(&self) {
         for (unit, pid) in [
             (WORKER_UNIT, self.services.worker_pid),
             (GATEWAY_UNIT, self.services.gateway_pid),
@@ -216,13 +221,13 @@ impl SplitCase {
 
     /// The worker holds no admission lease.
     #[track_caller]
-    pub fn assert_worker_unheld(&self) {
+    pub(crate) fn assert_worker_unheld(&self) {
         let status = self.worker_status();
         assert_eq!(status.get("lease"), Some(&Json::Null), "{status:?}");
     }
 
     /// The worker's private status, asked over its callback listener.
-    pub fn worker_status(&self) -> Json {
+    pub(crate) fn worker_status(&self) -> Json {
         let record = self
             .installation
             .receipt(Role::Worker)
@@ -241,7 +246,7 @@ impl SplitCase {
     }
 
     /// Maintenance actions the worker received, in order.
-    pub fn maintenance_actions(&self) -> Vec<String> {
+    pub(crate) fn maintenance_actions(&self) -> Vec<String> {
         self.requests(Role::Worker)
             .into_iter()
             .filter_map(|record| record.action)
@@ -249,17 +254,17 @@ impl SplitCase {
     }
 
     /// Every request a role logged.
-    pub fn requests(&self, role: Role) -> Vec<RequestRecord> {
+    pub(crate) fn requests(&self, role: Role) -> Vec<RequestRecord> {
         self.installation.requests(role)
     }
 
     /// Sets a role's misbehaviour switches.
-    pub fn switches(&self, role: Role, switches: Switches) {
+    pub(crate) fn switches(&self, role: Role, switches: Switches) {
         self.installation.set_switches(role, &switches);
     }
 
     /// The intent file's parsed content, if present.
-    pub fn intent(&self) -> Option<Json> {
+    pub(crate) fn intent(&self) -> Option<Json> {
         let data = fs::read(
             self.installation
                 .install_root
@@ -270,12 +275,12 @@ impl SplitCase {
     }
 
     /// The intent's phase, if present.
-    pub fn phase(&self) -> Option<String> {
+    pub(crate) fn phase(&self) -> Option<String> {
         Some(self.intent()?.get("phase")?.as_str()?.to_string())
     }
 
     /// Waits until the intent reaches `phase`.
-    pub fn wait_for_phase(&self, phase: &str) {
+    pub(crate) fn wait_for_phase(&self, phase: &str) {
         poll_until(
             Duration::from_secs(30),
             &format!("intent phase {phase}"),
@@ -285,14 +290,19 @@ impl SplitCase {
 
     /// A complete removal: roots and units gone, state kept (or purged).
     #[track_caller]
-    pub fn assert_removed(&self, outcome: &Outcome, state_kept: bool) {
+    pub(crate) fn assert_removed(&self, outcome: &Outcome, state_kept: bool) {
         self.assert_removed_after_prompts(outcome, "", state_kept);
     }
 
     /// [`SplitCase::assert_removed`] when stdout starts with `prompts`
     /// (Python's `input()` writes them there when stdout is not a terminal).
     #[track_caller]
-    pub fn assert_removed_after_prompts(&self, outcome: &Outcome, prompts: &str, state_kept: bool) {
+    pub(crate) fn assert_removed_after_prompts(
+        &self,
+        outcome: &Outcome,
+        prompts: &str,
+        state_kept: bool,
+    ) {
         assert_eq!(outcome.code(), 0, "{outcome:?}");
         let printed = outcome
             .stdout
@@ -331,6 +341,9 @@ impl SplitCase {
 }
 
 /// `differences` of two kept trees, for messages.
-pub fn changes(before: &BTreeMap<PathBuf, Entry>, after: &BTreeMap<PathBuf, Entry>) -> Vec<String> {
+pub(crate) fn changes(
+    before: &BTreeMap<PathBuf, Entry>,
+    after: &BTreeMap<PathBuf, Entry>,
+) -> Vec<String> {
     differences(before, after)
 }

@@ -15,37 +15,40 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{encode_indented, json_object, parse_json, ExecutionLayout, Json, JsonObject};
+use agents_common::ExecutionLayout;
 use agents_tests::{
     binary_path, free_port, poll_until, try_poll_until, HttpRequest, Installation, RequestMatch,
     RequestRecord, Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
 };
+use python_compat::{
+    json::{encode_compact, encode_indented, parse_json, Json, JsonObject},
+    json_object,
+};
 
 /// The worker's private status path.
-pub const STATUS: &str = "/api/admin/execution/status";
+pub(crate) const STATUS: &str = "/api/admin/execution/status";
 /// The worker's private maintenance path.
-pub const MAINTENANCE: &str = "/api/admin/execution/maintenance";
+pub(crate) const MAINTENANCE: &str = "/api/admin/execution/maintenance";
 /// The worker's callback health path.
-pub const HEALTH: &str = "/api/health";
+pub(crate) const HEALTH: &str = "/api/health";
 /// The failed update whose handoff the tests release (32 hex digits).
-pub const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
+pub(crate) const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
 /// Its preparation directory.
-pub const PREPARATION_ID: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const PREPARATION_ID: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 /// `str(uuid.UUID(hex=UPDATE_ID))`: the handoff's maintenance operation.
-pub const OPERATION: &str = "01234567-89ab-cdef-0123-456789abcdef";
+pub(crate) const OPERATION: &str = "01234567-89ab-cdef-0123-456789abcdef";
 /// Another operation's canonical UUID.
-pub const FOREIGN_OPERATION: &str = "b5914c0d-4b01-5e86-bcd8-1e9626e330e6";
+pub(crate) const FOREIGN_OPERATION: &str = "b5914c0d-4b01-5e86-bcd8-1e9626e330e6";
 /// How long a helper may take.
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a stalled health reply is held back: long enough for a test to
 /// change the world, well inside the helper's 5 s request timeout.
-pub const STALL_SECONDS: f64 = 3.0;
+pub(crate) const STALL_SECONDS: f64 = 3.0;
 
 /// A helper outcome ([`agents_tests::Outcome`], whose fields and checks it
 /// derefs to) plus the one check only update-handoff needs: its result line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome(agents_tests::Outcome);
+pub(crate) struct Outcome(agents_tests::Outcome);
 
 impl std::ops::Deref for Outcome {
     type Target = agents_tests::Outcome;
@@ -63,7 +66,7 @@ impl Outcome {
     /// Exit 0, nothing on stderr, exactly the seed's result line for a
     /// release of `worker_instance_id` (sorted keys, `json.dumps` spacing).
     #[track_caller]
-    pub fn assert_released(&self, already_released: bool, worker_instance_id: &str) {
+    pub(crate) fn assert_released(&self, already_released: bool, worker_instance_id: &str) {
         self.assert_success(&format!(
             "{{\"already_released\": {already_released}, \"operation_id\": \"{OPERATION}\", \
              \"released\": true, \"worker_instance_id\": \"{worker_instance_id}\"}}\n"
@@ -73,7 +76,7 @@ impl Outcome {
 
 /// One file-system entry as found (not following symlinks).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// A directory and its mode.
     Directory(u32),
     /// A regular file: mode, inode and bytes.
@@ -85,7 +88,7 @@ pub enum Entry {
 }
 
 /// Every entry under `root` by relative path (empty when `root` is missing).
-pub fn tree(root: &Path) -> BTreeMap<PathBuf, Entry> {
+pub(crate) fn tree(root: &Path) -> BTreeMap<PathBuf, Entry> {
     fn walk(root: &Path, relative: &Path, entries: &mut BTreeMap<PathBuf, Entry>) {
         let path = root.join(relative);
         let Ok(meta) = fs::symlink_metadata(&path) else {
@@ -113,7 +116,7 @@ pub fn tree(root: &Path) -> BTreeMap<PathBuf, Entry> {
 
 /// Writes `data` at `path` with exactly `mode` through a temporary and a
 /// rename (a new inode, as the producers of these files do).
-pub fn replace_file(path: &Path, data: &[u8], mode: u32) {
+pub(crate) fn replace_file(path: &Path, data: &[u8], mode: u32) {
     let temporary = path.with_extension("test-tmp");
     fs::write(&temporary, data).unwrap();
     fs::set_permissions(&temporary, fs::Permissions::from_mode(mode)).unwrap();
@@ -121,7 +124,7 @@ pub fn replace_file(path: &Path, data: &[u8], mode: u32) {
 }
 
 /// A handoff document with the five keys, as the update runner writes it.
-pub fn handoff_document(
+pub(crate) fn handoff_document(
     operation_id: &str,
     worker_instance_id: &str,
     lease_id: &str,
@@ -138,7 +141,7 @@ pub fn handoff_document(
 
 /// A split installation with a running worker holding the sealed lease of
 /// [`OPERATION`], and the handoff file that names it.
-pub struct Case {
+pub(crate) struct Case {
     /// The service manager (dropped last among the fields using it).
     pub sandbox: Sandbox,
     /// Roots, releases and fixtures.
@@ -156,12 +159,12 @@ pub struct Case {
 impl Case {
     /// Starts the services, seals the handoff's lease and writes the handoff;
     /// `None` when no systemd sandbox is available here.
-    pub fn start(test: &str) -> Option<Case> {
+    pub(crate) fn start(test: &str) -> Option<Case> {
         Some(Case::start_in(Sandbox::start_or_skip(test)?, free_port()))
     }
 
     /// [`Case::start`] under `sandbox`, the public listener on `port`.
-    pub fn start_in(sandbox: Sandbox, port: u16) -> Case {
+    pub(crate) fn start_in(sandbox: Sandbox, port: u16) -> Case {
         let installation = Installation::in_sandbox(&sandbox);
         let release = installation.add_release("1.0.0");
         let layout = installation.layout(&release, &release, port);
@@ -196,7 +199,7 @@ impl Case {
     }
 
     /// `install/.update-preparations/<PREPARATION_ID>/handoff-<UPDATE_ID>.json`.
-    pub fn handoff_path(&self) -> PathBuf {
+    pub(crate) fn handoff_path(&self) -> PathBuf {
         self.installation
             .install_root
             .join(".update-preparations")
@@ -205,7 +208,7 @@ impl Case {
     }
 
     /// The handoff of the running worker's sealed lease.
-    pub fn handoff(&self) -> JsonObject {
+    pub(crate) fn handoff(&self) -> JsonObject {
         handoff_document(
             OPERATION,
             &self.services.worker_instance_id(),
@@ -215,14 +218,14 @@ impl Case {
     }
 
     /// The handoff with one field replaced.
-    pub fn handoff_with(&self, key: &str, value: impl Into<Json>) -> JsonObject {
+    pub(crate) fn handoff_with(&self, key: &str, value: impl Into<Json>) -> JsonObject {
         let mut handoff = self.handoff();
         handoff.insert(key, value.into());
         handoff
     }
 
     /// Writes the handoff file (0600) as the update runner does.
-    pub fn write_handoff(&self, handoff: &JsonObject) {
+    pub(crate) fn write_handoff(&self, handoff: &JsonObject) {
         replace_file(
             &self.handoff_path(),
             &encode_indented(&Json::Object(handoff.clone())),
@@ -231,14 +234,14 @@ impl Case {
     }
 
     /// `state/admin/server-update.json`.
-    pub fn status_path(&self) -> PathBuf {
+    pub(crate) fn status_path(&self) -> PathBuf {
         self.installation
             .state_root
             .join("admin/server-update.json")
     }
 
     /// The failed status an update runner saves when its release failed.
-    pub fn failed_status(&self) -> JsonObject {
+    pub(crate) fn failed_status(&self) -> JsonObject {
         json_object! {
             "update_id" => UPDATE_ID,
             "preparation_id" => PREPARATION_ID,
@@ -253,7 +256,7 @@ impl Case {
     }
 
     /// Writes the status file (0600) as the update runner does.
-    pub fn write_status(&self, status: &JsonObject) {
+    pub(crate) fn write_status(&self, status: &JsonObject) {
         replace_file(
             &self.status_path(),
             &encode_indented(&Json::Object(status.clone())),
@@ -262,12 +265,12 @@ impl Case {
     }
 
     /// The worker's private callback listener (from its current receipt).
-    pub fn callback(&self) -> SocketAddr {
+    pub(crate) fn callback(&self) -> SocketAddr {
         self.installation.worker_callback()
     }
 
     /// The running worker's receipt instance id.
-    pub fn worker_instance_id(&self) -> String {
+    pub(crate) fn worker_instance_id(&self) -> String {
         self.installation
             .receipt(Role::Worker)
             .and_then(|receipt| receipt.get("instance_id").cloned())
@@ -277,7 +280,7 @@ impl Case {
 
     /// One maintenance action on the worker, as another client would send
     /// it; returns the reply status and body.
-    pub fn maintenance(
+    pub(crate) fn maintenance(
         &self,
         action: &str,
         operation: &str,
@@ -300,7 +303,7 @@ impl Case {
     }
 
     /// Acquires and seals a lease for `operation`; returns its id.
-    pub fn seal(&self, operation: &str) -> String {
+    pub(crate) fn seal(&self, operation: &str) -> String {
         let lease_id = self.acquire(operation);
         let (status, reply) = self.maintenance("seal", operation, Some(&lease_id));
         assert_eq!(status, 200, "seal: {reply:?}");
@@ -308,7 +311,7 @@ impl Case {
     }
 
     /// Acquires an unsealed, expiring lease for `operation`; returns its id.
-    pub fn acquire(&self, operation: &str) -> String {
+    pub(crate) fn acquire(&self, operation: &str) -> String {
         let (status, reply) = self.maintenance("acquire", operation, None);
         assert_eq!(status, 200, "acquire: {reply:?}");
         reply
@@ -320,24 +323,24 @@ impl Case {
     }
 
     /// Releases the lease `lease_id` of `operation` as another client would.
-    pub fn release_lease(&self, operation: &str, lease_id: &str) {
+    pub(crate) fn release_lease(&self, operation: &str, lease_id: &str) {
         let (status, reply) = self.maintenance("release", operation, Some(lease_id));
         assert_eq!(status, 200, "release: {reply:?}");
     }
 
     /// The worker's private status, asked directly.
-    pub fn worker_status(&self) -> Json {
+    pub(crate) fn worker_status(&self) -> Json {
         self.installation.worker_status()
     }
 
     /// The lease the worker reports (`null` when none is held).
-    pub fn worker_lease(&self) -> Json {
+    pub(crate) fn worker_lease(&self) -> Json {
         self.installation.worker_lease()
     }
 
     /// Asserts the worker still holds exactly the case's sealed lease.
     #[track_caller]
-    pub fn assert_lease_held(&self) {
+    pub(crate) fn assert_lease_held(&self) {
         let lease = self.worker_lease();
         assert_eq!(
             (
@@ -355,17 +358,17 @@ impl Case {
     }
 
     /// How many requests the worker has logged so far.
-    pub fn mark(&self) -> usize {
+    pub(crate) fn mark(&self) -> usize {
         self.installation.requests(Role::Worker).len()
     }
 
     /// The worker's requests after `mark`.
-    pub fn requests_since(&self, mark: usize) -> Vec<RequestRecord> {
+    pub(crate) fn requests_since(&self, mark: usize) -> Vec<RequestRecord> {
         self.installation.requests_since(Role::Worker, mark)
     }
 
     /// The maintenance requests (their actions) the worker logged after `mark`.
-    pub fn maintenance_since(&self, mark: usize) -> Vec<String> {
+    pub(crate) fn maintenance_since(&self, mark: usize) -> Vec<String> {
         self.requests_since(mark)
             .into_iter()
             .filter(|record| record.path == MAINTENANCE)
@@ -374,12 +377,12 @@ impl Case {
     }
 
     /// Replaces the worker's misbehaviour switches.
-    pub fn switch(&self, switches: Switches) {
+    pub(crate) fn switch(&self, switches: Switches) {
         self.installation.set_switches(Role::Worker, &switches);
     }
 
     /// Holds back the worker's callback health reply for [`STALL_SECONDS`].
-    pub fn stall_health(&self) {
+    pub(crate) fn stall_health(&self) {
         self.switch(Switches {
             stall: Some(Stall {
                 on: RequestMatch::path(HEALTH),
@@ -390,7 +393,7 @@ impl Case {
     }
 
     /// Waits until the worker logs a request after `mark` matching `accept`.
-    pub fn wait_for_request(
+    pub(crate) fn wait_for_request(
         &self,
         mark: usize,
         what: &str,
@@ -404,7 +407,7 @@ impl Case {
     }
 
     /// The helper with the sandbox's environment.
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut command = self.sandbox.command(binary_path("update-handoff"));
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
@@ -422,12 +425,12 @@ impl Case {
     }
 
     /// `update-handoff release` of the case's handoff.
-    pub fn release(&self) -> Outcome {
+    pub(crate) fn release(&self) -> Outcome {
         Outcome::of(self.release_command().output().expect("run update-handoff"))
     }
 
     /// `update-handoff release`, started in the background.
-    pub fn spawn_release(&self) -> Child {
+    pub(crate) fn spawn_release(&self) -> Child {
         self.release_command()
             .spawn()
             .expect("spawn update-handoff")
@@ -448,17 +451,17 @@ impl Case {
 
     /// `update-handoff retry-failed` of the status file, with `expected` (the
     /// caller's snapshot) on stdin.
-    pub fn retry(&self, expected: &JsonObject) -> Outcome {
+    pub(crate) fn retry(&self, expected: &JsonObject) -> Outcome {
         self.retry_at(&self.status_path(), expected)
     }
 
     /// [`Case::retry`] naming another status file.
-    pub fn retry_at(&self, status_file: &Path, expected: &JsonObject) -> Outcome {
+    pub(crate) fn retry_at(&self, status_file: &Path, expected: &JsonObject) -> Outcome {
         finish(self.spawn_retry_at(status_file, expected))
     }
 
     /// `update-handoff retry-failed`, started in the background.
-    pub fn spawn_retry(&self, expected: &JsonObject) -> Child {
+    pub(crate) fn spawn_retry(&self, expected: &JsonObject) -> Child {
         self.spawn_retry_at(&self.status_path(), expected)
     }
 
@@ -469,7 +472,7 @@ impl Case {
 
     /// `update-handoff retry-failed` of the status file with `stdin` (any
     /// bytes) as the expected status.
-    pub fn retry_with_stdin(&self, stdin: &[u8]) -> Outcome {
+    pub(crate) fn retry_with_stdin(&self, stdin: &[u8]) -> Outcome {
         finish(self.spawn_retry_with_stdin(&self.status_path(), stdin))
     }
 
@@ -486,7 +489,12 @@ impl Case {
     /// Runs `change` while the helper waits for its stalled callback health
     /// reply, then collects the helper's outcome. `helper` must have been
     /// started after [`Case::stall_health`] and `mark`.
-    pub fn during_health(&self, helper: Child, mark: usize, change: impl FnOnce()) -> Outcome {
+    pub(crate) fn during_health(
+        &self,
+        helper: Child,
+        mark: usize,
+        change: impl FnOnce(),
+    ) -> Outcome {
         self.wait_for_request(mark, "the helper's stalled health request", |record| {
             record.path == HEALTH && record.outcome == "stalled"
         });
@@ -497,7 +505,7 @@ impl Case {
     }
 
     /// `worker.json` as parsed JSON.
-    pub fn worker_receipt(&self) -> JsonObject {
+    pub(crate) fn worker_receipt(&self) -> JsonObject {
         self.installation
             .receipt(Role::Worker)
             .and_then(|receipt| receipt.as_object().cloned())
@@ -505,22 +513,22 @@ impl Case {
     }
 
     /// Rewrites `worker.json` (0600) as a different process would have.
-    pub fn write_worker_receipt(&self, receipt: &JsonObject) {
+    pub(crate) fn write_worker_receipt(&self, receipt: &JsonObject) {
         replace_file(
             &self.installation.runtime_dir().join("worker.json"),
-            agents_common::encode_line(&Json::Object(receipt.clone()), true).as_bytes(),
+            python_compat::json::encode_line(&Json::Object(receipt.clone()), true).as_bytes(),
             0o600,
         );
     }
 
     /// The install root's tree (for "nothing changed").
-    pub fn install_tree(&self) -> BTreeMap<PathBuf, Entry> {
+    pub(crate) fn install_tree(&self) -> BTreeMap<PathBuf, Entry> {
         tree(&self.installation.install_root)
     }
 
     /// No installation lock is left behind.
     #[track_caller]
-    pub fn assert_unlocked(&self) {
+    pub(crate) fn assert_unlocked(&self) {
         let lock = self.installation.install_root.join(".install-lock");
         assert!(
             fs::symlink_metadata(&lock).is_err(),
@@ -531,7 +539,7 @@ impl Case {
 }
 
 /// Waits for a helper started in the background and collects its outcome.
-pub fn finish(child: Child) -> Outcome {
+pub(crate) fn finish(child: Child) -> Outcome {
     let pid = child.id();
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -549,11 +557,11 @@ pub fn finish(child: Child) -> Outcome {
 }
 
 /// Parses a JSON document the test wrote.
-pub fn json_of(data: &[u8]) -> Json {
+pub(crate) fn json_of(data: &[u8]) -> Json {
     parse_json(data).expect("valid JSON")
 }
 
 /// Polls `check` until it returns `Some` or the helper timeout passes.
-pub fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> Option<T> {
     try_poll_until(HELPER_TIMEOUT, what, check).ok()
 }

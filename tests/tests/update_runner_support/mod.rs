@@ -9,11 +9,11 @@
 
 #![allow(dead_code)]
 
-pub use agents_tests::release_support;
+pub(crate) use agents_tests::release_support;
 
-pub mod network;
-pub mod prepared;
-pub mod recovery;
+pub(crate) mod network;
+pub(crate) mod prepared;
+pub(crate) mod recovery;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -22,26 +22,30 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use agents_common::read_status_unlocked;
 use agents_common::test_support::atomic_json;
-use agents_common::{json_object, read_status_unlocked, Json, JsonObject};
 use base64::Engine as _;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256, Sha512};
 
 use agents_tests::Originals;
-pub use release_support::{
+pub(crate) use release_support::{
     manifest_bytes, Member, RawResponder, Reply, TempDir, TestKey, TestServer,
 };
 
 /// The admitted update (a server's `uuid4().hex`).
-pub const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
+pub(crate) const UPDATE_ID: &str = "0123456789abcdef0123456789abcdef";
 /// The stable server identity.
-pub const IDENTITY: &str = "server-identity-1";
+pub(crate) const IDENTITY: &str = "server-identity-1";
 /// The version the server runs before the update.
-pub const CURRENT: &str = "1.2.2";
+pub(crate) const CURRENT: &str = "1.2.2";
 
 /// The stand-in installer: it records what it received, runs the test's
 /// behaviour (`$H15_FIXTURE/behaviour.sh`) and marks the server updated.
-pub const INSTALL_SH: &str = r#"#!/bin/bash
+pub(crate) const INSTALL_SH: &str = r#"#!/bin/bash
 record="$H15_FIXTURE"
 {
   printf 'cwd=%s\n' "$PWD"
@@ -57,7 +61,7 @@ exit 0
 
 /// What one path of the release host answers.
 #[derive(Clone)]
-pub struct Served {
+pub(crate) struct Served {
     pub status: u16,
     pub reason: &'static str,
     pub headers: Vec<(String, String)>,
@@ -69,7 +73,7 @@ pub struct Served {
 }
 
 impl Served {
-    pub fn ok(body: Vec<u8>) -> Self {
+    pub(crate) fn ok(body: Vec<u8>) -> Self {
         Served {
             status: 200,
             reason: "OK",
@@ -81,14 +85,16 @@ impl Served {
     }
 
     /// A response the test writes itself, byte by byte.
-    pub fn raw(responder: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static) -> Self {
+    pub(crate) fn raw(
+        responder: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static,
+    ) -> Self {
         Served {
             raw: Some(Arc::new(responder)),
             ..Served::ok(Vec::new())
         }
     }
 
-    pub fn redirect(location: &str) -> Self {
+    pub(crate) fn redirect(location: &str) -> Self {
         Served {
             status: 302,
             reason: "Found",
@@ -117,7 +123,7 @@ struct HealthState {
 
 /// Which implementation runs the update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side<'a> {
+pub(crate) enum Side<'a> {
     /// `update_runner.py` of the Python originals, the oracle.
     Seed(&'a Originals),
     /// The `update-runner` binary under test.
@@ -135,7 +141,7 @@ impl Side<'_> {
 
 /// What one run left behind, normalised for comparison.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub exit: Option<i32>,
     pub row: JsonObject,
     /// The installer's record lines, `None` when it never ran.
@@ -154,7 +160,7 @@ pub struct Outcome {
 }
 
 /// One update scenario.
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub root: TempDir,
     pub key: TestKey,
     host: TestServer,
@@ -186,12 +192,12 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         Fixture::with_host(name, TestServer::start)
     }
 
     /// A fixture whose release host speaks HTTPS with `config`'s certificate.
-    pub fn new_tls(name: &str, config: Arc<rustls::ServerConfig>) -> Self {
+    pub(crate) fn new_tls(name: &str, config: Arc<rustls::ServerConfig>) -> Self {
         Fixture::with_host(name, |handler| TestServer::start_tls(config, handler))
     }
 
@@ -253,8 +259,7 @@ impl Fixture {
                 &state.before
             };
             Reply::ok(
-                &agents_common::test_support::encode_compact(&Json::Object(document.clone()))
-                    .unwrap(),
+                &python_compat::json::encode_compact(&Json::Object(document.clone())).unwrap(),
             )
         });
         {
@@ -296,55 +301,55 @@ impl Fixture {
 
     /// Name the release host `name` in its URLs (it still listens on
     /// 127.0.0.1); before anything is published.
-    pub fn set_host_name(&mut self, name: &str) {
+    pub(crate) fn set_host_name(&mut self, name: &str) {
         self.host.host_name = name.to_string();
     }
 
-    pub fn release_base(&self) -> String {
+    pub(crate) fn release_base(&self) -> String {
         self.host.url("/releases")
     }
 
-    pub fn api_url(&self) -> String {
+    pub(crate) fn api_url(&self) -> String {
         self.host.url("/api/releases?per_page=100")
     }
 
-    pub fn npm_base(&self) -> String {
+    pub(crate) fn npm_base(&self) -> String {
         self.host.url("/npm/@agentsdock/server/-/")
     }
 
-    pub fn health_port(&self) -> u16 {
+    pub(crate) fn health_port(&self) -> u16 {
         self.health.port
     }
 
-    pub fn serve(&self, path: &str, served: Served) {
+    pub(crate) fn serve(&self, path: &str, served: Served) {
         self.files.lock().unwrap().insert(path.to_string(), served);
     }
 
-    pub fn unserve(&self, path: &str) {
+    pub(crate) fn unserve(&self, path: &str) {
         self.files.lock().unwrap().remove(path);
     }
 
-    pub fn served(&self, path: &str) -> Option<Served> {
+    pub(crate) fn served(&self, path: &str) -> Option<Served> {
         self.files.lock().unwrap().get(path).cloned()
     }
 
     /// Replace the health documents before and after the installer ran.
     /// Every health request from now on gets this response (hostile servers).
-    pub fn set_raw_health(
+    pub(crate) fn set_raw_health(
         &self,
         responder: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static,
     ) {
         self.health_state.lock().unwrap().raw = Some(Arc::new(responder));
     }
 
-    pub fn set_health(&self, before: JsonObject, after: JsonObject) {
+    pub(crate) fn set_health(&self, before: JsonObject, after: JsonObject) {
         let mut state = self.health_state.lock().unwrap();
         state.before = before;
         state.after = after;
     }
 
     /// Requests the release host received so far.
-    pub fn host_requests(&self) -> Vec<String> {
+    pub(crate) fn host_requests(&self) -> Vec<String> {
         self.host
             .seen()
             .into_iter()
@@ -353,13 +358,13 @@ impl Fixture {
     }
 
     /// Every request the release host received, with its headers.
-    pub fn host_seen(&self) -> Vec<release_support::SeenRequest> {
+    pub(crate) fn host_seen(&self) -> Vec<release_support::SeenRequest> {
         self.host.seen()
     }
 
     /// The header lines of every request the health endpoint received, one
     /// string per request.
-    pub fn health_requests(&self) -> Vec<String> {
+    pub(crate) fn health_requests(&self) -> Vec<String> {
         self.health
             .seen()
             .into_iter()
@@ -375,7 +380,7 @@ impl Fixture {
     }
 
     /// A gzip tar of `members`.
-    pub fn archive(&self, members: &[Member]) -> Vec<u8> {
+    pub(crate) fn archive(&self, members: &[Member]) -> Vec<u8> {
         let path = self.root.path().join("archive.tmp");
         release_support::write_tar_gz(&path, members);
         let bytes = std::fs::read(&path).unwrap();
@@ -384,7 +389,7 @@ impl Fixture {
     }
 
     /// The members of a well-formed GitHub release archive of `version`.
-    pub fn legacy_members(version: &str) -> Vec<Member> {
+    pub(crate) fn legacy_members(version: &str) -> Vec<Member> {
         let top = format!("agents-server-{version}");
         vec![
             Member::dir(&format!("{top}/")),
@@ -394,7 +399,7 @@ impl Fixture {
     }
 
     /// The members of a well-formed npm package of `version`.
-    pub fn npm_members(version: &str) -> Vec<Member> {
+    pub(crate) fn npm_members(version: &str) -> Vec<Member> {
         let package = format!("{{\"name\": \"@agentsdock/server\", \"version\": \"{version}\"}}");
         vec![
             Member::file("package/package.json", package.as_bytes()),
@@ -404,12 +409,12 @@ impl Fixture {
     }
 
     /// The schema-1 manifest of `version` for `archive`.
-    pub fn legacy_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
+    pub(crate) fn legacy_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
         agents_tests::legacy_release_manifest(&self.release_base(), version, archive)
     }
 
     /// The schema-2 (npm) manifest of `version` for `archive`.
-    pub fn npm_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
+    pub(crate) fn npm_manifest(&self, version: &str, archive: &[u8]) -> JsonObject {
         let integrity = format!(
             "sha512-{}",
             base64::engine::general_purpose::STANDARD.encode(Sha512::digest(archive))
@@ -425,7 +430,7 @@ impl Fixture {
     }
 
     /// Sign `manifest` and serve it with its signature under tag `v<tag>`.
-    pub fn publish_manifest(&self, tag: &str, manifest: &JsonObject) {
+    pub(crate) fn publish_manifest(&self, tag: &str, manifest: &JsonObject) {
         let bytes = manifest_bytes(&Json::Object(manifest.clone()));
         let signature = self.key.sign(&bytes);
         self.serve(
@@ -440,7 +445,7 @@ impl Fixture {
 
     /// Publish a GitHub release of `version` holding `archive`; returns its
     /// manifest.
-    pub fn publish_legacy(&self, version: &str, archive: &[u8]) -> JsonObject {
+    pub(crate) fn publish_legacy(&self, version: &str, archive: &[u8]) -> JsonObject {
         let manifest = self.legacy_manifest(version, archive);
         self.publish_manifest(version, &manifest);
         self.serve(
@@ -452,7 +457,7 @@ impl Fixture {
 
     /// Serve an npm package and admit its signed descriptor into the row
     /// (`_npm_release`), as the server does for `--npm-descriptor`.
-    pub fn publish_npm(&mut self, manifest: &JsonObject, archive: &[u8]) {
+    pub(crate) fn publish_npm(&mut self, manifest: &JsonObject, archive: &[u8]) {
         let version = manifest
             .get("version")
             .and_then(Json::as_str)
@@ -474,12 +479,12 @@ impl Fixture {
     }
 
     /// The directory of one run.
-    pub fn run_dir(&self, side: Side<'_>) -> PathBuf {
+    pub(crate) fn run_dir(&self, side: Side<'_>) -> PathBuf {
         self.root.path().join(side.label())
     }
 
     /// Run the admitted update with `side` in a fresh copy of the state.
-    pub fn run(&self, side: Side<'_>) -> Outcome {
+    pub(crate) fn run(&self, side: Side<'_>) -> Outcome {
         let mut command = self.command(side);
         let measured = agents_tests::run_measured(command.stdin(std::process::Stdio::null()));
         Outcome {
@@ -491,7 +496,7 @@ impl Fixture {
 
     /// The admitted update's runner command for `side`, in a fresh copy of
     /// the state (the row admitted, the one-time credential written).
-    pub fn command(&self, side: Side<'_>) -> Command {
+    pub(crate) fn command(&self, side: Side<'_>) -> Command {
         let run = self.run_dir(side);
         let _ = std::fs::remove_dir_all(&run);
         self.admit(side, &self.admitted, UPDATE_ID);
@@ -502,7 +507,7 @@ impl Fixture {
     /// kept) to the runner of `update_id`: the row written as the server
     /// writes it, the one-time credential file, and the health double told
     /// about the run.
-    pub fn admit(&self, side: Side<'_>, row: &JsonObject, update_id: &str) {
+    pub(crate) fn admit(&self, side: Side<'_>, row: &JsonObject, update_id: &str) {
         let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
@@ -529,7 +534,7 @@ impl Fixture {
     }
 
     /// The runner command of `side` for update `update_id`.
-    pub fn runner(&self, side: Side<'_>, update_id: &str) -> Command {
+    pub(crate) fn runner(&self, side: Side<'_>, update_id: &str) -> Command {
         let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
@@ -595,7 +600,7 @@ impl Fixture {
 
     /// What the run of `side` that ended with `output` left behind (its
     /// memory and time unmeasured: see [`Fixture::run`]).
-    pub fn outcome(&self, side: Side<'_>, output: &std::process::Output) -> Outcome {
+    pub(crate) fn outcome(&self, side: Side<'_>, output: &std::process::Output) -> Outcome {
         let run = self.run_dir(side);
         let admin = run.join("state/admin");
         let tmp = run.join("tmp");
@@ -633,7 +638,11 @@ impl Fixture {
 
     /// Run the seed, then the port, and require the same outcome; where a
     /// message deliberately differs, `port_message` is the port's own text.
-    pub fn compare(&self, originals: &Originals, port_message: Option<&str>) -> (Outcome, Outcome) {
+    pub(crate) fn compare(
+        &self,
+        originals: &Originals,
+        port_message: Option<&str>,
+    ) -> (Outcome, Outcome) {
         let seed = self.run(Side::Seed(originals));
         let port = self.run(Side::Port);
         assert_same(&seed, &port, port_message);
@@ -644,7 +653,7 @@ impl Fixture {
 /// Require the port's run to have ended as the seed's: exit status, row,
 /// installer, log, leftovers, credential; where a message deliberately
 /// differs, `port_message` is the port's own text.
-pub fn assert_same(seed: &Outcome, port: &Outcome, port_message: Option<&str>) {
+pub(crate) fn assert_same(seed: &Outcome, port: &Outcome, port_message: Option<&str>) {
     let mut expected = seed.clone();
     if let Some(message) = port_message {
         expected.row.insert("message", message);
@@ -747,7 +756,7 @@ fn normalise_log_header(text: &str) -> String {
 }
 
 /// A server that is up, idle and proves an empty service cgroup.
-pub fn idle_health() -> JsonObject {
+pub(crate) fn idle_health() -> JsonObject {
     json_object! {
         "ok" => true,
         "server_identity" => IDENTITY,
@@ -763,7 +772,7 @@ pub fn idle_health() -> JsonObject {
 }
 
 /// The updated server on `version` with its secure-peer capability.
-pub fn updated_health(version: &str, api_contract: i128) -> JsonObject {
+pub(crate) fn updated_health(version: &str, api_contract: i128) -> JsonObject {
     json_object! {
         "ok" => true,
         "server_identity" => IDENTITY,
@@ -788,7 +797,7 @@ pub fn updated_health(version: &str, api_contract: i128) -> JsonObject {
 }
 
 /// Read a whole file, or an empty string.
-pub fn read_text(path: &Path) -> String {
+pub(crate) fn read_text(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut file) = std::fs::File::open(path) {
         let _ = file.read_to_string(&mut text);
@@ -797,6 +806,6 @@ pub fn read_text(path: &Path) -> String {
 }
 
 /// Make `path` executable (a stand-in script outside an archive).
-pub fn make_executable(path: &Path) {
+pub(crate) fn make_executable(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }

@@ -2,13 +2,13 @@
 //! for both runners, one published release, and the words the seed's
 //! Python uses for failed handshakes.
 
-use agents_common::{Json, JsonObject};
+use python_compat::json::{Json, JsonObject};
 
 use super::{Fixture, Outcome};
 
 /// Every variable urllib or OpenSSL would read for these scenarios; each
 /// scenario starts with all of them removed and sets its own.
-pub const NETWORK_VARIABLES: [&str; 10] = [
+pub(crate) const NETWORK_VARIABLES: [&str; 10] = [
     "http_proxy",
     "https_proxy",
     "no_proxy",
@@ -22,12 +22,12 @@ pub const NETWORK_VARIABLES: [&str; 10] = [
 ];
 
 /// The release every scenario installs.
-pub const VERSION: &str = "1.2.3";
+pub(crate) const VERSION: &str = "1.2.3";
 /// Its archive's path on the release host.
-pub const ARCHIVE_PATH: &str = "/releases/download/v1.2.3/agents-server-1.2.3.tar.gz";
+pub(crate) const ARCHIVE_PATH: &str = "/releases/download/v1.2.3/agents-server-1.2.3.tar.gz";
 
 /// `<urlopen error ...>` of CPython 3.11's failed verification.
-pub fn verify_failed(reason: &str) -> String {
+pub(crate) fn verify_failed(reason: &str) -> String {
     format!(
         "<urlopen error [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: {reason} (_ssl.c:1006)>"
     )
@@ -35,7 +35,7 @@ pub fn verify_failed(reason: &str) -> String {
 
 /// Remove the host's network variables from both runners, set `pairs`,
 /// and publish [`VERSION`] on the fixture's host for the update to take.
-pub fn prepare(fixture: &mut Fixture, pairs: &[(&str, &str)]) {
+pub(crate) fn prepare(fixture: &mut Fixture, pairs: &[(&str, &str)]) {
     fixture.unset = NETWORK_VARIABLES
         .iter()
         .map(|name| name.to_string())
@@ -55,7 +55,7 @@ fn field(row: &JsonObject, key: &str) -> Json {
 }
 
 /// The run installed [`VERSION`].
-pub fn assert_installed(outcome: &Outcome) {
+pub(crate) fn assert_installed(outcome: &Outcome) {
     assert_eq!(outcome.exit, Some(0), "stderr: {}", outcome.stderr);
     assert_eq!(field(&outcome.row, "phase"), Json::from("complete"));
     assert_eq!(
@@ -65,7 +65,7 @@ pub fn assert_installed(outcome: &Outcome) {
 }
 
 /// The run failed before installing, with `message` in its row.
-pub fn assert_failed(outcome: &Outcome, message: &str) {
+pub(crate) fn assert_failed(outcome: &Outcome, message: &str) {
     assert_eq!(outcome.exit, Some(1), "stderr: {}", outcome.stderr);
     assert_eq!(field(&outcome.row, "phase"), Json::from("failed"));
     assert_eq!(field(&outcome.row, "message"), Json::from(message));

@@ -6,32 +6,34 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::test_support::encode_compact_sorted;
-use agents_common::{json_object, Json, JsonObject};
 use base64::Engine as _;
+use python_compat::{
+    json::{encode_compact_sorted, Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256};
 
 use update_runner::release::INVALID_SIGNATURE_MESSAGE;
 
 use super::{manifest_bytes, Fixture, Side, INSTALL_SH};
 
-pub const PREPARATION: &str = "abcdefabcdefabcdefabcdefabcdef01";
-pub const VERSION: &str = "1.2.3";
+pub(crate) const PREPARATION: &str = "abcdefabcdefabcdefabcdefabcdef01";
+pub(crate) const VERSION: &str = "1.2.3";
 
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-pub fn sha256_file(path: &Path) -> String {
+pub(crate) fn sha256_file(path: &Path) -> String {
     hex(&Sha256::digest(std::fs::read(path).unwrap()))
 }
 
-pub fn write(path: &Path, content: &[u8], mode: u32) {
+pub(crate) fn write(path: &Path, content: &[u8], mode: u32) {
     std::fs::write(path, content).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-pub fn binding(path: &Path) -> Json {
+pub(crate) fn binding(path: &Path) -> Json {
     let info = std::fs::symlink_metadata(path).unwrap();
     Json::Object(json_object! {
         "device" => info.dev(),
@@ -40,7 +42,7 @@ pub fn binding(path: &Path) -> Json {
     })
 }
 
-pub fn file_entry(path: &Path) -> Json {
+pub(crate) fn file_entry(path: &Path) -> Json {
     let info = std::fs::symlink_metadata(path).unwrap();
     Json::Object(json_object! {
         "kind" => "file",
@@ -51,7 +53,7 @@ pub fn file_entry(path: &Path) -> Json {
 }
 
 /// The source files of the candidate (as verified from the archive).
-pub const SOURCES: [(&str, &str, u32); 6] = [
+pub(crate) const SOURCES: [(&str, &str, u32); 6] = [
     ("VERSION", "1.2.3\n", 0o644),
     (
         "agent_server.py",
@@ -70,7 +72,7 @@ pub const SOURCES: [(&str, &str, u32); 6] = [
 
 /// An install root with a prepared candidate, its receipt and an admitted
 /// row carrying the signed envelope.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub fixture: Fixture,
     pub root: PathBuf,
     pub candidate: PathBuf,
@@ -81,7 +83,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// A candidate verified from a GitHub release (a schema-1 manifest).
-    pub fn new(name: &str) -> Prepared {
+    pub(crate) fn new(name: &str) -> Prepared {
         Prepared::signed(name, |fixture, archive| {
             fixture.legacy_manifest(VERSION, archive)
         })
@@ -91,7 +93,7 @@ impl Prepared {
     /// holds a schema-2 manifest (`update_preparation` verifies it with
     /// `allow_npm`), so the runner pins the version and API contract of the
     /// restarted server too.
-    pub fn npm(name: &str) -> Prepared {
+    pub(crate) fn npm(name: &str) -> Prepared {
         Prepared::signed(name, |fixture, archive| {
             let mut manifest = fixture.npm_manifest(VERSION, archive);
             manifest.insert("api_contract_version", 28);
@@ -164,28 +166,32 @@ impl Prepared {
     }
 
     /// `install/.update-preparations/<PREPARATION>`.
-    pub fn preparation_dir(&self) -> PathBuf {
+    pub(crate) fn preparation_dir(&self) -> PathBuf {
         self.root.join(".update-preparations").join(PREPARATION)
     }
 
     /// Rewrite the receipt for the candidate as it is now (with `edit`) and
     /// admit its new digest.
-    pub fn rewrite_receipt(&mut self, manifest: &JsonObject, edit: impl FnOnce(&mut JsonObject)) {
+    pub(crate) fn rewrite_receipt(
+        &mut self,
+        manifest: &JsonObject,
+        edit: impl FnOnce(&mut JsonObject),
+    ) {
         write_receipt(&self.root, &self.candidate, &self.receipt, manifest, edit);
         self.readmit_digest();
     }
 
-    pub fn run(&self) -> super::Outcome {
+    pub(crate) fn run(&self) -> super::Outcome {
         self.run_by(Side::Port)
     }
 
     /// The update run by `side`.
-    pub fn run_by(&self, side: Side<'_>) -> super::Outcome {
+    pub(crate) fn run_by(&self, side: Side<'_>) -> super::Outcome {
         self.fixture.run(side)
     }
 
     /// Re-admit the receipt's current digest (after rewriting it).
-    pub fn readmit_digest(&mut self) {
+    pub(crate) fn readmit_digest(&mut self) {
         let digest = sha256_file(&self.receipt);
         self.fixture
             .admitted
@@ -205,7 +211,7 @@ impl Prepared {
 
 /// `execution_preparation.write_prepared`'s receipt for the candidate
 /// as it is now, with `edit` applied.
-pub fn write_receipt(
+pub(crate) fn write_receipt(
     root: &Path,
     candidate: &Path,
     receipt: &Path,
@@ -270,7 +276,7 @@ pub fn write_receipt(
 
 /// A change to an admitted prepared update that the runner must refuse
 /// before install.sh runs, and the failed row's message.
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub name: &'static str,
     pub change: fn(&mut Prepared),
     pub message: fn(&Prepared) -> String,
@@ -296,7 +302,7 @@ fn option_at(prepared: &Prepared, flag: &str) -> usize {
 
 /// Every refused change (`update_preparation.verify_prepared_status`,
 /// `execution_preparation.validate_prepared` and `run_update`'s own pins).
-pub fn refusals() -> Vec<Refusal> {
+pub(crate) fn refusals() -> Vec<Refusal> {
     vec![
         Refusal {
             name: "digest-pin",

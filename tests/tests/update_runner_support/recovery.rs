@@ -10,22 +10,24 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use agents_common::test_support::atomic_json;
-use agents_common::{
-    activation_intent, json_object, read_status_unlocked, utc_now, Json, JsonObject, StatusLock,
-};
+use agents_common::{activation_intent, read_status_unlocked, utc_now, StatusLock};
 use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 use super::{make_executable, updated_health, Reply, TestServer, IDENTITY};
 
 /// The update the interrupted activation belongs to.
-pub const UPDATE_ID: &str = "fedcba9876543210fedcba9876543210";
+pub(crate) const UPDATE_ID: &str = "fedcba9876543210fedcba9876543210";
 /// The version it activates.
-pub const VERSION: &str = "1.1.0";
+pub(crate) const VERSION: &str = "1.1.0";
 
 /// The stand-in of the running release's install.sh in recovery mode: it
 /// records its invocation, runs the test's behaviour and, by default,
 /// finalises the journal as a completed recovery would.
-pub const RECOVERY_INSTALL_SH: &str = r#"#!/bin/bash
+pub(crate) const RECOVERY_INSTALL_SH: &str = r#"#!/bin/bash
 record="$H15_FIXTURE"
 {
   printf 'cwd=%s\n' "$PWD"
@@ -40,18 +42,18 @@ exit 0
 
 /// What the rollback of [`RECOVERY_INSTALL_SH`] does instead of finishing:
 /// install.sh's verified rollback retires the journal and exits 75.
-pub const ROLLBACK_BEHAVIOUR: &str =
+pub(crate) const ROLLBACK_BEHAVIOUR: &str =
     "rm -rf \"$AGENTS_SERVER_INSTALL_DIR/.activation-transaction\"\nexit 75\n";
 
 /// The running release the server starts recovery from: a copy of the
 /// `update-runner` binary beside the recovery `install.sh` stand-in.
-pub struct RunningRelease {
+pub(crate) struct RunningRelease {
     pub dir: PathBuf,
 }
 
 impl RunningRelease {
     /// Lays the release out in `dir` (created).
-    pub fn at(dir: &Path) -> RunningRelease {
+    pub(crate) fn at(dir: &Path) -> RunningRelease {
         std::fs::create_dir_all(dir).unwrap();
         let binary = dir.join("update-runner");
         // Copied by a child process: a copy written by this process would
@@ -73,13 +75,13 @@ impl RunningRelease {
     }
 
     /// The server's `--recover-only` command line for `launch`.
-    pub fn command(&self, launch: &Launch<'_>) -> Command {
+    pub(crate) fn command(&self, launch: &Launch<'_>) -> Command {
         self.launch(Command::new(self.dir.join("update-runner")), launch)
     }
 
     /// `program` (the binary, or the seed beside it) with the server's
     /// `--recover-only` arguments and environment for `launch`.
-    pub fn launch(&self, mut command: Command, launch: &Launch<'_>) -> Command {
+    pub(crate) fn launch(&self, mut command: Command, launch: &Launch<'_>) -> Command {
         command
             .args([
                 "--recover-only",
@@ -107,7 +109,7 @@ impl RunningRelease {
 }
 
 /// One launch of `--recover-only` by the server.
-pub struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     pub status: &'a Path,
     pub token_file: &'a Path,
     pub port: u16,
@@ -124,12 +126,12 @@ pub struct Launch<'a> {
 /// holding `token`, then, under the status lock, the row set to
 /// `restarting` with the runner and the last error cleared. Returns the
 /// credential file.
-pub fn server_resumes(status: &Path, update_id: &str, token: &str) -> PathBuf {
+pub(crate) fn server_resumes(status: &Path, update_id: &str, token: &str) -> PathBuf {
     let _lock = StatusLock::acquire(status).unwrap();
     let mut row = read_status_unlocked(status).unwrap();
     let token_file = status.with_file_name(format!(
         ".server-recovery-{update_id}-{}.auth.json",
-        agents_common::token_hex(16).unwrap()
+        python_compat::token_hex(16).unwrap()
     ));
     atomic_json(&token_file, &json_object! {"token" => token}).unwrap();
     for (key, value) in json_object! {
@@ -149,7 +151,7 @@ pub fn server_resumes(status: &Path, update_id: &str, token: &str) -> PathBuf {
 
 /// An interrupted split activation with its recovery intent, the running
 /// release, and the AgentsServer health endpoint on 127.0.0.1.
-pub struct Recovery {
+pub(crate) struct Recovery {
     pub install: Install,
     pub transaction: String,
     pub runtime: RunningRelease,
@@ -163,7 +165,7 @@ pub struct Recovery {
 impl Recovery {
     /// An update of an installed split 1.0.0 to 1.1.0 interrupted after
     /// install.sh began its journal.
-    pub fn interrupted(tag: &str) -> Recovery {
+    pub(crate) fn interrupted(tag: &str) -> Recovery {
         let install = Install::new(&format!("runner-recovery-{tag}"));
         install.release("1.0.0");
         install.write_env("AGENTS_SERVER_PORT=7850\n");
@@ -225,9 +227,7 @@ impl Recovery {
                 // The interrupted server is not answering as the new release.
                 updated_health("1.0.0", i128::from(API_CONTRACT))
             };
-            Reply::ok(
-                &agents_common::test_support::encode_compact(&Json::Object(document)).unwrap(),
-            )
+            Reply::ok(&python_compat::json::encode_compact(&Json::Object(document)).unwrap())
         });
         Recovery {
             install,
@@ -241,11 +241,11 @@ impl Recovery {
         }
     }
 
-    pub fn behaviour(&self, script: &str) {
+    pub(crate) fn behaviour(&self, script: &str) {
         std::fs::write(self.record.join("behaviour.sh"), script).unwrap();
     }
 
-    pub fn edit_row(&self, edit: impl FnOnce(&mut JsonObject)) {
+    pub(crate) fn edit_row(&self, edit: impl FnOnce(&mut JsonObject)) {
         let mut row = read_status_unlocked(&self.status).unwrap();
         edit(&mut row);
         atomic_json(&self.status, &row).unwrap();
@@ -253,13 +253,18 @@ impl Recovery {
 
     /// The server's launch of `--recover-only` for `transaction` with the
     /// credential in `token_file`.
-    pub fn command_with(&self, transaction: &str, token_file: &Path) -> Command {
+    pub(crate) fn command_with(&self, transaction: &str, token_file: &Path) -> Command {
         let program = Command::new(self.runtime.dir.join("update-runner"));
         self.command_of(program, transaction, token_file)
     }
 
     /// [`Recovery::command_with`] running `program` instead of the binary.
-    pub fn command_of(&self, program: Command, transaction: &str, token_file: &Path) -> Command {
+    pub(crate) fn command_of(
+        &self,
+        program: Command,
+        transaction: &str,
+        token_file: &Path,
+    ) -> Command {
         let root = self.install.root();
         self.runtime.launch(
             program,
@@ -277,11 +282,11 @@ impl Recovery {
     }
 
     /// The first launch, for `transaction`.
-    pub fn command(&self, transaction: &str) -> Command {
+    pub(crate) fn command(&self, transaction: &str) -> Command {
         self.command_with(transaction, &self.token_file)
     }
 
-    pub fn run(&self, transaction: &str) -> (Option<i32>, JsonObject) {
+    pub(crate) fn run(&self, transaction: &str) -> (Option<i32>, JsonObject) {
         let output = self.command(transaction).output().unwrap();
         (
             output.status.code(),
@@ -289,13 +294,13 @@ impl Recovery {
         )
     }
 
-    pub fn installer(&self) -> Option<Vec<String>> {
+    pub(crate) fn installer(&self) -> Option<Vec<String>> {
         std::fs::read_to_string(self.record.join("installer.record"))
             .ok()
             .map(|text| text.lines().map(str::to_string).collect())
     }
 
-    pub fn journal_present(&self) -> bool {
+    pub(crate) fn journal_present(&self) -> bool {
         std::fs::symlink_metadata(self.install.root().join(".activation-transaction")).is_ok()
     }
 }

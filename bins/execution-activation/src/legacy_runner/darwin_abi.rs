@@ -12,36 +12,36 @@
 /// C: `sizeof(struct proc_bsdinfo)` in `sys/proc_info.h`.
 pub const PROC_BSDINFO_SIZE: usize = 136;
 /// C: `offsetof(struct proc_bsdinfo, pbi_status)` in `sys/proc_info.h`.
-pub const PBI_STATUS: usize = 4;
+pub(super) const PBI_STATUS: usize = 4;
 /// C: `offsetof(struct proc_bsdinfo, pbi_pid)` in `sys/proc_info.h`.
-pub const PBI_PID: usize = 12;
+pub(super) const PBI_PID: usize = 12;
 /// C: `offsetof(struct proc_bsdinfo, pbi_ppid)` in `sys/proc_info.h`.
-pub const PBI_PPID: usize = 16;
+pub(super) const PBI_PPID: usize = 16;
 /// C: `offsetof(struct proc_bsdinfo, pbi_uid)` in `sys/proc_info.h`.
-pub const PBI_UID: usize = 20;
+pub(super) const PBI_UID: usize = 20;
 /// C: `offsetof(struct proc_bsdinfo, pbi_ruid)` in `sys/proc_info.h`.
-pub const PBI_RUID: usize = 28;
+pub(super) const PBI_RUID: usize = 28;
 /// C: `offsetof(struct proc_bsdinfo, pbi_svuid)` in `sys/proc_info.h`.
-pub const PBI_SVUID: usize = 36;
+pub(super) const PBI_SVUID: usize = 36;
 /// C: `offsetof(struct proc_bsdinfo, pbi_start_tvsec)` in `sys/proc_info.h`.
-pub const PBI_START_TVSEC: usize = 120;
+pub(super) const PBI_START_TVSEC: usize = 120;
 /// C: `offsetof(struct proc_bsdinfo, pbi_start_tvusec)` in `sys/proc_info.h`.
-pub const PBI_START_TVUSEC: usize = 128;
+pub(super) const PBI_START_TVUSEC: usize = 128;
 /// C: `PROC_PIDTBSDINFO` in `sys/proc_info.h`.
-pub const PROC_PIDTBSDINFO: i32 = 3;
+pub(super) const PROC_PIDTBSDINFO: i32 = 3;
 /// C: `PROC_PIDPATHINFO_MAXSIZE` in `libproc.h` (the seed's `proc_pidpath` buffer).
-pub const PROC_PIDPATHINFO_MAXSIZE: usize = 4096;
+pub(super) const PROC_PIDPATHINFO_MAXSIZE: usize = 4096;
 /// C: `SZOMB` in `sys/proc.h` (a zombie's `pbi_status`).
-pub const SZOMB: u32 = 5;
+pub(super) const SZOMB: u32 = 5;
 /// C: `CTL_KERN` in `sys/sysctl.h`.
-pub const CTL_KERN: i32 = 1;
+pub(super) const CTL_KERN: i32 = 1;
 /// C: `KERN_PROCARGS2` in `sys/sysctl.h`.
-pub const KERN_PROCARGS2: i32 = 49;
+pub(super) const KERN_PROCARGS2: i32 = 49;
 
 /// `struct proc_bsdinfo` of `sys/proc_info.h`, field by field.
 #[repr(C)]
 // The layout is the point; the decoder reads bytes.
-pub struct ProcBsdInfo {
+pub(super) struct ProcBsdInfo {
     pbi_flags: u32,
     pbi_status: u32,
     pbi_xstatus: u32,

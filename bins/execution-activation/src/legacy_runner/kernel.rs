@@ -7,12 +7,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::LegacyRunnerProbe;
-use agents_common::current_uid;
-use agents_common::python::text::decode_utf8;
 use agents_common::{Error, Result};
+use python_compat::{decode_utf8, os::current_uid};
 
 /// `MAX_ARGUMENT_BYTES`: the largest `KERN_PROCARGS2` buffer accepted.
-pub const MAX_ARGUMENT_BYTES: usize = 2 * 1024 * 1024;
+pub(super) const MAX_ARGUMENT_BYTES: usize = 2 * 1024 * 1024;
 /// `MAX_ANCESTORS`: how far the ancestor walk climbs.
 const MAX_ANCESTORS: usize = 24;
 use super::darwin_abi::{
@@ -74,7 +73,7 @@ impl BsdInfo {
 /// One process of the proof (`Process`): compared whole when the proof is
 /// repeated, so a recycled PID or a re-exec is a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Process {
+pub(super) struct Process {
     /// The process ID.
     pub pid: i128,
     /// Its parent's ID.
@@ -94,7 +93,7 @@ pub struct Process {
 /// `_arguments(raw)`: exactly argc strings of a `KERN_PROCARGS2` buffer
 /// (int32 argc, the executable path, NUL padding, the arguments); the
 /// environment that follows is never parsed.
-pub fn parse_arguments(raw: &[u8]) -> Result<Vec<String>> {
+pub(super) fn parse_arguments(raw: &[u8]) -> Result<Vec<String>> {
     if !(5..=MAX_ARGUMENT_BYTES).contains(&raw.len()) {
         return Err(Error::runtime("legacy process argument buffer is invalid"));
     }
@@ -136,7 +135,7 @@ pub fn parse_arguments(raw: &[u8]) -> Result<Vec<String>> {
 
 /// `_process(pid)`: a live, non-zombie process of this uid, its executable
 /// and arguments, read between two identical views of its incarnation.
-pub fn process(probe: &dyn LegacyRunnerProbe, pid: i128) -> Result<Process> {
+pub(super) fn process(probe: &dyn LegacyRunnerProbe, pid: i128) -> Result<Process> {
     if !probe.host_is_darwin() || pid <= 1 {
         return Err(Error::runtime(
             "legacy runner proof requires a live Darwin process",
@@ -200,7 +199,7 @@ pub fn process(probe: &dyn LegacyRunnerProbe, pid: i128) -> Result<Process> {
 
 /// `_chain(start)`: `start` and its ancestors (at most 24), stopping below
 /// PID 2 and refusing a cycle.
-pub fn chain(probe: &dyn LegacyRunnerProbe, start: i128) -> Result<Vec<Process>> {
+pub(super) fn chain(probe: &dyn LegacyRunnerProbe, start: i128) -> Result<Vec<Process>> {
     let mut result: Vec<Process> = Vec::new();
     let mut next = start;
     for _ in 0..MAX_ANCESTORS {

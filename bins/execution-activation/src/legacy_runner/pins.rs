@@ -9,14 +9,13 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, FileType, OFlags, Stat};
 use sha2::{Digest, Sha256};
 
-use agents_common::activation::io::{ctime_ns, mtime_ns};
-use agents_common::current_uid;
-use agents_common::fs::read_up_to;
-use agents_common::fs::{is_type, lstat, open_leaf, permission_bits};
-use agents_common::python::hex::hex;
-use agents_common::python::path::{parent, pure_path, resolve};
-use agents_common::{parse_json_unique, Json};
-use agents_common::{Error, Result};
+use agents_common::{open_leaf, Error, Result};
+use python_compat::{
+    hex,
+    json::{parse_json_unique, Json},
+    os::{ctime_ns, current_uid, is_type, lstat, mtime_ns, permission_bits, read_up_to},
+    path::{parent, pure_path, resolve},
+};
 
 /// The largest installed file `_read` accepts (16 MiB).
 const MAX_PROOF_FILE: u64 = 16 * 1024 * 1024;
@@ -24,12 +23,12 @@ const MAX_PROOF_FILE: u64 = 16 * 1024 * 1024;
 const MAX_PROOF_JSON: usize = 1024 * 1024;
 
 /// `(st_dev, st_ino, st_uid, S_IMODE)` of a proof directory.
-pub type DirectoryPin = (u64, u64, u32, u32);
+pub(super) type DirectoryPin = (u64, u64, u32, u32);
 
 /// The eight stat fields the proof compares for files, links and
 /// interpreters (`st_mode` whole, so a type change is a change).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatPin {
+pub(super) struct StatPin {
     dev: u64,
     ino: u64,
     uid: u32,
@@ -44,7 +43,7 @@ pub struct StatPin {
 #[allow(clippy::unnecessary_cast)]
 impl StatPin {
     /// The pin of one `stat` result.
-    pub fn of(info: &Stat) -> StatPin {
+    pub(super) fn of(info: &Stat) -> StatPin {
         StatPin {
             dev: info.st_dev as u64,
             ino: info.st_ino as u64,
@@ -60,7 +59,7 @@ impl StatPin {
 
 /// A file read by `_read`: its bytes, identity and SHA-256.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FilePin {
+pub(super) struct FilePin {
     /// The bytes read.
     pub data: Vec<u8>,
     /// Identity at open time (equal to the after-read views).
@@ -70,18 +69,18 @@ pub struct FilePin {
 }
 
 /// `path.resolve() == path` (non-strict, as `pathlib` compares parts).
-pub fn is_canonical(path: &Path) -> Result<bool> {
+pub(super) fn is_canonical(path: &Path) -> Result<bool> {
     Ok(resolve(path)?.as_os_str() == path.as_os_str())
 }
 
 /// `Path.resolve(strict=True)`: every component must exist.
-pub fn resolve_strict(path: &Path) -> Result<PathBuf> {
+pub(super) fn resolve_strict(path: &Path) -> Result<PathBuf> {
     std::fs::canonicalize(path).map_err(|error| Error::from_io_path(&error, path))
 }
 
 /// `_directory(path, private=...)`: a canonical directory of this uid
 /// without group/other write (exactly 0700 when `private`).
-pub fn directory_pin(path: &Path, private: bool) -> Result<DirectoryPin> {
+pub(super) fn directory_pin(path: &Path, private: bool) -> Result<DirectoryPin> {
     let path = pure_path(path);
     let traversal = path
         .components()
@@ -107,7 +106,7 @@ pub fn directory_pin(path: &Path, private: bool) -> Result<DirectoryPin> {
 /// `_read(path, private=...)`: an owned single-link file without
 /// group/other write (0600 when `private`), at most 16 MiB, whose identity
 /// is the same before, after and at the path once read.
-pub fn read_pinned(path: &Path, private: bool) -> Result<FilePin> {
+pub(super) fn read_pinned(path: &Path, private: bool) -> Result<FilePin> {
     let (descriptor, before) = open_leaf(path, OFlags::RDONLY)?;
     let mode = permission_bits(&before);
     #[allow(clippy::unnecessary_cast)]
@@ -140,7 +139,7 @@ pub fn read_pinned(path: &Path, private: bool) -> Result<FilePin> {
 
 /// `_json(path, with_binding=True)`: a private authenticated JSON object
 /// (no duplicate keys) with the pin of the file it came from.
-pub fn read_json(path: &Path) -> Result<(Json, FilePin)> {
+pub(super) fn read_json(path: &Path) -> Result<(Json, FilePin)> {
     let pin = read_pinned(path, true)?;
     if pin.data.len() > MAX_PROOF_JSON {
         return Err(Error::runtime("legacy proof JSON exceeds limit"));
@@ -155,7 +154,7 @@ pub fn read_json(path: &Path) -> Result<(Json, FilePin)> {
 /// What `_python_proof` binds: the interpreter (and its framework
 /// companion), then every pinned path with its identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PythonProof {
+pub(super) struct PythonProof {
     /// The executables a legacy Python process may run as.
     pub executables: Vec<PathBuf>,
     /// `(path, identity)` of each executable and framework directory.
@@ -167,7 +166,7 @@ pub struct PythonProof {
 /// `Python.app` executable its launcher re-execs, with every framework
 /// directory between them pinned; all owned by root or this uid and not
 /// writable by group or others.
-pub fn python_proof(interpreter: &Path) -> Result<PythonProof> {
+pub(super) fn python_proof(interpreter: &Path) -> Result<PythonProof> {
     let resolved = resolve_strict(interpreter)?;
     let mut executables = vec![resolved.clone()];
     let mut directories: Vec<PathBuf> = Vec::new();

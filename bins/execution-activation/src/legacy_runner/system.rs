@@ -7,10 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::LegacyRunnerProbe;
-use agents_common::current_uid;
-use agents_common::python::path::resolve;
-use agents_common::Result;
-use agents_common::{CommandCapture, CommandRunner, SystemCommandRunner};
+use agents_common::{CommandCapture, CommandRunner, Result, SystemCommandRunner};
+use python_compat::{os::current_uid, path::resolve};
 
 /// Reads the live kernel, tmux and `PATH` of this host.
 #[derive(Debug, Clone, Copy, Default)]
@@ -114,7 +112,7 @@ mod darwin {
         ) -> c_int;
     }
 
-    pub fn bsd_info(pid: i32) -> Vec<u8> {
+    pub(crate) fn bsd_info(pid: i32) -> Vec<u8> {
         let mut buffer = vec![0u8; BSD_INFO_SIZE];
         // SAFETY: the buffer holds BSD_INFO_SIZE bytes, the size passed.
         let filled = unsafe {
@@ -130,7 +128,7 @@ mod darwin {
         buffer
     }
 
-    pub fn executable_path(pid: i32) -> Option<Vec<u8>> {
+    pub(crate) fn executable_path(pid: i32) -> Option<Vec<u8>> {
         let mut buffer = vec![0u8; PATH_BUFFER];
         // SAFETY: the buffer holds PATH_BUFFER bytes, the size passed.
         let length = unsafe { proc_pidpath(pid, buffer.as_mut_ptr().cast(), PATH_BUFFER as u32) };
@@ -144,7 +142,7 @@ mod darwin {
     }
 
     /// `sysctl(mib, 3, NULL, &size, NULL, 0)`: the buffer size needed.
-    pub fn arguments_size(pid: i32) -> Option<usize> {
+    pub(crate) fn arguments_size(pid: i32) -> Option<usize> {
         let mut mib = [CTL_KERN, KERN_PROCARGS2, pid];
         let mut size: usize = 0;
         // SAFETY: a null old-value buffer asks only for the size.
@@ -162,7 +160,7 @@ mod darwin {
     }
 
     /// The arguments read into a buffer of `capacity` bytes.
-    pub fn arguments(pid: i32, capacity: usize) -> Option<Vec<u8>> {
+    pub(crate) fn arguments(pid: i32, capacity: usize) -> Option<Vec<u8>> {
         let mut mib = [CTL_KERN, KERN_PROCARGS2, pid];
         let mut buffer = vec![0u8; capacity];
         let mut size = capacity;
@@ -190,19 +188,19 @@ mod darwin {
     //! Hosts without libproc: never reached, because the probe reports that
     //! the host is not Darwin and the proof refuses first.
 
-    pub fn bsd_info(_pid: i32) -> Vec<u8> {
+    pub(super) fn bsd_info(_pid: i32) -> Vec<u8> {
         Vec::new()
     }
 
-    pub fn executable_path(_pid: i32) -> Option<Vec<u8>> {
+    pub(super) fn executable_path(_pid: i32) -> Option<Vec<u8>> {
         None
     }
 
-    pub fn arguments_size(_pid: i32) -> Option<usize> {
+    pub(super) fn arguments_size(_pid: i32) -> Option<usize> {
         None
     }
 
-    pub fn arguments(_pid: i32, _capacity: usize) -> Option<Vec<u8>> {
+    pub(super) fn arguments(_pid: i32, _capacity: usize) -> Option<Vec<u8>> {
         None
     }
 }

@@ -9,13 +9,13 @@ use rustix::fs::{Access, FileType};
 use super::kernel::{process, Process};
 use super::pins::{directory_pin, resolve_strict};
 use super::LegacyRunnerProbe;
-use agents_common::current_uid;
-use agents_common::python::path::{pure_path, resolve};
-use agents_common::python::text::{decode_utf8, splitlines};
-use agents_common::shlex_split;
 use agents_common::{Error, Result};
-
-use agents_common::fs::{is_type, lstat, permission_bits};
+use python_compat::{
+    decode_utf8,
+    os::{current_uid, is_type, lstat, permission_bits},
+    path::{pure_path, resolve},
+    shlex, splitlines,
+};
 
 /// The `-F` format of `list-panes`: one `|`-separated row per pane.
 pub const PANE_FORMAT: &str = "#{session_name}|#{session_id}|#{pane_id}|#{pane_pid}|#{pane_dead}|#{pid}|#{pane_start_command}";
@@ -30,7 +30,7 @@ type SocketPin = (u64, u64, u32, u32);
 /// What `_tmux` proves about the session's single pane; compared whole when
 /// the proof is repeated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pane {
+pub(super) struct Pane {
     /// `#{session_name}`.
     pub session: String,
     /// `#{session_id}` (`$N`).
@@ -48,7 +48,7 @@ pub struct Pane {
 
 /// `_tmux(session)`: the pane on the default socket, queried with the
 /// `tmux` found on `PATH` (resolved).
-pub fn tmux(probe: &dyn LegacyRunnerProbe, session: &str) -> Result<Pane> {
+pub(super) fn tmux(probe: &dyn LegacyRunnerProbe, session: &str) -> Result<Pane> {
     let socket = probe.tmux_socket()?;
     let Some(program) = probe.tmux_program() else {
         return Err(Error::runtime("legacy tmux executable is unavailable"));
@@ -65,7 +65,7 @@ fn tmux_at(
     socket: &Path,
     executable: &Path,
 ) -> Result<Pane> {
-    directory_pin(&agents_common::python::path::parent(socket), true)?;
+    directory_pin(&python_compat::path::parent(socket), true)?;
     let socket_info = lstat(socket)?;
     let uid = current_uid();
     if !is_type(&socket_info, FileType::Socket)
@@ -169,9 +169,9 @@ fn launch_arguments(display: &str) -> Result<Vec<String>> {
             "legacy tmux launch display contains control characters",
         ));
     }
-    let mut arguments = shlex_split(display)?;
+    let mut arguments = shlex::split(display)?;
     if let [single] = arguments.as_slice() {
-        arguments = shlex_split(single)?;
+        arguments = shlex::split(single)?;
     }
     if arguments.len() < 2 {
         return Err(Error::runtime(

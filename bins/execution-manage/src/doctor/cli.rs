@@ -6,10 +6,10 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use agents_common::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
+use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
 /// The word that selects doctor.
-pub const WORD: &str = "doctor";
+pub(super) const WORD: &str = "doctor";
 
 /// `execution-manage doctor`'s parser.
 pub static DOCTOR_SPEC: CommandSpec = CommandSpec {
@@ -82,7 +82,7 @@ pub fn doctor_words(words: &[OsString]) -> Option<&[OsString]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agents_common::{try_parse_command_line, CommandLineExit};
+    use python_compat::argparse::{try_parse_command_line, CommandLineExit};
 
     fn parse(words: &[&str]) -> Result<DoctorArgs, CommandLineExit> {
         try_parse_command_line(&DOCTOR_SPEC, words).map(|parsed| DoctorArgs::from_parsed(&parsed))

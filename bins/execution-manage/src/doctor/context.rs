@@ -8,16 +8,20 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agents_common::{
-    absolute_path, entry_present, inspect_lock, installed_layout, normalize_path, owned_directory,
-    read_status_unlocked, Error, ExecutionLayout, Json, JsonObject, LockInspection, NativeServices,
-    ServiceStates, WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
+    entry_present, inspect_lock, installed_layout, normalize_path, owned_directory,
+    read_status_unlocked, Error, ExecutionLayout, LockInspection, NativeServices, ServiceStates,
+    WorkerControl, LAYOUT_NAME, TRANSACTION_NAME,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    path::absolute_path,
 };
 
 use super::process::Process;
 
 /// Programs that take the install lock: install.sh, the helpers (by their
 /// binary or Python names) and the server (a handoff retry).
-pub const LOCK_TAKERS: &[&str] = &[
+pub(super) const LOCK_TAKERS: &[&str] = &[
     "install.sh",
     "execution-manage",
     "execution_manage.py",
@@ -31,18 +35,18 @@ pub const LOCK_TAKERS: &[&str] = &[
     "agent_server.py",
 ];
 /// `execution-manage` (apply and recover own `.execution-transaction`).
-pub const MANAGE: &[&str] = &["execution-manage", "execution_manage.py"];
+pub(super) const MANAGE: &[&str] = &["execution-manage", "execution_manage.py"];
 /// install.sh (owns `.activation-transaction`).
-pub const INSTALLER: &[&str] = &["install.sh"];
+pub(super) const INSTALLER: &[&str] = &["install.sh"];
 /// The uninstaller (owns `.execution-uninstall.json`).
-pub const UNINSTALLER: &[&str] = &[
+pub(super) const UNINSTALLER: &[&str] = &[
     "uninstall",
     "uninstall.sh",
     "execution_uninstall.py",
     "execution_uninstall",
 ];
 /// The server's update runner and the handoff helper (release a handoff).
-pub const HANDOFF_RELEASERS: &[&str] = &[
+pub(super) const HANDOFF_RELEASERS: &[&str] = &[
     "update-handoff",
     "update_handoff.py",
     "update-runner",
@@ -52,7 +56,7 @@ pub const HANDOFF_RELEASERS: &[&str] = &[
 
 /// What the install root holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     /// The root does not exist.
     Missing,
     /// The root exists but cannot be used (not an owned directory, a
@@ -73,7 +77,7 @@ pub enum Kind {
 
 impl Kind {
     /// The `installation.kind` word.
-    pub fn word(&self) -> &'static str {
+    pub(super) fn word(&self) -> &'static str {
         match self {
             Kind::Missing => "missing",
             Kind::Unusable(_) => "unusable",
@@ -87,7 +91,7 @@ impl Kind {
 }
 
 /// What doctor read, once.
-pub struct Context {
+pub(super) struct Context {
     /// The install root, absolute and normalised as the helpers normalise it.
     pub root: PathBuf,
     /// What it holds.
@@ -119,7 +123,7 @@ pub struct Context {
 
 impl Context {
     /// Reads everything; never fails (what cannot be read is recorded).
-    pub fn read(root: &Path, state_dir: Option<&Path>) -> Context {
+    pub(super) fn read(root: &Path, state_dir: Option<&Path>) -> Context {
         let now = SystemTime::now();
         let absolute = absolute_path(root);
         let (root, kind) = match normalize_path(&absolute) {
@@ -194,30 +198,30 @@ impl Context {
     }
 
     /// The live lock owner running one of `programs`, if any.
-    pub fn owner_running(&self, programs: &[&str]) -> Option<&Process> {
+    pub(super) fn owner_running(&self, programs: &[&str]) -> Option<&Process> {
         self.lock_owner
             .as_ref()
             .filter(|owner| owner.alive && owner.runs_any(programs))
     }
 
     /// `root/<name>` as text.
-    pub fn root_path(&self, name: &str) -> String {
+    pub(super) fn root_path(&self, name: &str) -> String {
         self.root.join(name).display().to_string()
     }
 
     /// Whether `root/<name>` exists (even as a dangling symlink).
-    pub fn root_has(&self, name: &str) -> bool {
+    pub(super) fn root_has(&self, name: &str) -> bool {
         !matches!(self.kind, Kind::Missing | Kind::Unusable(_)) && present(&self.root.join(name))
     }
 
     /// Seconds since `path` last changed (not following a symlink).
-    pub fn age_of(&self, path: &Path) -> Option<u64> {
+    pub(super) fn age_of(&self, path: &Path) -> Option<u64> {
         let modified = std::fs::symlink_metadata(path).ok()?.modified().ok()?;
         Some(self.seconds_since(modified))
     }
 
     /// Whole seconds from `then` to doctor's start (0 for the future).
-    pub fn seconds_since(&self, then: SystemTime) -> u64 {
+    pub(super) fn seconds_since(&self, then: SystemTime) -> u64 {
         self.now
             .duration_since(then)
             .map(|elapsed| elapsed.as_secs())
@@ -225,25 +229,25 @@ impl Context {
     }
 
     /// Seconds since a status timestamp (`%Y-%m-%dT%H:%M:%SZ`).
-    pub fn seconds_since_stamp(&self, stamp: &str) -> Option<u64> {
+    pub(super) fn seconds_since_stamp(&self, stamp: &str) -> Option<u64> {
         let seconds = parse_utc(stamp)?;
         let then = UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(seconds).ok()?);
         Some(self.seconds_since(then))
     }
 
     /// The row's text field (`""` when absent or not text).
-    pub fn row_text(&self, key: &str) -> String {
+    pub(super) fn row_text(&self, key: &str) -> String {
         self.row
             .as_ref()
             .and_then(|row| row.get(key))
-            .map(agents_common::python_str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default()
     }
 
     /// The running worker's receipt and private status (`None` when no
     /// split worker runs): one authenticated status read, the first time a
     /// concern asks.
-    pub fn worker(&self) -> Option<&Result<(JsonObject, JsonObject), Error>> {
+    pub(super) fn worker(&self) -> Option<&Result<(JsonObject, JsonObject), Error>> {
         self.worker
             .get_or_init(|| {
                 let runs = matches!(&self.native, Some(Ok(states))
@@ -257,7 +261,7 @@ impl Context {
     }
 
     /// The lease the running worker reports (`None` when unknown).
-    pub fn worker_lease(&self) -> Option<&Json> {
+    pub(super) fn worker_lease(&self) -> Option<&Json> {
         match self.worker() {
             Some(Ok((_record, status))) => status.get("lease"),
             _ => None,
@@ -265,13 +269,13 @@ impl Context {
     }
 
     /// The worker's lease operation, when it holds one.
-    pub fn lease_operation(&self) -> Option<&str> {
+    pub(super) fn lease_operation(&self) -> Option<&str> {
         self.worker_lease()?.get("operation_id")?.as_str()
     }
 }
 
 /// `exists() or is_symlink()`, treating errors as absent.
-pub fn present(path: &Path) -> bool {
+pub(super) fn present(path: &Path) -> bool {
     entry_present(path).unwrap_or(true)
 }
 
@@ -342,7 +346,7 @@ fn native_layout(
 }
 
 /// `%Y-%m-%dT%H:%M:%SZ` (the status rows' `utc_now()`) as Unix seconds.
-pub fn parse_utc(stamp: &str) -> Option<i64> {
+pub(super) fn parse_utc(stamp: &str) -> Option<i64> {
     let bytes = stamp.as_bytes();
     let shaped = bytes.len() == 20
         && bytes[19] == b'Z'

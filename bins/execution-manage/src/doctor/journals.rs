@@ -6,8 +6,9 @@
 
 use agents_common::{
     execution_context, maintenance_operation_id, no_activation, read_uninstall_intent,
-    ActivationManifest, Json, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
+    ActivationManifest, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
 };
+use python_compat::json::Json;
 
 use super::context::{Context, Kind, INSTALLER, MANAGE, UNINSTALLER};
 use super::report::{command_line, Action, Concern, Status};
@@ -39,7 +40,7 @@ fn owned_by(concern: &mut Concern, pid: u32, what: &str) {
 /// reader reads it (`_read_manifest` without cleanup; a split-service
 /// journal also through `execution_context`, which checks the links and
 /// configuration files against its phase).
-pub fn activation(ctx: &Context) -> Concern {
+pub(super) fn activation(ctx: &Context) -> Concern {
     let mut concern = Concern::new("activation_journal", "activation journal");
     concern.path = Some(ctx.root_path(ACTIVATION_JOURNAL));
     for key in [
@@ -128,7 +129,7 @@ pub fn activation(ctx: &Context) -> Concern {
 /// layout it names, units re-rendered, VERSION files re-read) and
 /// `check_publication` (nothing outside the journal changed its files).
 /// Returns the concern and the journal's maintenance operation.
-pub fn execution_transaction(ctx: &Context) -> (Concern, Option<String>) {
+pub(super) fn execution_transaction(ctx: &Context) -> (Concern, Option<String>) {
     let mut concern = Concern::new("execution_transaction", "execution transaction");
     concern.path = Some(ctx.root_path(TRANSACTION_NAME));
     for key in [
@@ -214,7 +215,7 @@ fn leftovers(ctx: &Context) -> (usize, usize) {
 /// The split uninstall's retained `.execution-uninstall.json`, read with
 /// the uninstaller's own reader against the installed layout. Returns the
 /// concern and the intent's maintenance operation.
-pub fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
+pub(super) fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
     let mut concern = Concern::new("uninstall_intent", "uninstall intent");
     concern.path = Some(ctx.root_path(UNINSTALL_INTENT_NAME));
     for key in [
@@ -250,7 +251,7 @@ pub fn uninstall_intent(ctx: &Context) -> (Concern, Option<String>) {
     };
     let field = |key: &str| intent.get(key).cloned().unwrap_or(Json::Null);
     let operation = field("operation_id").as_str().map(str::to_string);
-    let phase = agents_common::python_str_or_empty(&field("phase"));
+    let phase = python_compat::str_or_empty(&field("phase"));
     let purge = field("purge_state") == Json::Bool(true);
     let found = &mut concern.found;
     found.insert("phase", phase.as_str());

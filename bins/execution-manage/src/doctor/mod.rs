@@ -31,7 +31,7 @@ mod updates;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use agents_common::{json_object, try_parse_command_line, Json};
+use python_compat::{argparse::try_parse_command_line, json::Json, json_object};
 
 pub use cli::{doctor_words, DoctorArgs, DOCTOR_SPEC};
 pub use report::{Report, Status};
@@ -113,7 +113,7 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
 }
 
 /// The `installation` member and the human headline.
-fn installation(ctx: &Context) -> (agents_common::JsonObject, String) {
+fn installation(ctx: &Context) -> (python_compat::json::JsonObject, String) {
     let root = ctx.root.display();
     let summary = match &ctx.kind {
         Kind::Missing => format!("no installation at {root} (the install root does not exist)"),

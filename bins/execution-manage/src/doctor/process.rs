@@ -11,7 +11,7 @@ use rustix::process::{test_kill_process, Pid};
 
 /// One process as found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Process {
+pub(super) struct Process {
     /// The PID asked about.
     pub pid: u32,
     /// `kill(pid, 0)` succeeds or fails with EPERM, as the lock reaper
@@ -26,7 +26,7 @@ pub struct Process {
 
 impl Process {
     /// Looks `pid` up.
-    pub fn of(pid: u32) -> Process {
+    pub(super) fn of(pid: u32) -> Process {
         let alive = i32::try_from(pid)
             .ok()
             .and_then(Pid::from_raw)
@@ -42,7 +42,7 @@ impl Process {
 
     /// Whether any argument's file name is one of `programs` (a script run
     /// by its interpreter counts, `python -m module` by the module name).
-    pub fn runs_any(&self, programs: &[&str]) -> bool {
+    pub(super) fn runs_any(&self, programs: &[&str]) -> bool {
         self.command_line.as_deref().is_some_and(|line| {
             line.split(' ').any(|word| {
                 let name = word.rsplit('/').next().unwrap_or(word);
@@ -52,7 +52,7 @@ impl Process {
     }
 
     /// A short description for reports: `alive`, `exited`, `zombie`.
-    pub fn state_word(&self) -> &'static str {
+    pub(super) fn state_word(&self) -> &'static str {
         match (self.alive, self.zombie) {
             (false, _) => "exited",
             (true, true) => "exited, not reaped by its parent yet",
@@ -80,7 +80,7 @@ fn state(pid: u32) -> Option<char> {
 }
 
 /// The PIDs holding (not waiting for) a `flock` on the file at `path`.
-pub fn flock_holders(path: &Path) -> Vec<u32> {
+pub(super) fn flock_holders(path: &Path) -> Vec<u32> {
     let Ok(info) = rustix::fs::lstat(path) else {
         return Vec::new();
     };

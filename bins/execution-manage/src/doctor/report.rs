@@ -6,7 +6,10 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use agents_common::{encode_indented, json_object, Json, JsonObject};
+use python_compat::{
+    json::{encode_indented, Json, JsonObject},
+    json_object,
+};
 
 /// How one concern stands. The order is the severity a summary reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -255,7 +258,7 @@ fn details(concern: &Concern) -> String {
         }
         let text = match value {
             Json::Str(text) => text.clone(),
-            other => agents_common::encode_line(other, false),
+            other => python_compat::json::encode_line(other, false),
         };
         rows.push((key.replace('_', " "), text));
     }
@@ -288,7 +291,7 @@ fn details(concern: &Concern) -> String {
 }
 
 /// `shlex.quote`: a word the shell reads back unchanged.
-pub fn quote(word: &str) -> String {
+pub(super) fn quote(word: &str) -> String {
     let safe = !word.is_empty()
         && word
             .bytes()
@@ -301,7 +304,7 @@ pub fn quote(word: &str) -> String {
 }
 
 /// A command line of quoted words.
-pub fn command_line(words: &[&str]) -> String {
+pub(super) fn command_line(words: &[&str]) -> String {
     words
         .iter()
         .map(|word| quote(word))
@@ -380,7 +383,7 @@ mod tests {
     #[test]
     fn json_has_the_same_content_with_stable_keys() {
         let document = report(&[Status::Stuck, Status::Absent]).to_json();
-        let value = agents_common::parse_json(&document).unwrap();
+        let value = python_compat::json::parse_json(&document).unwrap();
         assert_eq!(value.get("healthy"), Some(&Json::Bool(false)));
         let lock = value.get("concerns").unwrap().get("install_lock").unwrap();
         let keys: Vec<&String> = lock.as_object().unwrap().keys().collect();

@@ -2,18 +2,18 @@
 //! their receipts, the installed layout manifest with `current` and the unit
 //! files, and the install lock that serialises every change.
 
-use agents_common::layout::{GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME};
 use agents_common::{
-    installed_service_files, parse_json, read_file, ExecutionLayout, Json, ServiceRunState,
-    ServiceState, WorkerControl,
+    installed_service_files, read_file, ExecutionLayout, ServiceRunState, ServiceState,
+    WorkerControl, GATEWAY_UNIT as GATEWAY_UNIT_NAME, WORKER_UNIT as WORKER_UNIT_NAME,
 };
+use python_compat::json::{parse_json, Json};
 
 use super::context::{Context, Kind, LOCK_TAKERS};
 use super::report::{command_line, Action, Concern, Status};
 
 /// A concern that can own the services and files while it is pending (a
 /// journal or intent), with the worker admission operation it uses.
-pub struct Owner<'a> {
+pub(super) struct Owner<'a> {
     /// Its concern, as judged.
     pub concern: &'a Concern,
     /// The maintenance operation whose lease it holds on the worker.
@@ -21,7 +21,7 @@ pub struct Owner<'a> {
 }
 
 /// The pending owners, most specific first.
-pub struct Owners<'a>(pub Vec<Owner<'a>>);
+pub(super) struct Owners<'a>(pub Vec<Owner<'a>>);
 
 impl Owners<'_> {
     /// The first owner that is not absent or healthy: while it is pending,
@@ -60,7 +60,7 @@ fn role_json(state: Option<&ServiceState>, receipt_pid: Option<i128>) -> Json {
     let Some(state) = state else {
         return Json::Null;
     };
-    Json::Object(agents_common::json_object! {
+    Json::Object(python_compat::json_object! {
         "state" => state.state.as_str(),
         "enabled" => state.enabled,
         "main_pid" => state.pid,
@@ -84,7 +84,7 @@ fn gateway_receipt(layout: &ExecutionLayout) -> Result<i128, agents_common::Erro
 /// MainPID must be the PID each receipt names, as every helper requires
 /// before it sends a credential, and the worker's private status (a read)
 /// must come from that receipt's instance.
-pub fn services(ctx: &Context, owners: &Owners) -> Concern {
+pub(super) fn services(ctx: &Context, owners: &Owners) -> Concern {
     let mut concern = Concern::new("services", "services");
     concern.found.insert("worker", Json::Null);
     concern.found.insert("gateway", Json::Null);
@@ -364,7 +364,7 @@ fn services_without_layout(
 /// The installed layout manifest (`installed_layout`, which every helper
 /// reads the installation through), the unit files and `current` as the
 /// uninstaller admits them, or what else the install root holds.
-pub fn layout(ctx: &Context, owners: &Owners) -> Concern {
+pub(super) fn layout(ctx: &Context, owners: &Owners) -> Concern {
     let mut concern = Concern::new("layout", "layout");
     concern.path = Some(ctx.root_path(agents_common::LAYOUT_NAME));
     for key in ["worker_release", "gateway_release", "current", "left"] {
@@ -492,7 +492,7 @@ fn release_name(path: &std::path::Path) -> String {
 /// The `.install-lock` as the next acquirer judges it (the reaper's own
 /// checks, read-only). A dead owner's lock is reaped by whichever lock
 /// taker runs next; `resolvers` are the concerns whose command would.
-pub fn install_lock(ctx: &Context, resolvers: &[&Concern]) -> Concern {
+pub(super) fn install_lock(ctx: &Context, resolvers: &[&Concern]) -> Concern {
     let mut concern = Concern::new("install_lock", "install lock");
     concern.path = Some(ctx.root_path(".install-lock"));
     for key in ["owner_pid", "owner", "owner_command_line", "age_seconds"] {

@@ -5,8 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_handoff_release, current_uid, owned_directory, parse_json, read_file,
-    read_update_handoff, Error, Json, RUNNER_OWNED_ACTIVE_PHASES,
+    check_handoff_release, owned_directory, read_file, read_update_handoff, Error,
+    RUNNER_OWNED_ACTIVE_PHASES,
+};
+use python_compat::{
+    json::{parse_json, Json},
+    os::current_uid,
 };
 
 use super::context::{present, Context, HANDOFF_RELEASERS};
@@ -15,7 +19,7 @@ use super::report::{command_line, Action, Concern, Status};
 
 /// The server's grace after the row's last update before it treats a
 /// runner that is not alive as gone (`SERVER_UPDATE_START_GRACE_SECONDS`).
-pub const GRACE_SECONDS: u64 = 45;
+pub(super) const GRACE_SECONDS: u64 = 45;
 /// The error code of a failed update whose handoff was not released.
 const RELEASE_FAILED: &str = "server_update_handoff_release_failed";
 /// Phases that leave nothing pending.
@@ -32,7 +36,7 @@ const SETTLED: [&str; 8] = [
 
 /// One handoff file as judged.
 #[derive(Debug, Clone)]
-pub struct Handoff {
+pub(super) struct Handoff {
     /// The update it belongs to (from its file name).
     pub update_id: String,
     /// Its maintenance operation, when the file is readable.
@@ -58,7 +62,7 @@ fn update_running(ctx: &Context, update_id: &str) -> bool {
 /// `runner.lock` someone holds is a preparation still running; each
 /// `handoff-<update>.json` is judged by `update-handoff release`'s own
 /// checks (without its lock, without its request).
-pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
+pub(super) fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
     let mut concern = Concern::new("update_preparations", "update preparations");
     let parent = ctx.root.join(".update-preparations");
     concern.path = Some(parent.display().to_string());
@@ -87,7 +91,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
     let mut actions: Vec<Action> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     for name in &names {
-        if !agents_common::python::is_lower_hex(name, 32) {
+        if !python_compat::is_lower_hex(name, 32) {
             refuse(
                 &mut concern,
                 Error::runtime("unknown candidate preparation directory; no files were removed"),
@@ -134,7 +138,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
             if let Some(action) = &handoff.action {
                 actions.push(action.clone());
             }
-            judged.push(Json::Object(agents_common::json_object! {
+            judged.push(Json::Object(python_compat::json_object! {
                 "file" => file.display().to_string(),
                 "update_id" => handoff.update_id.as_str(),
                 "operation_id" => handoff.operation_id.clone(),
@@ -142,7 +146,7 @@ pub fn preparations(ctx: &Context) -> (Concern, Vec<Handoff>) {
             }));
             handoffs.push(handoff);
         }
-        items.push(Json::Object(agents_common::json_object! {
+        items.push(Json::Object(python_compat::json_object! {
             "id" => name.as_str(),
             "runner_lock_holders" => holders,
             "handoffs" => judged,
@@ -214,7 +218,7 @@ fn handoff_files(directory: &Path) -> Vec<PathBuf> {
 fn update_of(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     let hex = name.strip_prefix("handoff-")?.strip_suffix(".json")?;
-    agents_common::python::is_lower_hex(hex, 32).then(|| hex.to_string())
+    python_compat::is_lower_hex(hex, 32).then(|| hex.to_string())
 }
 
 fn judge_handoff(ctx: &Context, file: &Path) -> Handoff {
@@ -393,7 +397,7 @@ fn server_origin(ctx: &Context) -> Option<String> {
 /// `state/admin/server-update.json`, read as the server and the runner
 /// read it (`read_status_unlocked`, without the status flock) and as
 /// `update-handoff retry-failed` and the uninstaller require it (private).
-pub fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
+pub(super) fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
     let mut concern = Concern::new("update_status", "update status");
     for key in [
         "phase",
@@ -444,7 +448,7 @@ pub fn update_status(ctx: &Context, handoffs: &[Handoff]) -> Concern {
             return concern;
         }
         Err(error) => {
-            refuse(&mut concern, "the uninstaller", error);
+            refuse(&mut concern, "the uninstaller", error.into());
             return concern;
         }
     }

@@ -21,7 +21,7 @@ use crate::roots::is_directory;
 
 /// The held lock; [`ScriptLock::release`] is the script's EXIT trap.
 #[derive(Debug)]
-pub struct ScriptLock {
+pub(super) struct ScriptLock {
     root: PathBuf,
     directory: PathBuf,
     held: bool,
@@ -30,7 +30,7 @@ pub struct ScriptLock {
 
 impl ScriptLock {
     /// `acquire_operation_lock`; `Err` after printing the script's refusal.
-    pub fn acquire(root: &Path) -> Result<ScriptLock, ()> {
+    pub(super) fn acquire(root: &Path) -> Result<ScriptLock, ()> {
         let directory = root.join(".install-lock");
         let mut root_created = false;
         if !is_directory(root.as_os_str().as_bytes()) {
@@ -85,7 +85,7 @@ impl ScriptLock {
 
     /// `release_operation_lock`: removes the lock only while it still names
     /// this process, and the install root only if it was created for the lock.
-    pub fn release(&mut self) {
+    pub(super) fn release(&mut self) {
         if !self.held {
             return;
         }
@@ -99,7 +99,7 @@ impl ScriptLock {
     }
 
     /// The lock directory, which the removal of the install root skips.
-    pub fn directory(&self) -> &Path {
+    pub(super) fn directory(&self) -> &Path {
         &self.directory
     }
 }

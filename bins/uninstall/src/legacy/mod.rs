@@ -17,7 +17,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-pub use service::{os_name, Host, RealHost};
+pub(crate) use service::{os_name, Host, RealHost};
 
 use crate::output::{say, warn};
 use crate::roots::ManagedRoots;
@@ -28,10 +28,10 @@ use shell::{rm_f, rm_rf, rmdir};
 
 /// Ends the run with this exit status (the script's `exit N`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit(pub u8);
+pub(crate) struct Exit(pub u8);
 
 /// The script's trap: a pending HUP/INT/TERM ends the run with 130.
-pub fn checkpoint() -> Result<(), Exit> {
+pub(crate) fn checkpoint() -> Result<(), Exit> {
     if signals::pending() {
         Err(Exit(130))
     } else {
@@ -49,7 +49,7 @@ pub(crate) fn tests_counter() -> usize {
 
 /// What the operator asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Options {
+pub(crate) struct Options {
     /// `--yes`: skip the `[y/N]` confirmation (never the purge guard).
     pub assume_yes: bool,
     /// `--purge-state`: also delete the state root.
@@ -58,7 +58,7 @@ pub struct Options {
 
 /// Runs the legacy uninstall on the host `uname -s` named and returns the
 /// exit status.
-pub fn run(roots: &ManagedRoots, options: Options, os: &OsStr, host: &mut dyn Host) -> u8 {
+pub(crate) fn run(roots: &ManagedRoots, options: Options, os: &OsStr, host: &mut dyn Host) -> u8 {
     if refuse_execution_layout(&roots.install).is_err() {
         return 1;
     }

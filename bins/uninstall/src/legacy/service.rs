@@ -21,7 +21,7 @@ use crate::output::{say, warn};
 use crate::roots::join_bytes;
 
 /// What the service stop needs from the machine.
-pub trait Host {
+pub(crate) trait Host {
     /// Runs a command with its output discarded (`>/dev/null 2>&1`); true
     /// when it ran and exited 0.
     fn quiet(&mut self, program: &str, args: &[&OsStr]) -> bool;
@@ -32,7 +32,7 @@ pub trait Host {
 }
 
 /// The real machine: commands on PATH with the uninstaller's stdin.
-pub struct RealHost;
+pub(crate) struct RealHost;
 
 impl Host for RealHost {
     fn quiet(&mut self, program: &str, args: &[&OsStr]) -> bool {
@@ -76,7 +76,7 @@ const STOP_POLLS: usize = 50;
 /// the `uname` found on PATH prints it, trailing newlines removed. Under
 /// `set -e` a `uname` that cannot run or fails ends the script at once with
 /// bash's status (127 not found, 126 not executable, else uname's own).
-pub fn os_name() -> Result<OsString, Exit> {
+pub(crate) fn os_name() -> Result<OsString, Exit> {
     let output = Command::new("uname")
         .arg("-s")
         .stderr(Stdio::inherit())
@@ -110,7 +110,7 @@ pub fn os_name() -> Result<OsString, Exit> {
 
 /// Stops the service and removes its definition (and macOS logs), or
 /// refuses with every file kept.
-pub fn stop_and_remove(host: &mut dyn Host, os: &OsStr, home: &OsStr) -> Result<(), Exit> {
+pub(super) fn stop_and_remove(host: &mut dyn Host, os: &OsStr, home: &OsStr) -> Result<(), Exit> {
     match os.as_bytes() {
         b"Darwin" => stop_launchd(host, home),
         b"Linux" => stop_systemd(host, home),

@@ -14,7 +14,7 @@ use std::path::Path;
 use crate::output::warn;
 
 /// strerror text, as coreutils prints it after the path.
-pub fn os_message(err: &io::Error) -> String {
+pub(super) fn os_message(err: &io::Error) -> String {
     let text = err.to_string();
     match err.raw_os_error() {
         Some(code) => text
@@ -27,7 +27,7 @@ pub fn os_message(err: &io::Error) -> String {
 
 /// `rm -rf -- path`: removes a file, symlink (never followed) or directory
 /// tree; a missing path is fine. A failure is printed and returned.
-pub fn rm_rf(path: &Path) -> Result<(), ()> {
+pub(super) fn rm_rf(path: &Path) -> Result<(), ()> {
     let removed = match fs::symlink_metadata(path) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(err) => Err(err),
@@ -46,12 +46,12 @@ pub fn rm_rf(path: &Path) -> Result<(), ()> {
 
 /// `rm -rf` whose failure the script ignores (inside a function it calls
 /// in an `||` list, where bash disables `set -e`).
-pub fn remove_tree(path: &Path) {
+pub(super) fn remove_tree(path: &Path) {
     let _ = rm_rf(path);
 }
 
 /// `rm -f -- path`: removes a non-directory; a missing path is fine.
-pub fn rm_f(path: &Path) -> Result<(), ()> {
+pub(super) fn rm_f(path: &Path) -> Result<(), ()> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -68,7 +68,7 @@ pub fn rm_f(path: &Path) -> Result<(), ()> {
 }
 
 /// `rmdir -- path`, printing rmdir's failure line.
-pub fn rmdir(path: &Path) -> Result<(), ()> {
+pub(super) fn rmdir(path: &Path) -> Result<(), ()> {
     fs::remove_dir(path).map_err(|err| {
         warn(&[
             b"rmdir: failed to remove '",

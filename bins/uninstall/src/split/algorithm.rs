@@ -18,10 +18,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_binding, current_uid, entry_present, fsync_directory, installed_layout, no_activation,
-    normalize_path, parse_json, read_file, read_interrupted_removal, read_uninstall_intent,
-    store_uninstall_intent, write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Json,
-    JsonObject, Result, SealedHold, WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
+    check_binding, entry_present, fsync_directory, installed_layout, no_activation, normalize_path,
+    read_file, read_interrupted_removal, read_uninstall_intent, store_uninstall_intent,
+    write_uninstall_intent, Error, ExecutionLayout, InstallationLock, Result, SealedHold,
+    WorkerControl, LAYOUT_NAME, UNINSTALL_INTENT_NAME,
+};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    os::current_uid,
 };
 use sha2::{Digest, Sha256};
 
@@ -35,7 +39,7 @@ use crate::signals;
 
 /// Why the uninstall ended without removing the installation.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// An error with Python's class and message.
     Error(Error),
     /// SIGINT arrived (Python's `KeyboardInterrupt`): recovery ran, and the
@@ -51,7 +55,7 @@ impl From<Error> for Failure {
 
 /// The four paths the uninstall acts on, as given.
 #[derive(Debug, Clone)]
-pub struct Paths {
+pub(crate) struct Paths {
     /// `--root`.
     pub root: PathBuf,
     /// `--config-root`.
@@ -64,7 +68,7 @@ pub struct Paths {
 
 /// A completed uninstall.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Removed {
+pub(crate) struct Removed {
     /// True unless the state root was purged.
     pub state_preserved: bool,
     /// The state root, normalised.
@@ -72,7 +76,7 @@ pub struct Removed {
 }
 
 /// Builds the native service manager of the installed layout.
-pub type NativeFactory<'a> = &'a dyn Fn(&ExecutionLayout) -> Result<Box<dyn Native>>;
+pub(super) type NativeFactory<'a> = &'a dyn Fn(&ExecutionLayout) -> Result<Box<dyn Native>>;
 
 fn checkpoint() -> std::result::Result<(), Failure> {
     if signals::pending() {
@@ -93,7 +97,7 @@ fn interrupted_or(failure: Failure) -> Failure {
 }
 
 /// Runs the uninstall; see the module documentation.
-pub fn uninstall(
+pub(crate) fn uninstall(
     paths: &Paths,
     purge_state: bool,
     make_native: NativeFactory<'_>,
@@ -224,7 +228,7 @@ impl Uninstall<'_> {
             }
             Err(err) => return Err(err),
         };
-        let digest = agents_common::python::hex(&Sha256::digest(&data));
+        let digest = python_compat::hex(&Sha256::digest(&data));
         if field(&intent, "layout_sha256").as_str() != Some(digest.as_str()) {
             return Err(Error::runtime(
                 "installed execution layout changed after uninstall admission",
@@ -454,7 +458,7 @@ impl Uninstall<'_> {
             && (field(&receipt, "worker_pid") != field(&role(&prior, "worker"), "pid")
                 || field(&receipt, "gateway_pid") != field(&role(&prior, "gateway"), "pid")
                 || field(&receipt, "worker_release").as_str() != Some(worker_release.as_str())
-                || !agents_common::python_truthy(&field(&receipt, "server_identity"))
+                || !python_compat::truthy(&field(&receipt, "server_identity"))
                 // The marker stores it as text; Python would store any truthy
                 // value and refuse it on the next read.
                 || field(&receipt, "server_identity").as_str().is_none())
@@ -469,7 +473,7 @@ impl Uninstall<'_> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
-            None => agents_common::uuid4()?,
+            None => python_compat::uuid::uuid4().map_err(Error::from)?,
         };
         let admitted = Admitted {
             originals,
@@ -813,7 +817,7 @@ impl Uninstall<'_> {
             for name in ROLES {
                 native.set_enabled(
                     name,
-                    agents_common::python_truthy(&field(&role(prior, name), "enabled")),
+                    python_compat::truthy(&field(&role(prior, name), "enabled")),
                 )?;
             }
         }

@@ -10,20 +10,25 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agents_common::{
-    check_binding, current_uid, entry_present, evidence_digest, json_object, normalize_path,
-    owned_directory, parse_json, pure_path_text, read_file, recovery_directory, recovery_evidence,
-    recovery_service_path, render_recovery_service, Error, ExecutionLayout, Json, JsonObject,
-    RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
-    RECOVERY_PAYLOAD,
+    check_binding, entry_present, evidence_digest, normalize_path, owned_directory, read_file,
+    recovery_directory, recovery_evidence, recovery_service_path, render_recovery_service, Error,
+    ExecutionLayout, RecoveryService, Result, SystemCommandRunner, RECOVERY_DIRECTORY,
+    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
+};
+use python_compat::{
+    json::{parse_json, Json, JsonObject},
+    json_object,
+    os::current_uid,
+    path::pure_path_text,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 /// The roles in the order the seed handles them.
-pub const ROLES: [&str; 2] = ["worker", "gateway"];
+pub(super) const ROLES: [&str; 2] = ["worker", "gateway"];
 
-pub use agents_common::{installed_service_files as service_files, ServiceFiles};
+pub(super) use agents_common::{installed_service_files as service_files, ServiceFiles};
 
 /// The update phases that leave nothing pending.
 const SETTLED_PHASES: [&str; 7] = [
@@ -38,7 +43,7 @@ const SETTLED_PHASES: [&str; 7] = [
 
 /// `_no_pending_update`: the server's update status, when present, must be
 /// private and settled.
-pub fn no_pending_update(layout: &ExecutionLayout) -> Result<()> {
+pub(super) fn no_pending_update(layout: &ExecutionLayout) -> Result<()> {
     let path = layout.state_root.join("admin/server-update.json");
     let data = match read_file(&path, true) {
         Ok((data, _mode)) => data,
@@ -62,7 +67,7 @@ pub fn no_pending_update(layout: &ExecutionLayout) -> Result<()> {
 
 /// `_no_provider_children`: the registry of provider child processes, when
 /// present, must be private and list none.
-pub fn no_provider_children(state_root: &Path) -> Result<()> {
+pub(super) fn no_provider_children(state_root: &Path) -> Result<()> {
     let path = state_root.join("admin/provider-children.json");
     let data = match read_file(&path, true) {
         Ok((data, _mode)) => data,
@@ -83,14 +88,14 @@ pub fn no_provider_children(state_root: &Path) -> Result<()> {
 
 /// An exclusive `flock` on an owned lease file, held until dropped.
 #[derive(Debug)]
-pub struct OwnedLease {
+pub(super) struct OwnedLease {
     _descriptor: OwnedFd,
 }
 
 /// `_owned_lease`: opens an existing private lease file without following
 /// links and takes its exclusive lock without waiting, proving no other
 /// process (a preparation runner, a surviving server) still owns it.
-pub fn owned_lease(path: &Path) -> Result<OwnedLease> {
+pub(super) fn owned_lease(path: &Path) -> Result<OwnedLease> {
     let descriptor = rustix::fs::open(
         path,
         OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
@@ -114,7 +119,7 @@ pub fn owned_lease(path: &Path) -> Result<OwnedLease> {
         }
         Err(errno) => return Err(errno.into()),
     }
-    if identity(path)? != agents_common::fs::file_identity(&info) {
+    if identity(path)? != python_compat::os::file_identity(&info) {
         return Err(Error::runtime("uninstall ownership lease changed"));
     }
     Ok(OwnedLease {
@@ -125,7 +130,7 @@ pub fn owned_lease(path: &Path) -> Result<OwnedLease> {
 /// `_hold_preparation_leases`: every candidate preparation directory must be
 /// a private, well-named directory whose runner lock (if any) is free; the
 /// locks are held until the uninstall ends.
-pub fn hold_preparation_leases(root: &Path) -> Result<Vec<OwnedLease>> {
+pub(super) fn hold_preparation_leases(root: &Path) -> Result<Vec<OwnedLease>> {
     let parent = root.join(".update-preparations");
     if !entry_present(&parent)? {
         return Ok(Vec::new());
@@ -142,7 +147,7 @@ pub fn hold_preparation_leases(root: &Path) -> Result<Vec<OwnedLease>> {
     names.sort();
     let mut leases = Vec::new();
     for name in names {
-        let well_named = agents_common::python::is_lower_hex(&name, 32);
+        let well_named = python_compat::is_lower_hex(&name, 32);
         if !well_named {
             return Err(Error::runtime(
                 "unknown candidate preparation directory; no files were removed",
@@ -162,7 +167,7 @@ pub fn hold_preparation_leases(root: &Path) -> Result<Vec<OwnedLease>> {
 /// never followed) is owned, fully accessible to its owner and on the root's
 /// filesystem, so removal can neither fail half-way on permissions nor
 /// cross into another mount.
-pub fn removable_tree(path: &Path) -> Result<()> {
+pub(super) fn removable_tree(path: &Path) -> Result<()> {
     let info = fs::symlink_metadata(path).map_err(|err| Error::from_io_path(&err, path))?;
     owned_directory(path, true)?;
     removable_children(path, info.dev())
@@ -191,14 +196,14 @@ fn removable_children(path: &Path, device: u64) -> Result<()> {
 }
 
 /// `_identity`: `(st_dev, st_ino)` of the entry itself.
-pub fn identity(path: &Path) -> Result<(u64, u64)> {
+pub(super) fn identity(path: &Path) -> Result<(u64, u64)> {
     let info = fs::symlink_metadata(path).map_err(|err| Error::from_io_path(&err, path))?;
     Ok((info.dev(), info.ino()))
 }
 
 /// `_remove_child`: a directory tree is removed without following any link
 /// in it; anything else is unlinked.
-pub fn remove_child(path: &Path) -> Result<()> {
+pub(super) fn remove_child(path: &Path) -> Result<()> {
     let info = fs::symlink_metadata(path).map_err(|err| Error::from_io_path(&err, path))?;
     let removed = if info.is_dir() {
         fs::remove_dir_all(path)
@@ -212,7 +217,7 @@ pub fn remove_child(path: &Path) -> Result<()> {
 /// activation recovery owner must be retired (finalized and retired
 /// evidence matching its terminal proof), its native registration gone and
 /// its job not running; otherwise no runtime or bootstrap may be removed.
-pub fn require_retired_owners(root: &Path) -> Result<()> {
+pub(super) fn require_retired_owners(root: &Path) -> Result<()> {
     let parent = root.join(RECOVERY_DIRECTORY);
     if !entry_present(&parent)? {
         return Ok(());
@@ -403,7 +408,7 @@ fn interpreter_digest(path: &Path) -> Result<String> {
             "recovery interpreter changed while inspected",
         ));
     }
-    Ok(agents_common::python::hex(&digest.finalize()))
+    Ok(python_compat::hex(&digest.finalize()))
 }
 
 /// A validated owner's text field (`platform`, `home`).
@@ -418,7 +423,7 @@ fn path_exists(path: &Path) -> bool {
 
 /// `Path.resolve(strict=False)` of a symlink: its target with the existing
 /// part resolved physically and the missing tail kept.
-pub fn resolve_lenient(link: &Path) -> Option<PathBuf> {
+pub(super) fn resolve_lenient(link: &Path) -> Option<PathBuf> {
     let target = fs::read_link(link).ok()?;
     let absolute = match link.parent() {
         Some(parent) if target.is_relative() => parent.join(target),

@@ -8,14 +8,15 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use agents_common::{
-    encode_indented, json_object, layout_manifest, ExecutionLayout, Json, NativeServices,
-    UNINSTALL_INTENT_NAME,
-};
+use agents_common::{layout_manifest, ExecutionLayout, NativeServices, UNINSTALL_INTENT_NAME};
 use agents_tests::recorded_commands::{
     domain, expect, launchd_fixture, launchd_print_disabled, reply, Exchange, Recorded,
 };
 use agents_tests::{free_port, write_file, write_file_making_parents, Installation};
+use python_compat::{
+    json::{encode_indented, Json},
+    json_object,
+};
 
 use super::algorithm::{uninstall, Failure, NativeFactory, Paths};
 use super::native::Native;

@@ -22,8 +22,8 @@ use agents_common::{
     installed_layout, no_activation, normalize_path, read_interrupted_removal, Error,
 };
 
-pub use algorithm::{uninstall, Failure, Paths};
-pub use native::native_services;
+pub(crate) use algorithm::{uninstall, Failure, Paths};
+pub(crate) use native::native_services;
 
 use crate::output::{prompt_stderr, prompt_stdout, say, warn};
 use crate::signals;
@@ -31,7 +31,7 @@ use crate::terminal::{read_raw_line, stdin_is_terminal, RawLine};
 
 /// The helper's arguments (paths as argparse's `type=Path` made them).
 #[derive(Debug, Clone)]
-pub struct SplitArgs {
+pub(crate) struct SplitArgs {
     /// `--root`, `--config-root`, `--state-root`, `--home`.
     pub paths: Paths,
     /// `--yes`.
@@ -48,7 +48,7 @@ enum NoAnswer {
 }
 
 /// Runs the split uninstall and returns the exit status.
-pub fn main(args: &SplitArgs) -> u8 {
+pub(crate) fn main(args: &SplitArgs) -> u8 {
     signals::trap_interrupt();
     let outcome = confirm(args).and_then(|()| {
         uninstall(&args.paths, args.purge_state, &|layout| {

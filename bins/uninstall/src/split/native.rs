@@ -5,7 +5,7 @@
 use agents_common::{ExecutionLayout, NativeServices, Result, ServiceSnapshot};
 
 /// The native service manager of an installed layout.
-pub trait Native: ServiceSnapshot {
+pub(crate) trait Native: ServiceSnapshot {
     /// Enables or disables a role's boot-time start.
     fn set_enabled(&self, role: &str, enabled: bool) -> Result<()>;
     /// Stops a role gracefully, waiting (bounded) until it has stopped.
@@ -43,6 +43,6 @@ impl Native for NativeServices {
 
 /// The host's native service manager for `layout` (ValueError `native
 /// execution platform does not match this host` on another platform).
-pub fn native_services(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
+pub(crate) fn native_services(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
     Ok(Box::new(NativeServices::new(layout)?))
 }

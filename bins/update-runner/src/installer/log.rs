@@ -7,8 +7,8 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::redact::{redact_line, redact_values};
-use agents_common::python::text::{splitlines, strip};
 use agents_common::{Error, Result};
+use python_compat::{splitlines, strip};
 
 /// Size the log is trimmed to after every attempt (and, less the next
 /// header, before it).

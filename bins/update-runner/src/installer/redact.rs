@@ -55,10 +55,7 @@ fn redact_tokens(chars: &[char], prefix: fn(&[char], usize) -> Option<usize>) ->
     let mut at = 0;
     while at < chars.len() {
         if let Some(end) = prefix(chars, at) {
-            let token = chars[end..]
-                .iter()
-                .take_while(|c| !is_python_space(**c))
-                .count();
+            let token = chars[end..].iter().take_while(|c| !is_space(**c)).count();
             if token > 0 {
                 out.extend_from_slice(&chars[at..end]);
                 out.extend(REDACTED.chars());
@@ -152,13 +149,13 @@ fn spaces(chars: &[char], at: usize) -> usize {
         .get(at..)
         .unwrap_or_default()
         .iter()
-        .take_while(|c| is_python_space(**c))
+        .take_while(|c| is_space(**c))
         .count()
 }
 
 /// Python's `\s` and `str.isspace()`: Unicode White_Space plus the
 /// information separators U+001C..U+001F.
-use agents_common::python::text::is_space as is_python_space;
+use python_compat::is_space;
 
 /// A `\w` character for the boundary before `Bearer` (see the deviation
 /// in the module documentation).
@@ -169,14 +166,14 @@ fn is_word_before_boundary(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::redact_line;
-    use agents_common::python::text::splitlines as python_splitlines;
+    use python_compat::splitlines;
 
     #[test]
     fn splitlines_matches_python() {
-        assert_eq!(python_splitlines(""), Vec::<&str>::new());
-        assert_eq!(python_splitlines("a\r\nb\rc\n"), ["a", "b", "c"]);
-        assert_eq!(python_splitlines("\n\n"), ["", ""]);
-        assert_eq!(python_splitlines("a\u{2028}b\u{1f}c"), ["a", "b\u{1f}c"]);
+        assert_eq!(splitlines(""), Vec::<&str>::new());
+        assert_eq!(splitlines("a\r\nb\rc\n"), ["a", "b", "c"]);
+        assert_eq!(splitlines("\n\n"), ["", ""]);
+        assert_eq!(splitlines("a\u{2028}b\u{1f}c"), ["a", "b\u{1f}c"]);
     }
 
     #[test]

@@ -12,11 +12,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use agents_common::{json_object, Error, Json, JsonObject, Result};
+use agents_common::{Error, Result};
+use python_compat::{
+    hex,
+    json::{Json, JsonObject},
+    json_object,
+};
 use sha2::{Digest, Sha256};
 
 use super::MAX_RECEIPT_BYTES;
-use agents_common::python::hex;
 
 /// `MAX_FILE_BYTES`: largest staged file.
 const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
@@ -35,7 +39,7 @@ const REQUIRED: [&str; 5] = [
 
 /// Which of `_file`'s rules apply to one file.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FileRules {
+pub(super) struct FileRules {
     /// Exactly 0600 and at most `MAX_RECEIPT_BYTES` (receipts, inventories).
     private: bool,
     /// A `.venv` member: more than one link is allowed.
@@ -50,7 +54,7 @@ pub struct FileRules {
 
 impl FileRules {
     /// A receipt or inventory of the preparation.
-    pub fn receipt() -> Self {
+    pub(super) fn receipt() -> Self {
         FileRules {
             private: true,
             ..FileRules::default()
@@ -58,12 +62,12 @@ impl FileRules {
     }
 
     /// A release source file.
-    pub fn source() -> Self {
+    pub(super) fn source() -> Self {
         FileRules::default()
     }
 
     /// The same rules, keeping the file's bytes.
-    pub fn with_contents(self) -> Self {
+    pub(super) fn with_contents(self) -> Self {
         FileRules {
             contents: true,
             ..self
@@ -72,7 +76,7 @@ impl FileRules {
 }
 
 /// One checked file: its inventory facts and, when asked, its bytes.
-pub struct CheckedFile {
+pub(super) struct CheckedFile {
     pub mode: u32,
     pub size: u64,
     pub sha256: String,
@@ -113,7 +117,7 @@ fn lstat(path: &Path) -> Result<Metadata> {
 /// Why `_file` refused a preparation file. The receipt's reader words each
 /// refusal for the receipt; every other caller raises `_file`'s own error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileRefusal {
+pub(super) enum FileRefusal {
     /// Not a regular file we own with safe, expected modes and links, or
     /// larger than its limit before reading.
     Unsafe,
@@ -125,7 +129,7 @@ pub enum FileRefusal {
 
 impl FileRefusal {
     /// `_file`'s own exception for this refusal.
-    pub fn error(self) -> Error {
+    pub(super) fn error(self) -> Error {
         match self {
             FileRefusal::Unsafe => Error::permission("preparation file is unsafe or too large"),
             FileRefusal::TooLarge => Error::value("preparation file exceeds size limit"),
@@ -136,7 +140,7 @@ impl FileRefusal {
 
 /// How [`check_file`] failed: a refusal of the file, or an OS error.
 #[derive(Debug)]
-pub enum CheckFailure {
+pub(super) enum CheckFailure {
     /// The file broke one of `_file`'s rules.
     Refused(FileRefusal),
     /// Opening, reading or `stat`ing it failed.
@@ -157,7 +161,7 @@ impl From<std::io::Error> for CheckFailure {
 
 /// `_file(path, ...)`: a regular file (never through a link) that passes
 /// `rules`, hashed while read and unchanged by the end.
-pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
+pub(super) fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
     check_file(path, rules).map_err(|failure| match failure {
         CheckFailure::Refused(refusal) => refusal.error(),
         CheckFailure::Failed(error) => error,
@@ -165,7 +169,7 @@ pub fn read_checked(path: &Path, rules: &FileRules) -> Result<CheckedFile> {
 }
 
 /// [`read_checked`], telling a refusal of the file apart from an OS error.
-pub fn check_file(
+pub(super) fn check_file(
     path: &Path,
     rules: &FileRules,
 ) -> std::result::Result<CheckedFile, CheckFailure> {
@@ -232,12 +236,12 @@ pub fn check_file(
 }
 
 /// `[0-9a-f]{64}`.
-pub fn is_sha256(text: &str) -> bool {
-    agents_common::python::is_lower_hex(text, 64)
+pub(super) fn is_sha256(text: &str) -> bool {
+    python_compat::is_lower_hex(text, 64)
 }
 
 /// A validated source inventory: name to `(sha256, size)`.
-pub struct SourceInventory {
+pub(super) struct SourceInventory {
     files: Vec<(String, String, i128)>,
     /// Every ancestor directory of a listed file (never `.`).
     parents: BTreeSet<String>,
@@ -252,7 +256,7 @@ impl SourceInventory {
 /// `_source_inventory`: `{"format": 1, "files": {name: {"sha256", "size"}}}`
 /// naming at least the required files, with normalised relative names
 /// outside `.venv` and `__pycache__`.
-pub fn source_inventory(value: &Json) -> Result<SourceInventory> {
+pub(super) fn source_inventory(value: &Json) -> Result<SourceInventory> {
     let format_ok = value.as_object().is_some_and(|object| {
         object.len() == 2
             && object.contains_key("format")
@@ -337,7 +341,7 @@ fn is_interpreter_name(name: &[u8]) -> bool {
 /// `_inventory_tree(candidate, source)`: the complete staged tree, keyed by
 /// relative POSIX name; the source files must match the verified archive
 /// and the runtime interpreter must be there.
-pub fn inventory_tree(candidate: &Path, source: &SourceInventory) -> Result<JsonObject> {
+pub(super) fn inventory_tree(candidate: &Path, source: &SourceInventory) -> Result<JsonObject> {
     let mut walk = TreeWalk {
         candidate,
         source,
@@ -525,7 +529,7 @@ fn owned_directory(path: &Path) -> Result<Metadata> {
 
 /// The digits of every `^API_CONTRACT_VERSION\s*=\s*([0-9]+)\s*$` match
 /// (`re.MULTILINE` over bytes, where `\s` also crosses line ends).
-pub fn api_contract_declarations(data: &[u8]) -> Vec<String> {
+pub(super) fn api_contract_declarations(data: &[u8]) -> Vec<String> {
     const NAME: &[u8] = b"API_CONTRACT_VERSION";
     let space = |byte: u8| matches!(byte, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
     let mut found = Vec::new();

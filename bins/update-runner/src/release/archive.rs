@@ -33,10 +33,12 @@ use sha2::{Digest, Sha256, Sha512};
 use super::download::{download_npm_archive_to, download_to, ARCHIVE_DOWNLOAD_DEADLINE_SECONDS};
 use super::manifest::ReleaseManifest;
 use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
-use agents_common::python::hex::hex;
-use agents_common::python::text::repr;
-use agents_common::{parse_json, ErrorClass, Json};
 use agents_common::{Error, Result};
+use python_compat::{
+    hex,
+    json::{parse_json, Json},
+    repr, ErrorClass,
+};
 
 /// Most members an npm archive may hold.
 const NPM_MAX_MEMBERS: usize = 4096;
@@ -409,11 +411,11 @@ impl<'a> ExtractionPass<'a> {
         }
         let target = PathBuf::from(OsStr::from_bytes(&raw));
         let mtime = member_mtime(entry, extensions);
-        let upper = agents_common::python::path::dirname(&raw);
+        let upper = python_compat::path::dirname(&raw);
         if !upper.is_empty() {
             let upper = Path::new(OsStr::from_bytes(upper));
             if !upper.exists() {
-                agents_common::python::path::makedirs(upper)?;
+                python_compat::path::makedirs(upper)?;
             }
         }
         if kind == MemberKind::Directory {
@@ -738,13 +740,13 @@ fn npm_layout(destination: &Path, version: &str) -> Result<PathBuf> {
 }
 
 fn read_version_file(path: &Path) -> Result<String> {
-    Ok(agents_common::python::strip(&read_text(path)?).to_string())
+    Ok(python_compat::strip(&read_text(path)?).to_string())
 }
 
 /// `Path.read_text()`: strict UTF-8, failing with Python's decode message.
 fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|err| Error::from_io_path(&err, path))?;
-    Ok(agents_common::python::decode_utf8(&bytes)?.to_string())
+    Ok(python_compat::decode_utf8(&bytes)?.to_string())
 }
 
 /// Python's legacy layout: exactly one top-level directory holding `install.sh`.

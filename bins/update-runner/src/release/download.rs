@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use super::UPDATER_USER_AGENT;
 use crate::urllib;
-use agents_common::{Error, ErrorClass, Result};
+use agents_common::{Error, Result};
+use python_compat::ErrorClass;
 
 /// Deadline of a metadata request (urllib's 30 s socket timeout).
 pub const METADATA_DOWNLOAD_DEADLINE_SECONDS: u64 = 30;
@@ -132,7 +133,7 @@ impl OpenResponse {
     pub(crate) fn copy_body(mut self, max_bytes: u64, sink: &mut dyn Write) -> Result<u64> {
         self.response
             .read(max_bytes, sink)
-            .map_err(urllib::Failure::into_error)
+            .map_err(|failure| urllib::Failure::from(failure).into_error())
     }
 }
 
@@ -212,8 +213,8 @@ pub(crate) fn download_to(
     sink: &mut dyn Write,
 ) -> std::result::Result<u64, FetchError> {
     let response = open(url, deadline_seconds, Redirects::Follow)?;
-    let declared =
-        agents_common::python::number::header_int(response.header("Content-Length").unwrap_or(""))?;
+    let declared = python_compat::header_int(response.header("Content-Length").unwrap_or(""))
+        .map_err(Error::from)?;
     let too_large = || Error::runtime(format!("download exceeds the {limit}-byte safety limit"));
     if declared.is_some_and(|declared| declared > i128::from(limit)) {
         return Err(too_large().into());
@@ -249,7 +250,7 @@ pub(crate) fn download_npm_archive_to(
         return Err(Error::runtime("npm release archive location changed").into());
     }
     if let Some(declared) = response.header("Content-Length") {
-        if agents_common::python::number::header_int(declared)? != Some(i128::from(size)) {
+        if python_compat::header_int(declared).map_err(Error::from)? != Some(i128::from(size)) {
             return Err(Error::runtime("npm release archive size changed").into());
         }
     }
@@ -285,30 +286,18 @@ mod tests {
 
     #[test]
     fn content_length_parses_like_python_int() {
-        assert_eq!(agents_common::python::number::header_int("").unwrap(), None);
+        assert_eq!(python_compat::header_int("").unwrap(), None);
+        assert_eq!(python_compat::header_int("12").unwrap(), Some(12));
+        assert_eq!(python_compat::header_int(" +1_000 ").unwrap(), Some(1000));
+        assert_eq!(python_compat::header_int("-5").unwrap(), Some(-5));
         assert_eq!(
-            agents_common::python::number::header_int("12").unwrap(),
-            Some(12)
-        );
-        assert_eq!(
-            agents_common::python::number::header_int(" +1_000 ").unwrap(),
-            Some(1000)
-        );
-        assert_eq!(
-            agents_common::python::number::header_int("-5").unwrap(),
-            Some(-5)
-        );
-        assert_eq!(
-            agents_common::python::number::header_int("12abc")
+            python_compat::header_int("12abc")
                 .unwrap_err()
                 .python_line(),
             "ValueError: invalid literal for int() with base 10: '12abc'"
         );
         for bad in ["_1", "1_", "1__0", "+", "0x10"] {
-            assert!(
-                agents_common::python::number::header_int(bad).is_err(),
-                "{bad}"
-            );
+            assert!(python_compat::header_int(bad).is_err(), "{bad}");
         }
     }
 

@@ -7,8 +7,7 @@ use ed25519_dalek::pkcs8::spki::der::Decode as _;
 use ed25519_dalek::pkcs8::spki::SubjectPublicKeyInfoRef;
 use ed25519_dalek::VerifyingKey;
 
-use agents_common::fs::{read_regular_file, BoundedRead, Leaf};
-use agents_common::{Error, Result};
+use agents_common::{read_regular_file, BoundedRead, Error, Leaf, Result};
 
 /// cryptography's text for a file without a well-formed PEM block.
 const PEM_FRAMING_ERROR: &str = "Unable to load PEM file. See https://cryptography.io/en/latest/faq/#why-can-t-i-import-my-pem-file for more details. MalformedFraming";
@@ -25,7 +24,7 @@ const DER_ERROR: &str = "Could not deserialize key data. The data may be in an i
 /// the first PEM block counts, text around it is ignored, and any other key
 /// type is refused with the seed's message.
 /// Largest public key file read.
-pub const MAX_PUBLIC_KEY_BYTES: u64 = 64 * 1024;
+pub(super) const MAX_PUBLIC_KEY_BYTES: u64 = 64 * 1024;
 
 pub(crate) fn load_release_public_key(path: &Path) -> Result<VerifyingKey> {
     // Stricter than the seed's read_bytes(), which blocks on a FIFO and

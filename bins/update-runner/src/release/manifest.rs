@@ -14,9 +14,11 @@ use ed25519_dalek::{Signature, Verifier as _};
 use super::key::load_release_public_key;
 use super::version::{normalized_release_track, release_track, version_is_valid};
 use super::{ReleaseEndpoints, MAX_ARCHIVE_BYTES, MAX_NPM_MANIFEST_BYTES, NPM_PACKAGE_NAME};
-use agents_common::python::base64::b64decode_validate;
-use agents_common::{parse_json, Json, JsonObject};
 use agents_common::{Error, Result};
+use python_compat::{
+    base64::b64decode_validate,
+    json::{parse_json, Json, JsonObject},
+};
 
 /// Message of a manifest whose signature does not verify. Python raises
 /// `InvalidSignature`, whose text is empty; the port names the failure.
@@ -78,14 +80,14 @@ impl ReleaseManifest {
     /// `archive.name`: the file name the archive is saved under.
     pub fn archive_name(&self) -> String {
         self.archive_field("name")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default()
     }
 
     /// `archive.url`: the trusted location the archive is downloaded from.
     pub fn archive_url(&self) -> String {
         self.archive_field("url")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default()
     }
 
@@ -150,7 +152,7 @@ impl ReleaseTrust {
         };
         let version = document
             .get("version")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default();
         if !version_is_valid(&version) {
             return Err(Error::runtime(
@@ -170,7 +172,7 @@ impl ReleaseTrust {
         }
         let expected_prerelease = actual_track == "beta";
         if !in_none_or(document.get("prerelease"), |value| {
-            agents_common::python::values::equals_bool(value, expected_prerelease)
+            python_compat::equals_bool(value, expected_prerelease)
         })? {
             return Err(Error::runtime(
                 "release manifest prerelease metadata is inconsistent",
@@ -212,15 +214,15 @@ impl ReleaseTrust {
         };
         let archive_name = archive
             .get("name")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default();
         let archive_url = archive
             .get("url")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default();
         let archive_sha = archive
             .get("sha256")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default()
             .to_lowercase();
         if archive_name != expected_name
@@ -228,7 +230,7 @@ impl ReleaseTrust {
         {
             return Err(Error::runtime("release archive location is not trusted"));
         }
-        if !agents_common::python::hex::is_lower_hex(archive_sha, 64) {
+        if !python_compat::is_lower_hex(archive_sha, 64) {
             return Err(Error::runtime("release archive checksum is invalid"));
         }
         Ok(ReleaseManifest {
@@ -278,7 +280,7 @@ impl ReleaseTrust {
         };
         let track = candidate
             .get("track")
-            .map(agents_common::python::str_or_empty)
+            .map(python_compat::str_or_empty)
             .unwrap_or_default();
         let manifest =
             self.verify_manifest(&payload, &signature, expected_version, &track, true)?;

@@ -6,8 +6,8 @@
 
 use std::cmp::Ordering;
 
-use agents_common::Json;
 use agents_common::{Error, Result};
+use python_compat::json::Json;
 
 /// The two release tracks a managed update may follow.
 pub const RELEASE_TRACKS: [&str; 2] = ["stable", "beta"];
@@ -68,7 +68,7 @@ pub fn release_track(version: &str) -> &'static str {
 pub fn normalized_release_track(track: Option<&str>) -> Result<&'static str> {
     let raw = track.unwrap_or("");
     let source = if raw.is_empty() { "stable" } else { raw };
-    let value = agents_common::python::strip(source).to_lowercase();
+    let value = python_compat::strip(source).to_lowercase();
     RELEASE_TRACKS
         .into_iter()
         .find(|known| *known == value)
@@ -213,9 +213,7 @@ pub fn release_candidates(releases: &Json, track: &str) -> Result<Vec<String>> {
         if release.get("draft").and_then(Json::as_bool) == Some(true) {
             continue;
         }
-        let tag = release
-            .get("tag_name")
-            .map(agents_common::python::str_or_empty);
+        let tag = release.get("tag_name").map(python_compat::str_or_empty);
         let Some(version) = tag.as_deref().and_then(|tag| tag.strip_prefix('v')) else {
             continue;
         };
@@ -223,7 +221,7 @@ pub fn release_candidates(releases: &Json, track: &str) -> Result<Vec<String>> {
             continue;
         }
         if let Some(declared) = release.get("prerelease").filter(|value| !value.is_null()) {
-            if agents_common::python::truthy(declared) != version_is_prerelease(version) {
+            if python_compat::truthy(declared) != version_is_prerelease(version) {
                 continue;
             }
         }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::release::UPDATER_USER_AGENT;
 use crate::urllib::{self, Failure};
-use agents_common::python::int::PythonInt;
-use agents_common::{Error, ErrorClass};
+use agents_common::Error;
+use python_compat::{ErrorClass, PythonInt};
 
 /// A failed request: the exception text and class Python reports, and
 /// whether `transient_server_readiness_error` would call it transient.
@@ -82,6 +82,8 @@ pub(crate) fn get(
         return Err(GetFailure::status(response.code, &response.reason));
     }
     let mut body = Vec::new();
-    response.read(limit as u64 + 1, &mut body)?;
+    response
+        .read(limit as u64 + 1, &mut body)
+        .map_err(Failure::from)?;
     Ok(body)
 }

@@ -12,10 +12,11 @@ use std::io::{self, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
-use super::{protocol, read_status, remaining, tls, Failure, LineReader, Stream, Target};
+use super::{remaining, tls, Deadlined, Failure, Stream, Target};
 use crate::proxy::{self, Proxy, Route};
-use agents_common::python::int::PythonInt;
-use agents_common::{Error, ErrorClass};
+use agents_common::Error;
+use python_compat::http_client::{host_port, read_status, LineReader, ReadFailure};
+use python_compat::{ErrorClass, Exception, PythonInt};
 
 /// `http.client.HTTP_PORT` and `HTTPS_PORT`: the ports a connection without
 /// one uses (a proxy without a port, too, by the connection's class).
@@ -70,7 +71,9 @@ pub(super) fn open(
             })
         }
         Route::UnknownScheme(scheme) => Err(Failure::Protocol(
-            Error::new(ErrorClass::Os, format!("unknown url type: {scheme}")).into_url_error(),
+            Exception::new(ErrorClass::Os, format!("unknown url type: {scheme}"))
+                .into_url_error()
+                .into(),
         )),
     }
 }
@@ -89,38 +92,6 @@ fn secure_if(
     let stream =
         tls::wrap(socket, host, deadline).map_err(|failure| Failure::Connect(failure.0))?;
     Ok(Stream::Tls(Box::new(stream)))
-}
-
-/// `HTTPConnection._get_hostport(host, None)`: the host (brackets of an
-/// IPv6 literal removed) and `int()` of the text after its last `:` outside
-/// brackets; none or an empty one is `default`.
-pub(super) fn host_port(text: &str, default: u16) -> Result<(String, PythonInt), Failure> {
-    let colon = text.rfind(':');
-    let bracket = text.rfind(']');
-    let (host, port) = match colon {
-        Some(index) if colon > bracket => {
-            let digits = &text[index + 1..];
-            let port = match PythonInt::parse(digits) {
-                Some(port) => port,
-                None if digits.is_empty() => PythonInt::Small(i128::from(default)),
-                None => {
-                    return Err(Failure::Protocol(Error::value(format!(
-                        "nonnumeric port: '{digits}'"
-                    ))))
-                }
-            };
-            (&text[..index], port)
-        }
-        _ => (text, PythonInt::Small(i128::from(default))),
-    };
-    let host = match host
-        .strip_prefix('[')
-        .and_then(|inner| inner.strip_suffix(']'))
-    {
-        Some(inner) => inner,
-        None => host,
-    };
-    Ok((host.to_string(), port))
 }
 
 /// The port getaddrinfo(3) resolves for Python's int: CPython passes it as
@@ -142,11 +113,12 @@ pub(super) fn service_port(port: &PythonInt) -> Result<u16, Failure> {
     let service = value as u64 as u32 as i32;
     if service < 0 {
         return Err(Failure::Protocol(
-            Error::new(
+            Exception::new(
                 ErrorClass::Os,
                 "[Errno -8] Servname not supported for ai_socktype",
             )
-            .into_url_error(),
+            .into_url_error()
+            .into(),
         ));
     }
     Ok(service as u16)
@@ -191,11 +163,14 @@ fn tunnel(
         .set_write_timeout(Some(timeout))
         .and_then(|()| socket.write_all(request.as_bytes()))
         .map_err(Failure::Connect)?;
-    let mut reader = LineReader::new(Stream::Plain(socket), deadline);
+    let mut reader = LineReader::new(Deadlined {
+        stream: socket,
+        deadline,
+    });
     // Socket errors while connecting are all URLError, the reply's too.
     let as_connect = |failure| match failure {
-        Failure::Socket(error) => Failure::Connect(error),
-        other => other,
+        ReadFailure::Socket(error) => Failure::Connect(error),
+        ReadFailure::Protocol(exception) => Failure::from(exception),
     };
     let (code, reason) = read_status(&mut reader).map_err(as_connect)?;
     if code != 200 {
@@ -211,10 +186,7 @@ fn tunnel(
     }
     // Bytes the proxy sent past its reply are dropped, as http.client's
     // buffered reader drops them.
-    match reader.into_stream() {
-        Stream::Plain(socket) => Ok(socket),
-        Stream::Tls(_) => Err(protocol("a CONNECT tunnel runs over plain TCP")),
-    }
+    Ok(reader.into_inner().stream)
 }
 
 #[cfg(test)]
@@ -222,30 +194,6 @@ mod tests {
     use super::*;
     use crate::urllib::{get, Routing};
     use std::time::Duration;
-
-    #[test]
-    fn host_ports_split_like_get_hostport() {
-        let cases = [
-            ("proxy:3128", ("proxy", 3128)),
-            ("proxy", ("proxy", 80)),
-            ("proxy:", ("proxy", 80)),
-            ("[::1]:8080", ("::1", 8080)),
-            ("[::1]", ("::1", 80)),
-            ("proxy: +3_128 ", ("proxy", 3128)),
-        ];
-        for (text, (host, port)) in cases {
-            let (parsed_host, parsed_port) = host_port(text, 80).unwrap();
-            assert_eq!(
-                (parsed_host.as_str(), parsed_port),
-                (host, PythonInt::Small(port)),
-                "{text}"
-            );
-        }
-        let Err(Failure::Protocol(error)) = host_port("proxy:http", 80) else {
-            panic!("a nonnumeric port is refused");
-        };
-        assert_eq!(error.message(), "nonnumeric port: 'http'");
-    }
 
     /// A peer that accepts one connection and says nothing for `hold`.
     fn silent_peer(hold: Duration) -> (u16, std::thread::JoinHandle<()>) {

@@ -8,11 +8,11 @@ use agents_tests::release_support::Member;
 use proptest::prelude::*;
 
 /// The legacy release root.
-pub const ROOT: &str = "agents-server-1.0.7";
+pub(crate) const ROOT: &str = "agents-server-1.0.7";
 
 /// How many generated archives go through the seed in one batch.
 #[allow(dead_code)] // used by the differential test only
-pub fn differential_cases() -> usize {
+pub(crate) fn differential_cases() -> usize {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|cases| cases.parse::<usize>().ok())
@@ -85,7 +85,7 @@ fn arb_member() -> impl Strategy<Value = Vec<Member>> {
 
 /// The members of a legacy (or, when the flag is set, npm) release with
 /// generated members mixed in, and whether it is an npm release.
-pub fn arb_release() -> impl Strategy<Value = (Vec<Member>, bool)> {
+pub(crate) fn arb_release() -> impl Strategy<Value = (Vec<Member>, bool)> {
     (
         any::<bool>(),
         any::<bool>(),

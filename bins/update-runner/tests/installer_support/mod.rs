@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{encode_indented, parse_json, Json, JsonObject, Result};
+use agents_common::Result;
 use agents_tests::{Originals, TempDir};
+use python_compat::json::{encode_compact, encode_indented, parse_json, Json, JsonObject};
 use update_runner::installer::{InstallerOutcome, InstallerRun};
 
 const STAND_IN: &str = concat!(
@@ -28,7 +28,7 @@ const ORACLE: &str = concat!(
 /// An installation under a temporary root: `release dir/install.sh` (the
 /// stand-in), `admin/server-update.json` and its log, and a folder where the
 /// stand-in records how it was started.
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub root: TempDir,
     pub release: PathBuf,
     pub program: PathBuf,
@@ -38,7 +38,7 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub fn new() -> Fixture {
+    pub(crate) fn new() -> Fixture {
         let root = TempDir::with_mode("installer", 0o755);
         // A space in the release path keeps quoting honest.
         let release = root.path().join("release 1.2.3");
@@ -62,38 +62,38 @@ impl Fixture {
     }
 
     /// A run of the stand-in with `steps`, the seed's defaults otherwise.
-    pub fn run(&self, steps: &[&str]) -> InstallerRun {
+    pub(crate) fn run(&self, steps: &[&str]) -> InstallerRun {
         stand_in_run(self.root.path(), steps)
     }
 
     /// Write the status row (as the server would: sorted, indented).
-    pub fn write_row(&self, row: &JsonObject) {
+    pub(crate) fn write_row(&self, row: &JsonObject) {
         std::fs::write(&self.status, encode_indented(&Json::Object(row.clone()))).unwrap();
     }
 
-    pub fn row(&self) -> JsonObject {
+    pub(crate) fn row(&self) -> JsonObject {
         match parse_json(&std::fs::read(&self.status).unwrap()).unwrap() {
             Json::Object(row) => row,
             other => panic!("status row is not an object: {other:?}"),
         }
     }
 
-    pub fn log_bytes(&self) -> Vec<u8> {
+    pub(crate) fn log_bytes(&self) -> Vec<u8> {
         std::fs::read(&self.log).unwrap_or_default()
     }
 
-    pub fn recorded(&self, name: &str) -> Option<String> {
+    pub(crate) fn recorded(&self, name: &str) -> Option<String> {
         std::fs::read_to_string(self.record.join(name))
             .ok()
             .map(|text| text.trim_end_matches('\n').to_string())
     }
 
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         let raw = self.recorded("argv").expect("the installer recorded argv");
         raw.split_terminator('\0').map(str::to_string).collect()
     }
 
-    pub fn environ(&self) -> Vec<(String, String)> {
+    pub(crate) fn environ(&self) -> Vec<(String, String)> {
         let raw = std::fs::read(self.record.join("environ")).unwrap();
         let mut pairs: Vec<(String, String)> = raw
             .split(|byte| *byte == 0)
@@ -109,11 +109,11 @@ impl Fixture {
     }
 
     /// (pid, process group, session) of the installer from `/proc/pid/stat`.
-    pub fn identity(&self) -> (i32, i32, i32) {
+    pub(crate) fn identity(&self) -> (i32, i32, i32) {
         stat_identity(&self.recorded("stat").unwrap())
     }
 
-    pub fn marker(&self, name: &str) -> bool {
+    pub(crate) fn marker(&self, name: &str) -> bool {
         self.record.join(name).exists()
     }
 }
@@ -121,7 +121,7 @@ impl Fixture {
 /// (pid, process group, session) from a `/proc/<pid>/stat` line. A session
 /// whose leader lives outside our PID namespace reads as 0 (as on CI runners),
 /// which `getsid(2)` wrappers that insist on a positive PID cannot represent.
-pub fn stat_identity(stat: &str) -> (i32, i32, i32) {
+pub(crate) fn stat_identity(stat: &str) -> (i32, i32, i32) {
     let pid = stat.split(' ').next().unwrap().parse().unwrap();
     let after_name = &stat[stat.rfind(')').unwrap() + 2..];
     let fields: Vec<&str> = after_name.split(' ').collect();
@@ -131,7 +131,7 @@ pub fn stat_identity(stat: &str) -> (i32, i32, i32) {
 
 /// The run of [`Fixture::run`] for the fixture rooted at `root`, for a
 /// process that did not create the fixture.
-pub fn stand_in_run(root: &Path, steps: &[&str]) -> InstallerRun {
+pub(crate) fn stand_in_run(root: &Path, steps: &[&str]) -> InstallerRun {
     let release = root.join("release 1.2.3");
     let mut arguments = vec![OsString::from(root.join("record"))];
     arguments.extend(steps.iter().map(OsString::from));
@@ -145,7 +145,7 @@ pub fn stand_in_run(root: &Path, steps: &[&str]) -> InstallerRun {
 }
 
 /// The InstallerRun's keyword arguments for the seed's `run_installer`.
-pub fn seed_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
+pub(crate) fn seed_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
     let text = |path: &Path| Json::from(path.to_str().unwrap());
     let optional = |value: &Option<String>| value.as_deref().map_or(Json::Null, Json::from);
     let mut command = vec![text(&run.program)];
@@ -180,7 +180,7 @@ pub fn seed_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
 
 /// Run the seed's functions on `calls` (see seed_oracle.py) in one python3.
 /// Panics with Python's stderr when the oracle itself fails.
-pub fn seed(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
+pub(crate) fn seed(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
     let mut request = JsonObject::new();
     request.insert("seeds", originals.dir().to_str().expect("a UTF-8 path"));
     request.insert("calls", Json::Array(calls));
@@ -208,7 +208,7 @@ pub fn seed(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
 
 /// Our outcome in the oracle's shape, with the `(ours, theirs)` fixture
 /// root renamed in the message so twin fixtures compare.
-pub fn outcome_json(result: &Result<InstallerOutcome>, roots: (&Path, &Path)) -> Json {
+pub(crate) fn outcome_json(result: &Result<InstallerOutcome>, roots: (&Path, &Path)) -> Json {
     let mut object = JsonObject::new();
     match result {
         Ok(InstallerOutcome::Installed) => {
@@ -228,7 +228,7 @@ pub fn outcome_json(result: &Result<InstallerOutcome>, roots: (&Path, &Path)) ->
 }
 
 /// The log with every header's timestamp replaced, so two runs compare.
-pub fn without_timestamps(log: &[u8]) -> Vec<u8> {
+pub(crate) fn without_timestamps(log: &[u8]) -> Vec<u8> {
     let mut out = log.to_vec();
     let marker = b" at ";
     let mut at = 0;
@@ -259,12 +259,12 @@ fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// True while a process with `pid` exists (signal 0).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid).unwrap()).is_ok()
 }
 
 /// Poll `condition` every 10 ms for up to `limit`.
-pub fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
+pub(crate) fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;
     while std::time::Instant::now() < deadline {
         if condition() {
@@ -276,25 +276,25 @@ pub fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
 }
 
 /// A deterministic generator for the differential tests (xorshift64*).
-pub struct Random(u64);
+pub(crate) struct Random(u64);
 
 impl Random {
-    pub fn new(seed: u64) -> Random {
+    pub(crate) fn new(seed: u64) -> Random {
         Random(seed.max(1))
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    pub fn below(&mut self, bound: usize) -> usize {
+    pub(crate) fn below(&mut self, bound: usize) -> usize {
         (self.next() % bound as u64) as usize
     }
 
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+    pub(crate) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len())]
     }
 }

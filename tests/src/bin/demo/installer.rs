@@ -20,22 +20,21 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::test_support::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_common::{
-    config_staging_paths, parse_json, ActivationInvocation, ActivationManifest, Json,
-};
+use agents_common::{config_staging_paths, ActivationInvocation, ActivationManifest};
+use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{binary_path, test_worker_path, try_poll_until, HttpRequest, AGENT_TOKEN};
 use execution_activation::replace_config::replace_config;
+use python_compat::json::{parse_json, Json};
 
 use agents_tests::journal_writer::{Begin, Roots};
 
 /// The file whose presence makes a release's installer fail after start.
-pub const FAULT_FILE: &str = "DEMO_FAULT";
+pub(crate) const FAULT_FILE: &str = "DEMO_FAULT";
 /// Every line the installer prints starts with this, so the demo can find
 /// them in `server-update.log`.
-pub const LOG_PREFIX: &str = "install.sh: ";
+pub(crate) const LOG_PREFIX: &str = "install.sh: ";
 /// The payload of every demo release besides install.sh.
-pub const PAYLOAD: [&str; 3] = ["VERSION", "agent_server.py", "execution_service.py"];
+pub(crate) const PAYLOAD: [&str; 3] = ["VERSION", "agent_server.py", "execution_service.py"];
 
 /// Operations that take only install.sh's common flags.
 const NO_ARGS: &[&str] = &[];
@@ -72,7 +71,7 @@ fn parse(args: &[String]) -> Result<Arguments> {
 }
 
 /// Runs install.sh; the exit code the runner sees.
-pub fn run(args: &[String]) -> u8 {
+pub(crate) fn run(args: &[String]) -> u8 {
     match parse(args).and_then(|arguments| Installer::new(arguments)?.install()) {
         Ok(()) => 0,
         Err(message) => {
@@ -353,7 +352,7 @@ impl Installer {
 /// worker, copied once beside the roots of `install_root` under a Python
 /// name (as a real venv links its interpreter; the durability barrier
 /// accepts nothing else).
-pub fn interpreter(install_root: &Path) -> Result<PathBuf> {
+pub(crate) fn interpreter(install_root: &Path) -> Result<PathBuf> {
     let base = install_root.parent().unwrap_or(install_root);
     let interpreter = base.join("python-home/bin/python3.11");
     if !interpreter.exists() {

@@ -11,15 +11,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::{atomic_json, GATEWAY_UNIT, WORKER_UNIT};
 use agents_common::{
-    encode_indented, json_object, parse_json, read_status_unlocked, utc_now, ExecutionLayout, Json,
-    JsonObject, NativeServices, SystemCommandRunner, WorkerControl, TRANSACTION_NAME,
+    read_status_unlocked, utc_now, ExecutionLayout, NativeServices, SystemCommandRunner,
+    WorkerControl, TRANSACTION_NAME,
 };
+use agents_common::{test_support::atomic_json, GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
     ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
     AGENT_TOKEN,
+};
+use python_compat::{
+    json::{encode_indented, parse_json, Json, JsonObject},
+    json_object,
 };
 
 use crate::installer::{interpreter, FAULT_FILE, LOG_PREFIX};
@@ -107,7 +111,7 @@ struct Demo {
 
 /// Runs every step; the sandbox (and with it every process) is stopped
 /// before this returns, whatever happened.
-pub fn run() -> Result<()> {
+pub(crate) fn run() -> Result<()> {
     let started = Instant::now();
     println!(
         "demo: the AgentsServer lifecycle helpers end to end \

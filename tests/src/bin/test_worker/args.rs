@@ -12,7 +12,7 @@ use agents_tests::Role;
 
 /// What to run, as the Python argument parser would have understood it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
+pub(crate) struct Invocation {
     /// Which process to play.
     pub role: Role,
     /// The "script" path (argv[1]); its resolved directory is the release root.
@@ -44,7 +44,7 @@ fn port(text: &str, minimum: u16) -> Result<u16, String> {
 }
 
 /// Parses `argv[1..]`; errors read like argparse's.
-pub fn parse(arguments: &[String]) -> Result<Invocation, String> {
+pub(crate) fn parse(arguments: &[String]) -> Result<Invocation, String> {
     let mut arguments = arguments.iter();
     let script = PathBuf::from(arguments.next().ok_or("the script path is required")?);
     let role = match arguments.next().map(String::as_str) {

@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{parse_json_unique, Json};
+use python_compat::json::{encode_compact, parse_json_unique, Json};
 
 use crate::http_server::{Body, Reply, Request};
 
 /// Prefix of every control path; other paths go to the application.
-pub const CONTROL_PREFIX: &str = "/api/admin/execution";
+pub(crate) const CONTROL_PREFIX: &str = "/api/admin/execution";
 const STATUS_PATH: &str = "/api/admin/execution/status";
 const MAINTENANCE_PATH: &str = "/api/admin/execution/maintenance";
 const MAX_BODY_BYTES: usize = 4096;
@@ -28,7 +27,7 @@ const FORBIDDEN_PREFIXES: [&str; 3] = ["sec-fetch-", "x-forwarded-", "tailscale-
 const ACTIONS: [&str; 4] = ["acquire", "renew", "seal", "release"];
 
 /// A refusal: status code and `detail` text.
-pub type Refusal = (u16, String);
+pub(crate) type Refusal = (u16, String);
 
 fn refuse<T>(status: u16, detail: &str) -> Result<T, Refusal> {
     Err((status, detail.to_string()))
@@ -36,7 +35,7 @@ fn refuse<T>(status: u16, detail: &str) -> Result<T, Refusal> {
 
 /// A request that passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// `GET …/status`.
     Status,
     /// `POST …/maintenance`.
@@ -53,7 +52,7 @@ pub enum Command {
 }
 
 /// True for `str(uuid.UUID(text)) == text`: lowercase, hyphenated, 36 characters.
-pub fn is_canonical_uuid(text: &str) -> bool {
+pub(crate) fn is_canonical_uuid(text: &str) -> bool {
     text.len() == 36
         && text.char_indices().all(|(index, character)| match index {
             8 | 13 | 18 | 23 => character == '-',
@@ -124,7 +123,11 @@ fn parse_body(raw: &[u8]) -> Result<Json, Refusal> {
 
 /// Runs the checks of `ExecutionControl` on a request whose path starts with
 /// [`CONTROL_PREFIX`], reading the body when one is due.
-pub fn check(request: &mut Request, token: &str, instance_id: &str) -> Result<Command, Refusal> {
+pub(crate) fn check(
+    request: &mut Request,
+    token: &str,
+    instance_id: &str,
+) -> Result<Command, Refusal> {
     let size: usize = request
         .headers
         .iter()
@@ -252,7 +255,7 @@ pub fn check(request: &mut Request, token: &str, instance_id: &str) -> Result<Co
 
 /// `_respond`: the compact JSON reply with the control headers; a body over
 /// 64 KiB or containing the token becomes a 500.
-pub fn respond(status: u16, value: &Json, token: &str) -> Reply {
+pub(crate) fn respond(status: u16, value: &Json, token: &str) -> Reply {
     let content = encode_compact(value)
         .ok()
         .filter(|content| content.len() <= MAX_RESPONSE_BYTES)

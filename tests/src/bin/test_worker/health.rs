@@ -4,12 +4,15 @@
 use std::fs;
 use std::path::Path;
 
-use agents_common::{json_object, Json, JsonObject};
 use agents_tests::Switches;
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
+};
 
 /// Who answers: fixed at startup.
 #[derive(Debug, Clone)]
-pub struct ServerFacts {
+pub(crate) struct ServerFacts {
     /// `server_identity`: stable for one state directory on one machine.
     pub server_identity: String,
     /// `server_instance_id`: new every process start.
@@ -22,7 +25,7 @@ pub struct ServerFacts {
 /// `server_identity` stand-in: upstream takes 24 hex digits of
 /// sha256(`<machine-id>|<resolved state dir>`); two FNV-1a passes give the
 /// same shape and the same stability without a hash dependency.
-pub fn server_identity(state_root: &Path) -> String {
+pub(crate) fn server_identity(state_root: &Path) -> String {
     let machine = fs::read_to_string("/etc/machine-id")
         .or_else(|_| fs::read_to_string("/proc/sys/kernel/hostname"))
         .unwrap_or_default();
@@ -41,7 +44,7 @@ pub fn server_identity(state_root: &Path) -> String {
 
 /// The release's API contract, read like `candidate_api_contract` reads it:
 /// the literal `API_CONTRACT_VERSION = <int>` line of `agent_server.py`.
-pub fn api_contract_version(release_root: &Path) -> i64 {
+pub(crate) fn api_contract_version(release_root: &Path) -> i64 {
     fs::read_to_string(release_root.join("agent_server.py"))
         .ok()
         .and_then(|source| {
@@ -58,7 +61,11 @@ pub fn api_contract_version(release_root: &Path) -> i64 {
 
 /// The application's own health document (what a monolith returns and what
 /// the worker's app returns before `ComponentHealth` adds its identity).
-pub fn application_health(facts: &ServerFacts, version: &str, switches: &Switches) -> JsonObject {
+pub(crate) fn application_health(
+    facts: &ServerFacts,
+    version: &str,
+    switches: &Switches,
+) -> JsonObject {
     let mut body = json_object! {
         "ok" => true,
         "server_version" => version,
@@ -74,7 +81,7 @@ pub fn application_health(facts: &ServerFacts, version: &str, switches: &Switche
 }
 
 /// The worker's `execution_service` identity, `maintenance_held` computed live.
-pub fn worker_identity(instance_id: &str, version: &str, maintenance_held: bool) -> Json {
+pub(crate) fn worker_identity(instance_id: &str, version: &str, maintenance_held: bool) -> Json {
     Json::Object(json_object! {
         "protocol" => 1,
         "instance_id" => instance_id,
@@ -87,7 +94,7 @@ pub fn worker_identity(instance_id: &str, version: &str, maintenance_held: bool)
 }
 
 /// The gateway's `gateway` identity.
-pub fn gateway_identity(instance_id: &str, version: &str) -> Json {
+pub(crate) fn gateway_identity(instance_id: &str, version: &str) -> Json {
     Json::Object(json_object! {
         "protocol" => 1,
         "instance_id" => instance_id,

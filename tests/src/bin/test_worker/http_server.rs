@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agents_common::test_support::encode_compact;
-use agents_common::{json_object, Json};
+use python_compat::{
+    json::{encode_compact, Json},
+    json_object,
+};
 
 /// Longest request head accepted.
 const MAXIMUM_HEAD: usize = 64 * 1024;
@@ -19,7 +21,7 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A parsed request head, with the connection to read its body from and
 /// answer on.
 #[derive(Debug)]
-pub struct Request {
+pub(crate) struct Request {
     /// Request method.
     pub method: String,
     /// Path without query.
@@ -37,7 +39,7 @@ pub struct Request {
 
 /// How reading a body ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Body {
+pub(crate) enum Body {
     /// All declared bytes arrived.
     Complete(Vec<u8>),
     /// The deadline passed first.
@@ -64,7 +66,7 @@ fn malformed(what: &str) -> io::Error {
 
 impl Request {
     /// Reads and parses a request head.
-    pub fn read(mut stream: TcpStream) -> io::Result<Request> {
+    pub(crate) fn read(mut stream: TcpStream) -> io::Result<Request> {
         let peer = stream.peer_addr()?;
         stream.set_read_timeout(Some(HEAD_TIMEOUT))?;
         let mut received = Vec::new();
@@ -124,7 +126,7 @@ impl Request {
     }
 
     /// Every value of a header, by lowercase name.
-    pub fn header_values(&self, name: &str) -> Vec<&[u8]> {
+    pub(crate) fn header_values(&self, name: &str) -> Vec<&[u8]> {
         self.headers
             .iter()
             .filter(|(candidate, _)| candidate == name)
@@ -133,7 +135,7 @@ impl Request {
     }
 
     /// Reads exactly `length` body bytes before `timeout` passes.
-    pub fn read_body(&mut self, length: usize, timeout: Duration) -> Body {
+    pub(crate) fn read_body(&mut self, length: usize, timeout: Duration) -> Body {
         let deadline = Instant::now() + timeout;
         let mut body = std::mem::take(&mut self.pending);
         while body.len() < length {
@@ -167,7 +169,7 @@ impl Request {
     }
 
     /// Sends the reply and closes the connection.
-    pub fn respond(mut self, reply: &Reply) -> io::Result<()> {
+    pub(crate) fn respond(mut self, reply: &Reply) -> io::Result<()> {
         self.stream.write_all(&reply.encode())?;
         self.stream.flush()?;
         let _ = self.stream.shutdown(Shutdown::Write);
@@ -177,7 +179,7 @@ impl Request {
 
 /// A response to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// Status code.
     pub status: u16,
     /// Headers besides `content-length` and `connection`.
@@ -208,7 +210,7 @@ fn reason(status: u16) -> &'static str {
 
 impl Reply {
     /// A JSON reply with a body already encoded.
-    pub fn json(status: u16, body: Vec<u8>) -> Reply {
+    pub(crate) fn json(status: u16, body: Vec<u8>) -> Reply {
         Reply {
             status,
             headers: vec![("content-type".to_string(), "application/json".to_string())],
@@ -217,7 +219,7 @@ impl Reply {
     }
 
     /// `{"detail": text}`, the app's error shape.
-    pub fn detail(status: u16, text: &str) -> Reply {
+    pub(crate) fn detail(status: u16, text: &str) -> Reply {
         let body = Json::Object(json_object! {"detail" => text});
         Reply::json(
             status,
@@ -241,7 +243,7 @@ impl Reply {
 }
 
 /// Serves every connection of `listener` on its own thread, forever.
-pub fn serve(listener: TcpListener, handler: Arc<dyn Fn(Request) + Send + Sync>) {
+pub(crate) fn serve(listener: TcpListener, handler: Arc<dyn Fn(Request) + Send + Sync>) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let handler = Arc::clone(&handler);

@@ -31,9 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agents_common::json_object;
 use agents_common::test_support::read_secret;
 use agents_tests::{errors_log_path, test_worker_dir, Role, Switches};
+use python_compat::json_object;
 
 use crate::args::Invocation;
 use crate::health::{api_contract_version, server_identity, ServerFacts};

@@ -8,8 +8,12 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agents_common::{current_uid, encode_line, json_object, parse_json, Json, JsonObject};
 use agents_tests::Switches;
+use python_compat::os::current_uid;
+use python_compat::{
+    json::{encode_line, parse_json, Json, JsonObject},
+    json_object,
+};
 use rustix::fs::OFlags;
 
 use crate::control::{is_canonical_uuid, Refusal};
@@ -17,7 +21,7 @@ use crate::private_files::publish_private;
 use crate::random::uuid4;
 
 /// The eight admission counters, in the order upstream reports them.
-pub const BLOCKERS: [&str; 8] = [
+pub(crate) const BLOCKERS: [&str; 8] = [
     "active_runs",
     "queued_turns",
     "provider_background_tasks",
@@ -29,7 +33,7 @@ pub const BLOCKERS: [&str; 8] = [
 ];
 
 /// The counters as the switches set them (0 by default).
-pub fn blocker_counts(switches: &Switches) -> JsonObject {
+pub(crate) fn blocker_counts(switches: &Switches) -> JsonObject {
     BLOCKERS
         .iter()
         .map(|name| (name.to_string(), switches.blocker(name)))
@@ -109,7 +113,7 @@ impl Lease {
 
 /// The lease state of one worker process.
 #[derive(Debug)]
-pub struct Maintenance {
+pub(crate) struct Maintenance {
     path: PathBuf,
     worker_instance_id: String,
     lease: Option<Lease>,
@@ -123,7 +127,7 @@ impl Maintenance {
     /// Opens the receipt file as upstream does at worker start: an existing
     /// file must be a safe 0600 document of the right shape, and its lease is
     /// restored only for the same worker instance (never across restarts).
-    pub fn open(path: PathBuf, worker_instance_id: &str) -> Result<Maintenance, String> {
+    pub(crate) fn open(path: PathBuf, worker_instance_id: &str) -> Result<Maintenance, String> {
         let mut maintenance = Maintenance {
             path,
             worker_instance_id: worker_instance_id.to_string(),
@@ -165,7 +169,7 @@ impl Maintenance {
     }
 
     /// Held: a sealed lease, or an unsealed one not yet expired.
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.lease
             .as_ref()
             .is_some_and(|lease| lease.sealed || lease.expires_at.is_some_and(|at| at > now()))
@@ -173,7 +177,7 @@ impl Maintenance {
 
     /// The status object (also every successful maintenance reply);
     /// `reported_instance_id` is the real id unless a switch lies.
-    pub fn status(&self, blockers: &JsonObject, reported_instance_id: &str) -> Json {
+    pub(crate) fn status(&self, blockers: &JsonObject, reported_instance_id: &str) -> Json {
         let lease = match &self.lease {
             Some(lease) if self.is_held() => lease.to_json(),
             _ => Json::Null,
@@ -187,7 +191,7 @@ impl Maintenance {
     }
 
     /// A sealed lease for the pending operation found at startup.
-    pub fn hold_for_startup(&mut self, operation_id: &str) -> Result<(), String> {
+    pub(crate) fn hold_for_startup(&mut self, operation_id: &str) -> Result<(), String> {
         if !is_canonical_uuid(operation_id) {
             return Err("Invalid startup operation".to_string());
         }
@@ -201,7 +205,7 @@ impl Maintenance {
 
     /// One maintenance action with upstream's preconditions; the state changes
     /// only once the new lease is durable.
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         action: &str,
         operation_id: &str,

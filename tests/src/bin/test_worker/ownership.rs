@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use agents_common::current_uid;
+use python_compat::os::current_uid;
 use rustix::fs::{flock, FlockOperation};
 
 use crate::private_files::open_lock;
@@ -40,7 +40,7 @@ fn identity(info: &fs::Metadata) -> Result<(u64, u64), String> {
 
 /// Takes the state-owner lock; the returned file must stay open for the
 /// process's life.
-pub fn acquire_state_ownership(state_root: &Path) -> Result<fs::File, String> {
+pub(crate) fn acquire_state_ownership(state_root: &Path) -> Result<fs::File, String> {
     let root = state_root
         .canonicalize()
         .map_err(|err| format!("{}: {err}", state_root.display()))?;

@@ -10,7 +10,7 @@ use rustix::fs::OFlags;
 
 /// Opens a lock file read-write, creating it but never truncating it, so a
 /// concurrent holder's flock stays on the same inode.
-pub fn open_lock(path: &Path) -> io::Result<File> {
+pub(crate) fn open_lock(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -24,7 +24,7 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
 /// Writes `data` to the fresh file `temporary`, fsyncs it and renames it onto
 /// `destination`, so readers see the old or the new document, never a part;
 /// the temporary is removed whatever happened.
-pub fn publish_private(temporary: &Path, data: &[u8], destination: &Path) -> io::Result<()> {
+pub(crate) fn publish_private(temporary: &Path, data: &[u8], destination: &Path) -> io::Result<()> {
     let written = (|| -> io::Result<()> {
         let mut file = OpenOptions::new()
             .write(true)

@@ -1,13 +1,13 @@
 //! Random identifiers shaped like Python's `uuid.uuid4()`.
 
 /// `uuid.uuid4().hex`: 32 lowercase hex digits (receipt instance ids).
-pub fn uuid4_hex() -> String {
+pub(crate) fn uuid4_hex() -> String {
     uuid4().replace('-', "")
 }
 
 /// `str(uuid.uuid4())`: canonical hyphenated form (lease ids).
-pub fn uuid4() -> String {
-    agents_common::uuid4().expect("the kernel CSPRNG is readable")
+pub(crate) fn uuid4() -> String {
+    python_compat::uuid::uuid4().expect("the kernel CSPRNG is readable")
 }
 
 #[cfg(test)]

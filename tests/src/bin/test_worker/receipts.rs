@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agents_common::test_support::ensure_execution_secret;
-use agents_common::{current_uid, encode_line, parse_json, Json, JsonObject};
+use python_compat::json::{encode_line, parse_json, Json, JsonObject};
+use python_compat::os::current_uid;
 use rustix::fs::{flock, FlockOperation};
 
 use crate::private_files::{open_lock, publish_private};
@@ -17,7 +18,7 @@ use crate::random::uuid4_hex;
 
 /// Why the role lock could not be taken.
 #[derive(Debug)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// Another process of this role holds it (upstream exits 2).
     Busy,
     /// Anything else (upstream raises, exiting 1).
@@ -26,7 +27,7 @@ pub enum LeaseError {
 
 /// The held role lock and this process's receipt identity.
 #[derive(Debug)]
-pub struct ProcessLease {
+pub(crate) struct ProcessLease {
     directory: PathBuf,
     role: &'static str,
     instance_id: String,
@@ -37,7 +38,10 @@ pub struct ProcessLease {
 impl ProcessLease {
     /// Creates the 0700 runtime directory, the control token (if missing) and
     /// takes `<role>.lock` without waiting.
-    pub fn acquire(directory: &Path, role: &'static str) -> Result<ProcessLease, LeaseError> {
+    pub(crate) fn acquire(
+        directory: &Path,
+        role: &'static str,
+    ) -> Result<ProcessLease, LeaseError> {
         let failed =
             |what: &str, err: &dyn std::fmt::Display| LeaseError::Failed(format!("{what}: {err}"));
         fs::DirBuilder::new()
@@ -76,7 +80,7 @@ impl ProcessLease {
     }
 
     /// This process's `instance_id` (32 hex digits, new every start).
-    pub fn instance_id(&self) -> &str {
+    pub(crate) fn instance_id(&self) -> &str {
         &self.instance_id
     }
 
@@ -87,7 +91,7 @@ impl ProcessLease {
     /// Writes the receipt: the common keys plus `values`, as Python's
     /// `json.dump(sort_keys=True)` line, through an fsynced 0600 temp file
     /// renamed into place (no directory fsync, as upstream).
-    pub fn publish(&self, values: JsonObject) -> io::Result<()> {
+    pub(crate) fn publish(&self, values: JsonObject) -> io::Result<()> {
         let started_at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("the clock is after 1970")
@@ -110,7 +114,7 @@ impl ProcessLease {
     }
 
     /// Removes the receipt if it still names this process (a crash leaves it).
-    pub fn remove_receipt(&self) {
+    pub(crate) fn remove_receipt(&self) {
         let path = self.receipt_path();
         let ours = fs::symlink_metadata(&path).is_ok_and(|info| !info.file_type().is_symlink())
             && fs::read(&path)

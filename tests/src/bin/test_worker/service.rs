@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agents_common::test_support::encode_compact;
-use agents_common::{parse_json, Json};
 use agents_tests::{origin_address, Death, DeathPoint, HttpRequest, RequestRecord, Role, Switches};
+use python_compat::json::{encode_compact, parse_json, Json};
 use rustix::process::{getpid, kill_process, Signal};
 
 use crate::control::{self, Command, CONTROL_PREFIX};
@@ -22,7 +21,7 @@ const SECURE_PEER_STATUS_PATH: &str = "/api/admin/secure-peers/v1/status";
 
 /// Which listener a request arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// The worker's private `127.0.0.1:<ephemeral>` listener.
     Callback,
     /// The layout's `bind:port` (gateway or monolith).
@@ -40,7 +39,7 @@ impl Listener {
 
 /// Everything a running test worker answers with.
 #[derive(Debug)]
-pub struct Service {
+pub(crate) struct Service {
     /// The role played.
     pub role: Role,
     /// Receipt instance id (a fresh id for a monolith, for its logs).
@@ -167,7 +166,7 @@ impl Service {
             if let Err((status, detail)) = outcome {
                 return (
                     status,
-                    Json::Object(agents_common::json_object! {"detail" => detail}),
+                    Json::Object(python_compat::json_object! {"detail" => detail}),
                 );
             }
         }
@@ -236,7 +235,7 @@ impl Service {
             .server_identity
             .as_deref()
             .unwrap_or(&self.facts.server_identity);
-        let body = agents_common::json_object! {
+        let body = python_compat::json_object! {
             "version" => 1,
             "server_identity" => identity,
             "active_connection_id" => Json::Null,
@@ -296,7 +295,7 @@ impl Service {
     }
 
     /// Handles one request from start to reply.
-    pub fn handle(&self, listener: Listener, mut request: Request) {
+    pub(crate) fn handle(&self, listener: Listener, mut request: Request) {
         let credential = self.credential(&request);
         let log = |request: &Request, action: Option<&String>, status: u16, outcome: &str| {
             let record = RequestRecord {
@@ -371,7 +370,7 @@ impl Service {
                     Ok(command) => self.control_reply(command, &switches),
                     Err((status, detail)) => (
                         status,
-                        Json::Object(agents_common::json_object! {"detail" => detail}),
+                        Json::Object(python_compat::json_object! {"detail" => detail}),
                     ),
                 };
                 control::respond(status, &value, token)

@@ -23,7 +23,7 @@ extern "C" fn on_terminate(_signum: i32) {
 }
 
 /// Runs `cleanup` and exits 0 once SIGTERM arrives.
-pub fn on_sigterm(cleanup: impl FnOnce() + Send + 'static) {
+pub(crate) fn on_sigterm(cleanup: impl FnOnce() + Send + 'static) {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         signal(SIGTERM, on_terminate);

@@ -10,13 +10,14 @@ use std::path::Path;
 use agents_common::test_support::pending_uninstall_operation;
 use agents_common::{
     entry_present, execution_context, maintenance_operation_id, normalize_path, owned_directory,
-    read_file, release_matches, Error, Json, Result, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
+    read_file, release_matches, Error, Result, TRANSACTION_NAME, UNINSTALL_INTENT_NAME,
 };
 use execution_manage::ExecutionTransaction;
+use python_compat::json::Json;
 
 /// The operation this worker generation is held for, if any; an error is
 /// the Python exception line that stops the worker.
-pub fn pending_worker_operation(
+pub(crate) fn pending_worker_operation(
     root: &Path,
     release_root: &Path,
 ) -> std::result::Result<Option<String>, String> {

@@ -14,8 +14,11 @@
 use std::path::Path;
 
 use agents_common::{
-    json_object, read_status_unlocked, update_status_unlocked, Json, JsonObject, StatusLock,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    read_status_unlocked, update_status_unlocked, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
+};
+use python_compat::{
+    json::{Json, JsonObject},
+    json_object,
 };
 
 /// `SERVER_UPDATE_START_GRACE_SECONDS`.
@@ -25,7 +28,7 @@ const ABANDONED: &str =
     "The detached updater exited before reporting completion. See server-update.log.";
 
 /// The row after the read (finalized when abandoned).
-pub fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String> {
+pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String> {
     let path = state_root.join("admin/server-update.json");
     let _lock = StatusLock::acquire(&path).map_err(|err| err.to_string())?;
     let row = read_status_unlocked(&path).map_err(|err| err.to_string())?;
@@ -55,7 +58,7 @@ pub fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String>
 
 fn text(row: &JsonObject, key: &str) -> String {
     row.get(key)
-        .map(agents_common::python_str_or_empty)
+        .map(python_compat::str_or_empty)
         .unwrap_or_default()
 }
 
