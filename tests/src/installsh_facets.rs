@@ -164,9 +164,16 @@ fn mask_segment(segment: &str) -> String {
         let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         (digits > 0 && name[..name.len() - digits].ends_with('-')).then_some(name.len() - digits)
     };
-    const TEMPORARIES: [&str; 6] = [
+    // Every `mktemp` template of install.sh (a killed run leaves them).
+    const TEMPORARIES: [&str; 12] = [
         ".install-health.",
         ".install-pre-",
+        ".install-client-binding.",
+        ".install-host-health.",
+        ".install-host-peer-status.",
+        ".install-legacy-health.",
+        ".install-observed-binding.",
+        ".install-peer-status.",
         ".execution-handoff.",
         ".execution-update-proof.",
         ".activation-load.",

@@ -53,9 +53,6 @@ enum Step {
     /// The managed update's install.sh run again with the same arguments (the
     /// same handoff file), nothing sealed anew.
     UpdateAgain(Release),
-    /// The installed release's install.sh (`<install>/current/install.sh`)
-    /// run with the managed update's arguments again.
-    UpdateAgainInstalled(Release),
     /// `install.sh --recover-only` of the pending activation of a release, from
     /// the running release, with the journal's transaction id, as
     /// update_recovery.py and the recovery job run it.
@@ -77,7 +74,6 @@ impl Step {
             Step::Install(release, _)
             | Step::Update(release)
             | Step::UpdateAgain(release)
-            | Step::UpdateAgainInstalled(release)
             | Step::RecoverOnly(release)
             | Step::PrepareOnly(release)
             | Step::ActivatePrepared(release) => Some(*release),
@@ -121,12 +117,13 @@ const STOPPING: Point = Point {
     call: "--user stop --no-block agents-server.service",
     occurrence: 1,
 };
-/// After the candidate is linked and its units published, both stopped
-/// (install.sh's first look at the worker's PID after the stop).
-const PUBLISHED: Point = Point {
-    after: Some("--user stop --no-block agents-server.service"),
-    call: "--user show agents-server.service --property=MainPID --value",
-    occurrence: 1,
+/// Inside the rollback of a candidate that failed its health checks
+/// (install.sh's masked window `restore_previous_release`): the candidate's
+/// stop, the worker's second stop of the update.
+const ROLLING_BACK: Point = Point {
+    after: None,
+    call: "--user stop --no-block agents-server.service",
+    occurrence: 2,
 };
 /// After the `start` helper started both candidate units, before the first
 /// health check (install.sh's look at the worker's PID for it).
@@ -192,13 +189,15 @@ fn scenarios() -> Vec<Scenario> {
             steps: &[Install(RELEASE_A, NONE), Update(RELEASE_B), Uninstall],
         },
         Scenario {
-            name: "installsh-update-killed-after-journal-begins-then-rerun",
+            name: "installsh-update-killed-after-journal-begins-then-recover-only",
             steps: &[
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_B), JOURNAL_BEGUN, Kill::Group),
                 UpdateAgain(RELEASE_B),
-                UpdateAgainInstalled(RELEASE_B),
+                RecoverOnly(RELEASE_B),
+                RecoverOnly(RELEASE_B),
                 UpdateAgain(RELEASE_B),
+                Uninstall,
             ],
         },
         Scenario {
@@ -214,22 +213,6 @@ fn scenarios() -> Vec<Scenario> {
             steps: &[
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_B), STOPPING, Kill::Group),
-                UpdateAgain(RELEASE_B),
-            ],
-        },
-        Scenario {
-            name: "installsh-update-terminated-at-stop-then-rerun",
-            steps: &[
-                Install(RELEASE_A, NONE),
-                Interrupted(&Update(RELEASE_B), STOPPING, Kill::Term),
-                UpdateAgain(RELEASE_B),
-            ],
-        },
-        Scenario {
-            name: "installsh-update-killed-after-publish-then-rerun",
-            steps: &[
-                Install(RELEASE_A, NONE),
-                Interrupted(&Update(RELEASE_B), PUBLISHED, Kill::Group),
                 UpdateAgain(RELEASE_B),
             ],
         },
@@ -250,13 +233,11 @@ fn scenarios() -> Vec<Scenario> {
             ],
         },
         Scenario {
-            name: "installsh-recover-only",
+            name: "installsh-update-unhealthy-terminated-during-rollback-then-rerun",
             steps: &[
                 Install(RELEASE_A, NONE),
-                Interrupted(&Update(RELEASE_B), JOURNAL_BEGUN, Kill::Group),
-                RecoverOnly(RELEASE_B),
-                RecoverOnly(RELEASE_B),
-                Uninstall,
+                Interrupted(&Update(RELEASE_UNHEALTHY), ROLLING_BACK, Kill::Term),
+                UpdateAgain(RELEASE_UNHEALTHY),
             ],
         },
         Scenario {
@@ -357,10 +338,6 @@ fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
         }
         Step::UpdateAgain(release) => host.command(
             &release_script(release),
-            &update_arguments(host.port, &host.handoff_path()),
-        ),
-        Step::UpdateAgainInstalled(_) => host.command(
-            &host.roots()[0].join("current/install.sh"),
             &update_arguments(host.port, &host.handoff_path()),
         ),
         Step::RecoverOnly(release) => {
@@ -500,9 +477,6 @@ fn step_name(step: &Step) -> String {
         ),
         Step::Update(release) => format!("managed install {}", release.version),
         Step::UpdateAgain(release) => format!("managed install {} again", release.version),
-        Step::UpdateAgainInstalled(release) => {
-            format!("installed install.sh, managed {} again", release.version)
-        }
         Step::RecoverOnly(release) => format!("recover-only {}", release.version),
         Step::PrepareOnly(release) => format!("prepare-only {}", release.version),
         Step::ActivatePrepared(release) => format!("activate-prepared {}", release.version),
