@@ -463,8 +463,14 @@ impl Host<'_> {
     /// and write the handoff file install.sh proves its stop with. Returns the
     /// handoff file.
     pub fn seal_handoff(&self) -> PathBuf {
+        self.try_seal_handoff()
+            .unwrap_or_else(|err| panic!("seal the worker for the update: {err}"))
+    }
+
+    /// [`Host::seal_handoff`], or why the running worker cannot be sealed.
+    pub fn try_seal_handoff(&self) -> Result<PathBuf, String> {
         let root = self.roots()[0].clone();
-        let layout = installed_layout(&root).expect("a split installation runs");
+        let layout = installed_layout(&root).map_err(|err| err.to_string())?;
         let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
         let native = NativeServices::with_runner(&layout, Box::new(runner));
         let operation = format!(
@@ -479,7 +485,7 @@ impl Host<'_> {
         let hold = WorkerControl::new()
             .services(&native)
             .seal_for_stop(&layout, &operation, i64::from(worker_pid))
-            .unwrap_or_else(|err| panic!("seal the worker for the update: {err}"));
+            .map_err(|err| err.to_string())?;
         let field = |key: &str, object: &JsonObject| object.get(key).cloned().unwrap_or(Json::Null);
         let handoff = json_object! {
             "schema" => 1,
@@ -495,7 +501,7 @@ impl Host<'_> {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
         }
         crate::write_file(&path, &encode_indented(&Json::Object(handoff)), 0o600);
-        path
+        Ok(path)
     }
 
     /// Where [`Host::seal_handoff`] writes the handoff file:

@@ -130,7 +130,66 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
     }
     let masked = mask_after(&masked, "\"process_start\": \"", "<start>");
     let masked = transaction_ids(normalizer, &masked);
-    normalizer.text(&masked)
+    release_sizes(&without_kit_entries(&normalizer.text(&masked)))
+}
+
+/// `text` without the JSON members (`"NAME":{...}` and its comma) that name
+/// a file the kit adds: a preparation receipt inventories its runtime.
+fn without_kit_entries(text: &str) -> String {
+    let mut out = text.to_string();
+    let mut from = 0;
+    while let Some(found) = out[from..].find("\":{") {
+        let key_end = from + found;
+        let Some(key_start) = out[..key_end].rfind('"') else {
+            break;
+        };
+        let name = &out[key_start + 1..key_end];
+        if !kit_added(std::ffi::OsStr::new(name)) {
+            from = key_end + 1;
+            continue;
+        }
+        let Some(close) = out[key_end..].find('}') else {
+            break;
+        };
+        let mut end = key_end + close + 1;
+        let mut start = key_start;
+        if out[end..].starts_with(',') {
+            end += 1;
+        } else if out[..start].ends_with(',') {
+            start -= 1;
+        }
+        out.replace_range(start..end, "");
+        from = start;
+    }
+    out
+}
+
+/// `text` with the size beside each release file's digest masked: the kit
+/// replaces the helpers' entry points, so their sizes are each side's.
+fn release_sizes(text: &str) -> String {
+    const DIGEST: &str = "\"sha256\":\"<sha256 of ";
+    const SIZE: &str = ">\",\"size\":";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(DIGEST) {
+        let name_start = at + DIGEST.len();
+        let Some(name_len) = rest[name_start..]
+            .find(SIZE)
+            .filter(|len| !rest[name_start..name_start + len].contains('"'))
+        else {
+            break;
+        };
+        let after = name_start + name_len + SIZE.len();
+        out.push_str(&rest[..after]);
+        rest = &rest[after..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            out.push_str("<size>");
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Each activation transaction's 24 hex digits as the normaliser's token,
@@ -594,4 +653,26 @@ fn renumber(text: &str, numbers: &mut std::collections::HashMap<String, usize>) 
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{release_sizes, without_kit_entries};
+
+    #[test]
+    fn a_receipt_inventory_keeps_release_files_without_their_sizes() {
+        let inventory = concat!(
+            r#"{"a.py":{"sha256":"<sha256 of a.py>","size":12},"#,
+            r#""rust-helpers.json":{"sha256":"x","size":3},"#,
+            r#"".venv/x":{"sha256":"<hex1>","size":5},"#,
+            r#""uninstall-linux-x86_64":{"sha256":"y","size":4}}"#
+        );
+        assert_eq!(
+            release_sizes(&without_kit_entries(inventory)),
+            concat!(
+                r#"{"a.py":{"sha256":"<sha256 of a.py>","size":<size>},"#,
+                r#"".venv/x":{"sha256":"<hex1>","size":5}}"#
+            )
+        );
+    }
 }

@@ -53,6 +53,11 @@ enum Step {
     /// The managed update's install.sh run again with the same arguments (the
     /// same handoff file), nothing sealed anew.
     UpdateAgain(Release),
+    /// The server's retry of the managed update after install.sh said to run
+    /// again: the running worker sealed anew (a recovery restarted it
+    /// unsealed; a still sealed one keeps its lease), the same handoff
+    /// path; the old handoff where no worker can be sealed.
+    Retry(Release),
     /// `install.sh --recover-only` of the pending activation of a release, from
     /// the running release, with the journal's transaction id, as
     /// update_recovery.py and the recovery job run it.
@@ -74,6 +79,7 @@ impl Step {
             Step::Install(release, _)
             | Step::Update(release)
             | Step::UpdateAgain(release)
+            | Step::Retry(release)
             | Step::RecoverOnly(release)
             | Step::PrepareOnly(release)
             | Step::ActivatePrepared(release) => Some(*release),
@@ -196,7 +202,7 @@ fn scenarios() -> Vec<Scenario> {
                 UpdateAgain(RELEASE_B),
                 RecoverOnly(RELEASE_B),
                 RecoverOnly(RELEASE_B),
-                UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
                 Uninstall,
             ],
         },
@@ -206,6 +212,7 @@ fn scenarios() -> Vec<Scenario> {
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_B), JOURNAL_BEGUN, Kill::Term),
                 UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
             ],
         },
         Scenario {
@@ -214,6 +221,7 @@ fn scenarios() -> Vec<Scenario> {
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_B), STOPPING, Kill::Group),
                 UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
             ],
         },
         Scenario {
@@ -222,6 +230,7 @@ fn scenarios() -> Vec<Scenario> {
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_B), STARTED, Kill::Term),
                 UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
             ],
         },
         Scenario {
@@ -230,6 +239,7 @@ fn scenarios() -> Vec<Scenario> {
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_B), VERIFYING, Kill::Group),
                 UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
             ],
         },
         Scenario {
@@ -238,6 +248,7 @@ fn scenarios() -> Vec<Scenario> {
                 Install(RELEASE_A, NONE),
                 Interrupted(&Update(RELEASE_UNHEALTHY), ROLLING_BACK, Kill::Term),
                 UpdateAgain(RELEASE_UNHEALTHY),
+                Retry(RELEASE_B),
             ],
         },
         Scenario {
@@ -340,6 +351,16 @@ fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
             &release_script(release),
             &update_arguments(host.port, &host.handoff_path()),
         ),
+        Step::Retry(release) => {
+            let handoff = host.try_seal_handoff().unwrap_or_else(|err| {
+                eprintln!("retry: the worker was not sealed anew ({err})");
+                host.handoff_path()
+            });
+            host.command(
+                &release_script(release),
+                &update_arguments(host.port, &handoff),
+            )
+        }
         Step::RecoverOnly(release) => {
             // The running release's installer (update_recovery.py runs the one
             // beside update_runner.py; the job, its armed runtime's).
@@ -477,6 +498,7 @@ fn step_name(step: &Step) -> String {
         ),
         Step::Update(release) => format!("managed install {}", release.version),
         Step::UpdateAgain(release) => format!("managed install {} again", release.version),
+        Step::Retry(release) => format!("managed install {} retried", release.version),
         Step::RecoverOnly(release) => format!("recover-only {}", release.version),
         Step::PrepareOnly(release) => format!("prepare-only {}", release.version),
         Step::ActivatePrepared(release) => format!("activate-prepared {}", release.version),
