@@ -130,7 +130,45 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
     }
     let masked = mask_after(&masked, "\"process_start\": \"", "<start>");
     let masked = transaction_ids(normalizer, &masked);
-    release_sizes(&without_kit_entries(&normalizer.text(&masked)))
+    let masked = release_sizes(&without_kit_entries(&normalizer.text(&masked)));
+    compiled_entry_point_sizes(&masked)
+}
+
+/// `text` with the size of each compiled helper entry point
+/// (`__pycache__/<module>.cpython-*.pyc` in a receipt's inventory) masked:
+/// the kit's entry points compile to their own sizes.
+fn compiled_entry_point_sizes(text: &str) -> String {
+    const MODULES: [&str; 5] = [
+        "execution_activation",
+        "execution_manage",
+        "execution_uninstall",
+        "update_handoff",
+        "update_runner",
+    ];
+    let mut out = text.to_string();
+    for module in MODULES {
+        let key = format!("\"__pycache__/{module}.cpython-");
+        let mut from = 0;
+        while let Some(found) = out[from..].find(&key) {
+            let start = from + found;
+            let Some(close) = out[start..].find('}') else {
+                break;
+            };
+            let member = &out[start..start + close];
+            from = start + close;
+            let Some(size_at) = member.find("\"size\":") else {
+                continue;
+            };
+            let digits_at = start + size_at + "\"size\":".len();
+            let digits = out[digits_at..].len()
+                - out[digits_at..]
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .len();
+            out.replace_range(digits_at..digits_at + digits, "<size>");
+            from = digits_at;
+        }
+    }
+    out
 }
 
 /// `text` without the JSON members (`"NAME":{...}` and its comma) that name
@@ -672,6 +710,21 @@ mod tests {
             concat!(
                 r#"{"a.py":{"sha256":"<sha256 of a.py>","size":<size>},"#,
                 r#"".venv/x":{"sha256":"<hex1>","size":5}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn compiled_entry_points_lose_their_sizes_other_compiled_files_keep_them() {
+        let inventory = concat!(
+            r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":49991},"#,
+            r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7}}"#
+        );
+        assert_eq!(
+            super::compiled_entry_point_sizes(inventory),
+            concat!(
+                r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":<size>},"#,
+                r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7}}"#
             )
         );
     }
