@@ -135,8 +135,9 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
 }
 
 /// `text` with the size of each compiled helper entry point
-/// (`__pycache__/<module>.cpython-*.pyc` in a receipt's inventory) masked:
-/// the kit's entry points compile to their own sizes.
+/// (`__pycache__/<module>.cpython-*.pyc` in a receipt's inventory) and of
+/// each venv file masked: the kit's entry points compile to their own
+/// sizes, and a venv's scripts hold the staging path with install.sh's PID.
 fn compiled_entry_point_sizes(text: &str) -> String {
     const MODULES: [&str; 5] = [
         "execution_activation",
@@ -145,9 +146,14 @@ fn compiled_entry_point_sizes(text: &str) -> String {
         "update_handoff",
         "update_runner",
     ];
+    let mut keys: Vec<String> = MODULES
+        .iter()
+        .map(|module| format!("\"__pycache__/{module}.cpython-"))
+        .collect();
+    // A venv's scripts hold its path, whose staging name holds a PID.
+    keys.push("\".venv/".to_string());
     let mut out = text.to_string();
-    for module in MODULES {
-        let key = format!("\"__pycache__/{module}.cpython-");
+    for key in keys {
         let mut from = 0;
         while let Some(found) = out[from..].find(&key) {
             let start = from + found;
@@ -361,10 +367,34 @@ pub fn run(observed: &mut Observed, label: &str, output: &Output, normalizer: &m
         let lines: Vec<String> = without_tracebacks(&String::from_utf8_lossy(bytes))
             .into_iter()
             .filter(|line| !uv_line(line))
-            .map(|line| text(normalizer, &status_line(line)))
+            .map(|line| text(normalizer, &job_report(&status_line(line))))
             .collect();
         observed.record(&format!("{label} {name}"), lines.join("\n"));
     }
+}
+
+/// bash's report of a job killed under it (`SCRIPT: line N:  PID Killed ...`)
+/// with the PID masked: the process of this run.
+fn job_report(line: &str) -> String {
+    let Some(at) = line.find(": line ") else {
+        return line.to_string();
+    };
+    let after_line = &line[at + ": line ".len()..];
+    let Some((number, rest)) = after_line.split_once(':') else {
+        return line.to_string();
+    };
+    let pid = rest.trim_start();
+    let digits = pid.len() - pid.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if number.parse::<u32>().is_err() || digits == 0 {
+        return line.to_string();
+    }
+    let spaces = rest.len() - pid.len();
+    format!(
+        "{}: line {number}:{}<pid>{}",
+        &line[..at],
+        &rest[..spaces],
+        &pid[digits..]
+    )
 }
 
 /// A line of `systemctl status` (which install.sh prints when a release
@@ -715,16 +745,28 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_job_report_loses_its_pid_other_lines_stay() {
+        assert_eq!(
+            super::job_report("<base>/install.sh: line 662:  4864 Killed  ( x )"),
+            "<base>/install.sh: line 662:  <pid> Killed  ( x )"
+        );
+        let other = "Recovered AgentsServer: line 3: nothing";
+        assert_eq!(super::job_report(other), other);
+    }
+
+    #[test]
     fn compiled_entry_points_lose_their_sizes_other_compiled_files_keep_them() {
         let inventory = concat!(
             r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":49991},"#,
-            r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7}}"#
+            r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
+            r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":4348}}"#
         );
         assert_eq!(
             super::compiled_entry_point_sizes(inventory),
             concat!(
                 r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":<size>},"#,
-                r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7}}"#
+                r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
+                r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":<size>}}"#
             )
         );
     }
