@@ -20,7 +20,9 @@
 #   SCRATCH_FOLDER  the upstream release tree, outside the project (docs/design/upstream-comparison.md says
 #                   how to assemble it; scripts/installsh-assemble.sh does it
 #                   from a clone)
-#   SCENARIO_PART   run only the scenarios whose name contains it
+#   SCENARIO_PART   run only the scenarios whose name contains it (several
+#                   parts separated by ",": any of them; a part =NAME selects
+#                   the scenario NAME alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--record" ]; then

@@ -243,7 +243,15 @@ fn tool_path() -> OsString {
 /// (Debian 12) prints nothing for `is-enabled` of a unit that does not exist
 /// and exits 1, later systemd prints `not-found` and exits 4, which install.sh
 /// requires before a fresh install. Everything else goes to `next` unchanged.
+/// First, the first call with exactly the arguments in `@LOG@/anchor-at`
+/// arms the log's stall (see [`Host::stall_after`]).
 const SYSTEMCTL_SHIM: &str = "#!/bin/sh\n\
+log=@LOG@\n\
+if [ -f \"$log/anchor-at\" ] && [ \"$*\" = \"$(cat \"$log/anchor-at\")\" ]; then\n\
+  rm -f \"$log/anchor-at\" \"$log/stall-seen\"\n\
+  mv \"$log/anchor-occurrence\" \"$log/stall-occurrence\"\n\
+  mv \"$log/anchor-stall\" \"$log/stall-at\"\n\
+fi\n\
 if [ \"$1\" = \"--user\" ] && [ \"$2\" = \"is-enabled\" ] && [ $# -eq 3 ]; then\n\
   out=$(@NEXT@ \"$@\" 2>/dev/null); status=$?\n\
   if [ -z \"$out\" ] && [ \"$(@NEXT@ --user show \"$3\" --property=LoadState --value)\" = not-found ]; then\n\
@@ -276,7 +284,12 @@ impl<'a> Host<'a> {
         let bin = base.join("bin");
         fs::create_dir_all(&bin).unwrap();
         let next = base.join("systemctl-log/bin/systemctl");
-        let shim = SYSTEMCTL_SHIM.replace("@NEXT@", &format!("'{}'", next.display()));
+        let shim = SYSTEMCTL_SHIM
+            .replace("@NEXT@", &format!("'{}'", next.display()))
+            .replace(
+                "@LOG@",
+                &format!("'{}'", base.join("systemctl-log").display()),
+            );
         fs::write(bin.join("systemctl"), shim).unwrap();
         fs::set_permissions(bin.join("systemctl"), fs::Permissions::from_mode(0o755)).unwrap();
         if let Some(cache) = uv_cache {
@@ -348,6 +361,28 @@ impl<'a> Host<'a> {
         command
     }
 
+    /// Stalls the `occurrence`th call with exactly the arguments `call`
+    /// counted from the first call with exactly the arguments `anchor` (a
+    /// point after a call whose count is timing's, such as a health poll).
+    pub fn stall_after(&self, anchor: &str, call: &str, occurrence: u32) {
+        let log = self.sandbox.base().join("systemctl-log");
+        for stale in ["stall-at", "stall-seen", "stalled"] {
+            let _ = fs::remove_file(log.join(stale));
+        }
+        fs::write(log.join("anchor-occurrence"), occurrence.to_string()).unwrap();
+        fs::write(log.join("anchor-stall"), call).unwrap();
+        fs::write(log.join("anchor-at"), anchor).unwrap();
+    }
+
+    /// Stops stalling, anchored or not.
+    pub fn clear_stall(&self) {
+        self.trace.clear();
+        let log = self.sandbox.base().join("systemctl-log");
+        for armed in ["anchor-at", "anchor-occurrence", "anchor-stall"] {
+            let _ = fs::remove_file(log.join(armed));
+        }
+    }
+
     /// Where `strace` writes the exec log of the current run.
     pub fn exec_log(&self) -> PathBuf {
         self.sandbox.base().join("exec.log")
@@ -405,6 +440,19 @@ pub const HEALTH_CHECK_ATTEMPTS: &str = "10";
 /// The update the scenarios' managed installs belong to (32 hex digits).
 pub const UPDATE_ID: &str = "5e7e00000000400080000000000000a1";
 
+/// The API contract of the stand-in server (`scripts/installsh_release.py`),
+/// which a prepared or recovered activation is pinned to.
+pub const API_CONTRACT: &str = "1";
+
+/// The preparation the scenarios' `--prepare-only` belongs to (its receipt is
+/// `<install>/.prepared-receipts/<id>.json`, as update_preparation.py names it).
+pub const PREPARATION_ID: &str = "5e7e00000000400080000000000000b2";
+
+/// The signed archive digest a preparation and its activation are pinned to.
+/// No archive exists here (the release is unpacked already): install.sh and
+/// the preparation receipt only compare the two pins.
+pub const ARCHIVE_SHA256: &str = "5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e";
+
 /// The server identity the stand-in server reports
 /// (`scripts/installsh_release.py`).
 pub const SERVER_IDENTITY: &str = "5e7e5e7e5e7e5e7e5e7e5e7e";
@@ -415,8 +463,14 @@ impl Host<'_> {
     /// and write the handoff file install.sh proves its stop with. Returns the
     /// handoff file.
     pub fn seal_handoff(&self) -> PathBuf {
+        self.try_seal_handoff()
+            .unwrap_or_else(|err| panic!("seal the worker for the update: {err}"))
+    }
+
+    /// [`Host::seal_handoff`], or why the running worker cannot be sealed.
+    pub fn try_seal_handoff(&self) -> Result<PathBuf, String> {
         let root = self.roots()[0].clone();
-        let layout = installed_layout(&root).expect("a split installation runs");
+        let layout = installed_layout(&root).map_err(|err| err.to_string())?;
         let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
         let native = NativeServices::with_runner(&layout, Box::new(runner));
         let operation = format!(
@@ -431,7 +485,7 @@ impl Host<'_> {
         let hold = WorkerControl::new()
             .services(&native)
             .seal_for_stop(&layout, &operation, i64::from(worker_pid))
-            .unwrap_or_else(|err| panic!("seal the worker for the update: {err}"));
+            .map_err(|err| err.to_string())?;
         let field = |key: &str, object: &JsonObject| object.get(key).cloned().unwrap_or(Json::Null);
         let handoff = json_object! {
             "schema" => 1,
@@ -440,13 +494,22 @@ impl Host<'_> {
             "lease_id" => field("lease_id", &hold.lease),
             "expected_server_identity" => SERVER_IDENTITY,
         };
-        let directory = root.join(".update-preparations").join(UPDATE_ID);
+        let path = self.handoff_path();
+        let directory = path.parent().expect("a directory").to_path_buf();
         fs::create_dir_all(&directory).unwrap();
-        for dir in [root.join(".update-preparations"), directory.clone()] {
+        for dir in [root.join(".update-preparations"), directory] {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
         }
-        let path = directory.join(format!("handoff-{UPDATE_ID}.json"));
         crate::write_file(&path, &encode_indented(&Json::Object(handoff)), 0o600);
-        path
+        Ok(path)
+    }
+
+    /// Where [`Host::seal_handoff`] writes the handoff file:
+    /// `<install>/.update-preparations/<UPDATE_ID>/handoff-<UPDATE_ID>.json`.
+    pub fn handoff_path(&self) -> PathBuf {
+        self.roots()[0]
+            .join(".update-preparations")
+            .join(UPDATE_ID)
+            .join(format!("handoff-{UPDATE_ID}.json"))
     }
 }

@@ -130,7 +130,110 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
     }
     let masked = mask_after(&masked, "\"process_start\": \"", "<start>");
     let masked = transaction_ids(normalizer, &masked);
-    normalizer.text(&masked)
+    let masked = release_sizes(&without_kit_entries(&normalizer.text(&masked)));
+    compiled_entry_point_sizes(&masked)
+}
+
+/// `text` with the size of each compiled helper entry point
+/// (`__pycache__/<module>.cpython-*.pyc` in a receipt's inventory) and of
+/// each venv file masked: the kit's entry points compile to their own
+/// sizes, and a venv's scripts hold the staging path with install.sh's PID.
+fn compiled_entry_point_sizes(text: &str) -> String {
+    const MODULES: [&str; 5] = [
+        "execution_activation",
+        "execution_manage",
+        "execution_uninstall",
+        "update_handoff",
+        "update_runner",
+    ];
+    let mut keys: Vec<String> = MODULES
+        .iter()
+        .map(|module| format!("\"__pycache__/{module}.cpython-"))
+        .collect();
+    // A venv's scripts hold its path, whose staging name holds a PID.
+    keys.push("\".venv/".to_string());
+    let mut out = text.to_string();
+    for key in keys {
+        let mut from = 0;
+        while let Some(found) = out[from..].find(&key) {
+            let start = from + found;
+            let Some(close) = out[start..].find('}') else {
+                break;
+            };
+            let member = &out[start..start + close];
+            from = start + close;
+            let Some(size_at) = member.find("\"size\":") else {
+                continue;
+            };
+            let digits_at = start + size_at + "\"size\":".len();
+            let digits = out[digits_at..].len()
+                - out[digits_at..]
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .len();
+            out.replace_range(digits_at..digits_at + digits, "<size>");
+            from = digits_at;
+        }
+    }
+    out
+}
+
+/// `text` without the JSON members (`"NAME":{...}` and its comma) that name
+/// a file the kit adds: a preparation receipt inventories its runtime.
+fn without_kit_entries(text: &str) -> String {
+    let mut out = text.to_string();
+    let mut from = 0;
+    while let Some(found) = out[from..].find("\":{") {
+        let key_end = from + found;
+        let Some(key_start) = out[..key_end].rfind('"') else {
+            break;
+        };
+        let name = &out[key_start + 1..key_end];
+        if !kit_added(std::ffi::OsStr::new(name)) {
+            from = key_end + 1;
+            continue;
+        }
+        let Some(close) = out[key_end..].find('}') else {
+            break;
+        };
+        let mut end = key_end + close + 1;
+        let mut start = key_start;
+        if out[end..].starts_with(',') {
+            end += 1;
+        } else if out[..start].ends_with(',') {
+            start -= 1;
+        }
+        out.replace_range(start..end, "");
+        from = start;
+    }
+    out
+}
+
+/// `text` with the size beside each release file's digest masked: the kit
+/// replaces the helpers' entry points, so their sizes are each side's.
+fn release_sizes(text: &str) -> String {
+    const DIGEST: &str = "\"sha256\":\"<sha256 of ";
+    const SIZE: &str = ">\",\"size\":";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(DIGEST) {
+        let name_start = at + DIGEST.len();
+        let Some(name_len) = rest[name_start..]
+            .find(SIZE)
+            .filter(|len| !rest[name_start..name_start + len].contains('"'))
+        else {
+            break;
+        };
+        let after = name_start + name_len + SIZE.len();
+        out.push_str(&rest[..after]);
+        rest = &rest[after..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            out.push_str("<size>");
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Each activation transaction's 24 hex digits as the normaliser's token,
@@ -164,9 +267,16 @@ fn mask_segment(segment: &str) -> String {
         let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         (digits > 0 && name[..name.len() - digits].ends_with('-')).then_some(name.len() - digits)
     };
-    const TEMPORARIES: [&str; 6] = [
+    // Every `mktemp` template of install.sh (a killed run leaves them).
+    const TEMPORARIES: [&str; 12] = [
         ".install-health.",
         ".install-pre-",
+        ".install-client-binding.",
+        ".install-host-health.",
+        ".install-host-peer-status.",
+        ".install-legacy-health.",
+        ".install-observed-binding.",
+        ".install-peer-status.",
         ".execution-handoff.",
         ".execution-update-proof.",
         ".activation-load.",
@@ -257,10 +367,34 @@ pub fn run(observed: &mut Observed, label: &str, output: &Output, normalizer: &m
         let lines: Vec<String> = without_tracebacks(&String::from_utf8_lossy(bytes))
             .into_iter()
             .filter(|line| !uv_line(line))
-            .map(|line| text(normalizer, &status_line(line)))
+            .map(|line| text(normalizer, &job_report(&status_line(line))))
             .collect();
         observed.record(&format!("{label} {name}"), lines.join("\n"));
     }
+}
+
+/// bash's report of a job killed under it (`SCRIPT: line N:  PID Killed ...`)
+/// with the PID masked: the process of this run.
+fn job_report(line: &str) -> String {
+    let Some(at) = line.find(": line ") else {
+        return line.to_string();
+    };
+    let after_line = &line[at + ": line ".len()..];
+    let Some((number, rest)) = after_line.split_once(':') else {
+        return line.to_string();
+    };
+    let pid = rest.trim_start();
+    let digits = pid.len() - pid.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if number.parse::<u32>().is_err() || digits == 0 {
+        return line.to_string();
+    }
+    let spaces = rest.len() - pid.len();
+    format!(
+        "{}: line {number}:{}<pid>{}",
+        &line[..at],
+        &rest[..spaces],
+        &pid[digits..]
+    )
 }
 
 /// A line of `systemctl status` (which install.sh prints when a release
@@ -587,4 +721,53 @@ fn renumber(text: &str, numbers: &mut std::collections::HashMap<String, usize>) 
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{release_sizes, without_kit_entries};
+
+    #[test]
+    fn a_receipt_inventory_keeps_release_files_without_their_sizes() {
+        let inventory = concat!(
+            r#"{"a.py":{"sha256":"<sha256 of a.py>","size":12},"#,
+            r#""rust-helpers.json":{"sha256":"x","size":3},"#,
+            r#"".venv/x":{"sha256":"<hex1>","size":5},"#,
+            r#""uninstall-linux-x86_64":{"sha256":"y","size":4}}"#
+        );
+        assert_eq!(
+            release_sizes(&without_kit_entries(inventory)),
+            concat!(
+                r#"{"a.py":{"sha256":"<sha256 of a.py>","size":<size>},"#,
+                r#"".venv/x":{"sha256":"<hex1>","size":5}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn a_killed_job_report_loses_its_pid_other_lines_stay() {
+        assert_eq!(
+            super::job_report("<base>/install.sh: line 662:  4864 Killed  ( x )"),
+            "<base>/install.sh: line 662:  <pid> Killed  ( x )"
+        );
+        let other = "Recovered AgentsServer: line 3: nothing";
+        assert_eq!(super::job_report(other), other);
+    }
+
+    #[test]
+    fn compiled_entry_points_lose_their_sizes_other_compiled_files_keep_them() {
+        let inventory = concat!(
+            r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":49991},"#,
+            r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
+            r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":4348}}"#
+        );
+        assert_eq!(
+            super::compiled_entry_point_sizes(inventory),
+            concat!(
+                r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":<size>},"#,
+                r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
+                r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":<size>}}"#
+            )
+        );
+    }
 }

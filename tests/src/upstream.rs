@@ -37,12 +37,19 @@ pub const UPSTREAM_DIR_ENV: &str = "AGENTS_UPSTREAM_DIR";
 /// Set (to anything) to print every facet of the seed's side too.
 pub const VERBOSE_ENV: &str = "AGENTS_UPSTREAM_VERBOSE";
 
-/// Set to a part of scenario names to run only those scenarios.
+/// Set to a part of scenario names to run only those scenarios (several
+/// parts separated by `,`: the scenarios containing any of them; a part
+/// `=NAME` selects the scenario NAME alone).
 pub const ONLY_ENV: &str = "AGENTS_UPSTREAM_ONLY";
 
 /// Whether `scenario` runs (see [`ONLY_ENV`]).
 pub fn selected(scenario: &str) -> bool {
-    std::env::var(ONLY_ENV).map_or(true, |only| scenario.contains(&only))
+    std::env::var(ONLY_ENV).map_or(true, |only| {
+        only.split(',').any(|part| match part.strip_prefix('=') {
+            Some(name) => scenario == name,
+            None => !part.is_empty() && scenario.contains(part),
+        })
+    })
 }
 
 /// What every comparison line starts with.

@@ -7,23 +7,29 @@
 //! install, config and state roots and the unit directory, and the units'
 //! states (see `agents_tests::installsh_facets` for what is normalised).
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
 use agents_tests::installsh::{
-    finish, Host, Release, Scratch, RELEASE_A, RELEASE_B, RELEASE_UNHEALTHY,
+    finish, Host, Release, Scratch, API_CONTRACT, ARCHIVE_SHA256, PREPARATION_ID, RELEASE_A,
+    RELEASE_B, RELEASE_UNHEALTHY, SERVER_IDENTITY,
 };
 use agents_tests::installsh_facets::{self as facets, ReleaseFiles};
 use agents_tests::installsh_state;
 use agents_tests::upstream::{
     recorded_path, report, selected, Normalizer, Observed, Side, RECORD_ENV,
 };
-use agents_tests::{free_port, Sandbox};
+use agents_tests::{free_port, try_poll_until, Sandbox};
 
 /// Where a run of install.sh is interrupted: while the `occurrence`th
-/// `systemctl` call with exactly these arguments is held, by this signal.
+/// `systemctl` call with exactly the arguments `call` is held (counted from
+/// the first call with exactly the arguments `after`, if given).
 #[derive(Debug, Clone, Copy)]
-struct Interrupt {
+struct Point {
+    after: Option<&'static str>,
     call: &'static str,
     occurrence: u32,
-    signal: Kill,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,13 +45,48 @@ enum Kill {
 enum Step {
     /// install.sh of a release with extra arguments.
     Install(Release, &'static [&'static str]),
-    /// The same, interrupted.
-    Interrupted(Release, &'static [&'static str], Interrupt),
+    /// A step's install.sh, interrupted at a point by a signal.
+    Interrupted(&'static Step, Point, Kill),
     /// A managed update's install.sh: the server seals the running worker and
     /// passes the handoff and its identity.
     Update(Release),
+    /// The managed update's install.sh run again with the same arguments (the
+    /// same handoff file), nothing sealed anew.
+    UpdateAgain(Release),
+    /// The server's retry of the managed update after install.sh said to run
+    /// again: the running worker sealed anew (a recovery restarted it
+    /// unsealed; a still sealed one keeps its lease), the same handoff
+    /// path; the old handoff where no worker can be sealed.
+    Retry(Release),
+    /// `install.sh --recover-only` of the pending activation of a release, from
+    /// the running release, with the journal's transaction id, as
+    /// update_recovery.py and the recovery job run it.
+    RecoverOnly(Release),
+    /// `install.sh --prepare-only` of a release, as update_preparation.py runs
+    /// it: a pinned inactive runtime and its receipt.
+    PrepareOnly(Release),
+    /// The prepared release's install.sh with `--activate-prepared` and the
+    /// preparation's pins, as update_runner.py runs it for a managed update.
+    ActivatePrepared(Release),
     /// The installed `uninstall.sh --yes`.
     Uninstall,
+}
+
+impl Step {
+    /// The release a step installs from, if any.
+    fn release(&self) -> Option<Release> {
+        match self {
+            Step::Install(release, _)
+            | Step::Update(release)
+            | Step::UpdateAgain(release)
+            | Step::Retry(release)
+            | Step::RecoverOnly(release)
+            | Step::PrepareOnly(release)
+            | Step::ActivatePrepared(release) => Some(*release),
+            Step::Interrupted(step, _, _) => step.release(),
+            Step::Uninstall => None,
+        }
+    }
 }
 
 struct Scenario {
@@ -54,6 +95,55 @@ struct Scenario {
 }
 
 const NONE: &[&str] = &[];
+
+/// While a fresh install enables the worker.
+const ENABLING: Point = Point {
+    after: None,
+    call: "--user enable agents-server.service",
+    occurrence: 1,
+};
+/// While a fresh install starts the worker.
+const STARTING: Point = Point {
+    after: None,
+    call: "--user start --no-block agents-server.service",
+    occurrence: 1,
+};
+/// Just after an update's activation journal begins (install.sh's first
+/// look at the worker's PID after `activation_transaction begin`), before
+/// the recovery job is armed.
+const JOURNAL_BEGUN: Point = Point {
+    after: None,
+    call: "--user show agents-server.service --property=MainPID --value",
+    occurrence: 1,
+};
+/// While the `stop` helper stops the worker (the gateway is stopped), the
+/// recovery job armed.
+const STOPPING: Point = Point {
+    after: None,
+    call: "--user stop --no-block agents-server.service",
+    occurrence: 1,
+};
+/// Inside the rollback of a candidate that failed its health checks
+/// (install.sh's masked window `restore_previous_release`): the candidate's
+/// stop, the worker's second stop of the update.
+const ROLLING_BACK: Point = Point {
+    after: None,
+    call: "--user stop --no-block agents-server.service",
+    occurrence: 2,
+};
+/// After the `start` helper started both candidate units, before the first
+/// health check (install.sh's look at the worker's PID for it).
+const STARTED: Point = Point {
+    after: Some("--user start --no-block agents-server-gateway.service"),
+    call: "--user show agents-server.service --property=MainPID --value",
+    occurrence: 1,
+};
+/// Inside the first `verify` helper call (its first look at the worker).
+const VERIFYING: Point = Point {
+    after: Some("--user start --no-block agents-server-gateway.service"),
+    call: "--user show agents-server.service --no-pager --property=LoadState,ActiveState,UnitFileState,MainPID",
+    occurrence: 1,
+};
 
 fn scenarios() -> Vec<Scenario> {
     use Step::*;
@@ -65,30 +155,14 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "installsh-fresh-install-killed-at-enable-then-rerun",
             steps: &[
-                Interrupted(
-                    RELEASE_A,
-                    NONE,
-                    Interrupt {
-                        call: "--user enable agents-server.service",
-                        occurrence: 1,
-                        signal: Kill::Group,
-                    },
-                ),
+                Interrupted(&Install(RELEASE_A, NONE), ENABLING, Kill::Group),
                 Install(RELEASE_A, NONE),
             ],
         },
         Scenario {
             name: "installsh-fresh-install-terminated-at-start-then-rerun",
             steps: &[
-                Interrupted(
-                    RELEASE_A,
-                    NONE,
-                    Interrupt {
-                        call: "--user start --no-block agents-server.service",
-                        occurrence: 1,
-                        signal: Kill::Term,
-                    },
-                ),
+                Interrupted(&Install(RELEASE_A, NONE), STARTING, Kill::Term),
                 Install(RELEASE_A, NONE),
             ],
         },
@@ -120,6 +194,72 @@ fn scenarios() -> Vec<Scenario> {
             name: "installsh-uninstall",
             steps: &[Install(RELEASE_A, NONE), Update(RELEASE_B), Uninstall],
         },
+        Scenario {
+            name: "installsh-update-killed-after-journal-begins-then-recover-only",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_B), JOURNAL_BEGUN, Kill::Group),
+                UpdateAgain(RELEASE_B),
+                RecoverOnly(RELEASE_B),
+                RecoverOnly(RELEASE_B),
+                Retry(RELEASE_B),
+                Uninstall,
+            ],
+        },
+        Scenario {
+            name: "installsh-update-terminated-after-journal-begins-then-rerun",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_B), JOURNAL_BEGUN, Kill::Term),
+                UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
+            ],
+        },
+        Scenario {
+            name: "installsh-update-killed-at-stop-then-rerun",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_B), STOPPING, Kill::Group),
+                UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
+            ],
+        },
+        Scenario {
+            name: "installsh-update-terminated-after-start-then-rerun",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_B), STARTED, Kill::Term),
+                UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
+            ],
+        },
+        Scenario {
+            name: "installsh-update-killed-during-verify-then-rerun",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_B), VERIFYING, Kill::Group),
+                UpdateAgain(RELEASE_B),
+                Retry(RELEASE_B),
+            ],
+        },
+        Scenario {
+            name: "installsh-update-unhealthy-terminated-during-rollback-then-rerun",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_UNHEALTHY), ROLLING_BACK, Kill::Term),
+                UpdateAgain(RELEASE_UNHEALTHY),
+                Retry(RELEASE_B),
+            ],
+        },
+        Scenario {
+            name: "installsh-prepare-only-then-activate-prepared",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                PrepareOnly(RELEASE_B),
+                ActivatePrepared(RELEASE_B),
+                Uninstall,
+            ],
+        },
     ]
 }
 
@@ -143,67 +283,39 @@ fn run(scratch: &Scratch, side: Side, scenario: &Scenario, port: u16) -> Observe
     let sandbox = Sandbox::start_named(scenario.name).expect("the systemd sandbox starts");
     let host = Host::new(Some(&scratch.uv_cache()), &sandbox, port);
     let mut releases = Vec::new();
-    for step in scenario.steps {
-        if let Step::Install(release, _)
-        | Step::Interrupted(release, _, _)
-        | Step::Update(release) = step
-        {
-            if !releases.iter().any(|(folder, _)| *folder == release.folder) {
-                releases.push((
-                    release.folder,
-                    scratch.release(side, sandbox.base(), *release),
-                ));
-            }
+    for release in scenario.steps.iter().filter_map(Step::release) {
+        if !releases.iter().any(|(folder, _)| *folder == release.folder) {
+            releases.push((
+                release.folder,
+                scratch.release(side, sandbox.base(), release),
+            ));
         }
     }
-    let paths: Vec<&std::path::Path> = releases.iter().map(|(_, path)| path.as_path()).collect();
+    let paths: Vec<&Path> = releases.iter().map(|(_, path)| path.as_path()).collect();
     let files = ReleaseFiles::of(&paths);
     let mut normalizer = facets::normalizer(&host, &files);
     let mut observed = Observed::default();
+    let mut transaction = String::new();
     for (index, step) in scenario.steps.iter().enumerate() {
         let label = format!("{} {}", index + 1, step_name(step));
         host.trace.reset();
+        if let Step::Uninstall = step {
+            if side == Side::Seed && std::env::var_os(RECORD_ENV).is_some() {
+                installsh_state::record(
+                    &sandbox,
+                    port,
+                    &installsh_state::archive_path(scenario.name),
+                );
+            }
+        }
+        if let Some(pending) = pending_transaction(&host) {
+            transaction = pending;
+        }
         let output = match step {
-            Step::Install(release, arguments) => {
-                let script = sandbox.base().join(release.folder).join("install.sh");
-                finish(
-                    host.command(&script, &install_arguments(port, arguments))
-                        .spawn()
-                        .unwrap(),
-                )
+            Step::Interrupted(inner, point, kill) => {
+                interrupted(&host, command(&host, inner, &transaction), *point, *kill)
             }
-            Step::Interrupted(release, arguments, interrupt) => {
-                let script = sandbox.base().join(release.folder).join("install.sh");
-                interrupted(
-                    &host,
-                    &script,
-                    &install_arguments(port, arguments),
-                    *interrupt,
-                )
-            }
-            Step::Update(release) => {
-                let script = sandbox.base().join(release.folder).join("install.sh");
-                let handoff = host.seal_handoff();
-                let mut arguments = install_arguments(port, NONE);
-                arguments.extend([
-                    "--execution-handoff-file".to_string(),
-                    handoff.to_string_lossy().into_owned(),
-                    "--expected-server-identity".to_string(),
-                    agents_tests::installsh::SERVER_IDENTITY.to_string(),
-                ]);
-                finish(host.command(&script, &arguments).spawn().unwrap())
-            }
-            Step::Uninstall => {
-                if side == Side::Seed && std::env::var_os(RECORD_ENV).is_some() {
-                    installsh_state::record(
-                        &sandbox,
-                        port,
-                        &installsh_state::archive_path(scenario.name),
-                    );
-                }
-                let script = host.roots()[0].join("current/uninstall.sh");
-                finish(host.command(&script, &["--yes"]).spawn().unwrap())
-            }
+            _ => finish(command(&host, step, &transaction).spawn().unwrap()),
         };
         host.settle();
         observe(
@@ -216,6 +328,139 @@ fn run(scratch: &Scratch, side: Side, scenario: &Scenario, port: u16) -> Observe
         );
     }
     observed
+}
+
+/// The command of a step (not yet started); a managed update first seals
+/// the running worker. `transaction`: the last activation journal's id seen.
+fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
+    let release_script =
+        |release: &Release| host.sandbox.base().join(release.folder).join("install.sh");
+    match step {
+        Step::Install(release, arguments) => host.command(
+            &release_script(release),
+            &install_arguments(host.port, arguments),
+        ),
+        Step::Update(release) => {
+            let handoff = host.seal_handoff();
+            host.command(
+                &release_script(release),
+                &update_arguments(host.port, &handoff),
+            )
+        }
+        Step::UpdateAgain(release) => host.command(
+            &release_script(release),
+            &update_arguments(host.port, &host.handoff_path()),
+        ),
+        Step::Retry(release) => {
+            let handoff = host.try_seal_handoff().unwrap_or_else(|err| {
+                eprintln!("retry: the worker was not sealed anew ({err})");
+                host.handoff_path()
+            });
+            host.command(
+                &release_script(release),
+                &update_arguments(host.port, &handoff),
+            )
+        }
+        Step::RecoverOnly(release) => {
+            // The running release's installer (update_recovery.py runs the one
+            // beside update_runner.py; the job, its armed runtime's).
+            let running = host.roots()[0]
+                .join("current")
+                .canonicalize()
+                .expect("a current release");
+            let arguments = [
+                "--recover-only",
+                "--non-interactive",
+                "--release-version",
+                release.version,
+                "--expected-api-contract",
+                API_CONTRACT,
+                "--expected-activation-id",
+                transaction,
+                "--expected-server-identity",
+                SERVER_IDENTITY,
+                "--port",
+                &host.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ];
+            host.command(&running.join("install.sh"), &arguments)
+        }
+        Step::PrepareOnly(release) => {
+            let receipt = receipt_path(host);
+            let arguments = [
+                "--non-interactive",
+                "--prepare-only",
+                "--prepared-receipt",
+                &receipt.to_string_lossy(),
+                "--release-version",
+                release.version,
+                "--expected-api-contract",
+                API_CONTRACT,
+                "--prepared-archive-sha256",
+                ARCHIVE_SHA256,
+            ];
+            host.command(&release_script(release), &arguments)
+        }
+        Step::ActivatePrepared(release) => {
+            let receipt = receipt_path(host);
+            let candidate = prepared_candidate(&receipt);
+            let handoff = host.seal_handoff();
+            let mut arguments = vec![
+                "--non-interactive".to_string(),
+                "--release-version".to_string(),
+                release.version.to_string(),
+                "--port".to_string(),
+                host.port.to_string(),
+                "--bind".to_string(),
+                "127.0.0.1".to_string(),
+                "--expected-server-identity".to_string(),
+                SERVER_IDENTITY.to_string(),
+                "--activate-prepared".to_string(),
+                receipt.to_string_lossy().into_owned(),
+                "--prepared-archive-sha256".to_string(),
+                ARCHIVE_SHA256.to_string(),
+                "--execution-mode".to_string(),
+                "split".to_string(),
+                "--execution-handoff-file".to_string(),
+                handoff.to_string_lossy().into_owned(),
+            ];
+            arguments.extend([
+                "--expected-api-contract".to_string(),
+                API_CONTRACT.to_string(),
+            ]);
+            host.command(&candidate.join("install.sh"), &arguments)
+        }
+        Step::Uninstall => host.command(&host.roots()[0].join("current/uninstall.sh"), &["--yes"]),
+        Step::Interrupted(inner, _, _) => command(host, inner, transaction),
+    }
+}
+
+/// `<install>/.prepared-receipts/<PREPARATION_ID>.json`.
+fn receipt_path(host: &Host<'_>) -> PathBuf {
+    host.roots()[0]
+        .join(".prepared-receipts")
+        .join(format!("{PREPARATION_ID}.json"))
+}
+
+/// The prepared runtime a receipt names (its `"candidate"`).
+fn prepared_candidate(receipt: &Path) -> PathBuf {
+    let data = std::fs::read(receipt)
+        .unwrap_or_else(|err| panic!("the preparation receipt {}: {err}", receipt.display()));
+    let value = python_compat::json::parse_json(&data).expect("a JSON receipt");
+    let candidate = value
+        .get("candidate")
+        .and_then(|candidate| candidate.as_str())
+        .expect("the receipt names its candidate");
+    PathBuf::from(candidate)
+}
+
+/// The id of the pending activation journal, if one is there.
+fn pending_transaction(host: &Host<'_>) -> Option<String> {
+    let manifest = host.roots()[0].join(".activation-transaction/manifest.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let at = text.find("\"activation-")? + 1;
+    Some(text[at..at + "activation-".len() + 24].to_string())
 }
 
 fn observe(
@@ -241,18 +486,22 @@ fn step_name(step: &Step) -> String {
                 .map(|word| format!(" {word}"))
                 .collect::<String>()
         ),
-        Step::Interrupted(release, arguments, interrupt) => format!(
-            "install {}{} interrupted at {} #{} {:?}",
-            release.version,
-            arguments
-                .iter()
-                .map(|word| format!(" {word}"))
-                .collect::<String>(),
-            interrupt.call,
-            interrupt.occurrence,
-            interrupt.signal
+        Step::Interrupted(inner, point, kill) => format!(
+            "{} interrupted at {} #{}{} {kill:?}",
+            step_name(inner),
+            point.call,
+            point.occurrence,
+            point
+                .after
+                .map(|anchor| format!(" after {anchor}"))
+                .unwrap_or_default(),
         ),
         Step::Update(release) => format!("managed install {}", release.version),
+        Step::UpdateAgain(release) => format!("managed install {} again", release.version),
+        Step::Retry(release) => format!("managed install {} retried", release.version),
+        Step::RecoverOnly(release) => format!("recover-only {}", release.version),
+        Step::PrepareOnly(release) => format!("prepare-only {}", release.version),
+        Step::ActivatePrepared(release) => format!("activate-prepared {}", release.version),
         Step::Uninstall => "uninstall".to_string(),
     }
 }
@@ -269,21 +518,44 @@ fn install_arguments(port: u16, extra: &[&str]) -> Vec<String> {
     arguments
 }
 
+/// A managed update's arguments: the handoff file and the identity it names.
+fn update_arguments(port: u16, handoff: &Path) -> Vec<String> {
+    let mut arguments = install_arguments(port, NONE);
+    arguments.extend([
+        "--execution-handoff-file".to_string(),
+        handoff.to_string_lossy().into_owned(),
+        "--expected-server-identity".to_string(),
+        SERVER_IDENTITY.to_string(),
+    ]);
+    arguments
+}
+
 /// Runs install.sh until the interrupt's `systemctl` call is held, then
 /// interrupts it; returns its output.
-fn interrupted(
-    host: &Host<'_>,
-    script: &std::path::Path,
-    arguments: &[String],
-    interrupt: Interrupt,
-) -> std::process::Output {
-    let words: Vec<&str> = arguments.iter().map(String::as_str).collect();
-    host.trace.stall_at(interrupt.call, interrupt.occurrence);
-    let mut child = host.command(script, &words).spawn().unwrap();
-    let reached =
-        agents_tests::upstream::wait_reached(&mut child, "the held call", || host.trace.stalled());
-    assert!(reached, "install.sh never made the call {}", interrupt.call);
-    match interrupt.signal {
+fn interrupted(host: &Host<'_>, mut command: Command, point: Point, kill: Kill) -> Output {
+    match point.after {
+        Some(anchor) => host.stall_after(anchor, point.call, point.occurrence),
+        None => host.trace.stall_at(point.call, point.occurrence),
+    }
+    let mut child = command.spawn().unwrap();
+    // Staging and uv's sync come first: allow for a loaded machine.
+    let reached = try_poll_until(Duration::from_secs(180), "the held call", || {
+        if host.trace.stalled() {
+            return Some(true);
+        }
+        matches!(child.try_wait(), Ok(Some(_))).then_some(false)
+    })
+    .unwrap_or(false);
+    if !reached {
+        host.clear_stall();
+        let output = finish(child);
+        panic!(
+            "install.sh never made the call {}: {}",
+            point.call,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    match kill {
         Kill::Group => crash(child.id()),
         Kill::Term => {
             let installer = installer_pid(child.id()).expect("install.sh runs under strace");
@@ -294,7 +566,7 @@ fn interrupted(
         }
     }
     let output = finish(child);
-    host.trace.clear();
+    host.clear_stall();
     output
 }
 

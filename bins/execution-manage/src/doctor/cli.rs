@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, ValueKind};
 
-use super::report::ConcernId;
+use super::concern::ConcernId;
 
 /// The word that selects doctor.
 pub(super) const WORD: &str = "doctor";

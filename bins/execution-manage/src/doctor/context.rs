@@ -17,9 +17,9 @@ use python_compat::{
     path::absolute_path,
 };
 
+use super::concern::Waiter;
 use super::process::Process;
 use super::programs::{helper_words, Helper};
-use super::report::Waiter;
 
 /// Programs that take the install lock: install.sh, the helpers (by their
 /// binary or Python names) and the server (a handoff retry).

@@ -10,10 +10,10 @@ use agents_common::{
 };
 use python_compat::json::Json;
 
+use super::concern::{Action, Concern, ConcernId, Status};
 use super::context::{Context, Kind, INSTALLER, MANAGE, UNINSTALLER};
 use super::process::Process;
 use super::programs::Helper;
-use super::report::{Action, Concern, ConcernId, Status};
 use crate::ExecutionTransaction;
 
 /// What a pending `.execution-transaction` has published and what its

@@ -21,6 +21,7 @@
 //! owner as in progress, not as stuck.
 
 mod cli;
+mod concern;
 mod context;
 mod journals;
 mod plan;
@@ -36,8 +37,9 @@ use std::process::ExitCode;
 use python_compat::{argparse::try_parse_command_line, json::Json, json_object};
 
 pub use cli::{doctor_words, DoctorArgs, DOCTOR_SPEC};
+pub use concern::{Action, Concern, ConcernId, Status, Waiter};
 pub use plan::{Plan, Role, Step, StepKind};
-pub use report::{Action, Concern, ConcernId, Report, Status, Waiter};
+pub use report::Report;
 
 use context::{Context, Kind};
 use runtime::{Owner, Owners};

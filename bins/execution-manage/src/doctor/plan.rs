@@ -16,7 +16,7 @@
 
 use python_compat::{json::Json, json_object};
 
-use super::report::{Action, Concern, ConcernId, Status};
+use super::concern::{Action, Concern, ConcernId, Status};
 
 /// What one step asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,7 +470,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::report::Waiter;
+    use crate::doctor::concern::Waiter;
 
     fn concern(id: ConcernId, status: Status, action: Option<Action>) -> Concern {
         let mut concern = Concern::new(id);

@@ -9,10 +9,10 @@ use agents_common::{
 };
 use python_compat::json::{parse_json, Json};
 
+use super::concern::{Action, Concern, ConcernId, Status};
 use super::context::{Context, Kind, LOCK_TAKERS};
 use super::journals::PendingActivation;
 use super::process::Process;
-use super::report::{Action, Concern, ConcernId, Status};
 
 /// A concern that can own the services and files while it is pending (a
 /// journal or intent), with the worker admission operation it uses.
@@ -720,8 +720,8 @@ fn stale_lock(ctx: &Context, pid: u32, resolvers: &[&Concern], concern: &mut Con
     concern.action = Some(Action::shell(
         format!(
             "rm -- {} && rmdir -- {}",
-            super::report::quote(&pid_file.display().to_string()),
-            super::report::quote(&lock.display().to_string())
+            super::concern::quote(&pid_file.display().to_string()),
+            super::concern::quote(&lock.display().to_string())
         ),
         format!(
             "removes the lock PID {pid} left behind; every installer and helper also reaps it \

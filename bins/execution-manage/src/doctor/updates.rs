@@ -13,10 +13,10 @@ use python_compat::{
     os::current_uid,
 };
 
+use super::concern::{Action, Concern, ConcernId, Status, Waiter};
 use super::context::{present, Context, HANDOFF_RELEASERS};
 use super::process::{flock_holders, Process};
 use super::programs::Helper;
-use super::report::{Action, Concern, ConcernId, Status, Waiter};
 
 /// The server's grace after the row's last update before it treats a
 /// runner that is not alive as gone (`SERVER_UPDATE_START_GRACE_SECONDS`).
