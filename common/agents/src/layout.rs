@@ -18,6 +18,8 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Access, FileType};
 
 pub use operation_id::maintenance_operation_id;
+// The units' and jobs' names are the roles' (role.rs); the layout renders them.
+pub use crate::role::{GATEWAY_UNIT, WORKER_UNIT};
 pub use render::render_service;
 pub(crate) use render::service_arguments;
 pub(crate) use render::{plist_document, unit_directory, unit_word, PlistValue};
@@ -40,14 +42,6 @@ use python_compat::{
 pub const FORMAT: i64 = 1;
 /// Worker/helper protocol version recorded in manifests and health receipts.
 pub const PROTOCOL_VERSION: i64 = 1;
-/// launchd label of the worker job.
-pub(crate) const WORKER_LABEL: &str = "com.agentsdock.server";
-/// launchd label of the gateway job.
-pub(crate) const GATEWAY_LABEL: &str = "com.agentsdock.gateway";
-/// systemd user unit of the worker.
-pub const WORKER_UNIT: &str = "agents-server.service";
-/// systemd user unit of the gateway.
-pub const GATEWAY_UNIT: &str = "agents-server-gateway.service";
 /// Directory of the pending execution journal under the install root.
 pub const TRANSACTION_NAME: &str = ".execution-transaction";
 /// File name of the installed layout manifest under the install root.

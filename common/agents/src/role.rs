@@ -7,8 +7,16 @@
 //! refusal instead of the gateway.
 
 use crate::error::{Error, Result};
-use crate::layout::{GATEWAY_LABEL, GATEWAY_UNIT, WORKER_LABEL, WORKER_UNIT};
 use crate::named::Named;
+
+/// launchd label of the worker job.
+pub(crate) const WORKER_LABEL: &str = "com.agentsdock.server";
+/// launchd label of the gateway job.
+pub(crate) const GATEWAY_LABEL: &str = "com.agentsdock.gateway";
+/// systemd user unit of the worker.
+pub const WORKER_UNIT: &str = "agents-server.service";
+/// systemd user unit of the gateway.
+pub const GATEWAY_UNIT: &str = "agents-server-gateway.service";
 
 /// One native job of the split execution layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
