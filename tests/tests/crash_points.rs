@@ -271,7 +271,9 @@ fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
     let scene = || {
         let (site, old, new) = scope.site(test).expect("the sandbox ran once");
         let outside = Outside::around(&site.sandbox, &site.installation);
-        let killed = traced_apply(&site, &new, scope, Some(pending_at));
+        let killed = agents_tests::power_cut::scene_setup(|| {
+            traced_apply(&site, &new, scope, Some(pending_at))
+        });
         assert!(killed.killed.is_some(), "apply was killed at #{pending_at}");
         (site, old, new, outside)
     };
