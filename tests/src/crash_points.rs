@@ -307,19 +307,7 @@ impl Campaign {
         point: &mut impl FnMut(usize) -> PointResult,
     ) -> Option<Vec<CrashState>> {
         LAST_KILLED.with(|last| *last.borrow_mut() = None);
-        if let Some(state) = state {
-            power_cut::begin(state);
-        }
-        let mut built = None;
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let result = point(n);
-            built = power_cut::end();
-            if let (PointResult::Converged(_), Some((model, _))) = (&result, &built) {
-                power_cut::check_owned_files(model);
-            }
-            result
-        }));
-        let built = built.or_else(power_cut::end);
+        let (result, built) = run_point(n, state, point);
         let label = match state {
             Some(state) if state != CrashState::Kill => format!(" ({})", state.name()),
             _ => String::new(),
@@ -428,6 +416,36 @@ impl Campaign {
             self.failures.join("\n")
         );
     }
+}
+
+/// What a point gave, and the power cut's model and changes when one applied.
+pub type PointRun = (
+    std::thread::Result<PointResult>,
+    Option<(power_cut::Model, power_cut::Changes)>,
+);
+
+/// Runs point `n` once: under a power cut in `state` (the first traced run
+/// killed in it is turned into that state, and after the recovery every
+/// file the operation wrote must be non-empty and JSON must parse), or as
+/// a plain SIGKILL for `None`. A panic (a check that failed) is caught.
+pub fn run_point(
+    n: usize,
+    state: Option<CrashState>,
+    point: &mut impl FnMut(usize) -> PointResult,
+) -> PointRun {
+    if let Some(state) = state {
+        power_cut::begin(state);
+    }
+    let mut built = None;
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let result = point(n);
+        built = power_cut::end();
+        if let (PointResult::Converged(_), Some((model, _))) = (&result, &built) {
+            power_cut::check_owned_files(model);
+        }
+        result
+    }));
+    (result, built.or_else(power_cut::end))
 }
 
 #[cfg(test)]

@@ -202,7 +202,8 @@ struct Inode {
     synced: Option<Vec<u8>>,
     /// Written or truncated since the last fsync (or since the operation began).
     dirty: bool,
-    /// Created, written or truncated by the operation at all.
+    /// Written by the operation at all (a lock file it only creates is
+    /// empty by design).
     written: bool,
     /// A directory's known entries as issued.
     issued: BTreeMap<String, Id>,
@@ -370,13 +371,10 @@ impl Model {
                 create,
                 truncate,
             } => match self.lookup(path) {
-                Some(id) if *truncate => self.touch(id),
+                Some(id) if *truncate => self.inodes[id].dirty = true,
                 Some(_) => {}
                 None if *create => {
-                    let id = self.add(Inode {
-                        written: true,
-                        ..Inode::new(Body::File, 0o600)
-                    });
+                    let id = self.add(Inode::new(Body::File, 0o600));
                     self.insert(path, id);
                 }
                 None => {}
@@ -388,7 +386,7 @@ impl Model {
             }
             Recorded::Ftruncate(path) => {
                 if let Some(id) = self.lookup(path) {
-                    self.touch(id);
+                    self.inodes[id].dirty = true;
                 }
             }
             Recorded::Fsync(path, bytes) => {
@@ -582,6 +580,31 @@ pub fn materialise(model: &Model, state: CrashState) -> io::Result<Changes> {
 
 #[cfg(test)]
 mod tests;
+
+/// `package`'s binary built with the test-only cargo `feature`, in a target
+/// directory of its own beside the workspace's (so the workspace's binaries
+/// stay as they are). Builds it when needed.
+pub fn helper_built_with(package: &str, feature: &str) -> PathBuf {
+    let profile = crate::binaries::profile_dir();
+    let target = profile
+        .parent()
+        .expect("the profile directory lies in the target directory")
+        .join(format!("{package}-{feature}"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args(["build", "--quiet", "-p", package, "--features", feature])
+        .arg("--target-dir")
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo build -p {package} --features {feature}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    target.join("debug").join(package)
+}
 
 /// Set to `all` (what `scripts/crash-points.sh --power-cut` sets) to build
 /// the crash states at every kill point; any other value, or none, builds

@@ -249,3 +249,35 @@ fn materialise_rewrites_the_killed_tree_into_the_crash_state() {
     assert!(materialise(&model, CrashState::Kill).unwrap().is_empty());
     assert_eq!(fs::read(at("f")).unwrap(), b"new");
 }
+
+/// A status row renamed into place before its bytes were synced is empty
+/// once the name reaches the disk first: the crash-state check refuses it,
+/// while a lock file the operation only created (empty by design) passes
+/// the check after recovery.
+#[test]
+fn an_unsynced_row_is_refused_and_a_created_lock_is_not() {
+    let scratch = TempDir::new("power-cut-checks");
+    let at = |name: &str| scratch.path().join(name);
+    let text = |name: &str| at(name).to_string_lossy().into_owned();
+    let row = b"{\"update_id\": \"a\", \"phase\": \"installing\"}";
+    let record = vec![
+        Recorded::Before(at("server-update.json"), file(b"{}")),
+        Recorded::Before(at("row.tmp"), Before::Absent),
+        create(&text("row.tmp")),
+        write(&text("row.tmp")),
+        Recorded::Rename(at("row.tmp"), at("server-update.json")),
+        Recorded::Before(at("row.lock"), Before::Absent),
+        create(&text("row.lock")),
+    ];
+    fs::write(at("server-update.json"), row).unwrap();
+    fs::write(at("row.lock"), b"").unwrap();
+    let model = Model::replay(&record);
+    check_owned_files(&model);
+    materialise(&model, CrashState::NamesBeforeData).unwrap();
+    assert_eq!(fs::read(at("server-update.json")).unwrap(), b"");
+    let refused =
+        std::panic::catch_unwind(|| check_crash_state(&model, CrashState::NamesBeforeData));
+    assert!(refused.is_err(), "an empty row is unreadable JSON");
+    let emptied = std::panic::catch_unwind(|| check_owned_files(&model));
+    assert!(emptied.is_err(), "a written file left empty is refused");
+}
