@@ -445,32 +445,36 @@ fn uninstall_campaign(test: &str, name: &str, purge: bool) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_uninstalled(&case, purge, &state, &outside);
     drop(case);
-    Campaign::new(name).run(complete.calls.len(), |n| {
-        let case = SplitCase::start(test).expect("the sandbox ran once");
-        let state = case.state_files();
-        let outside = Outside::around(&case.sandbox, &case.installation);
-        let traced = traced_uninstall(&case, purge, Some(n));
-        let Some(call) = traced.killed else {
-            assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
-            assert_uninstalled(&case, purge, &state, &outside);
-            return PointResult::NotReached;
-        };
-        // The operator runs the same uninstall again.
-        let (env, args) = uninstall_script(&case, purge);
-        let again = uninstall_support::run(
-            Implementation::Port,
-            &env,
-            &args,
-            uninstall_input(&case, purge),
-        );
-        assert_eq!(
-            again.status.code(),
-            Some(0),
-            "the same uninstall again: {again:?}"
-        );
+    Campaign::new(name).run(complete.calls.len(), |n| uninstall_point(test, purge, n));
+}
+
+/// The split uninstall killed at its `n`-th durable call, then the same
+/// uninstall again, and everything a finished uninstall leaves.
+fn uninstall_point(test: &str, purge: bool, n: usize) -> PointResult {
+    let case = SplitCase::start(test).expect("the sandbox ran once");
+    let state = case.state_files();
+    let outside = Outside::around(&case.sandbox, &case.installation);
+    let traced = traced_uninstall(&case, purge, Some(n));
+    let Some(call) = traced.killed else {
+        assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
         assert_uninstalled(&case, purge, &state, &outside);
-        PointResult::Converged(call)
-    });
+        return PointResult::NotReached;
+    };
+    // The operator runs the same uninstall again.
+    let (env, args) = uninstall_script(&case, purge);
+    let again = uninstall_support::run(
+        Implementation::Port,
+        &env,
+        &args,
+        uninstall_input(&case, purge),
+    );
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "the same uninstall again: {again:?}"
+    );
+    assert_uninstalled(&case, purge, &state, &outside);
+    PointResult::Converged(call)
 }
 
 #[test]
@@ -1127,5 +1131,39 @@ fn a_dropped_journal_directory_fsync_is_caught_by_the_power_cut_states() {
     assert_eq!(published_point(test, &dropped, CrashState::Kill), Ok(()));
     let caught = published_point(test, &dropped, CrashState::Lost)
         .expect_err("the power cut catches the dropped directory fsync");
-    eprintln!("caught: {caught}");
+    assert!(
+        caught.contains("neither the old nor the new installation"),
+        "the worker unit is new with no journal to recover it: {caught}"
+    );
+}
+
+/// Regression (issue 24): a split uninstall stopped by a power cut at its
+/// last durable call, `rmdir` of the install root, with every removal that
+/// was not yet durable lost. The port unlinked both units and removed the
+/// config root without syncing their directories, then removed the
+/// manifest and the intent with the install root synced: the units and the
+/// config came back with no proof left, and the rerun left
+/// `agents-server-gateway.service` behind. Removal now syncs those
+/// directories before the proof goes.
+#[test]
+fn split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink() {
+    let test = "split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink";
+    for purge in [false, true] {
+        let Some(case) = SplitCase::start(test) else {
+            return;
+        };
+        let complete = traced_uninstall(&case, purge, None);
+        assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+        drop(case);
+        let last = complete.calls.last().expect("durable calls").clone();
+        assert_eq!(last.call, "rmdir", "the install root goes last: {last}");
+        let mut point = |n| uninstall_point(test, purge, n);
+        let (result, built) = run_point(last.number, Some(CrashState::Lost), &mut point);
+        let (_, changes) = built.expect("the power cut was built");
+        assert!(
+            result.is_ok(),
+            "purge {purge}: lost {}: the uninstall does not converge",
+            changes.summary()
+        );
+    }
 }
