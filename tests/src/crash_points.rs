@@ -244,6 +244,8 @@ pub struct Campaign {
     /// Crash states built (SIGKILL included) and how many converged.
     states: usize,
     states_converged: usize,
+    /// Crash states the disk cannot be turned into (see `Changes::resurrected`).
+    unbuildable: usize,
 }
 
 impl Campaign {
@@ -312,15 +314,6 @@ impl Campaign {
             Some(state) if state != CrashState::Kill => format!(" ({})", state.name()),
             _ => String::new(),
         };
-        let differs = |built: &Option<(power_cut::Model, power_cut::Changes)>| {
-            built.as_ref().map_or(Vec::new(), |(model, _)| {
-                CrashState::ALL[1..]
-                    .iter()
-                    .copied()
-                    .filter(|other| !model.changes(*other).is_empty())
-                    .collect()
-            })
-        };
         // A state the disk already was in is not one more state.
         let same_as_kill = state.is_some_and(|state| state != CrashState::Kill)
             && built
@@ -356,9 +349,37 @@ impl Campaign {
             }
         }
         Some(match state {
-            Some(CrashState::Kill) => differs(&built),
+            Some(CrashState::Kill) => self.other_states(n, &built),
             _ => Vec::new(),
         })
+    }
+
+    /// The crash states beyond SIGKILL that differ from it at point `n`
+    /// (from the model of the killed run), less those that cannot be built.
+    fn other_states(
+        &mut self,
+        n: usize,
+        built: &Option<(power_cut::Model, power_cut::Changes)>,
+    ) -> Vec<CrashState> {
+        let Some((model, _)) = built else {
+            return Vec::new();
+        };
+        let mut states = Vec::new();
+        for other in &CrashState::ALL[1..] {
+            let changes = model.changes(*other);
+            if !changes.resurrected.is_empty() {
+                self.unbuildable += 1;
+                eprintln!(
+                    "{}: at kill point {n} ({}): not built, a removed directory would come back: {:?}",
+                    self.name,
+                    other.name(),
+                    changes.resurrected
+                );
+            } else if !changes.is_empty() {
+                states.push(*other);
+            }
+        }
+        states
     }
 
     /// Counts one converged (or not) point in `state`.
@@ -384,6 +405,12 @@ impl Campaign {
             lines.push(format!(
                 "{}: {} crash states, {} converged",
                 self.name, self.states, self.states_converged
+            ));
+        }
+        if self.unbuildable > 0 {
+            lines.push(format!(
+                "{}: {} more crash states not built (a removed directory would come back)",
+                self.name, self.unbuildable
             ));
         }
         for line in &lines {

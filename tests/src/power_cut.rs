@@ -202,6 +202,8 @@ struct Inode {
     synced: Option<Vec<u8>>,
     /// Written or truncated since the last fsync (or since the operation began).
     dirty: bool,
+    /// It existed before the operation (its identity may be on record).
+    existed: bool,
     /// Written by the operation at all (a lock file it only creates is
     /// empty by design).
     written: bool,
@@ -219,6 +221,7 @@ impl Inode {
             before: None,
             synced: None,
             dirty: false,
+            existed: false,
             written: false,
             issued: BTreeMap::new(),
             durable: BTreeMap::new(),
@@ -349,7 +352,10 @@ impl Model {
                 before: Some(bytes.clone()),
                 ..Inode::new(Body::File, *mode)
             },
-            Before::Dir { mode } => Inode::new(Body::Dir, *mode),
+            Before::Dir { mode } => Inode {
+                existed: true,
+                ..Inode::new(Body::Dir, *mode)
+            },
             Before::Link(target) => Inode::new(Body::Link(target.clone()), 0o777),
         };
         let id = self.add(inode);
@@ -487,9 +493,18 @@ impl Model {
             })
             .map(|(path, node)| (path.clone(), node.clone()))
             .collect();
+        let alive: BTreeSet<Id> = killed.values().map(Node::id).collect();
+        let resurrected = create
+            .iter()
+            .filter(|(_, node)| {
+                matches!(node, Node::Dir(id) if self.inodes[*id].existed && !alive.contains(id))
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
         Changes {
             remove,
             create,
+            resurrected,
             killed,
         }
     }
@@ -510,6 +525,11 @@ pub struct Changes {
     pub remove: Vec<PathBuf>,
     /// Paths to create, parents first.
     pub create: Vec<(PathBuf, Node)>,
+    /// Directories that existed before the operation, which it removed and
+    /// the state brings back: on disk they would come back with their own
+    /// inode (which helpers record as a directory's identity), and user
+    /// space can only make new ones, so the state cannot be built faithfully.
+    pub resurrected: Vec<PathBuf>,
     killed: BTreeMap<PathBuf, Node>,
 }
 
@@ -696,6 +716,17 @@ fn is_temporary(name: &str) -> bool {
     name.ends_with(".tmp") || name.starts_with(".execution-draft-")
 }
 
+/// The runner's download and extraction directory under `$TMPDIR`: never
+/// synced by design (the next runner downloads afresh), referenced by
+/// nothing once the runner is gone.
+const SCRATCH_PREFIX: &str = "agents-server-update-";
+
+fn in_scratch(path: &Path) -> bool {
+    path.components().any(|part| {
+        matches!(part, Component::Normal(name) if name.to_string_lossy().starts_with(SCRATCH_PREFIX))
+    })
+}
+
 /// The files the operation wrote that exist now, with their bytes.
 fn written_files(model: &Model, state: CrashState) -> Vec<(PathBuf, Vec<u8>)> {
     model
@@ -704,7 +735,7 @@ fn written_files(model: &Model, state: CrashState) -> Vec<(PathBuf, Vec<u8>)> {
         .filter(|(_, node)| matches!(node, Node::File(id, _) if model.inodes[*id].written))
         .filter(|(path, _)| {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
-            !is_temporary(&name)
+            !is_temporary(&name) && !in_scratch(path)
         })
         .filter_map(|(path, _)| fs::read(&path).ok().map(|bytes| (path, bytes)))
         .collect()

@@ -281,3 +281,21 @@ fn an_unsynced_row_is_refused_and_a_created_lock_is_not() {
     let emptied = std::panic::catch_unwind(|| check_owned_files(&model));
     assert!(emptied.is_err(), "a written file left empty is refused");
 }
+
+/// A directory that existed before, removed without syncing its parent,
+/// comes back in the lost state; on disk it could only come back as a new
+/// inode, so the state says it cannot be built faithfully.
+#[test]
+fn a_removed_directory_that_comes_back_is_marked_unbuildable() {
+    let record = [
+        Recorded::Before(p("/r/d"), dir()),
+        Recorded::Before(p("/r/d/f"), file(b"x")),
+        Recorded::Unlink(p("/r/d/f")),
+        Recorded::Rmdir(p("/r/d")),
+    ];
+    let model = Model::replay(&record);
+    assert_eq!(model.changes(CrashState::Lost).resurrected, [p("/r/d")]);
+    let mut synced = record.to_vec();
+    synced.push(Recorded::Fsync(p("/r"), None));
+    assert!(Model::replay(&synced).changes(CrashState::Lost).is_empty());
+}
