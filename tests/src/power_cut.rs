@@ -303,7 +303,10 @@ impl Model {
             at = match self.inodes[at].issued.get(&part) {
                 Some(&next) => next,
                 None => {
-                    let next = self.add(Inode::new(Body::Dir, 0o755));
+                    let next = self.add(Inode {
+                        existed: true,
+                        ..Inode::new(Body::Dir, 0o755)
+                    });
                     self.inodes[at].issued.insert(part.clone(), next);
                     self.inodes[at].durable.insert(part, next);
                     next

@@ -295,6 +295,16 @@ fn a_removed_directory_that_comes_back_is_marked_unbuildable() {
     ];
     let model = Model::replay(&record);
     assert_eq!(model.changes(CrashState::Lost).resurrected, [p("/r/d")]);
+    // Known first only as the way to its file (`rm -r` names the file
+    // before the directory), it existed before all the same.
+    let implied = [
+        Recorded::Before(p("/r/e/f"), file(b"x")),
+        Recorded::Unlink(p("/r/e/f")),
+        Recorded::Before(p("/r/e"), dir()),
+        Recorded::Rmdir(p("/r/e")),
+    ];
+    let model = Model::replay(&implied);
+    assert_eq!(model.changes(CrashState::Lost).resurrected, [p("/r/e")]);
     let mut synced = record.to_vec();
     synced.push(Recorded::Fsync(p("/r"), None));
     assert!(Model::replay(&synced).changes(CrashState::Lost).is_empty());
