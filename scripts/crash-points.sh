@@ -43,7 +43,7 @@ AGENTS_CRASH_POINTS=all AGENTS_CRASH_REPORT="$report" \
   --test-threads="${CRASH_POINTS_THREADS:-2}" "$@" >"$log" 2>&1 || status=$?
 
 # Only the lines of the figures asked for (and the originals' failures).
-lines="$(grep -E ": [0-9]+ $unit, |^  " "$report" || true)"
+lines="$(grep -E ": [0-9]+ $unit, |: [0-9]+ more $unit not built|^  " "$report" || true)"
 binaries="$(echo "$lines" | grep -v '^original ' | grep -v '^  ' | sort || true)"
 originals="$(echo "$lines" | awk '/^original /{keep=1} /^[^ ]/ && !/^original /{keep=0} keep' || true)"
 
