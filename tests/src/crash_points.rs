@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 
 use crate::binaries::binary_path;
 use crate::outcome::Outcome;
+use crate::power_cut::{self, CrashState};
 use crate::tempdir::TempDir;
 
 /// Set to `all` to run every kill point instead of the sample.
@@ -141,6 +142,10 @@ pub fn run_traced_with_stdin(
     for name in &injection.journal {
         traced.args(["--journal", name]);
     }
+    let record = power_cut::recording().then(|| scratch.join("record"));
+    if let Some(record) = &record {
+        traced.arg("--record").arg(record);
+    }
     traced
         .arg("--")
         .arg(command.get_program())
@@ -191,6 +196,10 @@ pub fn run_traced_with_stdin(
         outcome.code = None;
     }
     LAST_KILLED.with(|last| *last.borrow_mut() = killed.clone());
+    if let (Some(record), Some(_)) = (record, &killed) {
+        // The machine stopped here: the disk becomes the point's crash state.
+        power_cut::after_kill(&fs::read_to_string(record).expect("the tracer's record"));
+    }
     Traced {
         outcome,
         calls,
@@ -232,6 +241,11 @@ pub struct Campaign {
     converged: usize,
     failures: Vec<String>,
     observed: bool,
+    /// Crash states built (SIGKILL included) and how many converged.
+    states: usize,
+    states_converged: usize,
+    /// Crash states the disk cannot be turned into (see `Changes::resurrected`).
+    unbuildable: usize,
 }
 
 impl Campaign {
@@ -260,50 +274,148 @@ impl Campaign {
     /// complete run. Prints and records the summary line, then fails when
     /// any point did not converge.
     pub fn run(mut self, total: usize, mut point: impl FnMut(usize) -> PointResult) {
-        let mut attempt = |n: usize, campaign: &mut Campaign| -> bool {
-            LAST_KILLED.with(|last| *last.borrow_mut() = None);
-            match catch_unwind(AssertUnwindSafe(|| point(n))) {
-                Ok(PointResult::Converged(call)) => {
-                    campaign.killed += 1;
-                    campaign.converged += 1;
-                    eprintln!("{}: killed at {call}: converged", campaign.name);
-                    true
+        let cut_points = power_cut::power_cut_points(&sample(total));
+        let mut sampled = sample(total).into_iter();
+        let mut next = 1;
+        loop {
+            let n = if all_points() {
+                next += 1;
+                next - 1
+            } else {
+                match sampled.next() {
+                    Some(n) => n,
+                    None => break,
                 }
-                Ok(PointResult::NotReached) => false,
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
-                        .unwrap_or_default();
-                    campaign.killed += 1;
-                    let at = LAST_KILLED
-                        .with(|last| last.borrow().clone())
-                        .map_or_else(|| format!("kill point {n}"), |call| call.to_string());
-                    eprintln!(
-                        "{}: killed at {at}: NOT CONVERGED: {message}",
-                        campaign.name
-                    );
-                    campaign.failures.push(format!("{at}: {message}"));
-                    true
-                }
-            }
-        };
-        if all_points() {
-            let mut n = 1;
-            while attempt(n, &mut self) {
-                n += 1;
-            }
-        } else {
-            for n in sample(total) {
-                attempt(n, &mut self);
+            };
+            let cut = power_cut::everywhere() || (!all_points() && cut_points.contains(&n));
+            let kill = cut.then_some(CrashState::Kill);
+            let Some(others) = self.attempt(n, kill, &mut point) else {
+                break;
+            };
+            for state in others {
+                self.attempt(n, Some(state), &mut point);
             }
         }
-        let line = format!(
+        self.report();
+    }
+
+    /// Runs point `n` (in `state` when a power cut applies) and tallies it.
+    /// `None` when the operation completed before call `n`; otherwise the
+    /// crash states beyond SIGKILL that differ from it at this point.
+    fn attempt(
+        &mut self,
+        n: usize,
+        state: Option<CrashState>,
+        point: &mut impl FnMut(usize) -> PointResult,
+    ) -> Option<Vec<CrashState>> {
+        LAST_KILLED.with(|last| *last.borrow_mut() = None);
+        let (result, built) = run_point(n, state, point);
+        let label = match state {
+            Some(state) if state != CrashState::Kill => format!(" ({})", state.name()),
+            _ => String::new(),
+        };
+        // A state the disk already was in is not one more state.
+        let same_as_kill = state.is_some_and(|state| state != CrashState::Kill)
+            && built
+                .as_ref()
+                .is_some_and(|(_, changes)| changes.is_empty());
+        match result {
+            Ok(PointResult::NotReached) => return None,
+            Ok(PointResult::Converged(_)) if same_as_kill => {}
+            Ok(PointResult::Converged(call)) => {
+                self.tally(state, true);
+                eprintln!("{}: killed at {call}{label}: converged", self.name);
+            }
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+                    .unwrap_or_default();
+                self.tally(state, false);
+                let at = LAST_KILLED
+                    .with(|last| last.borrow().clone())
+                    .map_or_else(|| format!("kill point {n}"), |call| call.to_string());
+                let lost = built
+                    .as_ref()
+                    .map(|(_, changes)| changes.summary())
+                    .filter(|summary| !summary.is_empty())
+                    .map_or_else(String::new, |summary| format!(" [{summary}]"));
+                eprintln!(
+                    "{}: killed at {at}{label}{lost}: NOT CONVERGED: {message}",
+                    self.name
+                );
+                self.failures.push(format!("{at}{label}{lost}: {message}"));
+            }
+        }
+        Some(match state {
+            Some(CrashState::Kill) => self.other_states(n, &built),
+            _ => Vec::new(),
+        })
+    }
+
+    /// The crash states beyond SIGKILL that differ from it at point `n`
+    /// (from the model of the killed run), less those that cannot be built.
+    fn other_states(
+        &mut self,
+        n: usize,
+        built: &Option<(power_cut::Model, power_cut::Changes)>,
+    ) -> Vec<CrashState> {
+        let Some((model, _)) = built else {
+            return Vec::new();
+        };
+        let mut states = Vec::new();
+        for other in &CrashState::ALL[1..] {
+            let changes = model.changes(*other);
+            if !changes.resurrected.is_empty() {
+                self.unbuildable += 1;
+                eprintln!(
+                    "{}: at kill point {n} ({}): not built, a removed directory would come back: {:?}",
+                    self.name,
+                    other.name(),
+                    changes.resurrected
+                );
+            } else if !changes.is_empty() {
+                states.push(*other);
+            }
+        }
+        states
+    }
+
+    /// Counts one converged (or not) point in `state`.
+    fn tally(&mut self, state: Option<CrashState>, converged: bool) {
+        if matches!(state, None | Some(CrashState::Kill)) {
+            self.killed += 1;
+            self.converged += usize::from(converged);
+        }
+        if state.is_some() {
+            self.states += 1;
+            self.states_converged += usize::from(converged);
+        }
+    }
+
+    /// Prints and records the summary lines, then fails when any point did
+    /// not converge.
+    fn report(self) {
+        let mut lines = vec![format!(
             "{}: {} kill points, {} converged",
             self.name, self.killed, self.converged
-        );
-        println!("{line}");
+        )];
+        if self.states > 0 {
+            lines.push(format!(
+                "{}: {} crash states, {} converged",
+                self.name, self.states, self.states_converged
+            ));
+        }
+        if self.unbuildable > 0 {
+            lines.push(format!(
+                "{}: {} more crash states not built (a removed directory would come back)",
+                self.name, self.unbuildable
+            ));
+        }
+        for line in &lines {
+            println!("{line}");
+        }
         if let Some(path) = std::env::var_os(CRASH_REPORT_ENV) {
             let mut file = fs::OpenOptions::new()
                 .create(true)
@@ -311,7 +423,7 @@ impl Campaign {
                 .open(PathBuf::from(path))
                 .expect("open the crash-point report");
             // One write, so concurrent campaigns do not interleave.
-            let mut record = format!("{line}\n");
+            let mut record: String = lines.iter().map(|line| format!("{line}\n")).collect();
             if self.observed {
                 for failure in &self.failures {
                     let first = failure.lines().next().unwrap_or_default();
@@ -331,6 +443,36 @@ impl Campaign {
             self.failures.join("\n")
         );
     }
+}
+
+/// What a point gave, and the power cut's model and changes when one applied.
+pub type PointRun = (
+    std::thread::Result<PointResult>,
+    Option<(power_cut::Model, power_cut::Changes)>,
+);
+
+/// Runs point `n` once: under a power cut in `state` (the first traced run
+/// killed in it is turned into that state, and after the recovery every
+/// file the operation wrote must be non-empty and JSON must parse), or as
+/// a plain SIGKILL for `None`. A panic (a check that failed) is caught.
+pub fn run_point(
+    n: usize,
+    state: Option<CrashState>,
+    point: &mut impl FnMut(usize) -> PointResult,
+) -> PointRun {
+    if let Some(state) = state {
+        power_cut::begin(state);
+    }
+    let mut built = None;
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let result = point(n);
+        built = power_cut::end();
+        if let (PointResult::Converged(_), Some((model, _))) = (&result, &built) {
+            power_cut::check_owned_files(model);
+        }
+        result
+    }));
+    (result, built.or_else(power_cut::end))
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ pub mod loopback_peers;
 mod originals;
 mod outcome;
 mod poll;
+pub mod power_cut;
 mod processes;
 mod python_errors;
 pub mod recorded_commands;

@@ -20,9 +20,10 @@ use crate::update_runner_support;
 
 use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::crash_points::{
-    helper_injection, run_traced, run_traced_with_stdin, Campaign, DurableCall, Injection,
-    PointResult, Traced,
+    helper_injection, run_point, run_traced, run_traced_with_stdin, Campaign, DurableCall,
+    Injection, PointResult, Traced,
 };
+use agents_tests::power_cut::CrashState;
 use crash_points_support::runner_recovery::{
     runner_injection, InterruptedInstall, RecoveryEnd, RecoveryScene,
 };
@@ -271,7 +272,9 @@ fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
     let scene = || {
         let (site, old, new) = scope.site(test).expect("the sandbox ran once");
         let outside = Outside::around(&site.sandbox, &site.installation);
-        let killed = traced_apply(&site, &new, scope, Some(pending_at));
+        let killed = agents_tests::power_cut::scene_setup(|| {
+            traced_apply(&site, &new, scope, Some(pending_at))
+        });
         assert!(killed.killed.is_some(), "apply was killed at #{pending_at}");
         (site, old, new, outside)
     };
@@ -442,32 +445,36 @@ fn uninstall_campaign(test: &str, name: &str, purge: bool) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_uninstalled(&case, purge, &state, &outside);
     drop(case);
-    Campaign::new(name).run(complete.calls.len(), |n| {
-        let case = SplitCase::start(test).expect("the sandbox ran once");
-        let state = case.state_files();
-        let outside = Outside::around(&case.sandbox, &case.installation);
-        let traced = traced_uninstall(&case, purge, Some(n));
-        let Some(call) = traced.killed else {
-            assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
-            assert_uninstalled(&case, purge, &state, &outside);
-            return PointResult::NotReached;
-        };
-        // The operator runs the same uninstall again.
-        let (env, args) = uninstall_script(&case, purge);
-        let again = uninstall_support::run(
-            Implementation::Port,
-            &env,
-            &args,
-            uninstall_input(&case, purge),
-        );
-        assert_eq!(
-            again.status.code(),
-            Some(0),
-            "the same uninstall again: {again:?}"
-        );
+    Campaign::new(name).run(complete.calls.len(), |n| uninstall_point(test, purge, n));
+}
+
+/// The split uninstall killed at its `n`-th durable call, then the same
+/// uninstall again, and everything a finished uninstall leaves.
+fn uninstall_point(test: &str, purge: bool, n: usize) -> PointResult {
+    let case = SplitCase::start(test).expect("the sandbox ran once");
+    let state = case.state_files();
+    let outside = Outside::around(&case.sandbox, &case.installation);
+    let traced = traced_uninstall(&case, purge, Some(n));
+    let Some(call) = traced.killed else {
+        assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
         assert_uninstalled(&case, purge, &state, &outside);
-        PointResult::Converged(call)
-    });
+        return PointResult::NotReached;
+    };
+    // The operator runs the same uninstall again.
+    let (env, args) = uninstall_script(&case, purge);
+    let again = uninstall_support::run(
+        Implementation::Port,
+        &env,
+        &args,
+        uninstall_input(&case, purge),
+    );
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "the same uninstall again: {again:?}"
+    );
+    assert_uninstalled(&case, purge, &state, &outside);
+    PointResult::Converged(call)
 }
 
 #[test]
@@ -1041,4 +1048,122 @@ fn update_runner_interrupted_install_converges_through_recovery_after_a_kill_at_
                 None => PointResult::NotReached,
             }
         });
+}
+
+/// `apply --scope worker` of `site` run by the `execution-manage` at
+/// `binary`, traced and killed at `kill_at`.
+fn traced_apply_by(
+    binary: &std::path::Path,
+    site: &Site,
+    layout: &ExecutionLayout,
+    kill_at: Option<usize>,
+) -> Traced {
+    let mut command = site.sandbox.command(binary);
+    command
+        .arg("apply")
+        .arg("--layout")
+        .arg(site.layout_file(layout))
+        .args(["--scope", Scope::Worker.name()]);
+    run_traced(&command, &helper_injection(), kill_at)
+}
+
+/// The first durable call of `publish` on the layout manifest (in the
+/// install root), after the journal was renamed into place and the worker
+/// unit (in the unit directory) was replaced and made durable.
+fn layout_publication(calls: &[DurableCall], layout: &ExecutionLayout) -> usize {
+    let manifest = layout.manifest_path().display().to_string();
+    let journal = calls
+        .iter()
+        .position(|call| {
+            call.call.starts_with("rename") && call.paths.ends_with("/.execution-transaction")
+        })
+        .expect("the journal is renamed into place");
+    calls[journal..]
+        .iter()
+        .find(|call| call.paths.contains(&manifest))
+        .expect("publish writes the layout manifest")
+        .number
+}
+
+/// The worker `apply` by `binary` stopped where `publish` begins writing
+/// the layout manifest (the worker unit new, the journal renamed into place
+/// before, no fsync of the install root since), in `state`, then recovered
+/// and checked as the campaign does. `Err` with the check that failed.
+fn published_point(test: &str, binary: &std::path::Path, state: CrashState) -> Result<(), String> {
+    let (site, _old, new) = Scope::Worker.site(test).expect("the sandbox ran once");
+    let complete = traced_apply_by(binary, &site, &new, None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    let at = layout_publication(&complete.calls, &new);
+    drop(site);
+    let mut point = |n| {
+        let (site, old, new) = Scope::Worker.site(test).expect("the sandbox ran once");
+        let outside = Outside::around(&site.sandbox, &site.installation);
+        let traced = traced_apply_by(binary, &site, &new, Some(n));
+        let call = traced.killed.expect("killed at the layout manifest");
+        converge(&site, old.as_ref(), &new, Scope::Worker, &outside);
+        PointResult::Converged(call)
+    };
+    match run_point(at, Some(state), &mut point) {
+        (Ok(_), _) => Ok(()),
+        (Err(panic), _) => Err(panic
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| "a check failed".into())),
+    }
+}
+
+/// The method can fail: an `execution-manage` built without the install
+/// root's fsync after its journal appears (the test-only cargo feature
+/// `test-drop-journal-fsync`) converges after a SIGKILL where publish
+/// begins writing the layout manifest, as the real one does, but not after
+/// a power cut there: the journal's name is lost while the worker unit it
+/// covers is already new. The real build converges in the same state.
+#[test]
+fn a_dropped_journal_directory_fsync_is_caught_by_the_power_cut_states() {
+    let test = "a_dropped_journal_directory_fsync_is_caught_by_the_power_cut_states";
+    if Scope::Worker.site(test).is_none() {
+        return;
+    }
+    let dropped =
+        agents_tests::power_cut::helper_built_with("execution-manage", "test-drop-journal-fsync");
+    let real = agents_tests::binary_path("execution-manage");
+    assert_eq!(published_point(test, &real, CrashState::Lost), Ok(()));
+    assert_eq!(published_point(test, &dropped, CrashState::Kill), Ok(()));
+    let caught = published_point(test, &dropped, CrashState::Lost)
+        .expect_err("the power cut catches the dropped directory fsync");
+    assert!(
+        caught.contains("neither the old nor the new installation"),
+        "the worker unit is new with no journal to recover it: {caught}"
+    );
+}
+
+/// Regression (issue 24): a split uninstall stopped by a power cut at its
+/// last durable call, `rmdir` of the install root, with every removal that
+/// was not yet durable lost. The port unlinked both units and removed the
+/// config root without syncing their directories, then removed the
+/// manifest and the intent with the install root synced: the units and the
+/// config came back with no proof left, and the rerun left
+/// `agents-server-gateway.service` behind. Removal now syncs those
+/// directories before the proof goes.
+#[test]
+fn split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink() {
+    let test = "split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink";
+    for purge in [false, true] {
+        let Some(case) = SplitCase::start(test) else {
+            return;
+        };
+        let complete = traced_uninstall(&case, purge, None);
+        assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+        drop(case);
+        let last = complete.calls.last().expect("durable calls").clone();
+        assert_eq!(last.call, "rmdir", "the install root goes last: {last}");
+        let mut point = |n| uninstall_point(test, purge, n);
+        let (result, built) = run_point(last.number, Some(CrashState::Lost), &mut point);
+        let (_, changes) = built.expect("the power cut was built");
+        assert!(
+            result.is_ok(),
+            "purge {purge}: lost {}: the uninstall does not converge",
+            changes.summary()
+        );
+    }
 }

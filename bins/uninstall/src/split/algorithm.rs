@@ -727,10 +727,12 @@ impl Uninstall<'_> {
         layout: &ExecutionLayout,
         native: &dyn Native,
     ) -> std::result::Result<(), Failure> {
+        let mut emptied = Vec::new();
         for name in [Role::Gateway, Role::Worker] {
             let path = layout.service_path(name)?;
             if entry_present(&path)? {
                 fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
+                emptied.push(parent_of(&path));
             }
         }
         native.reload()?;
@@ -747,17 +749,28 @@ impl Uninstall<'_> {
         }
         if entry_present(self.config_root)? {
             remove_child(self.config_root)?;
+            emptied.push(parent_of(self.config_root));
         }
         if self.purge_state {
             if entry_present(self.state_root)? {
                 remove_child(self.state_root)?;
+                emptied.push(parent_of(self.state_root));
             }
             let alias = self.home.join(".zenithbot-agent");
             let ours = fs::symlink_metadata(&alias)
                 .is_ok_and(|meta| meta.file_type().is_symlink() && meta.uid() == current_uid());
             if ours && resolve_lenient(&alias).as_deref() == Some(self.state_root) {
                 fs::remove_file(&alias).map_err(|err| Error::from_io_path(&err, &alias))?;
+                emptied.push(self.home.to_path_buf());
             }
+        }
+        // The removals above must reach the disk before the proof below goes:
+        // after a power cut, units or a config root back without the
+        // manifest and intent would be left for no rerun to finish (issue 24).
+        emptied.sort();
+        emptied.dedup();
+        for directory in &emptied {
+            fsync_directory(directory)?;
         }
         for name in [LAYOUT_NAME, UNINSTALL_INTENT_NAME] {
             let path = self.root.join(name);
@@ -883,4 +896,9 @@ impl Uninstall<'_> {
         fs::remove_file(&path).map_err(|err| Error::from_io_path(&err, &path))?;
         fsync_directory(self.root)
     }
+}
+
+/// The directory holding `path` (`/` for a path with no parent).
+fn parent_of(path: &Path) -> PathBuf {
+    path.parent().unwrap_or(Path::new("/")).to_path_buf()
 }

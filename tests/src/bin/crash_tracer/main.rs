@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! crash-tracer --report FILE [--kill-at N] [--follow] [--exclude COMM]...
-//!              [--journal NAME]... -- PROGRAM [ARGS...]
+//!              [--journal NAME]... [--record FILE] -- PROGRAM [ARGS...]
 //! ```
 //!
 //! Durable calls: `rename`/`renameat`/`renameat2`, `fsync`/`fdatasync`,
@@ -28,6 +28,12 @@
 //! holds one line per durable call (`<n>\t<call>\t<paths>`), then
 //! `killed <n>`, `exited <code>` or `signaled <signal>`. The tracer exits
 //! with the program's status (128 + signal when it died of one).
+//!
+//! `--record FILE` also writes every file-system call the program completed
+//! before the kill, with the paths' earlier state (see `record`), for the
+//! power-cut campaign.
+
+mod record;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -103,6 +109,7 @@ struct Options {
     follow: bool,
     exclude: Vec<String>,
     journal: Vec<String>,
+    record: Option<PathBuf>,
     program: Vec<String>,
 }
 
@@ -113,6 +120,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         follow: false,
         exclude: Vec::new(),
         journal: Vec::new(),
+        record: None,
         program: Vec::new(),
     };
     let mut words = args.into_iter();
@@ -127,6 +135,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             "--follow" => options.follow = true,
             "--exclude" => options.exclude.push(value()?),
             "--journal" => options.journal.push(value()?),
+            "--record" => options.record = Some(PathBuf::from(value()?)),
             "--" => {
                 options.program = words.collect();
                 break;
@@ -137,7 +146,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
     if options.report.as_os_str().is_empty() || options.program.is_empty() {
         return Err(
             "usage: crash-tracer --report FILE [--kill-at N] [--follow] \
-                    [--exclude COMM]... [--journal NAME]... -- PROGRAM [ARGS...]"
+                    [--exclude COMM]... [--journal NAME]... [--record FILE] -- PROGRAM [ARGS...]"
                 .into(),
         );
     }
@@ -157,8 +166,16 @@ fn ptrace(request: libc::c_uint, pid: i32, addr: usize, data: usize) -> libc::c_
     }
 }
 
-/// `(op, nr, args)` of a tracee in a syscall stop.
-fn syscall_info(pid: i32) -> Option<(u8, i64, [u64; 6])> {
+/// Where a tracee in a syscall stop is.
+enum SyscallStop {
+    /// Entering call `nr` with these arguments.
+    Entry(i64, [u64; 6]),
+    /// Leaving a call with this result (`true` when it failed).
+    Exit(i64, bool),
+}
+
+/// The syscall stop a tracee is in, if ptrace can tell.
+fn syscall_info(pid: i32) -> Option<SyscallStop> {
     // SAFETY: an all-zero ptrace_syscall_info is a valid value.
     let mut info: libc::ptrace_syscall_info = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::ptrace_syscall_info>();
@@ -168,12 +185,22 @@ fn syscall_info(pid: i32) -> Option<(u8, i64, [u64; 6])> {
         size,
         &mut info as *mut _ as usize,
     );
-    if got <= 0 || info.op != libc::PTRACE_SYSCALL_INFO_ENTRY {
-        return Some((info.op, -1, [0; 6])).filter(|_| got > 0);
+    if got <= 0 {
+        return None;
     }
-    // SAFETY: op says the entry member is the valid one.
-    let entry = unsafe { info.u.entry };
-    Some((info.op, entry.nr as i64, entry.args))
+    match info.op {
+        libc::PTRACE_SYSCALL_INFO_ENTRY => {
+            // SAFETY: op says the entry member is the valid one.
+            let entry = unsafe { info.u.entry };
+            Some(SyscallStop::Entry(entry.nr as i64, entry.args))
+        }
+        libc::PTRACE_SYSCALL_INFO_EXIT => {
+            // SAFETY: op says the exit member is the valid one.
+            let exit = unsafe { info.u.exit };
+            Some(SyscallStop::Exit(exit.sval, exit.is_error != 0))
+        }
+        _ => None,
+    }
 }
 
 /// A NUL-terminated string from the tracee's memory.
@@ -245,6 +272,7 @@ struct Tracer {
     count: usize,
     report: String,
     killed: Option<usize>,
+    recorder: Option<record::Recorder>,
 }
 
 impl Tracer {
@@ -294,6 +322,40 @@ impl Tracer {
         Some((name, paths))
     }
 
+    /// A syscall stop of `pid`: records it, counts it when durable, and
+    /// kills every tracee at the chosen call (returns true then).
+    fn stop(&mut self, pid: i32, tracees: &HashSet<i32>) -> bool {
+        match syscall_info(pid) {
+            Some(SyscallStop::Entry(nr, args)) => {
+                if let Some(recorder) = &mut self.recorder {
+                    recorder.enter(pid, nr, args);
+                }
+                let Some((name, paths)) = self.durable(pid, nr, args) else {
+                    return false;
+                };
+                self.count += 1;
+                let _ = writeln!(self.report, "{}\t{name}\t{paths}", self.count);
+                if Some(self.count) != self.options.kill_at {
+                    return false;
+                }
+                self.killed = Some(self.count);
+                // Stopped on entry: the call never runs.
+                kill(pid);
+                for &other in tracees {
+                    kill(other);
+                }
+                true
+            }
+            Some(SyscallStop::Exit(result, failed)) => {
+                if let Some(recorder) = &mut self.recorder {
+                    recorder.exit(pid, result, failed);
+                }
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Traces until the program has ended; returns its wait status.
     fn run(&mut self, root: i32) -> i32 {
         let mut tracees: HashSet<i32> = HashSet::from([root]);
@@ -325,22 +387,8 @@ impl Tracer {
             let signal = libc::WSTOPSIG(status);
             let mut deliver = 0;
             if signal == libc::SIGTRAP | 0x80 {
-                if let Some((op, nr, args)) = syscall_info(pid) {
-                    if op == libc::PTRACE_SYSCALL_INFO_ENTRY && self.killed.is_none() {
-                        if let Some((name, paths)) = self.durable(pid, nr, args) {
-                            self.count += 1;
-                            let _ = writeln!(self.report, "{}\t{name}\t{paths}", self.count);
-                            if Some(self.count) == self.options.kill_at {
-                                self.killed = Some(self.count);
-                                // Stopped on entry: the call never runs.
-                                kill(pid);
-                                for &other in &tracees {
-                                    kill(other);
-                                }
-                                continue;
-                            }
-                        }
-                    }
+                if self.killed.is_none() && self.stop(pid, &tracees) {
+                    continue;
                 }
             } else if signal == libc::SIGTRAP && status >> 16 != 0 {
                 // A ptrace event (fork, exec): nothing to deliver.
@@ -424,6 +472,7 @@ fn main() -> ExitCode {
         count: 0,
         report: String::new(),
         killed: None,
+        recorder: options.record.is_some().then(record::Recorder::new),
         options,
     };
     let status = tracer.run(root);
@@ -442,6 +491,12 @@ fn main() -> ExitCode {
     let _ = writeln!(tracer.report, "{line}");
     if !orphans_done {
         let _ = writeln!(tracer.report, "orphans still running");
+    }
+    if let (Some(path), Some(recorder)) = (&tracer.options.record, &tracer.recorder) {
+        if let Err(err) = fs::write(path, &recorder.text) {
+            eprintln!("crash-tracer: cannot write the record: {err}");
+            return ExitCode::from(2);
+        }
     }
     if let Err(err) = fs::write(&tracer.options.report, &tracer.report) {
         eprintln!("crash-tracer: cannot write the report: {err}");
