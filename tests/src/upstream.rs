@@ -124,11 +124,9 @@ impl Upstream {
         let modules = std::env::var_os(UPSTREAM_DIR_ENV)
             .filter(|dir| !dir.is_empty())
             .map(PathBuf::from)
-            .unwrap_or_default();
-        // Unset: empty, which canonicalize refuses, so the test is skipped.
-        let complete = needed.iter().all(|name| modules.join(name).is_file());
-        match modules.canonicalize() {
-            Ok(modules) if complete => Some(Upstream {
+            .filter(|dir| needed.iter().all(|name| dir.join(name).is_file()));
+        match modules.map(|dir| dir.canonicalize()) {
+            Some(Ok(modules)) => Some(Upstream {
                 sources: Some((originals, modules)),
             }),
             _ => {
