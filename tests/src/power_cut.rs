@@ -571,6 +571,7 @@ pub fn materialise(model: &Model, state: CrashState) -> io::Result<Changes> {
             on_disk.insert(node.id(), (info.permissions().mode() & 0o7777, bytes));
         }
     }
+    let held = hold_moved_files(&changes)?;
     for path in &changes.remove {
         match fs::symlink_metadata(path) {
             Ok(info) if info.is_dir() => fs::remove_dir_all(path)?,
@@ -578,6 +579,11 @@ pub fn materialise(model: &Model, state: CrashState) -> io::Result<Changes> {
             Err(_) => {}
         }
     }
+    // A file inode still on disk under another name gets the name back as a
+    // hard link, as the disk would (a lost unlink of one of two links), not
+    // as a copy with an identity of its own that helpers would refuse.
+    let mut names = surviving_file_names(&changes);
+    names.extend(held.iter().map(|(id, hold)| (*id, hold.clone())));
     for (path, node) in &changes.create {
         let known = on_disk.get(&node.id());
         let mode = known.map_or(model.mode(node.id()), |(mode, _)| *mode);
@@ -587,7 +593,14 @@ pub fn materialise(model: &Model, state: CrashState) -> io::Result<Changes> {
                 fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
             }
             Node::Link(_, target) => symlink(target, path)?,
+            Node::File(id, bytes) if names.contains_key(id) => {
+                fs::hard_link(&names[id], path)?;
+                if let Some(bytes) = bytes {
+                    fs::write(path, bytes)?;
+                }
+            }
             Node::File(id, bytes) => {
+                names.insert(*id, path.clone());
                 let bytes = match (bytes, known) {
                     (Some(bytes), _) => bytes.clone(),
                     (None, Some((_, Some(disk)))) => disk.clone(),
@@ -598,7 +611,60 @@ pub fn materialise(model: &Model, state: CrashState) -> io::Result<Changes> {
             }
         }
     }
+    for hold in held.values() {
+        fs::remove_file(hold)?;
+    }
     Ok(changes)
+}
+
+/// Files the state gives back a name the SIGKILL disk removed or moved (a
+/// lost rename): each is hard-linked to a holding name in its nearest
+/// directory that stays, so the state can give the very inode its old name
+/// back instead of a copy with an identity of its own.
+fn hold_moved_files(changes: &Changes) -> io::Result<BTreeMap<Id, PathBuf>> {
+    let removed: BTreeSet<&Path> = changes.remove.iter().map(PathBuf::as_path).collect();
+    let wanted: BTreeSet<Id> = changes
+        .create
+        .iter()
+        .filter(|(_, node)| matches!(node, Node::File(..)))
+        .map(|(_, node)| node.id())
+        .collect();
+    let mut held = BTreeMap::new();
+    for (path, node) in &changes.killed {
+        let id = node.id();
+        if !matches!(node, Node::File(..)) || !wanted.contains(&id) || held.contains_key(&id) {
+            continue;
+        }
+        if !path.ancestors().any(|up| removed.contains(up)) {
+            continue;
+        }
+        let Some(stays) = path
+            .ancestors()
+            .skip(1)
+            .find(|up| !up.ancestors().any(|above| removed.contains(above)))
+        else {
+            continue;
+        };
+        let hold = stays.join(format!(".power-cut-hold-{id}"));
+        fs::hard_link(path, &hold)?;
+        held.insert(id, hold);
+    }
+    Ok(held)
+}
+
+/// The file inodes the SIGKILL disk keeps under a name the state does not
+/// change, each with one such name.
+fn surviving_file_names(changes: &Changes) -> BTreeMap<Id, PathBuf> {
+    let removed = |path: &Path| {
+        path.ancestors()
+            .any(|up| changes.remove.iter().any(|gone| gone == up))
+    };
+    changes
+        .killed
+        .iter()
+        .filter(|(path, node)| matches!(node, Node::File(..)) && !removed(path))
+        .map(|(path, node)| (node.id(), path.clone()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -190,6 +190,12 @@ pub fn replace_config_on(
             history.push(Json::from(digest.as_str()));
         }
     }
+    // The journal must not name a staged inode whose own name could still be
+    // lost: the caller created `.source` without syncing its directory, and
+    // after a power cut a rerun would find the journal counting on a name
+    // that is gone ("publication is incomplete", forever). The original
+    // shares this gap; see docs/design/crash-safety.md.
+    fsync_directory_nofollow(&parent_of(&source))?;
     replace_private(&directory.join("manifest.json"), &value.canonical_bytes())?;
     checkpoint(ReplaceConfigStep::JournalWritten)?;
     rustix::fs::fchmod(&opened.descriptor, python_compat::os::permission_mode(mode))?;

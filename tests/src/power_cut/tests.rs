@@ -309,3 +309,78 @@ fn a_removed_directory_that_comes_back_is_marked_unbuildable() {
     synced.push(Recorded::Fsync(p("/r"), None));
     assert!(Model::replay(&synced).changes(CrashState::Lost).is_empty());
 }
+
+/// A staged file linked to a second name, the directory synced, then the
+/// first name unlinked with no sync after: in the lost state the first name
+/// comes back, and on disk it must be the same inode (a hard link), since
+/// helpers prove a staged file by its identity.
+#[test]
+fn a_lost_unlink_of_one_of_two_links_comes_back_as_the_same_inode() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = TempDir::new("power-cut-links");
+    let root = scratch.path().to_path_buf();
+    let at = |name: &str| root.join(name);
+    let text = |name: &str| at(name).to_string_lossy().into_owned();
+    let record = vec![
+        Recorded::Before(at("staged.source"), Before::Absent),
+        Recorded::Before(at("staged.publication"), Before::Absent),
+        create(&text("staged.source")),
+        write(&text("staged.source")),
+        Recorded::Fsync(at("staged.source"), Some(b"new".to_vec())),
+        Recorded::Link(at("staged.source"), at("staged.publication")),
+        Recorded::Fsync(root.clone(), None),
+        Recorded::Unlink(at("staged.source")),
+    ];
+    fs::write(at("staged.publication"), b"new").unwrap();
+    let model = Model::replay(&record);
+    let changes = materialise(&model, CrashState::Lost).expect("materialise");
+    assert_eq!(changes.summary(), format!("+{}", text("staged.source")));
+    let source = fs::metadata(at("staged.source")).unwrap();
+    let publication = fs::metadata(at("staged.publication")).unwrap();
+    assert_eq!(source.ino(), publication.ino(), "one inode, two names");
+    assert_eq!(publication.nlink(), 2);
+    assert_eq!(fs::read(at("staged.source")).unwrap(), b"new");
+}
+
+/// A staged file renamed over its destination with no directory sync after:
+/// in the lost state the staging name comes back and the destination goes,
+/// and on disk the staging name must be the very inode (a rename undone),
+/// not a copy.
+#[test]
+fn a_lost_rename_gives_the_old_name_back_to_the_same_inode() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = TempDir::new("power-cut-rename");
+    let root = scratch.path().to_path_buf();
+    let at = |name: &str| root.join(name);
+    let text = |name: &str| at(name).to_string_lossy().into_owned();
+    let record = vec![
+        Recorded::Before(at("staged"), Before::Absent),
+        Recorded::Before(at("published"), Before::Absent),
+        create(&text("staged")),
+        write(&text("staged")),
+        Recorded::Fsync(at("staged"), Some(b"new".to_vec())),
+        Recorded::Fsync(root.clone(), None),
+        Recorded::Rename(at("staged"), at("published")),
+    ];
+    fs::write(at("published"), b"new").unwrap();
+    let inode = fs::metadata(at("published")).unwrap().ino();
+    let model = Model::replay(&record);
+    materialise(&model, CrashState::Lost).expect("materialise");
+    assert!(!at("published").exists());
+    assert_eq!(
+        fs::metadata(at("staged")).unwrap().ino(),
+        inode,
+        "the same inode"
+    );
+    assert_eq!(
+        fs::metadata(at("staged")).unwrap().nlink(),
+        1,
+        "no holding name left"
+    );
+    assert_eq!(fs::read(at("staged")).unwrap(), b"new");
+    let left: Vec<_> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["staged"]);
+}

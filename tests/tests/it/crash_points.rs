@@ -941,30 +941,90 @@ fn assert_publication_clean(case: &publish_support::Case) {
 /// exact golden renderings and leave the journal valid in `linked`.
 #[test]
 fn activation_publish_converges_after_a_kill_at_any_durable_call() {
-    let injection = Injection {
+    let complete = complete_publish();
+    Campaign::new("execution-activation publish (replace_config)")
+        .run(complete.calls.len(), publish_point);
+}
+
+fn publish_injection() -> Injection {
+    Injection {
         inherit_environment: true,
         ..helper_injection()
-    };
+    }
+}
+
+/// A whole traced `publish`, checked.
+fn complete_publish() -> Traced {
     let case = publish_support::case("linux-basic");
-    let complete = run_traced(&case.publish_command(), &injection, None);
+    let complete = run_traced(&case.publish_command(), &publish_injection(), None);
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     case.assert_published();
-    drop(case);
-    Campaign::new("execution-activation publish (replace_config)").run(complete.calls.len(), |n| {
-        let case = publish_support::case("linux-basic");
-        let traced = run_traced(&case.publish_command(), &injection, Some(n));
-        let Some(call) = traced.killed else {
-            assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
-            case.assert_published();
-            assert_publication_clean(&case);
-            return PointResult::NotReached;
-        };
-        let again = case.publish();
-        assert_eq!(again.status.code(), Some(0), "publish again: {again:?}");
+    complete
+}
+
+/// `publish` killed at its `n`-th durable call, then run again.
+fn publish_point(n: usize) -> PointResult {
+    let case = publish_support::case("linux-basic");
+    let traced = run_traced(&case.publish_command(), &publish_injection(), Some(n));
+    let Some(call) = traced.killed else {
+        assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
         case.assert_published();
         assert_publication_clean(&case);
-        PointResult::Converged(call)
-    });
+        return PointResult::NotReached;
+    };
+    let again = case.publish();
+    assert_eq!(again.status.code(), Some(0), "publish again: {again:?}");
+    case.assert_published();
+    assert_publication_clean(&case);
+    PointResult::Converged(call)
+}
+
+/// Runs `publish` stopped by a power cut in `state` at its last durable
+/// call that is `call` on a path containing `fragment`, and asserts that
+/// the rerun converges.
+fn publish_power_cut_converges(call: &str, fragment: &str, state: CrashState) {
+    let complete = complete_publish();
+    let at = complete
+        .calls
+        .iter()
+        .rev()
+        .find(|durable| durable.is(call, fragment))
+        .unwrap_or_else(|| panic!("no {call} of {fragment}: {:?}", complete.calls))
+        .number;
+    let (result, built) = run_point(at, Some(state), &mut publish_point);
+    // With the fix the state may equal the SIGKILL one: nothing is lost.
+    let (_, changes) = built.expect("the power cut was built");
+    assert!(
+        result.is_ok(),
+        "{call} {fragment} ({}), lost {}: publish again does not converge",
+        state.name(),
+        changes.summary()
+    );
+}
+
+/// Found by the power-cut campaign: the journal named the gateway unit's
+/// staged `.source` before the unit directory holding that name was synced,
+/// so a power cut at the source's `fchmod` to its published mode (the call
+/// right after the journal's rewrite) could lose the name the journal
+/// already counted on, and `publish` again refused forever ("activation
+/// configuration publication is incomplete"). `replace_config` now syncs the
+/// source's directory before the journal names it (the original does not).
+#[test]
+fn publish_power_cut_at_the_staged_source_fchmod_loses_no_source_name() {
+    publish_power_cut_converges("fchmod", "gateway.source", CrashState::Lost);
+    publish_power_cut_converges("fchmod", "execution_layout.source", CrashState::Lost);
+}
+
+/// Found by the power-cut campaign: the control token was created under its
+/// own name and fsynced after its bytes were written, so a power cut before
+/// that fsync could keep the name with no bytes (the rename-before-data
+/// ordering), a token every later call refuses ("Invalid execution secret
+/// file"). The token is now written and synced under a staging name and
+/// renamed into place (the original creates the name first).
+#[test]
+fn publish_power_cut_at_the_control_token_fsync_loses_no_token_bytes() {
+    publish_power_cut_converges("fsync", "control.token", CrashState::NamesBeforeData);
+    publish_power_cut_converges("fsync", "control.token", CrashState::Lost);
 }
 
 /// The prepared activation (`--prepared-receipt`: a staged candidate, its

@@ -4,7 +4,9 @@
 //! The worker, the gateway and the installer may all create the token at once,
 //! so creation is serialised by a flock on a sibling `.control.token.lock` that
 //! is never removed (removing it would let a later caller lock another inode).
-//! An existing token is never rotated, and a malformed one fails closed.
+//! An existing token is never rotated, and a malformed one fails closed; a new
+//! one is written under a staging name and renamed into place (see
+//! `write_new_token`).
 //! `ExecutionTransportError` subclasses `RuntimeError`, so every refusal here
 //! is a RuntimeError; raw OS failures keep their OSError class.
 
@@ -17,7 +19,10 @@ use rustix::io::Errno;
 use super::open_leaf;
 use crate::error::{Error, Result};
 use python_compat::{
-    os::{current_uid, is_type, lstat, open, permission_bits, write_all},
+    os::{
+        current_uid, is_type, lstat, lstat_if_present, open, permission_bits, rename, unlink,
+        write_all,
+    },
     path as python_path, token_hex,
 };
 
@@ -93,20 +98,10 @@ pub fn ensure_execution_secret(path: &Path) -> Result<String> {
         ));
     }
 
-    let token = match open(
-        &path,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(0o600),
-    ) {
-        Ok(fd) => fd,
-        Err(error) if error.class() == python_compat::ErrorClass::FileExists => {
-            return read_secret(&path);
-        }
-        Err(error) => return Err(error.into()),
-    };
-    write_all(&token, token_hex(32)?.as_bytes())?;
-    rustix::fs::fsync(&token)?;
-    drop(token);
+    if lstat_if_present(&path)?.is_some() {
+        return read_secret(&path);
+    }
+    write_new_token(&path, &directory, name)?;
     let parent = open(
         &directory,
         OFlags::RDONLY | OFlags::DIRECTORY,
@@ -118,6 +113,33 @@ pub fn ensure_execution_secret(path: &Path) -> Result<String> {
     // Closing the lock descriptor releases the flock only after the final read.
     drop(lock);
     secret
+}
+
+/// Writes a fresh token under a staging name, fsyncs it, then renames it to
+/// `path`, so the token's name never exists without its bytes. The original
+/// creates `path` itself with `O_EXCL` and fsyncs after writing: a power cut
+/// in between can leave the name with no bytes on disk, a token that fails
+/// closed forever ("Invalid execution secret file"). A staging file a crash
+/// left is this lock holder's to replace. Called under the flock, with `path`
+/// absent.
+fn write_new_token(path: &Path, directory: &Path, name: &[u8]) -> Result<()> {
+    let mut staging_name = b".".to_vec();
+    staging_name.extend_from_slice(name);
+    staging_name.extend_from_slice(b".new");
+    let staging = python_path::child(directory, &staging_name);
+    if lstat_if_present(&staging)?.is_some() {
+        unlink(&staging)?;
+    }
+    let token = open(
+        &staging,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o600),
+    )?;
+    write_all(&token, token_hex(32)?.as_bytes())?;
+    rustix::fs::fsync(&token)?;
+    drop(token);
+    rename(&staging, path)?;
+    Ok(())
 }
 
 /// `_private_parent`: the path must be absolute without `..`, every ancestor

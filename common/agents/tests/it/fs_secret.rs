@@ -484,3 +484,19 @@ fn racing_processes_all_get_the_same_token() {
         assert_eq!(entries(&runtime), [".control.token.lock", "control.token"]);
     }
 }
+
+/// A crash before the rename leaves the staging name with whatever reached
+/// the disk and no token: the next caller (under the lock) replaces that
+/// staging file and publishes a whole token; nothing else is left.
+#[test]
+fn ensure_replaces_a_staging_token_a_crash_left_and_leaves_no_staging_name() {
+    let (_dir, runtime) = runtime();
+    let path = runtime.join("control.token");
+    let staging = runtime.join(".control.token.new");
+    fs::write(&staging, b"0123").unwrap();
+    let token = ensure_execution_secret(&path).unwrap();
+    assert!(is_token(&token), "{token:?}");
+    assert_eq!(fs::read(&path).unwrap(), token.as_bytes());
+    assert_eq!(fs::metadata(&path).unwrap().nlink(), 1);
+    assert_eq!(entries(&runtime), [".control.token.lock", "control.token"]);
+}
