@@ -24,6 +24,7 @@ use agents_tests::crash_points::{
     Injection, PointResult, Traced,
 };
 use agents_tests::power_cut::CrashState;
+use agents_tests::upstream::Upstream;
 use crash_points_support::runner_recovery::{
     runner_injection, InterruptedInstall, RecoveryEnd, RecoveryScene,
 };
@@ -1025,6 +1026,54 @@ fn publish_power_cut_at_the_staged_source_fchmod_loses_no_source_name() {
 fn publish_power_cut_at_the_control_token_fsync_loses_no_token_bytes() {
     publish_power_cut_converges("fsync", "control.token", CrashState::NamesBeforeData);
     publish_power_cut_converges("fsync", "control.token", CrashState::Lost);
+}
+
+/// The upstream modules the original `execution_activation.py` imports.
+const ORIGINAL_PUBLISH_MODULES: [&str; 5] = [
+    "activation_transaction.py",
+    "execution_durability.py",
+    "execution_install.py",
+    "execution_transport.py",
+    "execution_http.py",
+];
+
+/// The original `execution_activation.py publish` (with the upstream
+/// modules) under the same campaign, observed: each crash state it does not
+/// converge from is listed, the binary's must all converge. Run by
+/// `scripts/upstream-compare.sh` (all states with `AGENTS_POWER_CUT=all
+/// AGENTS_CRASH_POINTS=all`).
+#[test]
+#[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
+fn an_original_publish_converges_where_the_binary_does() {
+    let test = "an_original_publish_converges_where_the_binary_does";
+    let Some(upstream) = Upstream::require(test, &ORIGINAL_PUBLISH_MODULES) else {
+        return;
+    };
+    let runtime = agents_tests::TempDir::new("original-publish-runtime");
+    upstream.install_runtime(runtime.path());
+    let command = |case: &publish_support::Case| case.original_publish_command(runtime.path());
+    let case = publish_support::case("linux-basic");
+    let complete = run_traced(&command(&case), &publish_injection(), None);
+    assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
+    case.assert_published();
+    drop(case);
+    Campaign::observing("original execution_activation.py publish (replace_config)").run(
+        complete.calls.len(),
+        |n| {
+            let case = publish_support::case("linux-basic");
+            let traced = run_traced(&command(&case), &publish_injection(), Some(n));
+            let Some(call) = traced.killed else {
+                assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
+                case.assert_published();
+                return PointResult::NotReached;
+            };
+            let again = command(&case).output().expect("run the original again");
+            assert_eq!(again.status.code(), Some(0), "publish again: {again:?}");
+            case.assert_published();
+            assert_publication_clean(&case);
+            PointResult::Converged(call)
+        },
+    );
 }
 
 /// The prepared activation (`--prepared-receipt`: a staged candidate, its

@@ -141,6 +141,20 @@ impl Case {
         command
     }
 
+    /// The original's `publish` (`execution_activation.py` beside the
+    /// upstream modules in `runtime`) with install.sh's arguments.
+    pub(crate) fn original_publish_command(&self, runtime: &Path) -> Command {
+        let mut command = Command::new("python3");
+        command
+            .arg("-B")
+            .arg(runtime.join("execution_activation.py"));
+        command.args(
+            self.install
+                .operation_args("publish", &self.version, &self.bind, self.port),
+        );
+        command
+    }
+
     /// Every file is the golden rendering, with its mode, as the journal's
     /// exact publication, and the journal is valid in the next phase.
     #[track_caller]
