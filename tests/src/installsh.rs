@@ -457,6 +457,42 @@ pub const ARCHIVE_SHA256: &str = "5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e
 /// (`scripts/installsh_release.py`).
 pub const SERVER_IDENTITY: &str = "5e7e5e7e5e7e5e7e5e7e5e7e";
 
+/// install.sh's arguments that resume only the pending split activation
+/// `transaction` of `version`, as upstream's recovery launchers pass them
+/// (update_recovery.py's and the armed recovery job's): the pins its
+/// `--recover-only` gate checks against the journal (release version, API
+/// contract, transaction id), the identity its recovery owner requires of an
+/// existing installation, then the listener (which install.sh otherwise reads
+/// from the configuration). The comparison's recover-only steps run these,
+/// and upstream's install.sh resumes the journal with them (exit 75 after a
+/// rollback, recorded in `installsh-update-killed-after-journal-begins-then-recover-only`).
+pub fn recover_only_arguments(
+    version: &str,
+    api_contract: &str,
+    transaction: &str,
+    identity: &str,
+    port: u16,
+) -> Vec<String> {
+    [
+        "--recover-only",
+        "--non-interactive",
+        "--release-version",
+        version,
+        "--expected-api-contract",
+        api_contract,
+        "--expected-activation-id",
+        transaction,
+        "--expected-server-identity",
+        identity,
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 impl Host<'_> {
     /// The server's part of a managed update, before it runs install.sh:
     /// seal the running worker's admission over its private control channel

@@ -847,11 +847,14 @@ fn missing_legacy_and_half_removed_installations_are_named() {
 
 /// install.sh's `.activation-transaction` (written by the stand-in of its
 /// journal writer): owned by a live install.sh it is in progress; left by a
-/// dead one it is stuck, and only install.sh may resume it; a journal its
-/// reader refuses is invalid with that reader's own refusal.
+/// dead one it is stuck, and only install.sh may resume it: its own
+/// `--recover-only` where install.sh and the server identity are there,
+/// else an instruction saying why not; a journal its reader refuses is
+/// invalid with that reader's own refusal.
 #[test]
-fn an_activation_journal_is_install_shs_to_resume() {
-    use agents_tests::journal_writer::{Begin, Roots};
+fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
+    use agents_tests::installsh::recover_only_arguments;
+    use agents_tests::journal_writer::{Begin, Roots, API_CONTRACT};
     let Some(sandbox) = agents_tests::Sandbox::start_or_skip("doctor_activation") else {
         return;
     };
@@ -864,7 +867,7 @@ fn an_activation_journal_is_install_shs_to_resume() {
     let candidate = roots.staging("1.1.0");
     let old = roots.release_dir("1.0.0");
     let transaction = roots.begin(&Begin {
-        old: Some((old.clone(), old)),
+        old: Some((old.clone(), old.clone())),
         service_state: "running".into(),
         service_enabled: true,
         gateway_state: "running".into(),
@@ -934,8 +937,10 @@ fn an_activation_journal_is_install_shs_to_resume() {
         ("services", "stuck"),
         ("layout", "stuck"),
     ]);
-    // Only install.sh may resume it: one instruction, which resolves the
-    // lock, the services and the layout too; no command to follow.
+    // No install.sh in the candidate (the fixture's releases carry none) and
+    // no installed release: no command can be printed, only what to run
+    // from the release, and why not here. It resolves the lock, the
+    // services and the layout too.
     report.assert_plan(&[(
         "instruction",
         &["activation_journal", "install_lock", "services", "layout"],
@@ -943,16 +948,108 @@ fn an_activation_journal_is_install_shs_to_resume() {
     assert_eq!(report.action_kind("activation_journal"), "instruction");
     let instruction = text(report.action("activation_journal").get("text"));
     assert!(
-        instruction.starts_with(
-            "rerun install.sh with the same arguments as the interrupted run (release 1.1.0)"
-        ),
+        instruction.starts_with(&format!(
+            "run install.sh --recover-only --non-interactive --release-version 1.1.0 \
+             --expected-api-contract {API_CONTRACT} --expected-activation-id {transaction} "
+        )),
         "{instruction}"
     );
-    assert!(instruction.contains(&transaction));
+    let missing = format!(
+        "no command can be printed here: no executable install.sh in {} or {}",
+        candidate.display(),
+        old.display()
+    );
+    assert!(instruction.ends_with(&missing), "{instruction}");
     assert_eq!(
         report.found("activation_journal", "phase"),
         Json::from("prepared")
     );
+
+    // The candidate's install.sh (install.sh copies itself into every
+    // release) but no server identity, which install.sh's recovery owner
+    // requires of an existing installation: still no command.
+    let script = candidate.join("install.sh");
+    agents_tests::write_file(&script, b"#!/bin/sh\nexit 99\n", 0o755);
+    let identity_file = roots.state_root().join("server-identity");
+    let report = run();
+    let instruction = text(report.action("activation_journal").get("text"));
+    assert!(
+        instruction.ends_with(&format!(
+            "no command can be printed here: its recovery of an existing installation needs \
+             the server identity, and {} is unreadable (FileNotFoundError: [Errno 2] No such \
+             file or directory: '{}')",
+            identity_file.display(),
+            identity_file.display()
+        )),
+        "{instruction}"
+    );
+
+    // With the identity: install.sh's own --recover-only of exactly this
+    // journal, the roots it otherwise takes from the caller's environment
+    // given, runnable as printed. Its arguments are upstream's recovery
+    // launchers' (which the install.sh comparison runs to exit 75 after a
+    // rollback), but the listener, which install.sh reads from the
+    // configuration when not given.
+    let identity = "test-server-identity-0001";
+    agents_tests::write_file(&identity_file, format!("{identity}\n").as_bytes(), 0o600);
+    let report = run();
+    report.assert_plan(&[(
+        "command",
+        &["activation_journal", "install_lock", "services", "layout"],
+    )]);
+    let launcher = recover_only_arguments(
+        "1.1.0",
+        &API_CONTRACT.to_string(),
+        &transaction,
+        identity,
+        7850,
+    );
+    let (pins, listener) = launcher.split_at(launcher.len() - 4);
+    assert_eq!(listener[0], "--port");
+    assert_eq!(listener[2], "--bind");
+    let mut expected = vec![
+        "env".to_string(),
+        format!("AGENTS_SERVER_INSTALL_DIR={}", root.display()),
+        format!("AGENTS_SERVER_CONFIG_DIR={}", roots.config_root().display()),
+        format!("AGENTSDOCK_STATE_DIR={}", roots.state_root().display()),
+        format!("HOME={}", sandbox.home().display()),
+        script.display().to_string(),
+    ];
+    expected.extend(pins.iter().cloned());
+    let step = report.step(1);
+    let argv: Vec<String> = step
+        .get("argv")
+        .and_then(Json::as_array)
+        .expect("one program's words")
+        .iter()
+        .map(|word| text(Some(word)))
+        .collect();
+    assert_eq!(argv, expected);
+    assert_eq!(
+        text(step.get("command")),
+        argv.join(" "),
+        "nothing to quote"
+    );
+    assert_eq!(report.command("activation_journal"), argv.join(" "));
+    assert!(
+        text(step.get("text")).contains("75 when it restored the prior release"),
+        "{step:?}"
+    );
+    // Followed to exit 0 against upstream's install.sh by the install.sh
+    // comparison (`installsh-update-killed-after-journal-begins-then-doctor`).
+
+    // Where the candidate is gone, the installed (running) release's
+    // install.sh, as a managed update's recovery runs it.
+    fs::remove_file(&script).unwrap();
+    let installed = old.join("install.sh");
+    agents_tests::write_file(&installed, b"#!/bin/sh\nexit 99\n", 0o755);
+    let report = run();
+    let argv = report.step(1).get("argv").cloned().expect("argv");
+    assert_eq!(
+        argv.as_array().map(|words| text(words.get(5))),
+        Some(installed.display().to_string())
+    );
+    fs::remove_file(&installed).unwrap();
 
     // A journal install.sh's reader refuses: doctor prints that refusal.
     let manifest = root.join(".activation-transaction/manifest.json");

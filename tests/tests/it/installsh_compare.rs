@@ -12,8 +12,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use agents_tests::installsh::{
-    finish, Host, Release, Scratch, API_CONTRACT, ARCHIVE_SHA256, PREPARATION_ID, RELEASE_A,
-    RELEASE_B, RELEASE_UNHEALTHY, SERVER_IDENTITY,
+    finish, recover_only_arguments, Host, Release, Scratch, API_CONTRACT, ARCHIVE_SHA256,
+    PREPARATION_ID, RELEASE_A, RELEASE_B, RELEASE_UNHEALTHY, SERVER_IDENTITY,
 };
 use agents_tests::installsh_facets::{self as facets, ReleaseFiles};
 use agents_tests::installsh_state;
@@ -368,22 +368,13 @@ fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
                 .join("current")
                 .canonicalize()
                 .expect("a current release");
-            let arguments = [
-                "--recover-only",
-                "--non-interactive",
-                "--release-version",
+            let arguments = recover_only_arguments(
                 release.version,
-                "--expected-api-contract",
                 API_CONTRACT,
-                "--expected-activation-id",
                 transaction,
-                "--expected-server-identity",
                 SERVER_IDENTITY,
-                "--port",
-                &host.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ];
+                host.port,
+            );
             host.command(&running.join("install.sh"), &arguments)
         }
         Step::PrepareOnly(release) => {
