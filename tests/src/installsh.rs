@@ -330,6 +330,30 @@ impl<'a> Host<'a> {
     /// from the sandbox base, stdin `/dev/null`, in its own process group.
     pub fn command<S: AsRef<std::ffi::OsStr>>(&self, script: &Path, arguments: &[S]) -> Command {
         let [install, config, state] = self.roots();
+        let mut command = self.traced("bash");
+        command
+            .arg(script)
+            .args(arguments)
+            .env("AGENTS_SERVER_INSTALL_DIR", install)
+            .env("AGENTS_SERVER_CONFIG_DIR", config)
+            .env("AGENTSDOCK_STATE_DIR", state)
+            // A candidate that never turns healthy is given up after 10 s, not 45.
+            .env("AGENTS_SERVER_HEALTH_CHECK_ATTEMPTS", HEALTH_CHECK_ATTEMPTS);
+        command
+    }
+
+    /// `sh -c <line>` under `strace` as [`Host::command`] runs install.sh, but
+    /// without the roots in its environment: a command printed for support
+    /// staff, who have only their own (the sandbox's) environment.
+    pub fn shell_line(&self, line: &str) -> Command {
+        let mut command = self.traced("sh");
+        command.args(["-c", line]);
+        command
+    }
+
+    /// `program` under `strace` writing [`Host::exec_log`], with the shim's
+    /// PATH, from the sandbox base, piped, in its own process group.
+    fn traced(&self, program: &str) -> Command {
         let mut command = self.sandbox.command("strace");
         command
             .args([
@@ -344,16 +368,9 @@ impl<'a> Host<'a> {
                 "-o",
             ])
             .arg(self.exec_log())
-            .arg("bash")
-            .arg(script)
-            .args(arguments)
+            .arg(program)
             .env("PATH", self.path())
             .env("LANG", "C.UTF-8")
-            .env("AGENTS_SERVER_INSTALL_DIR", install)
-            .env("AGENTS_SERVER_CONFIG_DIR", config)
-            .env("AGENTSDOCK_STATE_DIR", state)
-            // A candidate that never turns healthy is given up after 10 s, not 45.
-            .env("AGENTS_SERVER_HEALTH_CHECK_ATTEMPTS", HEALTH_CHECK_ATTEMPTS)
             .current_dir(self.sandbox.base())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1035,8 +1035,12 @@ fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
         text(step.get("text")).contains("75 when it restored the prior release"),
         "{step:?}"
     );
-    // Followed to exit 0 against upstream's install.sh by the install.sh
-    // comparison (`installsh-update-killed-after-journal-begins-then-doctor`).
+    // The same shape as the step the install.sh comparison followed to exit
+    // 0 against upstream's install.sh (recorded, normalised, in its facets).
+    assert_eq!(
+        recover_only_shape(&argv),
+        recover_only_shape(&recorded_recover_only_step()),
+    );
 
     // Where the candidate is gone, the installed (running) release's
     // install.sh, as a managed update's recovery runs it.
@@ -1073,4 +1077,50 @@ fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
         "contact-engineering"
     );
     report.assert_stops(&refused);
+}
+
+/// The `install.sh --recover-only` command line doctor printed in the install.sh
+/// comparison's `installsh-update-killed-after-journal-begins-then-doctor`
+/// (upstream's install.sh on both sides), which exited 75 and after which
+/// doctor exited 0, as its recorded facets hold it.
+fn recorded_recover_only_step() -> Vec<String> {
+    let scenario = "installsh-update-killed-after-journal-begins-then-doctor";
+    let path = agents_tests::upstream::recorded_path(scenario);
+    let facets =
+        fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let line = facets
+        .lines()
+        .find_map(|line| line.strip_prefix("| step 1: "))
+        .expect("the recorded plan step");
+    let (command, status) = line.rsplit_once(" => ").expect("its exit status");
+    assert_eq!(status, "exit 75", "upstream restored the prior release");
+    assert!(
+        facets.contains(&format!("| step 1: {line}\n| doctor: exit 0\n")),
+        "doctor exited 0 right after it"
+    );
+    command.split(' ').map(str::to_string).collect()
+}
+
+/// What an `env ... install.sh --recover-only ...` argv is made of, whatever
+/// its paths and values: the environment's names, the script's name and
+/// the kind of release it is in, the options in order.
+fn recover_only_shape(argv: &[String]) -> Vec<String> {
+    argv.iter()
+        .map(|word| match word.split_once('=') {
+            Some((name, _)) if !word.starts_with('-') => format!("{name}="),
+            _ if word.starts_with("--") || word == "env" => word.clone(),
+            _ if word.ends_with("/install.sh") => {
+                let release = std::path::Path::new(word)
+                    .parent()
+                    .and_then(|parent| parent.file_name())
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match release.starts_with(".staging-") {
+                    true => "<staged candidate>/install.sh".to_string(),
+                    false => "<release>/install.sh".to_string(),
+                }
+            }
+            _ => "<value>".to_string(),
+        })
+        .collect()
 }

@@ -174,3 +174,22 @@ fn first_installation(manifest: &ActivationManifest) -> bool {
 fn parent(path: &Path) -> PathBuf {
     path.parent().map(Path::to_path_buf).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::valid_identity;
+
+    #[test]
+    fn an_identity_passes_both_install_sh_and_its_recovery_owner() {
+        assert!(valid_identity("5e7e5e7e5e7e5e7e5e7e5e7e"));
+        assert!(valid_identity("server_identity-01"));
+        // install.sh wants at least 8 characters; the recovery owner at most
+        // 128 and no '.' or ':' (which install.sh alone would accept).
+        assert!(!valid_identity("short"));
+        assert!(!valid_identity(&"a".repeat(129)));
+        assert!(!valid_identity("server.identity"));
+        assert!(!valid_identity("server:identity"));
+        assert!(!valid_identity("server identity"));
+        assert!(!valid_identity(""));
+    }
+}
