@@ -1055,6 +1055,58 @@ fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
     );
     fs::remove_file(&installed).unwrap();
 
+    // A single-service (format 2) journal of a legacy installation, its
+    // install.sh there: --recover-only refuses any but a split journal, so
+    // only a rerun of install.sh resumes it; an instruction, saying so.
+    let legacy_base = sandbox.base().join("legacy");
+    agents_tests::make_dir(&legacy_base, 0o755);
+    let legacy = Roots::create(&legacy_base, sandbox.home());
+    let legacy_old = legacy.release("1.0.0");
+    legacy.link_current("1.0.0");
+    legacy.write_env("AGENTSDOCK_AGENT_TOKEN=test-token\n");
+    let legacy_candidate = legacy.staging("1.1.0");
+    agents_tests::write_file(
+        &legacy_candidate.join("install.sh"),
+        b"#!/bin/sh\nexit 99\n",
+        0o755,
+    );
+    let legacy_transaction = legacy.begin(&Begin {
+        old: Some((legacy_old.clone(), legacy_old)),
+        execution: false,
+        ..Begin::split(&legacy_candidate, "1.1.0")
+    });
+    let outcome = Outcome::from(
+        sandbox
+            .command(binary_path("execution-manage"))
+            .args([
+                "doctor",
+                "--json",
+                "--concern",
+                "activation_journal",
+                "--root",
+            ])
+            .arg(legacy.root())
+            .output()
+            .unwrap(),
+    );
+    let legacy_report = Doctor {
+        report: parse_json(outcome.stdout.as_bytes()).expect("JSON"),
+        outcome,
+    };
+    assert_eq!(legacy_report.status("activation_journal"), "stuck");
+    assert_eq!(
+        legacy_report.action_kind("activation_journal"),
+        "instruction"
+    );
+    assert_eq!(
+        text(legacy_report.action("activation_journal").get("text")),
+        format!(
+            "rerun install.sh with the same arguments as the interrupted run (release 1.1.0); \
+             it resumes {legacy_transaction} from phase prepared, and only install.sh may (its \
+             --recover-only resumes split activations only)"
+        )
+    );
+
     // A journal install.sh's reader refuses: doctor prints that refusal.
     let manifest = root.join(".activation-transaction/manifest.json");
     let data = fs::read_to_string(&manifest).unwrap();
