@@ -169,9 +169,10 @@ fn resume(ctx: &Context, manifest: &ActivationManifest) -> Action {
         Err(Unavailable::Missing(why)) => Action::Instruction(format!(
             "run install.sh --recover-only --non-interactive --release-version {version} \
              --expected-api-contract {} --expected-activation-id {id} (and \
-             --expected-server-identity, the state directory's server-identity) from release \
-             {version}; it resumes {id} from phase {phase}, and only install.sh may; no \
-             command can be printed here: {why}",
+             --expected-server-identity, the state directory's server-identity) from an \
+             unpacked release (the candidate {version}'s or the installed one's); it resumes \
+             {id} from phase {phase}, and only install.sh may; no command can be printed \
+             here: {why}",
             python_compat::str_or_empty(manifest.execution_field("api_contract"))
         )),
     }
