@@ -330,6 +330,30 @@ impl<'a> Host<'a> {
     /// from the sandbox base, stdin `/dev/null`, in its own process group.
     pub fn command<S: AsRef<std::ffi::OsStr>>(&self, script: &Path, arguments: &[S]) -> Command {
         let [install, config, state] = self.roots();
+        let mut command = self.traced("bash");
+        command
+            .arg(script)
+            .args(arguments)
+            .env("AGENTS_SERVER_INSTALL_DIR", install)
+            .env("AGENTS_SERVER_CONFIG_DIR", config)
+            .env("AGENTSDOCK_STATE_DIR", state)
+            // A candidate that never turns healthy is given up after 10 s, not 45.
+            .env("AGENTS_SERVER_HEALTH_CHECK_ATTEMPTS", HEALTH_CHECK_ATTEMPTS);
+        command
+    }
+
+    /// `sh -c <line>` under `strace` as [`Host::command`] runs install.sh, but
+    /// without the roots in its environment: a command printed for support
+    /// staff, who have only their own (the sandbox's) environment.
+    pub fn shell_line(&self, line: &str) -> Command {
+        let mut command = self.traced("sh");
+        command.args(["-c", line]);
+        command
+    }
+
+    /// `program` under `strace` writing [`Host::exec_log`], with the shim's
+    /// PATH, from the sandbox base, piped, in its own process group.
+    fn traced(&self, program: &str) -> Command {
         let mut command = self.sandbox.command("strace");
         command
             .args([
@@ -344,16 +368,9 @@ impl<'a> Host<'a> {
                 "-o",
             ])
             .arg(self.exec_log())
-            .arg("bash")
-            .arg(script)
-            .args(arguments)
+            .arg(program)
             .env("PATH", self.path())
             .env("LANG", "C.UTF-8")
-            .env("AGENTS_SERVER_INSTALL_DIR", install)
-            .env("AGENTS_SERVER_CONFIG_DIR", config)
-            .env("AGENTSDOCK_STATE_DIR", state)
-            // A candidate that never turns healthy is given up after 10 s, not 45.
-            .env("AGENTS_SERVER_HEALTH_CHECK_ATTEMPTS", HEALTH_CHECK_ATTEMPTS)
             .current_dir(self.sandbox.base())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -456,6 +473,42 @@ pub const ARCHIVE_SHA256: &str = "5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e7e5e
 /// The server identity the stand-in server reports
 /// (`scripts/installsh_release.py`).
 pub const SERVER_IDENTITY: &str = "5e7e5e7e5e7e5e7e5e7e5e7e";
+
+/// install.sh's arguments that resume only the pending split activation
+/// `transaction` of `version`, as upstream's recovery launchers pass them
+/// (update_recovery.py's and the armed recovery job's): the pins its
+/// `--recover-only` gate checks against the journal (release version, API
+/// contract, transaction id), the identity its recovery owner requires of an
+/// existing installation, then the listener (which install.sh otherwise reads
+/// from the configuration). The comparison's recover-only steps run these,
+/// and upstream's install.sh resumes the journal with them (exit 75 after a
+/// rollback, recorded in `installsh-update-killed-after-journal-begins-then-recover-only`).
+pub fn recover_only_arguments(
+    version: &str,
+    api_contract: &str,
+    transaction: &str,
+    identity: &str,
+    port: u16,
+) -> Vec<String> {
+    [
+        "--recover-only",
+        "--non-interactive",
+        "--release-version",
+        version,
+        "--expected-api-contract",
+        api_contract,
+        "--expected-activation-id",
+        transaction,
+        "--expected-server-identity",
+        identity,
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
 
 impl Host<'_> {
     /// The server's part of a managed update, before it runs install.sh:

@@ -847,11 +847,14 @@ fn missing_legacy_and_half_removed_installations_are_named() {
 
 /// install.sh's `.activation-transaction` (written by the stand-in of its
 /// journal writer): owned by a live install.sh it is in progress; left by a
-/// dead one it is stuck, and only install.sh may resume it; a journal its
-/// reader refuses is invalid with that reader's own refusal.
+/// dead one it is stuck, and only install.sh may resume it: its own
+/// `--recover-only` where install.sh and the server identity are there,
+/// else an instruction saying why not; a journal its reader refuses is
+/// invalid with that reader's own refusal.
 #[test]
-fn an_activation_journal_is_install_shs_to_resume() {
-    use agents_tests::journal_writer::{Begin, Roots};
+fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
+    use agents_tests::installsh::recover_only_arguments;
+    use agents_tests::journal_writer::{Begin, Roots, API_CONTRACT};
     let Some(sandbox) = agents_tests::Sandbox::start_or_skip("doctor_activation") else {
         return;
     };
@@ -864,7 +867,7 @@ fn an_activation_journal_is_install_shs_to_resume() {
     let candidate = roots.staging("1.1.0");
     let old = roots.release_dir("1.0.0");
     let transaction = roots.begin(&Begin {
-        old: Some((old.clone(), old)),
+        old: Some((old.clone(), old.clone())),
         service_state: "running".into(),
         service_enabled: true,
         gateway_state: "running".into(),
@@ -934,8 +937,10 @@ fn an_activation_journal_is_install_shs_to_resume() {
         ("services", "stuck"),
         ("layout", "stuck"),
     ]);
-    // Only install.sh may resume it: one instruction, which resolves the
-    // lock, the services and the layout too; no command to follow.
+    // No install.sh in the candidate (the fixture's releases carry none) and
+    // no installed release: no command can be printed, only what to run
+    // from the release, and why not here. It resolves the lock, the
+    // services and the layout too.
     report.assert_plan(&[(
         "instruction",
         &["activation_journal", "install_lock", "services", "layout"],
@@ -943,15 +948,163 @@ fn an_activation_journal_is_install_shs_to_resume() {
     assert_eq!(report.action_kind("activation_journal"), "instruction");
     let instruction = text(report.action("activation_journal").get("text"));
     assert!(
-        instruction.starts_with(
-            "rerun install.sh with the same arguments as the interrupted run (release 1.1.0)"
-        ),
+        instruction.starts_with(&format!(
+            "run install.sh --recover-only --non-interactive --release-version 1.1.0 \
+             --expected-api-contract {API_CONTRACT} --expected-activation-id {transaction} "
+        )),
         "{instruction}"
     );
-    assert!(instruction.contains(&transaction));
+    let missing = format!(
+        "no command can be printed here: no executable install.sh in {} or {}",
+        candidate.display(),
+        old.display()
+    );
+    assert!(instruction.ends_with(&missing), "{instruction}");
     assert_eq!(
         report.found("activation_journal", "phase"),
         Json::from("prepared")
+    );
+
+    // The candidate's install.sh (install.sh copies itself into every
+    // release) but no server identity, which install.sh's recovery owner
+    // requires of an existing installation: still no command.
+    let script = candidate.join("install.sh");
+    agents_tests::write_file(&script, b"#!/bin/sh\nexit 99\n", 0o755);
+    let identity_file = roots.state_root().join("server-identity");
+    let report = run();
+    let instruction = text(report.action("activation_journal").get("text"));
+    assert!(
+        instruction.ends_with(&format!(
+            "no command can be printed here: its recovery of an existing installation needs \
+             the server identity, and {} is unreadable (FileNotFoundError: [Errno 2] No such \
+             file or directory: '{}')",
+            identity_file.display(),
+            identity_file.display()
+        )),
+        "{instruction}"
+    );
+
+    // With the identity: install.sh's own --recover-only of exactly this
+    // journal, the roots it otherwise takes from the caller's environment
+    // given, runnable as printed. Its arguments are upstream's recovery
+    // launchers' (which the install.sh comparison runs to exit 75 after a
+    // rollback), but the listener, which install.sh reads from the
+    // configuration when not given.
+    let identity = "test-server-identity-0001";
+    agents_tests::write_file(&identity_file, format!("{identity}\n").as_bytes(), 0o600);
+    let report = run();
+    report.assert_plan(&[(
+        "command",
+        &["activation_journal", "install_lock", "services", "layout"],
+    )]);
+    let launcher = recover_only_arguments(
+        "1.1.0",
+        &API_CONTRACT.to_string(),
+        &transaction,
+        identity,
+        7850,
+    );
+    let (pins, listener) = launcher.split_at(launcher.len() - 4);
+    assert_eq!(listener[0], "--port");
+    assert_eq!(listener[2], "--bind");
+    let mut expected = vec![
+        "env".to_string(),
+        format!("AGENTS_SERVER_INSTALL_DIR={}", root.display()),
+        format!("AGENTS_SERVER_CONFIG_DIR={}", roots.config_root().display()),
+        format!("AGENTSDOCK_STATE_DIR={}", roots.state_root().display()),
+        format!("HOME={}", sandbox.home().display()),
+        script.display().to_string(),
+    ];
+    expected.extend(pins.iter().cloned());
+    let step = report.step(1);
+    let argv: Vec<String> = step
+        .get("argv")
+        .and_then(Json::as_array)
+        .expect("one program's words")
+        .iter()
+        .map(|word| text(Some(word)))
+        .collect();
+    assert_eq!(argv, expected);
+    assert_eq!(
+        text(step.get("command")),
+        argv.join(" "),
+        "nothing to quote"
+    );
+    assert_eq!(report.command("activation_journal"), argv.join(" "));
+    assert!(
+        text(step.get("text")).contains("75 when it restored the prior release"),
+        "{step:?}"
+    );
+    // The same shape as the step the install.sh comparison followed to exit
+    // 0 against upstream's install.sh (recorded, normalised, in its facets).
+    assert_eq!(
+        recover_only_shape(&argv),
+        recover_only_shape(&recorded_recover_only_step()),
+    );
+
+    // Where the candidate is gone, the installed (running) release's
+    // install.sh, as a managed update's recovery runs it.
+    fs::remove_file(&script).unwrap();
+    let installed = old.join("install.sh");
+    agents_tests::write_file(&installed, b"#!/bin/sh\nexit 99\n", 0o755);
+    let report = run();
+    let argv = report.step(1).get("argv").cloned().expect("argv");
+    assert_eq!(
+        argv.as_array().map(|words| text(words.get(5))),
+        Some(installed.display().to_string())
+    );
+    fs::remove_file(&installed).unwrap();
+
+    // A single-service (format 2) journal of a legacy installation, its
+    // install.sh there: --recover-only refuses any but a split journal, so
+    // only a rerun of install.sh resumes it; an instruction, saying so.
+    let legacy_base = sandbox.base().join("legacy");
+    agents_tests::make_dir(&legacy_base, 0o755);
+    let legacy = Roots::create(&legacy_base, sandbox.home());
+    let legacy_old = legacy.release("1.0.0");
+    legacy.link_current("1.0.0");
+    legacy.write_env("AGENTSDOCK_AGENT_TOKEN=test-token\n");
+    let legacy_candidate = legacy.staging("1.1.0");
+    agents_tests::write_file(
+        &legacy_candidate.join("install.sh"),
+        b"#!/bin/sh\nexit 99\n",
+        0o755,
+    );
+    let legacy_transaction = legacy.begin(&Begin {
+        old: Some((legacy_old.clone(), legacy_old)),
+        execution: false,
+        ..Begin::split(&legacy_candidate, "1.1.0")
+    });
+    let outcome = Outcome::from(
+        sandbox
+            .command(binary_path("execution-manage"))
+            .args([
+                "doctor",
+                "--json",
+                "--concern",
+                "activation_journal",
+                "--root",
+            ])
+            .arg(legacy.root())
+            .output()
+            .unwrap(),
+    );
+    let legacy_report = Doctor {
+        report: parse_json(outcome.stdout.as_bytes()).expect("JSON"),
+        outcome,
+    };
+    assert_eq!(legacy_report.status("activation_journal"), "stuck");
+    assert_eq!(
+        legacy_report.action_kind("activation_journal"),
+        "instruction"
+    );
+    assert_eq!(
+        text(legacy_report.action("activation_journal").get("text")),
+        format!(
+            "rerun install.sh with the same arguments as the interrupted run (release 1.1.0); \
+             it resumes {legacy_transaction} from phase prepared, and only install.sh may (its \
+             --recover-only resumes split activations only)"
+        )
     );
 
     // A journal install.sh's reader refuses: doctor prints that refusal.
@@ -976,4 +1129,50 @@ fn an_activation_journal_is_install_shs_to_resume() {
         "contact-engineering"
     );
     report.assert_stops(&refused);
+}
+
+/// The `install.sh --recover-only` command line doctor printed in the install.sh
+/// comparison's `installsh-update-killed-after-journal-begins-then-doctor`
+/// (upstream's install.sh on both sides), which exited 75 and after which
+/// doctor exited 0, as its recorded facets hold it.
+fn recorded_recover_only_step() -> Vec<String> {
+    let scenario = "installsh-update-killed-after-journal-begins-then-doctor";
+    let path = agents_tests::upstream::recorded_path(scenario);
+    let facets =
+        fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let line = facets
+        .lines()
+        .find_map(|line| line.strip_prefix("| step 1: "))
+        .expect("the recorded plan step");
+    let (command, status) = line.rsplit_once(" => ").expect("its exit status");
+    assert_eq!(status, "exit 75", "upstream restored the prior release");
+    assert!(
+        facets.contains(&format!("| step 1: {line}\n| doctor: exit 0\n")),
+        "doctor exited 0 right after it"
+    );
+    command.split(' ').map(str::to_string).collect()
+}
+
+/// What an `env ... install.sh --recover-only ...` argv is made of, whatever
+/// its paths and values: the environment's names, the script's name and
+/// the kind of release it is in, the options in order.
+fn recover_only_shape(argv: &[String]) -> Vec<String> {
+    argv.iter()
+        .map(|word| match word.split_once('=') {
+            Some((name, _)) if !word.starts_with('-') => format!("{name}="),
+            _ if word.starts_with("--") || word == "env" => word.clone(),
+            _ if word.ends_with("/install.sh") => {
+                let release = std::path::Path::new(word)
+                    .parent()
+                    .and_then(|parent| parent.file_name())
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match release.starts_with(".staging-") {
+                    true => "<staged candidate>/install.sh".to_string(),
+                    false => "<release>/install.sh".to_string(),
+                }
+            }
+            _ => "<value>".to_string(),
+        })
+        .collect()
 }

@@ -12,8 +12,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use agents_tests::installsh::{
-    finish, Host, Release, Scratch, API_CONTRACT, ARCHIVE_SHA256, PREPARATION_ID, RELEASE_A,
-    RELEASE_B, RELEASE_UNHEALTHY, SERVER_IDENTITY,
+    finish, recover_only_arguments, Host, Release, Scratch, API_CONTRACT, ARCHIVE_SHA256,
+    PREPARATION_ID, RELEASE_A, RELEASE_B, RELEASE_UNHEALTHY, SERVER_IDENTITY,
 };
 use agents_tests::installsh_facets::{self as facets, ReleaseFiles};
 use agents_tests::installsh_state;
@@ -70,6 +70,10 @@ enum Step {
     ActivatePrepared(Release),
     /// The installed `uninstall.sh --yes`.
     Uninstall,
+    /// `execution-manage doctor` followed mechanically, as support staff
+    /// would: step 1 run exactly as printed (`sh -c`, without the roots
+    /// install.sh is otherwise given), doctor again, until it exits 0.
+    DoctorPlan,
 }
 
 impl Step {
@@ -84,7 +88,7 @@ impl Step {
             | Step::PrepareOnly(release)
             | Step::ActivatePrepared(release) => Some(*release),
             Step::Interrupted(step, _, _) => step.release(),
-            Step::Uninstall => None,
+            Step::Uninstall | Step::DoctorPlan => None,
         }
     }
 }
@@ -207,6 +211,14 @@ fn scenarios() -> Vec<Scenario> {
             ],
         },
         Scenario {
+            name: "installsh-update-killed-after-journal-begins-then-doctor",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Interrupted(&Update(RELEASE_B), JOURNAL_BEGUN, Kill::Group),
+                DoctorPlan,
+            ],
+        },
+        Scenario {
             name: "installsh-update-terminated-after-journal-begins-then-rerun",
             steps: &[
                 Install(RELEASE_A, NONE),
@@ -315,6 +327,7 @@ fn run(scratch: &Scratch, side: Side, scenario: &Scenario, port: u16) -> Observe
             Step::Interrupted(inner, point, kill) => {
                 interrupted(&host, command(&host, inner, &transaction), *point, *kill)
             }
+            Step::DoctorPlan => follow_doctor(&host),
             _ => finish(command(&host, step, &transaction).spawn().unwrap()),
         };
         host.settle();
@@ -368,22 +381,13 @@ fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
                 .join("current")
                 .canonicalize()
                 .expect("a current release");
-            let arguments = [
-                "--recover-only",
-                "--non-interactive",
-                "--release-version",
+            let arguments = recover_only_arguments(
                 release.version,
-                "--expected-api-contract",
                 API_CONTRACT,
-                "--expected-activation-id",
                 transaction,
-                "--expected-server-identity",
                 SERVER_IDENTITY,
-                "--port",
-                &host.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ];
+                host.port,
+            );
             host.command(&running.join("install.sh"), &arguments)
         }
         Step::PrepareOnly(release) => {
@@ -433,6 +437,72 @@ fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
         }
         Step::Uninstall => host.command(&host.roots()[0].join("current/uninstall.sh"), &["--yes"]),
         Step::Interrupted(inner, _, _) => command(host, inner, transaction),
+        Step::DoctorPlan => unreachable!("doctor's plan is followed, not one command"),
+    }
+}
+
+/// Follows doctor's plan (the built `execution-manage doctor`) mechanically
+/// until it exits 0, within four commands: each step 1 must be a command,
+/// run exactly as printed; it must exit 0, or 75 for install.sh's
+/// `--recover-only` (it restored the prior release; upstream's recovery
+/// launchers accept both). Returns what happened as one run's output: a
+/// line per doctor run and per command (stdout), the commands' stderr, and
+/// doctor's last exit status.
+fn follow_doctor(host: &Host<'_>) -> Output {
+    use std::os::unix::process::ExitStatusExt as _;
+    let (mut stdout, mut stderr, mut commands) = (String::new(), Vec::new(), 0);
+    loop {
+        let output = host
+            .sandbox
+            .command(agents_tests::binary_path("execution-manage"))
+            .args(["doctor", "--root"])
+            .arg(&host.roots()[0])
+            .arg("--json")
+            .env("PATH", host.path())
+            .output()
+            .expect("doctor runs");
+        let report = python_compat::json::parse_json(&output.stdout)
+            .unwrap_or_else(|err| panic!("doctor printed no JSON ({err}): {output:?}"));
+        let code = output.status.code().expect("doctor exits");
+        stdout.push_str(&format!("doctor: exit {code}\n"));
+        if code == 0 {
+            return Output {
+                status: std::process::ExitStatus::from_raw(0),
+                stdout: stdout.into_bytes(),
+                stderr,
+            };
+        }
+        let step = report
+            .get("plan")
+            .and_then(|plan| plan.as_array())
+            .and_then(|plan| plan.first())
+            .cloned()
+            .unwrap_or_else(|| panic!("doctor exited {code} without a plan: {report:?}"));
+        let field = |key: &str| {
+            step.get(key)
+                .and_then(|value| value.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let line = field("command");
+        assert_eq!(
+            field("kind"),
+            "command",
+            "step 1 cannot be followed: {step:?}"
+        );
+        assert!(commands < 4, "not healthy after 4 commands: {stdout}");
+        commands += 1;
+        let run = finish(host.shell_line(&line).spawn().unwrap());
+        host.settle();
+        let status = run.status.code().expect("the command exits");
+        stdout.push_str(&format!("step 1: {line} => exit {status}\n"));
+        stderr.extend_from_slice(&run.stderr);
+        let recover_only = line.contains(" --recover-only ");
+        assert!(
+            status == 0 || (recover_only && status == 75),
+            "{line}: exit {status}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
     }
 }
 
@@ -503,6 +573,7 @@ fn step_name(step: &Step) -> String {
         Step::PrepareOnly(release) => format!("prepare-only {}", release.version),
         Step::ActivatePrepared(release) => format!("activate-prepared {}", release.version),
         Step::Uninstall => "uninstall".to_string(),
+        Step::DoctorPlan => "doctor's plan followed".to_string(),
     }
 }
 

@@ -14,6 +14,7 @@ use super::concern::{Action, Concern, ConcernId, Status};
 use super::context::{Context, Kind, INSTALLER, MANAGE, UNINSTALLER};
 use super::process::Process;
 use super::programs::Helper;
+use super::recover_only::{recover_only_argv, Unavailable};
 use crate::ExecutionTransaction;
 
 /// What a pending `.execution-transaction` has published and what its
@@ -137,12 +138,44 @@ pub(super) fn activation(ctx: &Context) -> Concern {
             ctx.row_text("update_id")
         ))
     } else {
-        Action::Instruction(format!(
-            "rerun install.sh with the same arguments as the interrupted run (release \
-             {version}); it resumes {id} from phase {phase}, and only install.sh may"
-        ))
+        resume(ctx, &manifest)
     });
     concern
+}
+
+/// A journal no installer or update owns any more: install.sh's own
+/// `--recover-only` where it can run here, else what to do and why not.
+fn resume(ctx: &Context, manifest: &ActivationManifest) -> Action {
+    let (id, phase, version) = (
+        manifest.transaction_id(),
+        manifest.phase(),
+        manifest.text("release_version"),
+    );
+    match recover_only_argv(ctx, manifest) {
+        Ok(argv) => Action::run(
+            argv,
+            format!(
+                "install.sh resumes {id} from phase {phase} and retires the journal: it exits 0 \
+                 when it finished the committed activation of {version}, 75 when it restored \
+                 the prior release and services (its \"Run the installer again\" is about the \
+                 update, not this plan); either way run doctor again"
+            ),
+        ),
+        Err(Unavailable::NotSplit) => Action::Instruction(format!(
+            "rerun install.sh with the same arguments as the interrupted run (release \
+             {version}); it resumes {id} from phase {phase}, and only install.sh may (its \
+             --recover-only resumes split activations only)"
+        )),
+        Err(Unavailable::Missing(why)) => Action::Instruction(format!(
+            "run install.sh --recover-only --non-interactive --release-version {version} \
+             --expected-api-contract {} --expected-activation-id {id} (and \
+             --expected-server-identity, the state directory's server-identity) from an \
+             unpacked release (the candidate {version}'s or the installed one's); it resumes \
+             {id} from phase {phase}, and only install.sh may; no command can be printed \
+             here: {why}",
+            python_compat::str_or_empty(manifest.execution_field("api_contract"))
+        )),
+    }
 }
 
 /// The `.execution-transaction` of an explicit `apply`, read as `recover`

@@ -27,6 +27,7 @@ mod journals;
 mod plan;
 mod process;
 mod programs;
+mod recover_only;
 mod report;
 mod runtime;
 mod updates;

@@ -105,11 +105,11 @@ fn beside_doctor(exe: &Path, helper: Helper) -> Option<PathBuf> {
     is_executable(&path).then_some(path)
 }
 
-fn is_regular(path: &Path) -> bool {
+pub(super) fn is_regular(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|info| info.file_type().is_file())
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(super) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::metadata(path)
         .is_ok_and(|info| info.is_file() && info.permissions().mode() & 0o111 != 0)
