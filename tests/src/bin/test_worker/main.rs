@@ -14,6 +14,8 @@ mod control;
 mod execution_journal;
 mod health;
 mod http_server;
+mod install_files;
+mod layout;
 mod maintenance;
 mod ownership;
 mod private_files;
@@ -32,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agents_common::test_support::read_secret;
 use agents_tests::{errors_log_path, test_worker_dir, Role, Switches};
 use python_compat::json_object;
 
@@ -168,7 +169,7 @@ fn start(invocation: Invocation, state_root: PathBuf) -> Result<(), Exit> {
             };
             service.instance_id = lease.instance_id().to_string();
             service.control_token =
-                Some(read_secret(&runtime_dir.join("control.token")).map_err(fail)?);
+                Some(install_files::read_secret(&runtime_dir.join("control.token")).map_err(fail)?);
             if invocation.role == Role::Worker {
                 run_worker(invocation, service, lease, &release, &switches)
             } else {

@@ -11,64 +11,171 @@
 //! message; a row still owning a handoff also gets the retryable
 //! handoff-release error. The row is the reply.
 
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use agents_common::{
-    read_status_unlocked, update_status_unlocked, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
-};
-use python_compat::{
-    json::{Json, JsonObject},
-    json_object,
-};
+use rustix::fs::{flock, FlockOperation};
+use serde_json::{Map, Value};
 
 /// `SERVER_UPDATE_START_GRACE_SECONDS`.
 const GRACE_SECONDS: f64 = 45.0;
+/// `RUNNER_OWNED_ACTIVE_PHASES` (also the server's active phases).
+const ACTIVE_PHASES: [&str; 6] = [
+    "starting",
+    "checking",
+    "downloading",
+    "verifying",
+    "installing",
+    "restarting",
+];
 /// The message of a finalized abandoned update.
 const ABANDONED: &str =
     "The detached updater exited before reporting completion. See server-update.log.";
 
-/// The row after the read (finalized when abandoned).
-pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String> {
+/// The row after the read (finalized when abandoned), as the reply's JSON.
+pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<String, String> {
     let path = state_root.join("admin/server-update.json");
-    let _lock = StatusLock::acquire(&path).map_err(|err| err.to_string())?;
-    let row = read_status_unlocked(&path).map_err(|err| err.to_string())?;
+    let _lock = status_lock(&path)?;
+    let row = read_row(&path);
     if !abandoned(&row, grace.unwrap_or(GRACE_SECONDS)) {
-        return Ok(row);
+        return Ok(Value::Object(row).to_string());
     }
-    let mut changes = json_object! {
-        "phase" => "failed",
-        "message" => ABANDONED,
-        "runner_pid" => Json::Null,
-        "heartbeat_at" => Json::Null,
-        "finished_at" => agents_common::utc_now(),
-    };
+    let mut updated = row.clone();
+    let now = utc_now();
+    for (key, value) in [
+        ("phase", Value::from("failed")),
+        ("message", Value::from(ABANDONED)),
+        ("runner_pid", Value::Null),
+        ("heartbeat_at", Value::Null),
+        ("finished_at", Value::from(now.as_str())),
+        ("updated_at", Value::from(now.as_str())),
+    ] {
+        updated.insert(key.to_string(), value);
+    }
     if row
         .get("_execution_handoff")
         .is_some_and(|handoff| !handoff.is_null())
     {
-        changes.insert("error_code", "server_update_handoff_release_failed");
-        changes.insert("retryable", true);
-        changes.insert(
-            "error_action",
-            "Retry the update to finish releasing its execution hold.",
-        );
+        for (key, value) in [
+            (
+                "error_code",
+                Value::from("server_update_handoff_release_failed"),
+            ),
+            ("retryable", Value::Bool(true)),
+            (
+                "error_action",
+                Value::from("Retry the update to finish releasing its execution hold."),
+            ),
+        ] {
+            updated.insert(key.to_string(), value);
+        }
     }
-    update_status_unlocked(&path, &row, changes).map_err(|err| err.to_string())
+    let row = Value::Object(updated);
+    write_row(&path, &row)?;
+    Ok(row.to_string())
 }
 
-fn text(row: &JsonObject, key: &str) -> String {
-    row.get(key)
-        .map(python_compat::str_or_empty)
+/// The status flock: `<dir>/.server-update.json.lock`, an owned single-link
+/// regular file made 0600, locked exclusively (blocking) until dropped.
+fn status_lock(path: &Path) -> Result<fs::File, String> {
+    let directory = path.parent().expect("the row lives in admin/");
+    fs::create_dir_all(directory).map_err(|err| err.to_string())?;
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(directory.join(".server-update.json.lock"))
+        .map_err(|err| err.to_string())?;
+    let info = lock.metadata().map_err(|err| err.to_string())?;
+    if !info.is_file() || info.nlink() != 1 || info.uid() != rustix::process::getuid().as_raw() {
+        return Err("server update status lock is unsafe".to_string());
+    }
+    lock.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(|err| err.to_string())?;
+    flock(&lock, FlockOperation::LockExclusive).map_err(|err| err.to_string())?;
+    Ok(lock)
+}
+
+/// The row as `json.loads(path.read_text())`; anything else is `{}`.
+fn read_row(path: &Path) -> Map<String, Value> {
+    fs::read(path)
+        .ok()
+        .and_then(|data| serde_json::from_slice::<Value>(&data).ok())
+        .and_then(|value| value.as_object().cloned())
         .unwrap_or_default()
 }
 
-fn abandoned(row: &JsonObject, grace: f64) -> bool {
+/// `atomic_json`: sorted keys, two-space indent and a newline, through an
+/// fsynced 0600 temporary file renamed into place, then the directory fsynced.
+fn write_row(path: &Path, row: &Value) -> Result<(), String> {
+    let directory = path.parent().expect("the row lives in admin/");
+    let temporary = directory.join(format!(
+        ".server-update.json.{}.tmp",
+        &crate::random::uuid4_hex()[..8]
+    ));
+    let written = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        let text = serde_json::to_string_pretty(row).expect("a JSON value serializes") + "\n";
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&temporary, path)?;
+        fs::File::open(directory)?.sync_all()
+    })();
+    let _ = fs::remove_file(&temporary);
+    written.map_err(|err| err.to_string())
+}
+
+/// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ`.
+fn utc_now() -> String {
+    let seconds = now_seconds();
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Python's `str(value or "")` of a member, for the row's text fields.
+fn text(row: &Map<String, Value>, key: &str) -> String {
+    match row.get(key) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn abandoned(row: &Map<String, Value>, grace: f64) -> bool {
     let phase = text(row, "phase");
-    if !RUNNER_OWNED_ACTIVE_PHASES.contains(&phase.as_str()) {
+    if !ACTIVE_PHASES.contains(&phase.as_str()) {
         return false;
     }
     let update_id = text(row, "update_id");
-    let pid = row.get("runner_pid").and_then(Json::as_int).unwrap_or(0);
+    let pid = row.get("runner_pid").and_then(Value::as_i64).unwrap_or(0);
     if pid > 1 && runner_alive(pid, &update_id) {
         return false;
     }
@@ -78,7 +185,7 @@ fn abandoned(row: &JsonObject, grace: f64) -> bool {
     age as f64 >= grace
 }
 
-fn runner_alive(pid: i128, update_id: &str) -> bool {
+fn runner_alive(pid: i64, update_id: &str) -> bool {
     let Ok(line) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
