@@ -12,7 +12,7 @@
 #![allow(missing_docs)]
 
 use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use agents_common::test_support::{canonical_manifest_bytes, link_state, release_identity};
@@ -567,6 +567,105 @@ impl Roots {
             replace_symlink(&self.root().join("previous"), Path::new(old_target));
         }
         replace_symlink(&self.root().join("current"), &target);
+    }
+
+    /// `activation_transaction replace-config --kind KIND --source S
+    /// --mode M` as install.sh's write_runtime_env runs it, for a fresh
+    /// publication: `payload` staged 0600 at the kind's `.source` name, the
+    /// journal's `desired_<kind>` and `observed_<kind>_sha256` written first,
+    /// then the source made `mode`, hard-linked to `.publication`, unlinked
+    /// and the publication renamed over the destination, each directory
+    /// fsynced. Refuses as upstream does in a closing phase, for a kind the
+    /// journal does not own, a mode outside the kind's set, and a
+    /// publication already in the way.
+    pub fn replace_config(&self, kind: &str, payload: &[u8], mode: u32) -> Result<(), String> {
+        let value = self.manifest();
+        let phase = value
+            .get("phase")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let closing = [
+            "committing",
+            "committed",
+            "rolling-back",
+            "rolled-back",
+            "rollback-healthy",
+        ];
+        if closing.contains(&phase) {
+            return Err("activation configuration cannot change in this phase".to_string());
+        }
+        if !kinds(&value).contains(&kind) {
+            return Err(
+                "activation configuration kind is not owned by this transaction".to_string(),
+            );
+        }
+        let modes: &[u32] = match kind {
+            "env" | "execution_layout" => &[0o600],
+            _ => &[0o600, 0o644],
+        };
+        if !modes.contains(&mode) {
+            return Err("activation configuration mode is invalid".to_string());
+        }
+        let field = |key: &str| {
+            value
+                .get(key)
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let destination = PathBuf::from(field(&format!("{kind}_path")));
+        let directory = destination
+            .parent()
+            .ok_or("a configuration lives in a directory")?;
+        let prefix = format!(
+            ".{}.activation-{}-{kind}",
+            destination
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            field("transaction_id")
+        );
+        let source = directory.join(format!("{prefix}.source"));
+        let publication = directory.join(format!("{prefix}.publication"));
+        if fs::symlink_metadata(&publication).is_ok() {
+            return Err("activation configuration publication path exists".to_string());
+        }
+        let io = |err: std::io::Error| format!("{kind}: {err}");
+        write_file(&source, payload, 0o600);
+        let staged = fs::symlink_metadata(&source).map_err(io)?;
+        let digest = sha256_hex(payload);
+        self.edit_manifest(|value| {
+            value.insert(
+                format!("desired_{kind}"),
+                Json::Object(json_object! {
+                    "sha256" => digest.as_str(),
+                    "mode" => mode,
+                    "source" => text(&source),
+                    "device" => staged.dev(),
+                    "inode" => staged.ino(),
+                }),
+            );
+            let observed = format!("observed_{kind}_sha256");
+            let mut history = value
+                .get(&observed)
+                .and_then(Json::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if !history.contains(&Json::from(digest.as_str())) {
+                history.push(Json::from(digest.as_str()));
+            }
+            value.insert(observed, Json::Array(history));
+        });
+        let sync_directory = || fs::File::open(directory).and_then(|file| file.sync_all());
+        fs::set_permissions(&source, fs::Permissions::from_mode(mode))
+            .and_then(|()| fs::File::open(&source)?.sync_all())
+            .and_then(|()| fs::hard_link(&source, &publication))
+            .and_then(|()| sync_directory())
+            .and_then(|()| fs::remove_file(&source))
+            .and_then(|()| sync_directory())
+            .and_then(|()| fs::rename(&publication, &destination))
+            .and_then(|()| sync_directory())
+            .map_err(io)
     }
 
     /// `activation_transaction restore-files`: restore the links and every

@@ -83,6 +83,8 @@ pub mod recorded_commands;
 mod release_host;
 pub mod release_support;
 mod sandbox;
+pub mod server_control;
+pub mod server_status;
 mod skip;
 pub mod suite;
 mod tempdir;

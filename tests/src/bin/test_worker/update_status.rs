@@ -11,12 +11,9 @@
 //! message; a row still owning a handoff also gets the retryable
 //! handoff-release error. The row is the reply.
 
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use rustix::fs::{flock, FlockOperation};
+use agents_tests::server_status::{now_seconds, read_row, status_lock, utc_now, write_json};
 use serde_json::{Map, Value};
 
 /// `SERVER_UPDATE_START_GRACE_SECONDS`.
@@ -38,7 +35,8 @@ const ABANDONED: &str =
 pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<String, String> {
     let path = state_root.join("admin/server-update.json");
     let _lock = status_lock(&path)?;
-    let row = read_row(&path);
+    // The server reads an unreadable or non-object row as `{}`.
+    let row = read_row(&path).unwrap_or_default();
     if !abandoned(&row, grace.unwrap_or(GRACE_SECONDS)) {
         return Ok(Value::Object(row).to_string());
     }
@@ -73,91 +71,8 @@ pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<String, Stri
         }
     }
     let row = Value::Object(updated);
-    write_row(&path, &row)?;
+    write_json(&path, &row)?;
     Ok(row.to_string())
-}
-
-/// The status flock: `<dir>/.server-update.json.lock`, an owned single-link
-/// regular file made 0600, locked exclusively (blocking) until dropped.
-fn status_lock(path: &Path) -> Result<fs::File, String> {
-    let directory = path.parent().expect("the row lives in admin/");
-    fs::create_dir_all(directory).map_err(|err| err.to_string())?;
-    let lock = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(directory.join(".server-update.json.lock"))
-        .map_err(|err| err.to_string())?;
-    let info = lock.metadata().map_err(|err| err.to_string())?;
-    if !info.is_file() || info.nlink() != 1 || info.uid() != rustix::process::getuid().as_raw() {
-        return Err("server update status lock is unsafe".to_string());
-    }
-    lock.set_permissions(fs::Permissions::from_mode(0o600))
-        .map_err(|err| err.to_string())?;
-    flock(&lock, FlockOperation::LockExclusive).map_err(|err| err.to_string())?;
-    Ok(lock)
-}
-
-/// The row as `json.loads(path.read_text())`; anything else is `{}`.
-fn read_row(path: &Path) -> Map<String, Value> {
-    fs::read(path)
-        .ok()
-        .and_then(|data| serde_json::from_slice::<Value>(&data).ok())
-        .and_then(|value| value.as_object().cloned())
-        .unwrap_or_default()
-}
-
-/// `atomic_json`: sorted keys, two-space indent and a newline, through an
-/// fsynced 0600 temporary file renamed into place, then the directory fsynced.
-fn write_row(path: &Path, row: &Value) -> Result<(), String> {
-    let directory = path.parent().expect("the row lives in admin/");
-    let temporary = directory.join(format!(
-        ".server-update.json.{}.tmp",
-        &crate::random::uuid4_hex()[..8]
-    ));
-    let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temporary)?;
-        let text = serde_json::to_string_pretty(row).expect("a JSON value serializes") + "\n";
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&temporary, path)?;
-        fs::File::open(directory)?.sync_all()
-    })();
-    let _ = fs::remove_file(&temporary);
-    written.map_err(|err| err.to_string())
-}
-
-/// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ`.
-fn utc_now() -> String {
-    let seconds = now_seconds();
-    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 /// Python's `str(value or "")` of a member, for the row's text fields.
@@ -200,12 +115,6 @@ fn runner_alive(pid: i64, update_id: &str) -> bool {
         && words
             .windows(2)
             .any(|pair| pair[0] == "--update-id" && pair[1] == update_id)
-}
-
-fn now_seconds() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs() as i64)
 }
 
 /// `%Y-%m-%dT%H:%M:%SZ` as Unix seconds.

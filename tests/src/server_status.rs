@@ -1,0 +1,110 @@
+//! The server's side of `admin/server-update.json`, as upstream's
+//! `update_runner` helpers the server imports define it (the status flock,
+//! `json.loads` of the row, `atomic_json`, `utc_now`), over serde_json: the
+//! test worker's status read and the demo's server write and read the row
+//! with this, never with the helpers' own status code under test.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use rustix::fs::{flock, FlockOperation};
+use serde_json::{Map, Value};
+
+/// A status row (a JSON object).
+pub type Row = Map<String, Value>;
+
+/// The status flock: `<dir>/.server-update.json.lock`, an owned single-link
+/// regular file made 0600, locked exclusively (blocking) until dropped.
+pub fn status_lock(path: &Path) -> Result<fs::File, String> {
+    let directory = path.parent().expect("the row lives in admin/");
+    fs::create_dir_all(directory).map_err(|err| err.to_string())?;
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(directory.join(".server-update.json.lock"))
+        .map_err(|err| err.to_string())?;
+    let info = lock.metadata().map_err(|err| err.to_string())?;
+    if !info.is_file() || info.nlink() != 1 || info.uid() != rustix::process::getuid().as_raw() {
+        return Err("server update status lock is unsafe".to_string());
+    }
+    lock.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(|err| err.to_string())?;
+    flock(&lock, FlockOperation::LockExclusive).map_err(|err| err.to_string())?;
+    Ok(lock)
+}
+
+/// The row as `json.loads(path.read_text())`: an unreadable file or one
+/// that is not a JSON object is an error (the server then reads `{}`).
+pub fn read_row(path: &Path) -> Result<Row, String> {
+    let data = fs::read(path).map_err(|err| format!("{}: {err}", path.display()))?;
+    match serde_json::from_slice(&data) {
+        Ok(Value::Object(row)) => Ok(row),
+        Ok(_) => Err(format!("{} is not a JSON object", path.display())),
+        Err(err) => Err(format!("{}: {err}", path.display())),
+    }
+}
+
+/// `atomic_json`: sorted keys, two-space indent and a newline, through an
+/// fsynced 0600 temporary file renamed into place, then the directory fsynced.
+pub fn write_json(path: &Path, row: &Value) -> Result<(), String> {
+    let directory = path.parent().ok_or("a status file lives in a directory")?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut random = [0u8; 4];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+        .map_err(|err| err.to_string())?;
+    let suffix: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+    let temporary = directory.join(format!(".{name}.{suffix}.tmp"));
+    let written = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        let text = serde_json::to_string_pretty(row).expect("a JSON value serializes") + "\n";
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&temporary, path)?;
+        fs::File::open(directory)?.sync_all()
+    })();
+    let _ = fs::remove_file(&temporary);
+    written.map_err(|err| err.to_string())
+}
+
+/// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ`.
+pub fn utc_now() -> String {
+    let seconds = now_seconds();
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() as i64)
+}
