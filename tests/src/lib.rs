@@ -90,6 +90,10 @@ pub mod suite;
 mod tempdir;
 pub mod test_tls;
 pub mod upstream;
+pub mod upstream_activation;
+pub mod upstream_files;
+pub mod upstream_json;
+pub mod upstream_layout;
 pub mod worker_double;
 mod worker_files;
 

@@ -9,12 +9,13 @@ use std::path::Path;
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use sha1::{Digest, Sha1};
 
-use crate::install_files::{
+use agents_tests::upstream_activation::uuid5_url;
+use agents_tests::upstream_files::{
     normal_path, owned_directory, parse, read_guarded, Failure, Outcome, MAX_CONFIG_BYTES,
 };
-use crate::layout::{desired, hex_digest, json_bytes, Layout};
+use agents_tests::upstream_json::json_bytes;
+use agents_tests::upstream_layout::{desired, hex_digest, Layout};
 
 /// `TRANSACTION_NAME`: the journal directory in the install root.
 pub(crate) const TRANSACTION_NAME: &str = ".execution-transaction";
@@ -45,11 +46,6 @@ const PHASES: [&str; 6] = [
     "rolling-back",
     "rolled-back",
 ];
-/// `NAMESPACE_URL` of Python's `uuid`.
-const NAMESPACE_URL: [u8; 16] = [
-    0x6b, 0xa7, 0xb8, 0x11, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8,
-];
-
 /// A pending journal that `_load` accepted, with the layout it names.
 pub(crate) struct PendingJournal {
     pub(crate) value: Value,
@@ -133,22 +129,7 @@ pub(crate) fn operation_id(journal: &Value) -> Outcome<String> {
     {
         return Err(Failure::value("invalid execution transaction identity"));
     }
-    let digest = Sha1::new()
-        .chain_update(NAMESPACE_URL)
-        .chain_update(format!("agentsdock-execution:{id}"))
-        .finalize();
-    let mut bytes: [u8; 16] = digest[..16].try_into().expect("SHA-1 has 20 bytes");
-    bytes[6] = (bytes[6] & 0x0f) | 0x50;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    ))
+    Ok(uuid5_url(&format!("agentsdock-execution:{id}")))
 }
 
 /// `_service_states`: both roles, each a state `restore` can act on
@@ -213,8 +194,8 @@ fn check_plan(value: &Value, layout: &Layout) -> Outcome<()> {
         return Err(Failure::value("execution transaction paths changed"));
     }
     let expected_after = json!({
-        "worker": desired(layout.render_unit("worker")?.as_bytes()),
-        "gateway": desired(layout.render_unit("gateway")?.as_bytes()),
+        "worker": desired(layout.render_service("worker")?.as_bytes()),
+        "gateway": desired(layout.render_service("gateway")?.as_bytes()),
         "layout": desired(&json_bytes(&layout.manifest()?)),
     });
     let before = value["before"].as_object();

@@ -14,8 +14,6 @@ mod control;
 mod execution_journal;
 mod health;
 mod http_server;
-mod install_files;
-mod layout;
 mod maintenance;
 mod ownership;
 mod private_files;
@@ -168,8 +166,10 @@ fn start(invocation: Invocation, state_root: PathBuf) -> Result<(), Exit> {
                 Err(LeaseError::Failed(message)) => return Err(fail(message)),
             };
             service.instance_id = lease.instance_id().to_string();
-            service.control_token =
-                Some(install_files::read_secret(&runtime_dir.join("control.token")).map_err(fail)?);
+            service.control_token = Some(
+                agents_tests::upstream_files::read_secret(&runtime_dir.join("control.token"))
+                    .map_err(fail)?,
+            );
             if invocation.role == Role::Worker {
                 run_worker(invocation, service, lease, &release, &switches)
             } else {

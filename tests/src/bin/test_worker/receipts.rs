@@ -12,9 +12,9 @@ use python_compat::json::{encode_line, parse_json, Json, JsonObject};
 use python_compat::os::current_uid;
 use rustix::fs::{flock, FlockOperation};
 
-use crate::install_files::ensure_execution_secret;
 use crate::private_files::{open_lock, publish_private};
 use crate::random::uuid4_hex;
+use agents_tests::upstream_files::ensure_execution_secret;
 
 /// Why the role lock could not be taken.
 #[derive(Debug)]

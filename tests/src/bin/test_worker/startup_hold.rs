@@ -7,16 +7,17 @@
 //! start on the same files upstream's would without sharing a port's mistake.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::execution_journal::{operation_id, PendingJournal, TRANSACTION_NAME};
-use crate::install_files::{
+use agents_tests::upstream_activation::release_matches;
+use agents_tests::upstream_files::{
     entry_present, normal_path, owned_directory, parse, read_guarded, uid, Failure, Outcome,
 };
-use crate::layout::{hex_digest, installed_layout, Layout, LAYOUT_NAME};
+use agents_tests::upstream_layout::{hex_digest, installed_layout, Layout, LAYOUT_NAME};
 
 /// `execution_uninstall.INTENT_NAME`.
 const UNINSTALL_INTENT_NAME: &str = ".execution-uninstall.json";
@@ -330,42 +331,4 @@ fn valid_identity(release: &Value) -> bool {
         && release["device"].as_u64().is_some()
         && release["inode"].as_u64().is_some_and(|inode| inode > 0)
         && digest
-}
-
-/// `_release_matches(path, release)`: the owned directory at `path` is the
-/// identity's (device and inode) and its VERSION still hashes the same.
-fn release_matches(path: &Path, release: &Value) -> Outcome<bool> {
-    let info = match fs::symlink_metadata(path) {
-        Ok(info) => info,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(err) => return Err(Failure::os(&err, path)),
-    };
-    if !info.is_dir()
-        || info.uid() != uid()
-        || info.mode() & 0o022 != 0
-        || release["device"].as_u64() != Some(info.dev())
-        || release["inode"].as_u64() != Some(info.ino())
-    {
-        return Ok(false);
-    }
-    let version = path.join("VERSION");
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&version)
-        .map_err(|err| Failure::os(&err, &version))?;
-    let meta = file.metadata().map_err(|err| Failure::os(&err, &version))?;
-    if !meta.is_file()
-        || meta.uid() != uid()
-        || meta.nlink() != 1
-        || meta.mode() & 0o022 != 0
-        || meta.len() == 0
-        || meta.len() > 4096
-    {
-        return Err(Failure::permission("activation release version is unsafe"));
-    }
-    let mut data = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, 4097), &mut data)
-        .map_err(|err| Failure::os(&err, &version))?;
-    Ok(release["version_sha256"] == hex_digest(&data))
 }

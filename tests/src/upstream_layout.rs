@@ -1,9 +1,10 @@
-//! The execution layout as the worker reads it, written from upstream's
-//! `execution_install.ExecutionLayout` (`from_dict`, `validate`, `_release`),
-//! `layout_manifest`, `_json_bytes`, the systemd unit template and
-//! `update_handoff._installed_layout`, over serde_json. The worker renders
-//! systemd units only: it runs under the sandbox's systemd user manager,
-//! never under launchd.
+//! The execution layout as the stand-ins read and write it, written from
+//! upstream's `execution_install.ExecutionLayout` (`from_dict`, `validate`,
+//! `_release`), `layout_manifest`, `_desired`, the systemd unit template and
+//! `update_handoff._installed_layout`, over serde_json: the test worker's
+//! startup hold and the fixtures' installed layouts, never the helpers'
+//! layout code. Both service formats render (systemd units and launchd
+//! plists), so fixtures of either platform install what upstream would.
 
 use std::path::{Path, PathBuf};
 
@@ -11,10 +12,11 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::install_files::{normal_path, owned_directory, parse, read_guarded, Failure, Outcome};
+use crate::upstream_files::{normal_path, owned_directory, parse, read_guarded, Failure, Outcome};
+use crate::upstream_json::from_compat;
 
 /// `LAYOUT_NAME`.
-pub(crate) const LAYOUT_NAME: &str = "execution-layout.json";
+pub const LAYOUT_NAME: &str = "execution-layout.json";
 const FIELDS: [&str; 10] = [
     "install_root",
     "config_root",
@@ -30,14 +32,17 @@ const FIELDS: [&str; 10] = [
 
 /// `ExecutionLayout`, validated.
 #[derive(Clone, Debug)]
-pub(crate) struct Layout {
-    pub(crate) install_root: PathBuf,
+pub struct Layout {
+    /// The install root (`releases/`, `current`, the journals).
+    pub install_root: PathBuf,
     config_root: PathBuf,
     state_root: PathBuf,
     home: PathBuf,
     platform: String,
-    pub(crate) worker_release: PathBuf,
-    pub(crate) gateway_release: PathBuf,
+    /// The release the worker runs.
+    pub worker_release: PathBuf,
+    /// The release the gateway runs (through `current`).
+    pub gateway_release: PathBuf,
     bind: String,
     port: i64,
     environment: Map<String, Value>,
@@ -56,8 +61,26 @@ fn check_text(text: &str) -> Outcome<()> {
 }
 
 impl Layout {
+    /// A fixture's layout (the helpers' plumbing type, its fields as
+    /// `to_dict` lists them), validated by this module.
+    pub fn of(layout: &agents_common::ExecutionLayout) -> Outcome<Layout> {
+        let text = |path: &Path| Value::from(path.to_string_lossy().into_owned());
+        Layout::from_value(&json!({
+            "install_root": text(&layout.install_root),
+            "config_root": text(&layout.config_root),
+            "state_root": text(&layout.state_root),
+            "home": text(&layout.home),
+            "platform": layout.platform.to_string(),
+            "worker_release": text(&layout.worker_release),
+            "gateway_release": text(&layout.gateway_release),
+            "bind": layout.bind,
+            "port": from_compat(&layout.port),
+            "environment": from_compat(&layout.environment),
+        }))
+    }
+
     /// `ExecutionLayout.from_dict(value)`, then `validate()`.
-    pub(crate) fn from_value(value: &Value) -> Outcome<Layout> {
+    pub fn from_value(value: &Value) -> Outcome<Layout> {
         let fields = value.as_object().filter(|object| {
             object.len() == FIELDS.len() && FIELDS.iter().all(|key| object.contains_key(*key))
         });
@@ -157,8 +180,18 @@ impl Layout {
         self.state_root.join("execution")
     }
 
+    /// The directory a role runs from: the worker's release, or the
+    /// gateway's `current` link (unresolved).
+    fn runtime_root(&self, role: &str) -> PathBuf {
+        if role == "worker" {
+            self.worker_release.clone()
+        } else {
+            self.install_root.join("current")
+        }
+    }
+
     /// `service_path(role)`.
-    pub(crate) fn service_path(&self, role: &str) -> PathBuf {
+    pub fn service_path(&self, role: &str) -> PathBuf {
         let unit = if role == "worker" {
             "agents-server.service"
         } else {
@@ -176,12 +209,13 @@ impl Layout {
         }
     }
 
-    pub(crate) fn manifest_path(&self) -> PathBuf {
+    /// `manifest_path`: `install_root/execution-layout.json`.
+    pub fn manifest_path(&self) -> PathBuf {
         self.install_root.join(LAYOUT_NAME)
     }
 
     /// `layout_manifest(layout)`: the `execution-layout.json` document.
-    pub(crate) fn manifest(&self) -> Outcome<Value> {
+    pub fn manifest(&self) -> Outcome<Value> {
         self.validate()?;
         let mut retained = vec![text_of(&self.worker_release)];
         if self.gateway_release != self.worker_release {
@@ -203,27 +237,80 @@ impl Layout {
         }))
     }
 
-    /// `render_service(layout, role)` for systemd (the unit template).
-    pub(crate) fn render_unit(&self, role: &str) -> Outcome<String> {
+    /// `render_service(layout, role)`: the systemd unit on Linux, the
+    /// launchd plist on Darwin.
+    pub fn render_service(&self, role: &str) -> Outcome<String> {
         self.validate()?;
-        if self.platform != "Linux" {
-            return Err(Failure::runtime(
-                "the test worker renders systemd units only",
-            ));
-        }
-        let runtime = if role == "worker" {
-            self.worker_release.clone()
+        if self.platform == "Darwin" {
+            Ok(self.render_plist(role))
         } else {
-            self.install_root.join("current")
-        };
-        let working = runtime.to_string_lossy().into_owned();
-        check_text(&working)?;
-        if working.trim() != working {
-            return Err(Failure::value(
-                "systemd working directory cannot have outer whitespace",
-            ));
+            self.render_unit(role)
         }
+    }
+
+    /// The plist (`plistlib.dumps(sort_keys=True)`, XML): tab-indented,
+    /// `&`, `<` and `>` escaped, everything else literal.
+    fn render_plist(&self, role: &str) -> String {
+        let escape = |text: &str| {
+            text.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+        };
+        let string = |text: &str| format!("<string>{}</string>", escape(text));
+        let runtime = self.runtime_dir().to_string_lossy().into_owned();
         let authoritative = self.authoritative_environment(role);
+        let mut lines = vec![
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>".to_string(),
+            "<!DOCTYPE plist PUBLIC \"-//Apple//DTD PLIST 1.0//EN\" \"http://www.apple.com/DTDs/PropertyList-1.0.dtd\">".to_string(),
+            "<plist version=\"1.0\">".to_string(),
+            "<dict>".to_string(),
+            "\t<key>EnvironmentVariables</key>".to_string(),
+            "\t<dict>".to_string(),
+        ];
+        for (key, value) in self.merged_environment(&authoritative) {
+            lines.push(format!("\t\t<key>{}</key>", escape(&key)));
+            lines.push(format!("\t\t{}", string(&value)));
+        }
+        lines.push("\t</dict>".to_string());
+        let (timeout, label) = if role == "worker" {
+            (0, "com.agentsdock.server")
+        } else {
+            (10, "com.agentsdock.gateway")
+        };
+        lines.extend([
+            "\t<key>ExitTimeOut</key>".to_string(),
+            format!("\t<integer>{timeout}</integer>"),
+            "\t<key>KeepAlive</key>".to_string(),
+            "\t<true/>".to_string(),
+            "\t<key>Label</key>".to_string(),
+            format!("\t{}", string(label)),
+            "\t<key>ProgramArguments</key>".to_string(),
+            "\t<array>".to_string(),
+        ]);
+        for word in self.service_arguments(role) {
+            lines.push(format!("\t\t{}", string(&word)));
+        }
+        lines.extend([
+            "\t</array>".to_string(),
+            "\t<key>RunAtLoad</key>".to_string(),
+            "\t<true/>".to_string(),
+            "\t<key>StandardErrorPath</key>".to_string(),
+            format!("\t{}", string(&format!("{runtime}/logs/{role}.stderr.log"))),
+            "\t<key>StandardOutPath</key>".to_string(),
+            format!("\t{}", string(&format!("{runtime}/logs/{role}.stdout.log"))),
+            "\t<key>Umask</key>".to_string(),
+            "\t<integer>63</integer>".to_string(),
+            "\t<key>WorkingDirectory</key>".to_string(),
+            format!("\t{}", string(&self.runtime_root(role).to_string_lossy())),
+            "</dict>".to_string(),
+            "</plist>".to_string(),
+        ]);
+        lines.join("\n") + "\n"
+    }
+
+    /// The layout's environment with the eight authoritative keys over it,
+    /// sorted by key.
+    fn merged_environment(&self, authoritative: &[(String, String)]) -> Vec<(String, String)> {
         let mut environment: Vec<(String, String)> = self
             .environment
             .iter()
@@ -232,6 +319,21 @@ impl Layout {
             .chain(authoritative.iter().cloned())
             .collect();
         environment.sort();
+        environment
+    }
+
+    /// The systemd unit template.
+    fn render_unit(&self, role: &str) -> Outcome<String> {
+        let runtime = self.runtime_root(role);
+        let working = runtime.to_string_lossy().into_owned();
+        check_text(&working)?;
+        if working.trim() != working {
+            return Err(Failure::value(
+                "systemd working directory cannot have outer whitespace",
+            ));
+        }
+        let authoritative = self.authoritative_environment(role);
+        let environment = self.merged_environment(&authoritative);
         let mut lines = vec![
             "[Unit]".to_string(),
             format!("Description=AgentsDock {role}"),
@@ -260,7 +362,7 @@ impl Layout {
                 .iter()
                 .map(|(key, value)| format!("{key}={value}")),
         );
-        words.extend(self.service_arguments(role, &runtime));
+        words.extend(self.service_arguments(role));
         let quoted: Outcome<Vec<String>> = words.iter().map(|word| unit_word(word, true)).collect();
         lines.push(format!("ExecStart={}", quoted?.join(" ")));
         lines.extend(["Restart=always".to_string(), "RestartSec=2".to_string()]);
@@ -295,8 +397,10 @@ impl Layout {
             .collect()
     }
 
-    /// `service_arguments(layout, role)`.
-    fn service_arguments(&self, role: &str, runtime: &Path) -> Vec<String> {
+    /// `service_arguments(layout, role)`: the interpreter, the service
+    /// script, the role and its flags, as both service formats run them.
+    pub fn service_arguments(&self, role: &str) -> Vec<String> {
+        let runtime = self.runtime_root(role);
         let text = |path: PathBuf| path.to_string_lossy().into_owned();
         let mut words = vec![
             text(runtime.join(".venv/bin/python")),
@@ -370,27 +474,8 @@ fn release_version(path: &Path, root: &Path) -> Outcome<String> {
     Ok(version)
 }
 
-/// `_json_bytes(value)`: `json.dumps(sort_keys=True, indent=2)` and a
-/// newline, ASCII only (serde_json's map is sorted; non-ASCII and DEL are
-/// escaped here as Python's `ensure_ascii` does).
-pub(crate) fn json_bytes(value: &Value) -> Vec<u8> {
-    let pretty = serde_json::to_string_pretty(value).expect("a JSON value serializes");
-    let mut ascii = String::with_capacity(pretty.len());
-    for c in pretty.chars() {
-        if c.is_ascii() && c != '\u{7f}' {
-            ascii.push(c);
-        } else {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                ascii.push_str(&format!("\\u{unit:04x}"));
-            }
-        }
-    }
-    (ascii + "\n").into_bytes()
-}
-
 /// `_desired(data)`: the snapshot a publication writes (always 0600).
-pub(crate) fn desired(data: &[u8]) -> Value {
+pub fn desired(data: &[u8]) -> Value {
     json!({
         "exists": true,
         "mode": 0o600,
@@ -400,7 +485,7 @@ pub(crate) fn desired(data: &[u8]) -> Value {
 }
 
 /// Lowercase hex SHA-256.
-pub(crate) fn hex_digest(data: &[u8]) -> String {
+pub fn hex_digest(data: &[u8]) -> String {
     Sha256::digest(data)
         .iter()
         .map(|byte| format!("{byte:02x}"))
@@ -409,7 +494,7 @@ pub(crate) fn hex_digest(data: &[u8]) -> String {
 
 /// `update_handoff._installed_layout(root)`: the installed manifest must be
 /// exactly what its layout computes today.
-pub(crate) fn installed_layout(root: &Path) -> Outcome<Layout> {
+pub fn installed_layout(root: &Path) -> Outcome<Layout> {
     let (data, _mode) = read_guarded(&root.join(LAYOUT_NAME), true)?;
     let value = parse(&data)?;
     if !value.is_object() {
@@ -424,16 +509,17 @@ pub(crate) fn installed_layout(root: &Path) -> Outcome<Layout> {
 
 #[cfg(test)]
 mod tests {
-    //! The worker's renderer and manifest against the golden bytes the
+    //! The stand-ins' renderer and manifest against the golden bytes the
     //! Python reference produced (`tests/fixtures/golden/layouts.json`),
-    //! over a real tree: its systemd cases (the worker never renders plists).
+    //! over a real tree.
 
     use std::path::Path;
 
-    use agents_tests::InstallBase;
+    use crate::InstallBase;
     use serde_json::Value;
 
-    use super::{json_bytes, Layout};
+    use super::Layout;
+    use crate::upstream_json::json_bytes;
 
     fn substitute(value: &Value, base: &str) -> Value {
         match value {
@@ -449,16 +535,11 @@ mod tests {
     }
 
     #[test]
-    fn the_systemd_golden_layouts_render_byte_for_byte() {
-        let golden: Value =
-            serde_json::from_slice(&agents_tests::golden_bytes("layouts.json")).unwrap();
+    fn every_golden_layout_renders_byte_for_byte() {
+        let golden: Value = serde_json::from_slice(&crate::golden_bytes("layouts.json")).unwrap();
         let cases = golden["cases"].as_array().unwrap();
-        let linux: Vec<&Value> = cases
-            .iter()
-            .filter(|case| case["layout"]["platform"] == "Linux")
-            .collect();
-        assert!(linux.len() >= 3, "golden file lost its systemd cases");
-        for case in linux {
+        assert!(cases.len() >= 5, "golden file lost its cases");
+        for case in cases {
             let name = case["name"].as_str().unwrap();
             let base = if case["fixed_base"] == true {
                 InstallBase::at(Path::new(case["base_example"].as_str().unwrap()))
@@ -474,7 +555,7 @@ mod tests {
                 .unwrap_or_else(|err| panic!("{name}: {}", err.python_line()));
             for role in ["worker", "gateway"] {
                 assert_eq!(
-                    layout.render_unit(role).unwrap(),
+                    layout.render_service(role).unwrap(),
                     expect(&format!("{role}_service")),
                     "{name}: {role}"
                 );

@@ -1,47 +1,50 @@
-//! The worker's own guarded readers of the files it shares with the helpers,
-//! written from upstream's `execution_install` (`_path`, `_owned_directory`,
-//! `_read_file`) and `execution_transport` (`_read_secret`,
+//! The stand-ins' own guarded file I/O, written from upstream's
+//! `execution_install` (`_path`, `_owned_directory`, `_read_file`,
+//! `prepare_runtime`) and `execution_transport` (`_read_secret`,
 //! `ensure_execution_secret`), with serde_json rather than the port's
-//! Python-compatible JSON: this program stands beside the helpers and must
-//! not share a mistake with them. Errors carry the Python exception class
-//! and message the upstream worker would die with.
+//! Python-compatible JSON: the test worker and the fixtures stand beside
+//! the helpers and must not share a mistake with them. Errors carry the
+//! Python exception class and message upstream raises.
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{flock, FlockOperation};
 
 /// `MAX_CONFIG_BYTES`: every guarded read is bounded by 1 MiB.
-pub(crate) const MAX_CONFIG_BYTES: u64 = 1_048_576;
+pub const MAX_CONFIG_BYTES: u64 = 1_048_576;
 
 /// A Python exception: its class and message.
 #[derive(Debug)]
-pub(crate) struct Failure {
+pub struct Failure {
     class: &'static str,
     message: String,
 }
 
 /// What the worker's readers return.
-pub(crate) type Outcome<T> = Result<T, Failure>;
+pub type Outcome<T> = Result<T, Failure>;
 
 impl Failure {
-    pub(crate) fn value(message: impl Into<String>) -> Self {
+    /// A `ValueError`.
+    pub fn value(message: impl Into<String>) -> Self {
         Failure {
             class: "ValueError",
             message: message.into(),
         }
     }
 
-    pub(crate) fn runtime(message: impl Into<String>) -> Self {
+    /// A `RuntimeError`.
+    pub fn runtime(message: impl Into<String>) -> Self {
         Failure {
             class: "RuntimeError",
             message: message.into(),
         }
     }
 
-    pub(crate) fn permission(message: impl Into<String>) -> Self {
+    /// A `PermissionError`.
+    pub fn permission(message: impl Into<String>) -> Self {
         Failure {
             class: "PermissionError",
             message: message.into(),
@@ -49,7 +52,7 @@ impl Failure {
     }
 
     /// An `OSError` subclass as Python raises it for `path`.
-    pub(crate) fn os(err: &io::Error, path: &Path) -> Self {
+    pub fn os(err: &io::Error, path: &Path) -> Self {
         let class = match err.kind() {
             io::ErrorKind::NotFound => "FileNotFoundError",
             io::ErrorKind::PermissionDenied => "PermissionError",
@@ -65,24 +68,24 @@ impl Failure {
     }
 
     /// True for a missing file (Python's `FileNotFoundError`).
-    pub(crate) fn is_missing(&self) -> bool {
+    pub fn is_missing(&self) -> bool {
         self.class == "FileNotFoundError"
     }
 
     /// The `Class: message` line the worker exits with.
-    pub(crate) fn python_line(&self) -> String {
+    pub fn python_line(&self) -> String {
         format!("{}: {}", self.class, self.message)
     }
 }
 
 /// `os.getuid()`.
-pub(crate) fn uid() -> u32 {
+pub fn uid() -> u32 {
     rustix::process::getuid().as_raw()
 }
 
 /// `_path`: absolute, no `..`, lexically normalised, and no existing
 /// component a symlink.
-pub(crate) fn normal_path(path: &Path) -> Outcome<PathBuf> {
+pub fn normal_path(path: &Path) -> Outcome<PathBuf> {
     let text = path.to_string_lossy();
     if !path.is_absolute() || path.components().any(|part| part == Component::ParentDir) {
         return Err(Failure::value(
@@ -113,7 +116,7 @@ pub(crate) fn normal_path(path: &Path) -> Outcome<PathBuf> {
 
 /// `_owned_directory`: an owned directory (not a link) without group or
 /// other write; exactly 0700 when `private`.
-pub(crate) fn owned_directory(path: &Path, private: bool) -> Outcome<()> {
+pub fn owned_directory(path: &Path, private: bool) -> Outcome<()> {
     let info = fs::symlink_metadata(path).map_err(|err| Failure::os(&err, path))?;
     if !info.is_dir() || info.uid() != uid() {
         return Err(Failure::permission(format!(
@@ -134,7 +137,7 @@ pub(crate) fn owned_directory(path: &Path, private: bool) -> Outcome<()> {
 /// `_read_file`: an owned single-link regular file without group or other
 /// write (exactly 0600 when `private`), at most 1 MiB, not replaced while
 /// it was read. Returns the bytes and the permission bits.
-pub(crate) fn read_guarded(path: &Path, private: bool) -> Outcome<(Vec<u8>, u32)> {
+pub fn read_guarded(path: &Path, private: bool) -> Outcome<(Vec<u8>, u32)> {
     let os = |err: io::Error| Failure::os(&err, path);
     let mut file = fs::OpenOptions::new()
         .read(true)
@@ -173,12 +176,12 @@ pub(crate) fn read_guarded(path: &Path, private: bool) -> Outcome<(Vec<u8>, u32)
 }
 
 /// `json.loads` of a guarded file's bytes (a decode error is a ValueError).
-pub(crate) fn parse(data: &[u8]) -> Outcome<serde_json::Value> {
+pub fn parse(data: &[u8]) -> Outcome<serde_json::Value> {
     serde_json::from_slice(data).map_err(|err| Failure::value(err.to_string()))
 }
 
 /// True when `path` exists or is a (dangling) symlink.
-pub(crate) fn entry_present(path: &Path) -> Outcome<bool> {
+pub fn entry_present(path: &Path) -> Outcome<bool> {
     match fs::symlink_metadata(path) {
         Ok(_) => Ok(true),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
@@ -188,7 +191,7 @@ pub(crate) fn entry_present(path: &Path) -> Outcome<bool> {
 
 /// `_read_secret`: an owned 0600 single-link regular file holding exactly
 /// 64 lowercase hex digits (no newline).
-pub(crate) fn read_secret(path: &Path) -> Result<String, String> {
+pub fn read_secret(path: &Path) -> Result<String, String> {
     let invalid = || "Invalid execution secret file".to_string();
     let file = fs::OpenOptions::new()
         .read(true)
@@ -215,7 +218,7 @@ pub(crate) fn read_secret(path: &Path) -> Result<String, String> {
 /// flock in the owner-only directory, create the token (64 lowercase hex,
 /// no newline, 0600, fsynced with its directory) unless it exists; never
 /// rotate one. Returns the token.
-pub(crate) fn ensure_execution_secret(path: &Path) -> Result<String, String> {
+pub fn ensure_execution_secret(path: &Path) -> Result<String, String> {
     let directory = path.parent().ok_or("Execution paths must be absolute")?;
     let info = fs::symlink_metadata(directory).map_err(|err| err.to_string())?;
     if !info.is_dir() || info.uid() != uid() || info.mode() & 0o7777 != 0o700 {
@@ -256,4 +259,58 @@ pub(crate) fn ensure_execution_secret(path: &Path) -> Result<String, String> {
         Err(err) => return Err(err.to_string()),
     }
     read_secret(path)
+}
+
+/// `prepare_runtime(layout)` for the state root `state_root`: the private
+/// runtime directory and its `logs` (exactly 0700), the control token
+/// (created once, never rotated) and the directory fsynced.
+pub fn prepare_runtime(state_root: &Path) -> Result<(), String> {
+    let runtime = state_root.join("execution");
+    for directory in [runtime.clone(), runtime.join("logs")] {
+        if !directory.exists() {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&directory)
+                .map_err(|err| format!("{}: {err}", directory.display()))?;
+        }
+        owned_directory(&directory, true).map_err(|err| err.python_line())?;
+    }
+    ensure_execution_secret(&runtime.join("control.token"))?;
+    fs::File::open(&runtime)
+        .and_then(|file| file.sync_all())
+        .map_err(|err| err.to_string())
+}
+
+/// `_atomic_write(path, data, mode)`: missing parents made (0700 before the
+/// umask), a `.{name}.{24 hex}.tmp` beside the file created exclusively,
+/// made exactly `mode`, written and fsynced, renamed over `path`, and the
+/// directory fsynced; the temporary never outlives the call.
+pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<(), String> {
+    let directory = path.parent().ok_or("a file lives in a directory")?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(directory)
+        .map_err(|err| format!("{}: {err}", directory.display()))?;
+    let mut random = [0u8; 12];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+        .map_err(|err| err.to_string())?;
+    let suffix: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temporary = directory.join(format!(".{name}.{suffix}.tmp"));
+    let written = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temporary)?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        fs::rename(&temporary, path)?;
+        fs::File::open(directory)?.sync_all()
+    })();
+    let _ = fs::remove_file(&temporary);
+    written.map_err(|err| format!("{}: {err}", path.display()))
 }
