@@ -52,7 +52,14 @@ pub fn read_row(path: &Path) -> Result<Row, String> {
 /// `atomic_json`: sorted keys, two-space indent and a newline, through an
 /// fsynced 0600 temporary file renamed into place, then the directory fsynced.
 pub fn write_json(path: &Path, row: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(row).expect("a JSON value serializes") + "\n";
+    write_bytes(path, text.as_bytes())
+}
+
+/// The atomic write itself (see [`write_json`]).
+fn write_bytes(path: &Path, data: &[u8]) -> Result<(), String> {
     let directory = path.parent().ok_or("a status file lives in a directory")?;
+    fs::create_dir_all(directory).map_err(|err| format!("{}: {err}", directory.display()))?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let mut random = [0u8; 4];
     rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
@@ -65,14 +72,58 @@ pub fn write_json(path: &Path, row: &Value) -> Result<(), String> {
             .create_new(true)
             .mode(0o600)
             .open(&temporary)?;
-        let text = serde_json::to_string_pretty(row).expect("a JSON value serializes") + "\n";
-        file.write_all(text.as_bytes())?;
+        file.write_all(data)?;
         file.sync_all()?;
         fs::rename(&temporary, path)?;
         fs::File::open(directory)?.sync_all()
     })();
     let _ = fs::remove_file(&temporary);
     written.map_err(|err| err.to_string())
+}
+
+/// [`write_json`] of a row the tests build in the fixtures' JSON type (the
+/// server's admitted rows, one-time credentials), for the black-box tests of
+/// the helpers that read them. A row holding what only Python holds (lone
+/// surrogates, ints beyond 64 bits) is written by CPython's own `json.dumps`,
+/// the server's writer, from the row's Python form.
+pub fn write_row(path: &Path, row: &python_compat::json::JsonObject) -> Result<(), String> {
+    let row = python_compat::json::Json::Object(row.clone());
+    match crate::upstream_json::try_from_compat(&row) {
+        Some(value) => write_json(path, &value),
+        None => write_bytes(
+            path,
+            &python_dumps(
+                &python_compat::json::encode_compact(&row).map_err(|err| err.to_string())?,
+            )?,
+        ),
+    }
+}
+
+/// `json.dumps(json.loads(text), sort_keys=True, indent=2)` and a newline,
+/// by `python3`.
+fn python_dumps(text: &[u8]) -> Result<Vec<u8>, String> {
+    use std::process::{Command, Stdio};
+    let script = "import json, sys\n\
+                  value = json.loads(sys.stdin.buffer.read())\n\
+                  sys.stdout.write(json.dumps(value, sort_keys=True, indent=2) + '\\n')\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|err| format!("python3: {err}"))?;
+    let mut stdin = child.stdin.take().expect("a piped stdin");
+    stdin
+        .write_all(text)
+        .map_err(|err| format!("python3: {err}"))?;
+    drop(stdin);
+    let output = child
+        .wait_with_output()
+        .map_err(|err| format!("python3: {err}"))?;
+    if !output.status.success() {
+        return Err(format!("python3 json.dumps failed: {}", output.status));
+    }
+    Ok(output.stdout)
 }
 
 /// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ`.

@@ -38,29 +38,40 @@ fn ascii_line(text: &str) -> Vec<u8> {
 }
 
 /// A `python_compat` value (the fixtures' plumbing type) as a serde_json
-/// value, member by member. Panics on what the stand-ins never write: ints
-/// beyond 64 bits, non-finite floats and strings holding lone surrogates.
+/// value, member by member. Panics on what only Python holds (see
+/// [`try_from_compat`]).
 pub fn from_compat(value: &Json) -> Value {
-    match value {
+    try_from_compat(value).unwrap_or_else(|| panic!("{value:?} is beyond serde_json"))
+}
+
+/// [`from_compat`], or None for a value only Python holds: ints beyond 64
+/// bits, non-finite floats, strings or keys with lone surrogates.
+pub fn try_from_compat(value: &Json) -> Option<Value> {
+    Some(match value {
         Json::Null => Value::Null,
         Json::Bool(flag) => Value::Bool(*flag),
         Json::Int(number) => u64::try_from(*number)
             .map(Value::from)
             .or_else(|_| i64::try_from(*number).map(Value::from))
-            .unwrap_or_else(|_| panic!("{number} is beyond the stand-ins' JSON")),
-        Json::Float(number) => Value::Number(
-            Number::from_f64(*number).unwrap_or_else(|| panic!("{number} is not finite")),
-        ),
+            .ok()?,
+        Json::Float(number) => Value::Number(Number::from_f64(*number)?),
         Json::Str(text) => Value::from(text.as_str()),
-        Json::Array(items) => Value::Array(items.iter().map(from_compat).collect()),
-        Json::Object(members) => Value::Object(
-            members
-                .iter()
-                .map(|(key, item)| (key.to_string(), from_compat(item)))
-                .collect::<Map<String, Value>>(),
-        ),
-        other => panic!("{other:?} is beyond the stand-ins' JSON"),
-    }
+        Json::Array(items) => {
+            Value::Array(items.iter().map(try_from_compat).collect::<Option<_>>()?)
+        }
+        Json::Object(members) => {
+            let mut object = Map::new();
+            for (key, item) in members.iter() {
+                // A key with a lone surrogate reads back lossy (U+FFFD).
+                if key.contains('\u{fffd}') {
+                    return None;
+                }
+                object.insert(key.to_string(), try_from_compat(item)?);
+            }
+            Value::Object(object)
+        }
+        _ => return None,
+    })
 }
 
 /// A serde_json value as the fixtures' `python_compat` plumbing type,

@@ -1029,7 +1029,7 @@ fn transport_failures_are_transient_like_the_seed() {
 /// An admitted row owned by `update_id`.
 fn admitted(directory: &Path, update_id: &str) -> std::path::PathBuf {
     let status = directory.join("server-update.json");
-    agents_common::test_support::atomic_json(
+    agents_tests::server_status::write_row(
         &status,
         &json_object! {"phase" => "starting", "update_id" => update_id, "keep" => "me"},
     )

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use agents_common::read_status_unlocked;
-use agents_common::test_support::atomic_json;
+use agents_tests::server_status::write_row;
 use base64::Engine as _;
 use python_compat::{
     json::{Json, JsonObject},
@@ -510,13 +510,13 @@ impl Fixture {
             std::fs::create_dir_all(directory).unwrap();
         }
         let status = admin.join("server-update.json");
-        atomic_json(&status, row).unwrap();
+        write_row(&status, row).unwrap();
         let token = self
             .token
             .clone()
             .unwrap_or_else(|| format!("{}-token", side.label()));
         let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
-        atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
+        write_row(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
         {
             let mut state = self.health_state.lock().unwrap();
             state.runs.insert(token.clone(), record.clone());
