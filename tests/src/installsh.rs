@@ -22,9 +22,10 @@ use agents_common::WORKER_UNIT;
 use crate::binaries::{profile_dir, test_worker_path};
 use crate::poll::try_poll_until;
 use crate::sandbox::Sandbox;
-use crate::server_control::{seal_worker, update_operation};
+use crate::server_control::seal_worker;
 use crate::tempdir::TempDir;
 use crate::upstream::{Side, SystemctlTrace, REPORT_PREFIX};
+use crate::upstream_activation::hyphenated;
 
 /// The variable naming the scratch folder that holds the upstream release tree.
 pub const SCRATCH_ENV: &str = "AGENTS_INSTALLSH_DIR";
@@ -476,7 +477,7 @@ impl Host<'_> {
                 .as_str()
                 .ok_or("execution-layout.json has no runtime_dir")?,
         );
-        let operation = update_operation(UPDATE_ID);
+        let operation = hyphenated(UPDATE_ID);
         let worker_pid = self.sandbox.unit_state(WORKER_UNIT).main_pid;
         let hold = seal_worker(&runtime_dir, &operation, worker_pid)?;
         let path = self.handoff_path();

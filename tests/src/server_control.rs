@@ -23,19 +23,6 @@ pub struct SealedWorker {
     pub lease_id: String,
 }
 
-/// The canonical UUID form of a 32-hex update id (the handoff's
-/// `operation_id` is `str(uuid.UUID(update_id))`).
-pub fn update_operation(update_id: &str) -> String {
-    format!(
-        "{}-{}-{}-{}-{}",
-        &update_id[..8],
-        &update_id[8..12],
-        &update_id[12..16],
-        &update_id[16..20],
-        &update_id[20..]
-    )
-}
-
 /// The worker's private channel: its receipt (which must name
 /// `worker_pid`), the callback address and the control token.
 struct Channel {

@@ -12,6 +12,17 @@ use std::path::Path;
 use rustix::fs::{flock, FlockOperation};
 use serde_json::{Map, Value};
 
+/// `SERVER_UPDATE_ACTIVE_PHASES` (also the runner's
+/// `RUNNER_OWNED_ACTIVE_PHASES`), in the order a row moves through them.
+pub const ACTIVE_PHASES: [&str; 6] = [
+    "starting",
+    "checking",
+    "downloading",
+    "verifying",
+    "installing",
+    "restarting",
+];
+
 /// A status row (a JSON object).
 pub type Row = Map<String, Value>;
 
@@ -126,31 +137,45 @@ fn python_dumps(text: &[u8]) -> Result<Vec<u8>, String> {
     Ok(output.stdout)
 }
 
-/// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ`.
+/// `utc_now()`: `%Y-%m-%dT%H:%M:%SZ` (the C library's `gmtime_r`).
 pub fn utc_now() -> String {
-    let seconds = now_seconds();
-    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
+    let seconds: libc::time_t = now_seconds();
+    // SAFETY: `tm` is plain data that gmtime_r fills in; both pointers are
+    // valid for the call.
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::gmtime_r(&seconds, &mut tm);
+        tm
     };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
     )
+}
+
+/// The Unix seconds of a `%Y-%m-%dT%H:%M:%SZ` stamp (`timegm`), if it is one.
+pub fn stamp_seconds(stamp: &str) -> Option<i64> {
+    if stamp.len() != 20 || !stamp.ends_with('Z') {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i32> { stamp.get(range)?.parse().ok() };
+    // SAFETY: plain data; timegm reads and normalizes only `tm`.
+    let seconds = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        tm.tm_year = number(0..4)? - 1900;
+        tm.tm_mon = number(5..7)? - 1;
+        tm.tm_mday = number(8..10)?;
+        tm.tm_hour = number(11..13)?;
+        tm.tm_min = number(14..16)?;
+        tm.tm_sec = number(17..19)?;
+        libc::timegm(&mut tm)
+    };
+    Some(seconds)
 }
 
 /// Seconds since the Unix epoch.
@@ -158,4 +183,19 @@ pub fn now_seconds() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{now_seconds, stamp_seconds, utc_now};
+
+    #[test]
+    fn stamps_read_back_as_the_seconds_they_were_written_at() {
+        assert_eq!(stamp_seconds("1970-01-02T00:00:01Z"), Some(86_401));
+        assert_eq!(stamp_seconds("2024-02-29T23:59:59Z"), Some(1_709_251_199));
+        assert_eq!(stamp_seconds("2024-02-29 23:59:59"), None);
+        let before = now_seconds();
+        let stamp = stamp_seconds(&utc_now()).unwrap();
+        assert!((before..=now_seconds()).contains(&stamp), "{stamp}");
+    }
 }

@@ -121,6 +121,12 @@ pub fn uuid5_url(name: &str) -> String {
     bytes[6] = (bytes[6] & 0x0f) | 0x50;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    hyphenated(&hex)
+}
+
+/// `str(uuid.UUID(hex))` of 32 lowercase hex digits: the 8-4-4-4-12 form
+/// (a managed update's operation id is its update id so written).
+pub fn hyphenated(hex: &str) -> String {
     format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],

@@ -12,8 +12,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agents_common::ExecutionLayout;
-use agents_tests::server_control::{seal_worker, update_operation, worker_status};
+use agents_tests::server_control::{seal_worker, worker_status};
 use agents_tests::server_status::{read_row, utc_now, write_json, Row};
+use agents_tests::upstream_activation::hyphenated;
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
     ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
@@ -449,7 +450,7 @@ impl Demo {
     /// worker's admission for `update_id` over its private control channel
     /// and write the handoff install.sh proves its stop with.
     fn seal_handoff(&self, update_id: &str, serving: &Serving) -> Result<PathBuf> {
-        let operation = update_operation(update_id);
+        let operation = hyphenated(update_id);
         let hold = seal_worker(
             &self.installation.runtime_dir(),
             &operation,

@@ -13,20 +13,13 @@
 
 use std::path::Path;
 
-use agents_tests::server_status::{now_seconds, read_row, status_lock, utc_now, write_json};
+use agents_tests::server_status::{
+    now_seconds, read_row, stamp_seconds, status_lock, utc_now, write_json, ACTIVE_PHASES,
+};
 use serde_json::{Map, Value};
 
 /// `SERVER_UPDATE_START_GRACE_SECONDS`.
 const GRACE_SECONDS: f64 = 45.0;
-/// `RUNNER_OWNED_ACTIVE_PHASES` (also the server's active phases).
-const ACTIVE_PHASES: [&str; 6] = [
-    "starting",
-    "checking",
-    "downloading",
-    "verifying",
-    "installing",
-    "restarting",
-];
 /// The message of a finalized abandoned update.
 const ABANDONED: &str =
     "The detached updater exited before reporting completion. See server-update.log.";
@@ -115,21 +108,4 @@ fn runner_alive(pid: i64, update_id: &str) -> bool {
         && words
             .windows(2)
             .any(|pair| pair[0] == "--update-id" && pair[1] == update_id)
-}
-
-/// `%Y-%m-%dT%H:%M:%SZ` as Unix seconds.
-fn stamp_seconds(stamp: &str) -> Option<i64> {
-    if stamp.len() != 20 || !stamp.ends_with('Z') {
-        return None;
-    }
-    let number = |range: std::ops::Range<usize>| -> Option<i64> { stamp.get(range)?.parse().ok() };
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    let year = year - i64::from(month <= 2);
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
 }
