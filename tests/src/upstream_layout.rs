@@ -160,8 +160,8 @@ impl Layout {
         Ok(())
     }
 
-    /// `to_dict()`.
-    fn to_value(&self) -> Value {
+    /// `to_dict()`: the layout's ten fields, as `apply --layout` reads them.
+    pub fn to_value(&self) -> Value {
         json!({
             "install_root": text_of(&self.install_root),
             "config_root": text_of(&self.config_root),

@@ -15,13 +15,15 @@ use agents_common::ExecutionLayout;
 use agents_tests::server_control::{seal_worker, worker_status};
 use agents_tests::server_status::{read_row, utc_now, write_json, Row};
 use agents_tests::upstream_activation::hyphenated;
+use agents_tests::upstream_json::json_bytes;
+use agents_tests::upstream_layout::Layout;
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
     ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
     AGENT_TOKEN,
 };
 use python_compat::{
-    json::{encode_indented, parse_json, Json},
+    json::{parse_json, Json},
     json_object,
 };
 
@@ -206,7 +208,8 @@ impl Demo {
     /// The layout as the private file `apply --layout` reads.
     fn layout_file(&self, layout: &ExecutionLayout, name: &str) -> Result<PathBuf> {
         let path = self.sandbox.base().join(format!("layout-{name}.json"));
-        fs::write(&path, encode_indented(&layout.to_dict()))
+        let layout = Layout::of(layout).map_err(|err| err.python_line())?;
+        fs::write(&path, json_bytes(&layout.to_value()))
             .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o600)))
             .map_err(|err| format!("write {}: {err}", path.display()))?;
         Ok(path)
