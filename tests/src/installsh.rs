@@ -1,7 +1,7 @@
 //! The comparison with upstream's real install.sh (`scripts/installsh-compare.sh`):
 //! the unmodified installer runs in the systemd sandbox twice per scenario, on
 //! identical fresh homes at the same paths, once on the release as published
-//! (the Python originals, [`Side::Seed`]) and once on the same release after the
+//! (the Python originals, [`Side::Original`]) and once on the same release after the
 //! migration kit (the binaries, [`Side::Port`]).
 //!
 //! The release tree comes from a scratch folder outside the project

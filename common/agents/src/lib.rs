@@ -22,9 +22,9 @@
 //! this root is the one surface, grouped below as the modules are.
 //!
 //! Foundations:
-//! - the error (all): [`Error`] keeps the Python exception the seed raises
+//! - the error (all): [`Error`] keeps the Python exception the original raises
 //!   ([`python_compat::Exception`]), so callers branch on its class and a
-//!   helper's one stderr line is the seed's traceback line.
+//!   helper's one stderr line is the original's traceback line.
 //! - guarded files (all): configuration I/O with no symlinks, exact owners
 //!   and modes and bounded reads, and atomic writes: [`normalize_path`],
 //!   [`read_file`], [`read_regular_file`], [`atomic_write`],

@@ -79,7 +79,7 @@ impl RunningRelease {
         self.launch(Command::new(self.dir.join("update-runner")), launch)
     }
 
-    /// `program` (the binary, or the seed beside it) with the server's
+    /// `program` (the binary, or the original beside it) with the server's
     /// `--recover-only` arguments and environment for `launch`.
     pub(crate) fn launch(&self, mut command: Command, launch: &Launch<'_>) -> Command {
         command
