@@ -12,19 +12,19 @@
 # parent must itself be small: a Python spawner would add its own ~13 MiB.)
 #
 # Environment: AGENTS_SEEDS_DIR (default: <repo>/../shared/seeds/extracted) locates the
-# seeds; BENCH_RUNS_RUST (default 200) and BENCH_RUNS_PYTHON (default 20) set
+# originals; BENCH_RUNS_RUST (default 200) and BENCH_RUNS_PYTHON (default 20) set
 # the number of runs; SPEEDUP_TARGET (30) and RSS_TARGET_KIB (6144) the targets.
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-SEEDS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
+ORIGINALS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
 RUNS_RUST="${BENCH_RUNS_RUST:-200}"
 RUNS_PYTHON="${BENCH_RUNS_PYTHON:-20}"
 SPEEDUP_TARGET="${SPEEDUP_TARGET:-30}"
 RSS_TARGET_KIB="${RSS_TARGET_KIB:-6144}"
 
-if [[ ! -d "$SEEDS" ]]; then
-  echo "bench-startup: seeds not found at $SEEDS (set AGENTS_SEEDS_DIR)" >&2
+if [[ ! -d "$ORIGINALS" ]]; then
+  echo "bench-startup: originals not found at $ORIGINALS (set AGENTS_SEEDS_DIR)" >&2
   exit 2
 fi
 command -v python3 >/dev/null || { echo "bench-startup: python3 is required" >&2; exit 2; }
@@ -50,13 +50,13 @@ export HOME="$WORK/home"
 unset COLUMNS AGENTS_SERVER_INSTALL_DIR AGENTS_SERVER_CONFIG_DIR AGENTSDOCK_STATE_DIR \
   AGENTS_SERVER_STATE_DIR ZENITHBOT_AGENT_DIR
 
-# Runs a seed whose project modules are not all present: missing imports
+# Runs an original whose project modules are not all present: missing imports
 # become stand-in modules, then main(argv) runs (argparse prints the help and
 # exits before any stand-in is used). Without a main (update_handoff has no
 # CLI), it imports the module and prints an argparse help page instead.
-cat >"$WORK/stubbed_seed.py" <<'PY'
+cat >"$WORK/stubbed_original.py" <<'PY'
 import argparse, builtins, importlib.util, os, sys, types
-seed_dir, module, prog = sys.argv[1:4]
+original_dir, module, prog = sys.argv[1:4]
 argv = sys.argv[4:]
 class Stub(types.ModuleType):
     def __getattr__(self, name):
@@ -72,12 +72,12 @@ def tolerant_import(name, globals=None, locals=None, fromlist=(), level=0):
         return sys.modules[name]
 builtins.__import__ = tolerant_import
 sys.argv = [prog] + argv
-spec = importlib.util.spec_from_file_location(module, os.path.join(seed_dir, module + ".py"))
-seed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seed)
+spec = importlib.util.spec_from_file_location(module, os.path.join(original_dir, module + ".py"))
+original = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(original)
 builtins.__import__ = real_import
-if hasattr(seed, "main"):
-    seed.main(argv)
+if hasattr(original, "main"):
+    original.main(argv)
 else:
     argparse.ArgumentParser(prog=prog).parse_args(argv)
 PY
@@ -130,11 +130,11 @@ mean_seconds() {
 # The counterpart of each helper and what it is.
 counterpart() {
   case "$1" in
-    uninstall) echo "bash $SEEDS/uninstall.sh --help" ;;
-    update-runner) echo "python3 -B $SEEDS/update_runner.py --help" ;;
-    update-handoff) echo "python3 -B $WORK/stubbed_seed.py $SEEDS update_handoff update-handoff --help" ;;
-    execution-activation) echo "python3 -B $WORK/stubbed_seed.py $SEEDS execution_activation execution-activation --help" ;;
-    execution-manage) echo "python3 -B $WORK/stubbed_seed.py $SEEDS execution_manage execution-manage --help" ;;
+    uninstall) echo "bash $ORIGINALS/uninstall.sh --help" ;;
+    update-runner) echo "python3 -B $ORIGINALS/update_runner.py --help" ;;
+    update-handoff) echo "python3 -B $WORK/stubbed_original.py $ORIGINALS update_handoff update-handoff --help" ;;
+    execution-activation) echo "python3 -B $WORK/stubbed_original.py $ORIGINALS execution_activation execution-activation --help" ;;
+    execution-manage) echo "python3 -B $WORK/stubbed_original.py $ORIGINALS execution_manage execution-manage --help" ;;
   esac
 }
 describe() {
@@ -147,43 +147,43 @@ describe() {
 }
 
 # update_runner.py runs as is only with its imports (cryptography) present.
-if ! python3 -B "$SEEDS/update_runner.py" --help >/dev/null 2>&1; then
-  counterpart_update_runner="python3 -B $WORK/stubbed_seed.py $SEEDS update_runner update-runner --help"
+if ! python3 -B "$ORIGINALS/update_runner.py" --help >/dev/null 2>&1; then
+  counterpart_update_runner="python3 -B $WORK/stubbed_original.py $ORIGINALS update_runner update-runner --help"
 else
   counterpart_update_runner=""
 fi
 
 failed=0
-printf '%-22s %10s %10s %9s %9s %9s  %s\n' helper "ours ms" "seed ms" speedup "ours KiB" "seed KiB" "counterpart"
+printf '%-22s %10s %10s %9s %9s %9s  %s\n' helper "ours ms" "original ms" speedup "ours KiB" "original KiB" "counterpart"
 for binary in "${BINARIES[@]}"; do
   read -r -a ours <<<"$RELEASE/$binary --help"
-  read -r -a seed <<<"$(counterpart "$binary")"
+  read -r -a original <<<"$(counterpart "$binary")"
   what="$(describe "$binary")"
   if [[ "$binary" == update-runner && -n "$counterpart_update_runner" ]]; then
-    read -r -a seed <<<"$counterpart_update_runner"
+    read -r -a original <<<"$counterpart_update_runner"
     what="update_runner.py --help; missing imports stubbed (lower bound)"
   fi
   read -r _ ours_status < <(python3 -B "$WORK/measure.py" 1 "${ours[@]}")
-  read -r _ seed_status < <(python3 -B "$WORK/measure.py" 1 "${seed[@]}")
-  if [[ "$ours_status" != 0 || "$seed_status" != 0 ]]; then
-    echo "bench-startup: --help failed for $binary (ours $ours_status, counterpart $seed_status)" >&2
+  read -r _ original_status < <(python3 -B "$WORK/measure.py" 1 "${original[@]}")
+  if [[ "$ours_status" != 0 || "$original_status" != 0 ]]; then
+    echo "bench-startup: --help failed for $binary (ours $ours_status, counterpart $original_status)" >&2
     failed=1
     continue
   fi
   ours_rss="$(peak_rss_kib "${ours[@]}")"
-  seed_rss="$(peak_rss_kib "${seed[@]}")"
+  original_rss="$(peak_rss_kib "${original[@]}")"
   ours_s="$(mean_seconds "$RUNS_RUST" "${ours[@]}")"
-  seed_s="$(mean_seconds "$RUNS_PYTHON" "${seed[@]}")"
-  read -r ours_ms seed_ms speedup verdict < <(python3 -c '
+  original_s="$(mean_seconds "$RUNS_PYTHON" "${original[@]}")"
+  read -r ours_ms original_ms speedup verdict < <(python3 -c '
 import sys
-ours, seed, target, rss, rss_target = map(float, sys.argv[1:])
-speedup = seed / ours
+ours, original, target, rss, rss_target = map(float, sys.argv[1:])
+speedup = original / ours
 ok = speedup >= target and rss < rss_target
 verdict = "ok" if ok else "MISSED"
-print(f"{ours * 1000:.2f} {seed * 1000:.2f} {speedup:.1f} {verdict}")
-' "$ours_s" "$seed_s" "$SPEEDUP_TARGET" "$ours_rss" "$RSS_TARGET_KIB")
-  printf '%-22s %10s %10s %8sx %9s %9s  %s%s\n' "$binary" "$ours_ms" "$seed_ms" "$speedup" \
-    "$ours_rss" "$seed_rss" "$what" "$([[ $verdict == ok ]] || echo '  <- MISSED')"
+print(f"{ours * 1000:.2f} {original * 1000:.2f} {speedup:.1f} {verdict}")
+' "$ours_s" "$original_s" "$SPEEDUP_TARGET" "$ours_rss" "$RSS_TARGET_KIB")
+  printf '%-22s %10s %10s %8sx %9s %9s  %s%s\n' "$binary" "$ours_ms" "$original_ms" "$speedup" \
+    "$ours_rss" "$original_rss" "$what" "$([[ $verdict == ok ]] || echo '  <- MISSED')"
   [[ "$verdict" == ok ]] || failed=1
 done
 echo

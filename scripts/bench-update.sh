@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Update benchmark: the seed's own download-verify-extract path
+# Update benchmark: the original's own download-verify-extract path
 # (update_runner.py, run as is) against ours (bins/update-runner/examples/bench_update.rs,
 # the same library calls update-runner makes), side by side on the same
 # release: a freshly built archive just under the 200 MiB download limit, a
@@ -18,13 +18,13 @@
 # two implementations; a single real update never starts in that state.
 #
 # Environment: AGENTS_SEEDS_DIR (default: <repo>/../shared/seeds/extracted) locates the
-# seeds; BENCH_RUNS (default 3); BENCH_RUN_DIR (default /dev/shm) where the
+# originals; BENCH_RUNS (default 3); BENCH_RUN_DIR (default /dev/shm) where the
 # runs write; SPEEDUP_TARGET (2) and RSS_TARGET_KIB (24576) set the targets;
 # BENCH_KEEP=1 keeps the work directories.
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-SEEDS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
+ORIGINALS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
 RUNS="${BENCH_RUNS:-3}"
 SPEEDUP_TARGET="${SPEEDUP_TARGET:-2}"
 RSS_TARGET_KIB="${RSS_TARGET_KIB:-24576}"
@@ -32,9 +32,9 @@ VERSION=1.2.3
 MAX_ARCHIVE_BYTES=$((200 * 1024 * 1024))
 
 fail_setup() { echo "bench-update: $*" >&2; exit 2; }
-[[ -f "$SEEDS/update_runner.py" ]] || fail_setup "seeds not found at $SEEDS (set AGENTS_SEEDS_DIR)"
+[[ -f "$ORIGINALS/update_runner.py" ]] || fail_setup "originals not found at $ORIGINALS (set AGENTS_SEEDS_DIR)"
 command -v python3 >/dev/null || fail_setup "python3 is required"
-python3 -c 'import cryptography' 2>/dev/null || fail_setup "python3 needs the cryptography package (the seed imports it)"
+python3 -c 'import cryptography' 2>/dev/null || fail_setup "python3 needs the cryptography package (the original imports it)"
 [[ -x /usr/bin/time ]] || fail_setup "GNU time (/usr/bin/time) is required for peak RSS"
 command -v tar >/dev/null && command -v gzip >/dev/null || fail_setup "tar and gzip are required"
 
@@ -155,27 +155,27 @@ with open(f"{download}/agents-server-manifest.sig", "wb") as stream:
     stream.write(key.sign(content))
 PY
 
-# --- The seed's path, as run_update does it: manifest and signature,
+# --- The original's path, as run_update does it: manifest and signature,
 # verify_manifest, download_bytes of the archive into memory, SHA-256 check,
 # write, safe_extract. Only RELEASE_BASE is pointed at the local server.
-cat >"$WORK/seed_path.py" <<'PY'
+cat >"$WORK/original_path.py" <<'PY'
 import hashlib, sys
 from pathlib import Path
-seeds, base, version, public_key, work_dir = sys.argv[1:]
-sys.path.insert(0, seeds)
-import update_runner as seed
-seed.RELEASE_BASE = base
-manifest_bytes = seed.download_bytes(seed.release_manifest_url(version), seed.MAX_METADATA_BYTES)
-signature = seed.download_bytes(seed.release_signature_url(version), seed.MAX_METADATA_BYTES)
-manifest = seed.verify_manifest(manifest_bytes, signature, Path(public_key), expected_version=version)
+originals, base, version, public_key, work_dir = sys.argv[1:]
+sys.path.insert(0, originals)
+import update_runner as original
+original.RELEASE_BASE = base
+manifest_bytes = original.download_bytes(original.release_manifest_url(version), original.MAX_METADATA_BYTES)
+signature = original.download_bytes(original.release_signature_url(version), original.MAX_METADATA_BYTES)
+manifest = original.verify_manifest(manifest_bytes, signature, Path(public_key), expected_version=version)
 root = Path(work_dir)
 archive_path = root / str(manifest["archive"]["name"])
-archive_bytes = seed.download_bytes(str(manifest["archive"]["url"]), seed.MAX_ARCHIVE_BYTES, timeout=120.0)
+archive_bytes = original.download_bytes(str(manifest["archive"]["url"]), original.MAX_ARCHIVE_BYTES, timeout=120.0)
 digest = hashlib.sha256(archive_bytes).hexdigest()
 if digest != manifest["archive"]["sha256"]:
     raise RuntimeError("release archive checksum does not match the signed manifest")
 archive_path.write_bytes(archive_bytes)
-print(seed.safe_extract(archive_path, root / "extracted"))
+print(original.safe_extract(archive_path, root / "extracted"))
 PY
 
 KEY="$WORK/release-key.pem"
@@ -185,7 +185,7 @@ run() {
   mkdir "$dir"
   local command
   if [[ $side == python ]]; then
-    command=(python3 -B "$WORK/seed_path.py" "$SEEDS" "$BASE" "$VERSION" "$KEY" "$dir")
+    command=(python3 -B "$WORK/original_path.py" "$ORIGINALS" "$BASE" "$VERSION" "$KEY" "$dir")
   else
     command=("$OURS" "$BASE" "$VERSION" "$KEY" "$dir")
   fi

@@ -8,19 +8,19 @@
 #
 # Copies every file install.sh's RELEASE_FILES and TEAM_HUB_RELEASE_FILES name
 # from the clone, then puts the five helper sources of release 1.0.7-beta.5
-# (the seeds, which the binaries port and the migration kit recognises) in
+# (the originals, which the binaries port and the migration kit recognises) in
 # place of the clone's, restoring update_runner.py's npm registry line from the
 # clone. Files the clone does not have at that commit are reported and left
 # out: scripts/installsh_release.py stands in the server's modules anyway and
 # refuses a folder that lacks one the comparison runs.
 set -euo pipefail
 if [ $# -ne 3 ]; then
-  echo "usage: $0 CLONE OUTPUT SEEDS_DIR" >&2
+  echo "usage: $0 CLONE OUTPUT ORIGINALS_DIR" >&2
   exit 2
 fi
 clone="$(cd "$1" && pwd)"
 output="$2"
-seeds="$(cd "$3" && pwd)"
+originals="$(cd "$3" && pwd)"
 [ -f "$clone/install.sh" ] || { echo "$clone holds no install.sh" >&2; exit 1; }
 [ ! -e "$output" ] || { echo "$output exists; choose a new folder" >&2; exit 1; }
 mkdir -p "$output/agentsdock_team_hub/migrations"
@@ -39,7 +39,7 @@ for name in $hub; do
 done
 registry_line="$(grep '^NPM_REGISTRY_BASE = ' "$clone/update_runner.py" || true)"
 for name in execution_activation.py execution_manage.py update_runner.py update_handoff.py uninstall.sh; do
-  cp "$seeds/$name" "$output/$name"
+  cp "$originals/$name" "$output/$name"
 done
 if [ -n "$registry_line" ]; then
   python3 - "$output/update_runner.py" "$registry_line" <<'PY'

@@ -41,7 +41,7 @@ SKIPPED_TESTS=(
   "a_missing_program_is_a_file_not_found_error  qemu-user reports a failed exec in the child as exit 127, not as the kernel's error"
   "a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl  runs the absent /bin/launchctl: the same exit 127 in place of the kernel's ENOENT"
   "signals_the_installer_ignored_stay_ignored_while_the_helper_waits  reads /proc/<pid>/exe and SigIgn, which are the emulator's"
-  "release_host_http_edge_cases_end_as_the_seed_ends  measures peak RSS, which is the emulator's"
+  "release_host_http_edge_cases_end_as_the_original_ends  measures peak RSS, which is the emulator's"
   "apply_killed_at_each_step_as_recorded  a recorded worker request depends on how soon the (emulated) worker listens"
   "a_retry_falls_back_to_the_update_id_for_an_empty_preparation  the original's 5 s deadline for the worker's reply covers the PID-ownership proof, which reads /proc under emulation; it ran out in a full run on two saturated cores"
   "a_release_reply_must_confirm_the_lease_is_gone  the same 5 s deadline"

@@ -11,15 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use agents_common::{
-    atomic_write, layout_manifest, prepare_runtime, render_service, ExecutionLayout, Platform,
-};
-use agents_common::{
-    test_support::{read_secret, service_arguments},
-    GATEWAY_UNIT, WORKER_UNIT,
-};
+use crate::upstream_files::{atomic_write, prepare_runtime, read_secret};
+use crate::upstream_json::json_bytes;
+use crate::upstream_layout::Layout;
+use agents_common::{ExecutionLayout, Platform, GATEWAY_UNIT, WORKER_UNIT};
 use python_compat::{
-    json::{encode_indented, parse_json, Json},
+    json::{parse_json, Json},
     json_object,
 };
 
@@ -259,29 +256,37 @@ impl Installation {
         }
     }
 
-    /// Writes both rendered units (mode 0600, as the journal publishes them).
+    /// Writes both rendered units (mode 0600, as the journal publishes them),
+    /// rendered by the stand-ins' own template ([`upstream_layout`]).
+    ///
+    /// [`upstream_layout`]: crate::upstream_layout
     pub fn write_units(&self, layout: &ExecutionLayout) {
+        let layout = upstream(layout);
         for role in ["worker", "gateway"] {
-            let unit =
-                render_service(layout, role).unwrap_or_else(|err| panic!("render {role}: {err}"));
-            let path = layout.service_path(role).expect("a known role");
-            atomic_write(&path, &unit, 0o600)
+            let unit = layout
+                .render_service(role)
+                .unwrap_or_else(|err| panic!("render {role}: {}", err.python_line()));
+            let path = layout.service_path(role);
+            atomic_write(&path, unit.as_bytes(), 0o600)
                 .unwrap_or_else(|err| panic!("write {}: {err}", path.display()));
         }
     }
 
     /// Writes `execution-layout.json` (0600) as a finished activation leaves it.
     pub fn write_manifest(&self, layout: &ExecutionLayout) {
-        let manifest =
-            layout_manifest(layout).unwrap_or_else(|err| panic!("layout manifest: {err}"));
-        atomic_write(&layout.manifest_path(), &encode_indented(&manifest), 0o600)
+        let layout = upstream(layout);
+        let manifest = layout
+            .manifest()
+            .unwrap_or_else(|err| panic!("layout manifest: {}", err.python_line()));
+        atomic_write(&layout.manifest_path(), &json_bytes(&manifest), 0o600)
             .expect("write the manifest");
     }
 
     /// A completed split installation on disk: runtime directory and control
     /// token, units, manifest, and `current` at the gateway release.
     pub fn install_split(&self, layout: &ExecutionLayout) {
-        prepare_runtime(layout).unwrap_or_else(|err| panic!("prepare_runtime: {err}"));
+        prepare_runtime(&layout.state_root)
+            .unwrap_or_else(|err| panic!("prepare the runtime: {err}"));
         self.set_current(&layout.gateway_release);
         self.write_units(layout);
         self.write_manifest(layout);
@@ -416,7 +421,7 @@ impl Installation {
     /// unit runs it (ExecStart arguments; the layout environment plus the
     /// layout-authoritative variables), for tests that need no systemd.
     pub fn service_command(&self, layout: &ExecutionLayout, role: Role) -> Command {
-        let arguments = service_arguments(layout, role.name());
+        let arguments = upstream(layout).service_arguments(role.name());
         let mut command = Command::new(&arguments[0]);
         command
             .args(&arguments[1..])
@@ -461,6 +466,11 @@ impl Installation {
             )
         })
     }
+}
+
+/// The stand-ins' own validated layout of a fixture layout.
+fn upstream(layout: &ExecutionLayout) -> Layout {
+    Layout::of(layout).unwrap_or_else(|err| panic!("layout: {}", err.python_line()))
 }
 
 /// A service process started directly (see [`Installation::service_command`]);

@@ -1,7 +1,7 @@
 //! The comparison with upstream's real install.sh (`scripts/installsh-compare.sh`):
 //! the unmodified installer runs in the systemd sandbox twice per scenario, on
 //! identical fresh homes at the same paths, once on the release as published
-//! (the Python originals, [`Side::Seed`]) and once on the same release after the
+//! (the Python originals, [`Side::Original`]) and once on the same release after the
 //! migration kit (the binaries, [`Side::Port`]).
 //!
 //! The release tree comes from a scratch folder outside the project
@@ -17,17 +17,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agents_common::{
-    installed_layout, NativeServices, SystemCommandRunner, WorkerControl, WORKER_UNIT,
-};
-use python_compat::json::{encode_indented, Json, JsonObject};
-use python_compat::json_object;
+use agents_common::WORKER_UNIT;
 
 use crate::binaries::{profile_dir, test_worker_path};
 use crate::poll::try_poll_until;
 use crate::sandbox::Sandbox;
+use crate::server_control::seal_worker;
 use crate::tempdir::TempDir;
 use crate::upstream::{Side, SystemctlTrace, REPORT_PREFIX};
+use crate::upstream_activation::hyphenated;
 
 /// The variable naming the scratch folder that holds the upstream release tree.
 pub const SCRATCH_ENV: &str = "AGENTS_INSTALLSH_DIR";
@@ -523,37 +521,29 @@ impl Host<'_> {
     /// [`Host::seal_handoff`], or why the running worker cannot be sealed.
     pub fn try_seal_handoff(&self) -> Result<PathBuf, String> {
         let root = self.roots()[0].clone();
-        let layout = installed_layout(&root).map_err(|err| err.to_string())?;
-        let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
-        let native = NativeServices::with_runner(&layout, Box::new(runner));
-        let operation = format!(
-            "{}-{}-{}-{}-{}",
-            &UPDATE_ID[..8],
-            &UPDATE_ID[8..12],
-            &UPDATE_ID[12..16],
-            &UPDATE_ID[16..20],
-            &UPDATE_ID[20..]
+        // The runtime directory as the installed layout file names it.
+        let manifest: serde_json::Value = fs::read(root.join("execution-layout.json"))
+            .map_err(|err| format!("execution-layout.json: {err}"))
+            .and_then(|data| serde_json::from_slice(&data).map_err(|err| err.to_string()))?;
+        let runtime_dir = PathBuf::from(
+            manifest["runtime_dir"]
+                .as_str()
+                .ok_or("execution-layout.json has no runtime_dir")?,
         );
+        let operation = hyphenated(UPDATE_ID);
         let worker_pid = self.sandbox.unit_state(WORKER_UNIT).main_pid;
-        let hold = WorkerControl::new()
-            .services(&native)
-            .seal_for_stop(&layout, &operation, i64::from(worker_pid))
-            .map_err(|err| err.to_string())?;
-        let field = |key: &str, object: &JsonObject| object.get(key).cloned().unwrap_or(Json::Null);
-        let handoff = json_object! {
-            "schema" => 1,
-            "operation_id" => operation.as_str(),
-            "worker_instance_id" => field("instance_id", &hold.record),
-            "lease_id" => field("lease_id", &hold.lease),
-            "expected_server_identity" => SERVER_IDENTITY,
-        };
+        let hold = seal_worker(&runtime_dir, &operation, worker_pid)?;
         let path = self.handoff_path();
         let directory = path.parent().expect("a directory").to_path_buf();
         fs::create_dir_all(&directory).unwrap();
         for dir in [root.join(".update-preparations"), directory] {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
         }
-        crate::write_file(&path, &encode_indented(&Json::Object(handoff)), 0o600);
+        crate::write_file(
+            &path,
+            &hold.handoff_bytes(&operation, SERVER_IDENTITY),
+            0o600,
+        );
         Ok(path)
     }
 

@@ -12,22 +12,20 @@
 #![allow(missing_docs)]
 
 use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agents_common::test_support::{canonical_manifest_bytes, link_state, release_identity};
-use agents_common::{
-    active_worker_release, layout_manifest, release_matches, render_service, write_new_private,
-    ExecutionLayout, Platform,
-};
+use agents_common::{ExecutionLayout, Platform};
 use python_compat::{
     decode_utf8, is_space,
-    json::{encode_indented, parse_json, Json, JsonObject},
+    json::{parse_json, Json, JsonObject},
     json_object, shlex, splitlines, strip,
-    uuid::uuid5_url,
 };
 
 use crate::files::{make_dir, unique_base, write_file};
+use crate::upstream_activation::{release_matches, uuid5_url};
+use crate::upstream_json::{canonical_bytes, from_compat, json_bytes, to_compat};
+use crate::upstream_layout::{installed_layout, Layout};
 
 /// The API contract every fixture release declares.
 pub const API_CONTRACT: i64 = 7;
@@ -262,20 +260,21 @@ impl Roots {
     /// Install `version` as a split layout: both units (0644) and
     /// `execution-layout.json` (0600), with `current` pointing at it.
     pub fn install_split(&self, version: &str) {
-        let layout = self.layout(version);
-        self.write_unit(
-            &self.service_path(),
-            std::str::from_utf8(&render_service(&layout, "worker").unwrap()).unwrap(),
-            0o644,
-        );
-        self.write_unit(
-            &self.gateway_path(),
-            std::str::from_utf8(&render_service(&layout, "gateway").unwrap()).unwrap(),
-            0o644,
-        );
+        let layout = Layout::of(&self.layout(version))
+            .unwrap_or_else(|err| panic!("layout: {}", err.python_line()));
+        let render = |role: &str| {
+            layout
+                .render_service(role)
+                .unwrap_or_else(|err| panic!("render {role}: {}", err.python_line()))
+        };
+        self.write_unit(&self.service_path(), &render("worker"), 0o644);
+        self.write_unit(&self.gateway_path(), &render("gateway"), 0o644);
+        let manifest = layout
+            .manifest()
+            .unwrap_or_else(|err| panic!("layout manifest: {}", err.python_line()));
         write_file(
             &self.root().join("execution-layout.json"),
-            &encode_indented(&layout_manifest(&layout).unwrap()),
+            &json_bytes(&manifest),
             0o600,
         );
         if fs::symlink_metadata(self.root().join("current")).is_err() {
@@ -433,13 +432,13 @@ impl Roots {
             let layout_path = root.join("execution-layout.json");
             let mut old_worker = old_release.clone();
             if layout_path.exists() {
-                let worker = active_worker_release(&root)
-                    .unwrap()
-                    .expect("installed layout");
+                let worker = installed_layout(&root)
+                    .unwrap_or_else(|err| panic!("installed layout: {}", err.python_line()))
+                    .worker_release;
                 let keep = old_release
                     .as_object()
                     .filter(|old| !old.is_empty())
-                    .is_some_and(|old| release_matches(&worker, old).unwrap());
+                    .is_some_and(|_| release_matches(&worker, &from_compat(&old_release)).unwrap());
                 if !keep {
                     old_worker = release_identity(&worker, &worker).unwrap();
                 }
@@ -477,11 +476,10 @@ impl Roots {
                 value.insert(kind, snapshot);
             }
         }
-        write_new_private(
+        write_private(
             &temporary.join("manifest.json"),
-            &canonical_manifest_bytes(&Json::Object(value)),
-        )
-        .unwrap();
+            &canonical_bytes(&from_compat(&Json::Object(value))),
+        );
         fs::rename(&temporary, self.journal()).unwrap();
         transaction_id
     }
@@ -529,7 +527,7 @@ impl Roots {
     pub fn edit_manifest(&self, edit: impl FnOnce(&mut JsonObject)) {
         let mut value = self.manifest();
         edit(&mut value);
-        self.write_manifest(&canonical_manifest_bytes(&Json::Object(value)));
+        self.write_manifest(&canonical_bytes(&from_compat(&Json::Object(value))));
     }
 
     /// Replace the manifest bytes verbatim (0600, one link).
@@ -567,6 +565,105 @@ impl Roots {
             replace_symlink(&self.root().join("previous"), Path::new(old_target));
         }
         replace_symlink(&self.root().join("current"), &target);
+    }
+
+    /// `activation_transaction replace-config --kind KIND --source S
+    /// --mode M` as install.sh's write_runtime_env runs it, for a fresh
+    /// publication: `payload` staged 0600 at the kind's `.source` name, the
+    /// journal's `desired_<kind>` and `observed_<kind>_sha256` written first,
+    /// then the source made `mode`, hard-linked to `.publication`, unlinked
+    /// and the publication renamed over the destination, each directory
+    /// fsynced. Refuses as upstream does in a closing phase, for a kind the
+    /// journal does not own, a mode outside the kind's set, and a
+    /// publication already in the way.
+    pub fn replace_config(&self, kind: &str, payload: &[u8], mode: u32) -> Result<(), String> {
+        let value = self.manifest();
+        let phase = value
+            .get("phase")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let closing = [
+            "committing",
+            "committed",
+            "rolling-back",
+            "rolled-back",
+            "rollback-healthy",
+        ];
+        if closing.contains(&phase) {
+            return Err("activation configuration cannot change in this phase".to_string());
+        }
+        if !kinds(&value).contains(&kind) {
+            return Err(
+                "activation configuration kind is not owned by this transaction".to_string(),
+            );
+        }
+        let modes: &[u32] = match kind {
+            "env" | "execution_layout" => &[0o600],
+            _ => &[0o600, 0o644],
+        };
+        if !modes.contains(&mode) {
+            return Err("activation configuration mode is invalid".to_string());
+        }
+        let field = |key: &str| {
+            value
+                .get(key)
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let destination = PathBuf::from(field(&format!("{kind}_path")));
+        let directory = destination
+            .parent()
+            .ok_or("a configuration lives in a directory")?;
+        let prefix = format!(
+            ".{}.activation-{}-{kind}",
+            destination
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            field("transaction_id")
+        );
+        let source = directory.join(format!("{prefix}.source"));
+        let publication = directory.join(format!("{prefix}.publication"));
+        if fs::symlink_metadata(&publication).is_ok() {
+            return Err("activation configuration publication path exists".to_string());
+        }
+        let io = |err: std::io::Error| format!("{kind}: {err}");
+        write_file(&source, payload, 0o600);
+        let staged = fs::symlink_metadata(&source).map_err(io)?;
+        let digest = sha256_hex(payload);
+        self.edit_manifest(|value| {
+            value.insert(
+                format!("desired_{kind}"),
+                Json::Object(json_object! {
+                    "sha256" => digest.as_str(),
+                    "mode" => mode,
+                    "source" => text(&source),
+                    "device" => staged.dev(),
+                    "inode" => staged.ino(),
+                }),
+            );
+            let observed = format!("observed_{kind}_sha256");
+            let mut history = value
+                .get(&observed)
+                .and_then(Json::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if !history.contains(&Json::from(digest.as_str())) {
+                history.push(Json::from(digest.as_str()));
+            }
+            value.insert(observed, Json::Array(history));
+        });
+        let sync_directory = || fs::File::open(directory).and_then(|file| file.sync_all());
+        fs::set_permissions(&source, fs::Permissions::from_mode(mode))
+            .and_then(|()| fs::File::open(&source)?.sync_all())
+            .and_then(|()| fs::hard_link(&source, &publication))
+            .and_then(|()| sync_directory())
+            .and_then(|()| fs::remove_file(&source))
+            .and_then(|()| sync_directory())
+            .and_then(|()| fs::rename(&publication, &destination))
+            .and_then(|()| sync_directory())
+            .map_err(io)
     }
 
     /// `activation_transaction restore-files`: restore the links and every
@@ -648,7 +745,7 @@ fn configuration(path: &Path, directory: &Path, kind: &str) -> Json {
         }),
         Ok(info) => {
             let data = fs::read(path).unwrap();
-            write_new_private(&directory.join(&backup), &data).unwrap();
+            write_private(&directory.join(&backup), &data);
             Json::Object(json_object! {
                 "existed" => true,
                 "backup" => backup.as_str(),
@@ -671,6 +768,37 @@ pub fn sha256_hex(data: &[u8]) -> String {
     child.stdin.take().unwrap().write_all(data).unwrap();
     let output = child.wait_with_output().unwrap();
     String::from_utf8(output.stdout).unwrap()[..64].to_string()
+}
+
+/// `_write_new_private`: a new 0600 file (never an existing one), fsynced.
+fn write_private(path: &Path, data: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .and_then(|()| file.write_all(data))
+        .and_then(|()| file.sync_all())
+        .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+}
+
+/// `_release_identity(source, target)` in the fixtures' JSON type.
+fn release_identity(source: &Path, target: &Path) -> Result<Json, String> {
+    crate::upstream_activation::release_identity(source, target)
+        .map(|identity| to_compat(&identity))
+        .map_err(|err| err.python_line())
+}
+
+/// `_link_state(path, allow_directory)` in the fixtures' JSON type.
+fn link_state(path: &Path, allow_directory: bool) -> Result<Json, String> {
+    crate::upstream_activation::link_state(path, allow_directory)
+        .map(|state| to_compat(&state))
+        .map_err(|err| err.python_line())
 }
 
 fn hex24() -> String {

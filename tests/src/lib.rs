@@ -83,11 +83,17 @@ pub mod recorded_commands;
 mod release_host;
 pub mod release_support;
 mod sandbox;
+pub mod server_control;
+pub mod server_status;
 mod skip;
 pub mod suite;
 mod tempdir;
 pub mod test_tls;
 pub mod upstream;
+pub mod upstream_activation;
+pub mod upstream_files;
+pub mod upstream_json;
+pub mod upstream_layout;
 pub mod worker_double;
 mod worker_files;
 
@@ -103,7 +109,7 @@ pub use fixture::{
 pub use fixtures::{fixture_path, golden_bytes, golden_path, workspace_root};
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use install_base::{link, with, InstallBase};
-pub use originals::{Originals, MISSING_ORIGINALS, ORIGINAL_FILES, SEEDS_DIR_ENV};
+pub use originals::{Originals, MISSING_ORIGINALS, ORIGINALS_DIR_ENV, ORIGINAL_FILES};
 pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{

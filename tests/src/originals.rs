@@ -2,7 +2,7 @@
 //! tests run side by side with the binaries.
 //!
 //! They are not part of the project. Tests find them through
-//! [`SEEDS_DIR_ENV`] (`AGENTS_SEEDS_DIR`), which defaults to
+//! [`ORIGINALS_DIR_ENV`] (`AGENTS_SEEDS_DIR`), which defaults to
 //! `../shared/seeds/extracted` beside the checkout when that folder exists.
 //! A test that needs them starts with [`require_originals!`]: without them it
 //! is reported as skipped (and fails under `CI=true`), and the [`Originals`]
@@ -15,7 +15,7 @@ use crate::fixtures::workspace_root;
 use crate::skip::skip;
 
 /// The variable naming the folder that holds the Python originals.
-pub const SEEDS_DIR_ENV: &str = "AGENTS_SEEDS_DIR";
+pub const ORIGINALS_DIR_ENV: &str = "AGENTS_SEEDS_DIR";
 
 /// The sources a complete originals folder holds.
 pub const ORIGINAL_FILES: [&str; 5] = [
@@ -40,7 +40,7 @@ impl Originals {
     /// `../shared/seeds/extracted` beside the checkout; `None` unless that
     /// folder holds every file of [`ORIGINAL_FILES`].
     pub fn locate() -> Option<Originals> {
-        let dir = match std::env::var_os(SEEDS_DIR_ENV) {
+        let dir = match std::env::var_os(ORIGINALS_DIR_ENV) {
             Some(dir) if !dir.is_empty() => PathBuf::from(dir),
             _ => workspace_root().join("../shared/seeds/extracted"),
         };
@@ -71,7 +71,7 @@ impl Originals {
 }
 
 /// The [`Originals`] for the calling test, or `return` from it after
-/// reporting it as skipped: `let seeds = agents_tests::require_originals!();`.
+/// reporting it as skipped: `let originals = agents_tests::require_originals!();`.
 #[macro_export]
 macro_rules! require_originals {
     () => {

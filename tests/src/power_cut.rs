@@ -342,7 +342,7 @@ impl Model {
         self.inodes[dir].issued.remove(&name)
     }
 
-    fn seed(&mut self, path: &Path, before: &Before) {
+    fn original(&mut self, path: &Path, before: &Before) {
         let Some((dir, name)) = self.parent(path) else {
             return;
         };
@@ -374,7 +374,7 @@ impl Model {
 
     fn apply(&mut self, item: &Recorded) {
         match item {
-            Recorded::Before(path, before) => self.seed(path, before),
+            Recorded::Before(path, before) => self.original(path, before),
             Recorded::Open {
                 path,
                 create,
@@ -833,25 +833,15 @@ fn check_crash_state(model: &Model, state: CrashState) {
     }
 }
 
-/// The runner's phases in the order a row moves through them.
-const ROW_PHASES: [&str; 6] = [
-    "starting",
-    "checking",
-    "downloading",
-    "verifying",
-    "installing",
-    "restarting",
-];
-
 /// A row's place: its update and how far along it is (terminal phases last).
 fn row_progress(bytes: &[u8]) -> Option<(String, usize)> {
     let row = python_compat::json::parse_json(bytes).ok()?;
     let update = row.get("update_id")?.as_str()?.to_string();
     let phase = row.get("phase")?.as_str()?;
-    let rank = ROW_PHASES
+    let rank = crate::server_status::ACTIVE_PHASES
         .iter()
         .position(|known| *known == phase)
-        .unwrap_or(ROW_PHASES.len());
+        .unwrap_or(crate::server_status::ACTIVE_PHASES.len());
     Some((update, rank))
 }
 

@@ -86,9 +86,9 @@ pub fn python_oracle(originals: &Originals, script: &str, input: &[u8]) -> Json 
 /// and raw header pairs.
 pub type RejectedResponse<'a> = (i32, Vec<(&'a str, &'a str)>);
 
-/// The seed's `release_rate_limit_delay` of each response at `now` (Unix
+/// The original's `release_rate_limit_delay` of each response at `now` (Unix
 /// seconds), in the oracle's process (so its `TZ` applies): an int or null.
-pub fn seed_rate_limit_delays(
+pub fn original_rate_limit_delays(
     originals: &Originals,
     cases: &[RejectedResponse<'_>],
     now: f64,
@@ -120,12 +120,12 @@ for case in json.load(sys.stdin):
 print(json.dumps(out))
 "#
     );
-    let seed = python_oracle(
+    let original = python_oracle(
         originals,
         &script,
         &python_compat::json::encode_compact(&Json::Array(input)).unwrap(),
     );
-    seed.as_array().unwrap().to_vec()
+    original.as_array().unwrap().to_vec()
 }
 
 /// Base64 (standard, padded) for passing bytes to the oracle.

@@ -34,7 +34,7 @@ use crate::sandbox::Sandbox;
 /// The variable naming the folder that holds the upstream modules.
 pub const UPSTREAM_DIR_ENV: &str = "AGENTS_UPSTREAM_DIR";
 
-/// Set (to anything) to print every facet of the seed's side too.
+/// Set (to anything) to print every facet of the original's side too.
 pub const VERBOSE_ENV: &str = "AGENTS_UPSTREAM_VERBOSE";
 
 /// Set to a part of scenario names to run only those scenarios (several
@@ -55,7 +55,7 @@ pub fn selected(scenario: &str) -> bool {
 /// What every comparison line starts with.
 pub const REPORT_PREFIX: &str = "upstream-compare";
 
-/// The upstream modules the seeds import (directly or through each other)
+/// The upstream modules the originals import (directly or through each other)
 /// that a complete upstream folder holds. `agentsdock_team_hub` and
 /// `team_hub_host` are imported only on Team Hub paths, which no comparison
 /// takes.
@@ -205,19 +205,19 @@ impl Upstream {
     ) -> Command {
         let mut command = match (side, helper) {
             (Side::Port, _) => sandbox.command(binary_path(helper.binary())),
-            (Side::Seed, Helper::Uninstall) => {
+            (Side::Original, Helper::Uninstall) => {
                 let mut command = sandbox.command("bash");
                 command.arg(runtime.join("uninstall.sh"));
                 command
             }
-            (Side::Seed, Helper::UpdateHandoff) => {
+            (Side::Original, Helper::UpdateHandoff) => {
                 let mut command = sandbox.command("python3");
                 command
                     .args(["-B", "-c", HANDOFF_DRIVER])
-                    .env("SEED_RUNTIME", runtime);
+                    .env("ORIGINAL_RUNTIME", runtime);
                 command
             }
-            (Side::Seed, _) => {
+            (Side::Original, _) => {
                 let mut command = sandbox.command("python3");
                 command.arg("-B").arg(runtime.join(helper.source()));
                 command
@@ -232,11 +232,11 @@ impl Upstream {
 }
 
 /// `update_handoff` has no command line (the server imports its functions):
-/// this driver gives the seed `update-handoff`'s, printing the result as one
+/// this driver gives the original `update-handoff`'s, printing the result as one
 /// sorted JSON line, or `Class: message` on stderr and exit 1.
 const HANDOFF_DRIVER: &str = r#"
 import json, os, sys
-sys.path.insert(0, os.environ["SEED_RUNTIME"])
+sys.path.insert(0, os.environ["ORIGINAL_RUNTIME"])
 import update_handoff
 arguments = sys.argv[1:]
 options = dict(zip(arguments[1::2], arguments[2::2]))
@@ -257,20 +257,20 @@ print(json.dumps(result, sort_keys=True))
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     /// The Python original with the upstream modules.
-    Seed,
+    Original,
     /// The binary.
     Port,
 }
 
 impl Side {
-    /// The seed first: a scenario that breaks its fixture fails on the
+    /// The original first: a scenario that breaks its fixture fails on the
     /// reference implementation.
-    pub const BOTH: [Side; 2] = [Side::Seed, Side::Port];
+    pub const BOTH: [Side; 2] = [Side::Original, Side::Port];
 
-    /// `seed` or `port`.
+    /// `original` or `port`.
     pub fn label(self) -> &'static str {
         match self {
-            Side::Seed => "seed",
+            Side::Original => "original",
             Side::Port => "port",
         }
     }
@@ -757,7 +757,7 @@ fn walk(root: &Path) -> Vec<(PathBuf, fs::Metadata)> {
 /// A difference docs/design/deviations.md lists:
 /// in the scenarios whose names start with `scenario`, the facets whose
 /// names start with `facet` may differ only by the port's words `port`
-/// standing where the seed has `seed`, or, where both are empty, entirely
+/// standing where the original has `original`, or, where both are empty, entirely
 /// (the port finishes what the original refuses): there the recorded facts
 /// hold the port's value.
 #[derive(Debug, Clone, Copy)]
@@ -766,8 +766,8 @@ pub struct ListedDeviation {
     pub scenario: &'static str,
     /// The facets that differ (a name prefix).
     pub facet: &'static str,
-    /// The seed's text.
-    pub seed: &'static str,
+    /// The original's text.
+    pub original: &'static str,
     /// The port's text in its place.
     pub port: &'static str,
     /// The deviation's entry in docs/design/deviations.md, as the report names it.
@@ -776,7 +776,7 @@ pub struct ListedDeviation {
 
 impl ListedDeviation {
     fn whole_facet(&self) -> bool {
-        self.seed.is_empty() && self.port.is_empty()
+        self.original.is_empty() && self.port.is_empty()
     }
 }
 
@@ -790,7 +790,7 @@ pub const LISTED_DEVIATIONS: [ListedDeviation; 3] = [
     ListedDeviation {
         scenario: "update-runner-prepared-signature",
         facet: "row",
-        seed: "\"message\": \"\"",
+        original: "\"message\": \"\"",
         port: "\"message\": \"release manifest signature is invalid\"",
         readme: "update-runner: a manifest signature that does not verify is named",
     },
@@ -800,25 +800,25 @@ pub const LISTED_DEVIATIONS: [ListedDeviation; 3] = [
     ListedDeviation {
         scenario: "uninstall-split-killed-at-the-reload-after-removal-started-then-rerun",
         facet: "run 2 ",
-        seed: "",
+        original: "",
         port: "",
         readme: RERUN_FINISHES,
     },
     ListedDeviation {
         scenario: "uninstall-split-killed-at-the-reload-after-removal-started-then-rerun",
         facet: "after run 2 ",
-        seed: "",
+        original: "",
         port: "",
         readme: RERUN_FINISHES,
     },
 ];
 
 /// The listed deviation that explains `facet` of `scenario` differing from
-/// `seed` to `port`, if one does; whole-facet deviations only if `whole`.
+/// `original` to `port`, if one does; whole-facet deviations only if `whole`.
 fn listed_deviation(
     scenario: &str,
     facet: &str,
-    (seed, port): (Option<&String>, Option<&String>),
+    (original, port): (Option<&String>, Option<&String>),
     whole: bool,
 ) -> Option<&'static ListedDeviation> {
     LISTED_DEVIATIONS.iter().find(|listed| {
@@ -828,21 +828,22 @@ fn listed_deviation(
         if listed.whole_facet() {
             return whole;
         }
-        match (seed, port) {
-            (Some(seed), Some(port)) => {
-                seed.contains(listed.seed) && seed.replace(listed.seed, listed.port) == *port
+        match (original, port) {
+            (Some(original), Some(port)) => {
+                original.contains(listed.original)
+                    && original.replace(listed.original, listed.port) == *port
             }
             _ => false,
         }
     })
 }
 
-/// The facts to record of `scenario`: the seed's facets, but the port's
+/// The facts to record of `scenario`: the original's facets, but the port's
 /// where a whole-facet deviation is listed.
-fn recorded_facts(scenario: &str, seed: &Observed, port: &Observed) -> Observed {
-    let mut facts = seed.clone();
+fn recorded_facts(scenario: &str, original: &Observed, port: &Observed) -> Observed {
+    let mut facts = original.clone();
     let facets: std::collections::BTreeSet<&String> =
-        seed.facets.keys().chain(port.facets.keys()).collect();
+        original.facets.keys().chain(port.facets.keys()).collect();
     for facet in facets {
         let whole = LISTED_DEVIATIONS.iter().any(|listed| {
             listed.whole_facet()
@@ -872,21 +873,21 @@ pub enum Verdict {
     Differs,
 }
 
-/// The facets of `scenario` in which `seed` and `port` differ beyond the
+/// The facets of `scenario` in which `original` and `port` differ beyond the
 /// listed deviations (each printed to stderr), and the deviation entries of
 /// the listed deviations found.
 fn differences(
     scenario: &str,
-    seed: &Observed,
+    original: &Observed,
     port: &Observed,
     whole: bool,
 ) -> (Vec<String>, Vec<&'static str>) {
     let mut differing = Vec::new();
     let mut listed = Vec::new();
     let facets: std::collections::BTreeSet<&String> =
-        seed.facets.keys().chain(port.facets.keys()).collect();
+        original.facets.keys().chain(port.facets.keys()).collect();
     for facet in facets {
-        let (left, right) = (seed.facets.get(facet), port.facets.get(facet));
+        let (left, right) = (original.facets.get(facet), port.facets.get(facet));
         if left == right {
             continue;
         }
@@ -897,7 +898,7 @@ fn differences(
             continue;
         }
         eprintln!(
-            "--- {scenario}: {facet}\n  seed: {}\n  port: {}",
+            "--- {scenario}: {facet}\n  original: {}\n  port: {}",
             left.map_or("(none)".to_string(), |text| text
                 .replace('\n', "\n        ")),
             right.map_or("(none)".to_string(), |text| text
@@ -911,16 +912,16 @@ fn differences(
 /// Compares the two sides of `scenario` and prints its line (`same`,
 /// `same but listed deviations: <deviation entries>` or `differs: <facets>`);
 /// details of each differing facet go to stderr. With [`RECORD_ENV`] set,
-/// the seed's facets of a scenario that does not differ become its
+/// the original's facets of a scenario that does not differ become its
 /// recorded facts ([`check_recorded`]), the port's for a whole-facet
 /// deviation.
-pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
+pub fn report(scenario: &str, original: &Observed, port: &Observed) -> Verdict {
     if std::env::var_os(VERBOSE_ENV).is_some() {
-        for (facet, value) in &seed.facets {
+        for (facet, value) in &original.facets {
             eprintln!("=== {scenario}: {facet}\n  {}", value.replace('\n', "\n  "));
         }
     }
-    let (differing, listed) = differences(scenario, seed, port, true);
+    let (differing, listed) = differences(scenario, original, port, true);
     let verdict = if !differing.is_empty() {
         Verdict::Differs
     } else if !listed.is_empty() {
@@ -931,7 +932,7 @@ pub fn report(scenario: &str, seed: &Observed, port: &Observed) -> Verdict {
     if verdict != Verdict::Differs && std::env::var_os(RECORD_ENV).is_some() {
         let path = recorded_path(scenario);
         fs::create_dir_all(path.parent().expect("a fixture folder")).unwrap();
-        fs::write(&path, recorded_facts(scenario, seed, port).to_text())
+        fs::write(&path, recorded_facts(scenario, original, port).to_text())
             .unwrap_or_else(|err| panic!("record {}: {err}", path.display()));
     }
     // On a line of its own: libtest may have printed `test name ... ` first.
@@ -966,8 +967,8 @@ pub fn compare_scenarios<S>(
         if !selected(&name) {
             continue;
         }
-        let [seed, port] = Side::BOTH.map(|side| run(&upstream, side, &scenario, port));
-        report(&name, &seed, &port);
+        let [original, port] = Side::BOTH.map(|side| run(&upstream, side, &scenario, port));
+        report(&name, &original, &port);
     }
 }
 
@@ -989,7 +990,7 @@ pub fn check_scenarios_recorded<S>(
     }
 }
 
-/// Set (to anything) to record the seed's facets of each scenario that
+/// Set (to anything) to record the original's facets of each scenario that
 /// does not differ as its fixture (`scripts/upstream-compare.sh --record`).
 pub const RECORD_ENV: &str = "AGENTS_UPSTREAM_RECORD";
 

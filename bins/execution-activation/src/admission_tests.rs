@@ -25,7 +25,7 @@ fn stop_with_layout(args: &Args, value: &StopContext, services: &dyn Native) -> 
 }
 
 /// `seed_legacy_recovery` with the layout built from `args`, as `run` builds it.
-fn seed_with_layout(args: &Args, services: &dyn Native) -> Result<()> {
+fn original_with_layout(args: &Args, services: &dyn Native) -> Result<()> {
     seed_legacy_recovery(args, &command_layout(args)?, services)
 }
 
@@ -364,7 +364,7 @@ fn a_runner_admits_only_its_descendants() {
 fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     let legacy = Legacy::new();
     let args = legacy.args(&[]);
-    seed_with_layout(&args, &Scripted::running(&[PID])).unwrap();
+    original_with_layout(&args, &Scripted::running(&[PID])).unwrap();
     let row = parse_json(&fs::read(legacy.status_path()).unwrap()).unwrap();
     let intent = row.get("_activation_recovery").expect("intent recorded");
     assert_eq!(intent.get("update_id"), Some(&Json::from(UPDATE)));
@@ -377,7 +377,7 @@ fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     );
     assert!(row.get("updated_at").and_then(Json::as_str).is_some());
     // Recording the same intent again is idempotent.
-    seed_with_layout(&args, &Scripted::running(&[PID])).unwrap();
+    original_with_layout(&args, &Scripted::running(&[PID])).unwrap();
 
     // An old updater's different intent is replaced only when no owner was
     // ever armed and no journal holds it.
@@ -386,7 +386,7 @@ fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     previous.insert("update_id", OTHER_UPDATE);
     row.insert("_activation_recovery", previous.clone());
     write_private(&legacy.status_path(), &Json::Object(row.clone()));
-    seed_with_layout(&args, &Scripted::running(&[PID])).unwrap();
+    original_with_layout(&args, &Scripted::running(&[PID])).unwrap();
     let replaced = parse_json(&fs::read(legacy.status_path()).unwrap()).unwrap();
     assert_eq!(
         replaced
@@ -398,7 +398,7 @@ fn a_legacy_preflight_records_the_admitted_recovery_intent() {
     write_private(&legacy.status_path(), &Json::Object(row));
     directory(&legacy.path("install/.activation-transaction"), 0o700);
     refused(
-        seed_with_layout(&args, &Scripted::running(&[PID])),
+        original_with_layout(&args, &Scripted::running(&[PID])),
         "a lifecycle journal still owns the previous recovery intent",
     );
 }
@@ -411,7 +411,7 @@ fn a_changed_admission_records_nothing() {
     write_private(&legacy.update_path(), &Json::Object(other));
     let before = fs::read(legacy.status_path()).unwrap();
     refused(
-        seed_with_layout(&legacy.args(&[]), &Scripted::running(&[PID])),
+        original_with_layout(&legacy.args(&[]), &Scripted::running(&[PID])),
         "legacy admission changed before recovery intent publication",
     );
     assert_eq!(fs::read(legacy.status_path()).unwrap(), before);
@@ -463,7 +463,7 @@ fn a_runner_less_macos_update_is_admitted_only_through_the_legacy_runner_proof()
         ("--platform", "Darwin".into()),
     ]);
     let row = Json::Object(status());
-    // Off macOS the seed's sys.platform check refuses the fallback.
+    // Off macOS the original's sys.platform check refuses the fallback.
     assert_eq!(
         admitted_update_id(&args, &row).unwrap_err().message(),
         "legacy ancestry fallback does not apply"

@@ -1,7 +1,7 @@
 //! `candidate_api_contract`: the `API_CONTRACT_VERSION` a candidate's
 //! `agent_server.py` declares, read without ever running its code.
 //!
-//! The seed reads the file's bytes and collects, from
+//! The original reads the file's bytes and collects, from
 //! `ast.parse(source).body`, every module-level `Assign` with a target that
 //! is the bare name `API_CONTRACT_VERSION` and a value that is an
 //! `ast.Constant`, and requires exactly one, a positive int, which it
@@ -70,7 +70,7 @@ mod tests {
         contract(parsed.outcome).map_err(|error| error.python_line())
     }
 
-    // Expected values: the seed's `ast` comprehension and its refusal on
+    // Expected values: the original's `ast` comprehension and its refusal on
     // CPython 3.11, for the same source.
     #[test]
     fn only_constant_module_level_assignments_count() {
@@ -132,7 +132,7 @@ mod tests {
         }
     }
 
-    // CPython 3.11.7, ast.parse called three Python frames deep as the seed
+    // CPython 3.11.7, ast.parse called three Python frames deep as the original
     // calls it: 2985 nested unary minus pass, 2986 do not.
     #[test]
     fn nesting_stops_where_python_does() {

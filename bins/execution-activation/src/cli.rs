@@ -1,5 +1,5 @@
 //! execution-activation's command line: `execution_activation.py`'s argparse
-//! parser (the operation word and its options, with the seed's defaults).
+//! parser (the operation word and its options, with the original's defaults).
 
 use std::path::PathBuf;
 
@@ -9,7 +9,7 @@ use python_compat::argparse::{CommandSpec, OptionSpec, ParsedArgs, PositionalSpe
 /// The program name in usage and error lines.
 pub(crate) const PROGRAM: &str = "execution-activation";
 
-/// The operations install.sh runs, in the seed's `choices=` order.
+/// The operations install.sh runs, in the original's `choices=` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     Detect,
@@ -30,7 +30,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    /// Every operation with its command-line word, in the seed's order.
+    /// Every operation with its command-line word, in the original's order.
     pub const ALL: [(Operation, &'static str); 15] = [
         (Operation::Detect, "detect"),
         (Operation::Snapshot, "snapshot"),
@@ -86,7 +86,7 @@ const fn option(long: &'static str, kind: ValueKind, help: &'static str) -> Opti
     }
 }
 
-/// The parser, option for option as the seed declares it.
+/// The parser, option for option as the original declares it.
 pub static SPEC: CommandSpec = CommandSpec {
     name: PROGRAM,
     summary: "",
@@ -170,8 +170,8 @@ pub static SPEC: CommandSpec = CommandSpec {
     subcommands: &[],
 };
 
-/// The arguments with the seed's defaults applied: options without a default
-/// stay `None` (the seed passes `None` on), the others default to `""` or 0.
+/// The arguments with the original's defaults applied: options without a default
+/// stay `None` (the original passes `None` on), the others default to `""` or 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
     /// The operation (the positional word).
@@ -262,9 +262,9 @@ mod tests {
         }
     }
 
-    // Expected values: vars(parser.parse_args(argv)) of the seed's parser.
+    // Expected values: vars(parser.parse_args(argv)) of the original's parser.
     #[test]
-    fn defaults_match_the_seed() {
+    fn defaults_match_the_original() {
         assert_eq!(
             parse(&["detect", "--root", "/r"]).unwrap(),
             Args {

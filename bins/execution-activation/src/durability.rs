@@ -50,7 +50,7 @@ fn identity(info: &Stat) -> Identity {
 
 /// How a full barrier drains the device's write cache after `fsync`.
 ///
-/// The seed adds `fcntl(F_FULLFSYNC)` when `sys.platform == "darwin"`;
+/// The original adds `fcntl(F_FULLFSYNC)` when `sys.platform == "darwin"`;
 /// [`SystemSync`] does so on macOS, and tests observe which files get it.
 pub trait FullSync {
     /// `sys.platform == "darwin"`.
@@ -485,7 +485,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn interpreter_names_follow_the_seed_patterns() {
+    fn interpreter_names_follow_the_original_patterns() {
         assert!(is_python_name(b"python"));
         assert!(is_python_name(b"python3"));
         assert!(is_python_name(b"python3.12"));

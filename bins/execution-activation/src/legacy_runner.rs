@@ -14,7 +14,7 @@
 //! the proof compiles and is tested on every platform with recorded
 //! `proc_bsdinfo`, `KERN_PROCARGS2` and `list-panes` data; the production
 //! probe reads them on macOS and reports any other host as not Darwin (the
-//! seed's `sys.platform` check), which refuses.
+//! original's `sys.platform` check), which refuses.
 //!
 //! Deviations (hostile input only, all refusing): `\d`/`str.isdigit` accept
 //! ASCII digits only; installed files are opened with `O_NONBLOCK` (a FIFO is
@@ -86,7 +86,7 @@ pub trait LegacyRunnerProbe {
     ) -> Result<CommandCapture>;
 }
 
-/// The installer's command line as the proof reads it (the seed's `args`).
+/// The installer's command line as the proof reads it (the original's `args`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LegacyRunnerClaim {
     /// `--platform` when it names a supported platform (`None` when not
@@ -114,7 +114,7 @@ pub struct LegacyRunnerClaim {
     pub port: Option<i128>,
 }
 
-/// The installed files the proof pins, in the seed's order.
+/// The installed files the proof pins, in the original's order.
 const PINNED_FILES: [&str; 4] = [
     "VERSION",
     "update_runner.py",
@@ -546,7 +546,7 @@ fn status_pins(value: &Json, identifier: &str, claim: &LegacyRunnerClaim) -> Res
     Ok((field("update_id"), field("target_version"), field("track")))
 }
 
-/// The idle-health comparison of the seed: the same server instance and
+/// The idle-health comparison of the original: the same server instance and
 /// identity in both authenticated bodies, the installed version serving, and
 /// nothing active, queued or of unknown cgroup ownership.
 fn check_idle_health(
@@ -563,7 +563,7 @@ fn check_idle_health(
         Some(value) => value.as_object().cloned(),
     };
     let blocked = || -> Option<bool> {
-        // The seed's `get(key, default)` evaluates the queued sum eagerly.
+        // The original's `get(key, default)` evaluates the queued sum eagerly.
         let total = queued_sum(health.get("queued"))?;
         let count = health
             .get("update_blocking_queued_count")

@@ -67,7 +67,7 @@ impl ServiceSnapshot for Snapshots<'_> {
 }
 
 /// `NativeServices(layout)`: refuses a layout whose platform is not this
-/// host's, as the seed's constructor does for every operation after
+/// host's, as the original's constructor does for every operation after
 /// `detect` and `candidate-api-contract`.
 pub(crate) fn connect(layout: &ExecutionLayout) -> Result<Box<dyn Native>> {
     Ok(managed(NativeServices::new(layout)?))
@@ -107,7 +107,7 @@ impl Native for Manager {
         self.0.reload()
     }
     fn restore(&self, role: Role, prior: &JsonObject) -> Result<()> {
-        // The journal validated the prior state; like the seed, restore
+        // The journal validated the prior state; like the original, restore
         // reads only its state and enablement.
         let state = match prior.get("state").and_then(Json::as_str) {
             Some("running") => ServiceRunState::Running,

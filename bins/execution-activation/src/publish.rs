@@ -7,7 +7,7 @@
 //! publication is only re-proved against the fresh rendering.
 //!
 //! Deliberate deviation: after a crash between the journal record and the
-//! rename, the seed re-reads the staged source as a private (0600, one link)
+//! rename, the original re-reads the staged source as a private (0600, one link)
 //! file and fails once `replace_config` had set the unit's 0644 mode or
 //! hard-linked the publication name, leaving rollback as the only way out.
 //! The port accepts a source that is exactly the journaled inode with the
@@ -17,7 +17,7 @@
 //! Deliberate deviation: a publish killed while it wrote a kind's staged
 //! source (created, not yet fully written, the journal not yet naming the
 //! kind) left a private source holding a prefix of the rendering, which the
-//! seed refuses forever as changed staging. The port rewrites exactly that
+//! original refuses forever as changed staging. The port rewrites exactly that
 //! source and continues.
 
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ use python_compat::json::encode_indented;
 
 use crate::context::with_runtime_environment;
 
-/// The three configurations publish renders, in the seed's order.
+/// The three configurations publish renders, in the original's order.
 const KINDS: [&str; 3] = ["service", "gateway", "execution_layout"];
 
 /// `publish`: writes the two units and `execution-layout.json` of the

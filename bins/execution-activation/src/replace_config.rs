@@ -221,7 +221,7 @@ pub fn replace_config_on(
 
 /// Whether the `.source` at `source` is already the inode the journal's
 /// `desired` record names, holding exactly `payload`: the state a crash
-/// between the write-ahead record and the publication leaves. The seed's
+/// between the write-ahead record and the publication leaves. The original's
 /// `publish` re-reads such a source as a private file and fails once the
 /// inode is 0644 or linked twice; the port lets [`replace_config`] resume it
 /// instead (see the `execution-activation` publish notes).

@@ -10,7 +10,7 @@ use crate::scope::Scope;
 /// The program name in usage and error lines.
 pub(crate) const PROGRAM: &str = "execution-manage";
 
-/// The activation scopes `apply` accepts, in the seed's `choices=` order.
+/// The activation scopes `apply` accepts, in the original's `choices=` order.
 const SCOPES: &[&str] = &["migration", "gateway", "worker"];
 
 const ROOT: OptionSpec = OptionSpec {
@@ -20,7 +20,7 @@ const ROOT: OptionSpec = OptionSpec {
     help: "installation root holding the pending .execution-transaction",
 };
 
-/// The parser, subcommand for subcommand as the seed declares it.
+/// The parser, subcommand for subcommand as the original declares it.
 pub static SPEC: CommandSpec = CommandSpec {
     name: PROGRAM,
     summary: "",
@@ -73,7 +73,7 @@ pub static SPEC: CommandSpec = CommandSpec {
 };
 
 /// The operation and its arguments. Paths are `pathlib.Path` values, as the
-/// seed's `type=Path` makes them.
+/// original's `type=Path` makes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Args {
     /// `apply`: activate a layout for one scope.
@@ -129,7 +129,7 @@ mod tests {
         }
     }
 
-    // Expected values: vars(parser.parse_args(argv)) of the seed's parser.
+    // Expected values: vars(parser.parse_args(argv)) of the original's parser.
     #[test]
     fn subcommands_in_both_forms() {
         assert_eq!(

@@ -3,7 +3,7 @@
 //! the `.execution-transaction` journal, and that recovers an interrupted
 //! activation.
 //!
-//! The order of every step is the seed's and carries its safety argument:
+//! The order of every step is the original's and carries its safety argument:
 //! - nothing is staged before the preflight proves who runs (the worker's
 //!   receipt must name the PID systemd reports, and no other operation may
 //!   own worker admission);
@@ -35,7 +35,7 @@ use crate::scope::Scope;
 use crate::transaction::ExecutionTransaction;
 
 /// How long a started candidate (or a restored prior generation) may take to
-/// reach authenticated health (the seed's `health_timeout`).
+/// reach authenticated health (the original's `health_timeout`).
 pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between two health attempts.
 const HEALTH_RETRY_INTERVAL: Duration = Duration::from_millis(100);

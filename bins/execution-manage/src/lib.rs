@@ -3,8 +3,8 @@
 //!
 //! `apply` and `recover` change services and files under install.sh's
 //! installation lock; `inspect` only reads. [`doctor`] (recognised as the
-//! first word before the seed's parser runs, which stays byte for byte the
-//! seed's) reports, strictly read-only, what is stuck in an installation and
+//! first word before the original's parser runs, which stays byte for byte the
+//! original's) reports, strictly read-only, what is stuck in an installation and
 //! the exact command that resolves it. Every command prints its result as
 //! `json.dumps(result, sort_keys=True)` on one line; a failure prints the
 //! Python exception line on stderr and exits 1 (usage errors exit 2).
@@ -16,7 +16,7 @@
 //!
 //! # Map by concern
 //!
-//! - `cli`: the seed's parser and the typed arguments ([`Args`], [`SPEC`]).
+//! - `cli`: the original's parser and the typed arguments ([`Args`], [`SPEC`]).
 //! - `controller`: `ActivationController`, the orchestration of `apply` and
 //!   `recover` under the installation lock.
 //! - `transaction`: the `.execution-transaction` journal it writes and

@@ -140,7 +140,7 @@ impl ExecutionTransaction {
         // A complete journal appears atomically: a crash while preparing leaves
         // only an unreferenced private draft, never a half-written pending
         // journal that would block a safe retry. This retry removes such
-        // drafts (the seed leaves them forever).
+        // drafts (the original leaves them forever).
         remove_abandoned_journal_drafts(&layout.install_root)?;
         let draft = layout.install_root.join(format!(".execution-draft-{id}"));
         create_private_directory(&draft)?;
@@ -498,7 +498,7 @@ const CURRENT_TEMPORARY_PREFIX: &str = ".execution-current-";
 /// the journal is), of the service files and the layout manifest it names,
 /// and an unrenamed `current` link. Each must carry exactly the name this
 /// helper gives it and be this uid's own; anything else is left for
-/// `finish` to refuse. The seed leaves all of them, and a journal
+/// `finish` to refuse. The original leaves all of them, and a journal
 /// temporary then blocks its `finish` forever (`execution transaction
 /// contains unexpected files`). Runs under the installation lock, so no
 /// live writer's temporary can be taken.

@@ -1,7 +1,7 @@
 //! The update runner's download-verify-extract path on its own, for
 //! `scripts/bench-update.sh`: fetch a tagged release's manifest and
 //! signature, verify them, stream the archive to disk while hashing it, and
-//! extract it with the seed's checks, exactly the calls `update-runner`
+//! extract it with the original's checks, exactly the calls `update-runner`
 //! makes between "downloading" and "installing".
 //!
 //! Usage: bench_update RELEASE_BASE VERSION PUBLIC_KEY WORK_DIR

@@ -31,7 +31,7 @@ const fn option(
     }
 }
 
-/// The parser, option for option as the seed declares it.
+/// The parser, option for option as the original declares it.
 pub static SPEC: CommandSpec = CommandSpec {
     name: PROGRAM,
     summary: "",
@@ -52,7 +52,7 @@ pub static SPEC: CommandSpec = CommandSpec {
             "PEM Ed25519 key that signs release manifests",
         ),
         // argparse keeps any int and any str (undecodable bytes as
-        // surrogate escapes), and the seed passes both on to install.sh.
+        // surrogate escapes), and the original passes both on to install.sh.
         option("port", ValueKind::AnyInt, true, "the server's public port"),
         option(
             "bind",
@@ -185,7 +185,7 @@ pub static SPEC: CommandSpec = CommandSpec {
 };
 
 /// The runner's arguments with argparse's defaults applied. `None` means the
-/// option was absent; `Some("")` means it was given empty — the seed tells
+/// option was absent; `Some("")` means it was given empty — the original tells
 /// the two apart (`getattr(args, ..., None) is not None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
@@ -247,11 +247,11 @@ pub struct Args {
 
 /// `--update-id`, read once: the server's admitted update this run owns.
 ///
-/// The seed reads it in two spellings: `update_recovery` compares the word
+/// The original reads it in two spellings: `update_recovery` compares the word
 /// as given, while `run_update`, `main`'s failure handler and the Team Hub
 /// fence use `str(args.update_id).strip()`, and only `run_update` checks its
 /// shape, after its earlier checks. So both spellings and the shape's
-/// verdict are kept, and the refusal is raised where the seed raises it.
+/// verdict are kept, and the refusal is raised where the original raises it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateId {
     given: String,
@@ -363,7 +363,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn update_ids_are_stripped_once_and_their_shape_checked_where_the_seed_checks_it() {
+    fn update_ids_are_stripped_once_and_their_shape_checked_where_the_original_checks_it() {
         for good in [
             "0123456789abcdef0123456789abcdef",
             "a",
@@ -417,9 +417,9 @@ pub(crate) mod tests {
         assert_eq!(TRACK_CHOICES, tracks.as_slice());
     }
 
-    // Expected values: vars(parser.parse_args(argv)) of the seed's parser.
+    // Expected values: vars(parser.parse_args(argv)) of the original's parser.
     #[test]
-    fn defaults_match_the_seed() {
+    fn defaults_match_the_original() {
         let args = parse(REQUIRED).unwrap();
         assert_eq!(
             args,

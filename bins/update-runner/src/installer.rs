@@ -10,7 +10,7 @@
 //! once activation began only install.sh can put the old release back.
 //! Failures carry a bounded, redacted tail of this attempt's log.
 //!
-//! Kept from the seed on purpose: an error of a heartbeat write other than
+//! Kept from the original on purpose: an error of a heartbeat write other than
 //! lost ownership (an unsafe lock file, a full disk) propagates at once and
 //! leaves the installer running in its session, exactly as Python's
 //! unhandled exception did.
@@ -81,7 +81,7 @@ pub const INSTALLER_ENVIRONMENT_SELECTORS: [&str; 17] = [
 const EXIT_POLL_CAP: Duration = Duration::from_millis(50);
 
 /// One installer run: what to start, where it logs, which update it serves
-/// and the time budgets (the seed's constants unless a test shortens them).
+/// and the time budgets (the original's constants unless a test shortens them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallerRun {
     /// The installer to execute (the release's `install.sh`).
@@ -110,7 +110,7 @@ pub struct InstallerRun {
     /// Interval of the progress messages while waiting after SIGTERM.
     pub termination_poll: Duration,
     /// Whether exit status 75 means a completed rollback (recovery) rather
-    /// than a failure (`accepted_returncodes=(0, 75)` in the seed).
+    /// than a failure (`accepted_returncodes=(0, 75)` in the original).
     pub rollback_accepted: bool,
     /// Credential values replaced by `[REDACTED]` wherever they appear in a
     /// failure's log tail ([`runner_secrets`]); none by default.
@@ -118,7 +118,7 @@ pub struct InstallerRun {
 }
 
 impl InstallerRun {
-    /// A run with the seed's defaults: the log is `server-update.log` beside
+    /// A run with the original's defaults: the log is `server-update.log` beside
     /// the status file, no update ids or cgroup, 1,800 s budget, 10 s
     /// heartbeat and termination poll, exit 75 is a failure.
     pub fn new(
@@ -158,7 +158,7 @@ const CREDENTIAL_VARIABLES: [&str; 4] = [
 ];
 
 /// Every secret value this runner knows: the server's one-time health
-/// credential and its credential variables. Stricter than the seed, whose
+/// credential and its credential variables. Stricter than the original, whose
 /// patterns alone miss a token after `xBearer` or `Bearer\xff`: the values
 /// themselves are redacted from failure messages wherever they appear.
 pub fn runner_secrets(health_credential: &str) -> Vec<String> {
@@ -179,13 +179,13 @@ pub enum InstallerOutcome {
     /// Exit status 0.
     Installed,
     /// Exit status 75 while [`InstallerRun::rollback_accepted`]: the
-    /// interrupted activation was rolled back (the seed's `InstallerRolledBack`).
+    /// interrupted activation was rolled back (the original's `InstallerRolledBack`).
     RolledBack,
 }
 
 /// `run_installer`: run the installer to completion under supervision.
 ///
-/// Errors, each with the seed's message: the first heartbeat or any later one
+/// Errors, each with the original's message: the first heartbeat or any later one
 /// refused because the update lost the row (`UpdateOwnershipLostError`, see
 /// [`is_ownership_lost`]; the installer is then terminated and joined first),
 /// `installer timed out after {budget} seconds[: tail]` once the terminated
@@ -366,7 +366,7 @@ fn spawn_installer(run: &InstallerRun, log: &File) -> Result<Child> {
     }
     command.spawn().map_err(|err| {
         // Popen names the program, or the working directory when changing
-        // into it failed; the seed passes that one as a Path, so Python
+        // into it failed; the original passes that one as a Path, so Python
         // shows its repr.
         if std::fs::metadata(&run.cwd).is_ok_and(|info| info.is_dir()) {
             return Error::from_io_path(&err, &run.program);

@@ -2,7 +2,7 @@
 //! forward proxy, or through a `CONNECT` tunnel, decided from the
 //! environment exactly as CPython 3.11's urllib decides it on Linux
 //! (`getproxies_environment`, `proxy_bypass_environment`, `_parse_proxy` and
-//! `ProxyHandler.proxy_open`), because the seed fetched with `urlopen`.
+//! `ProxyHandler.proxy_open`), because the original fetched with `urlopen`.
 //!
 //! Only the decision lives here; `urllib` connects. Loopback
 //! requests of the runner's own (the server's health) never ask: they are

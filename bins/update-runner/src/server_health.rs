@@ -47,7 +47,7 @@ const PASSED_MESSAGE: &str = "AgentsServer startup, identity, and idle checks pa
 /// reset or aborted connections, timeouts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthProbeError {
-    /// What failed, with the seed's message.
+    /// What failed, with the original's message.
     pub error: Error,
     /// True when the failure is only the server's transport not being ready.
     pub transient: bool,
@@ -79,7 +79,7 @@ impl From<Error> for HealthProbeError {
 
 /// What a managed update expects the updated server to report
 /// (`assert_post_update_identity`'s keyword arguments). `None`, and a Team Hub
-/// value of `null`, is the seed's "not given" (`None`); Team Hub values are
+/// value of `null`, is the original's "not given" (`None`); Team Hub values are
 /// JSON because recovery takes them from the status row as stored.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PostUpdateIdentity {
@@ -140,7 +140,7 @@ pub struct ReadinessWait {
 }
 
 impl ReadinessWait {
-    /// The seed's timing for a server expected to report `server_identity`.
+    /// The original's timing for a server expected to report `server_identity`.
     pub fn new(server_identity: &str, require_verified_service_cgroup: bool) -> Self {
         ReadinessWait {
             server_identity: server_identity.to_string(),
@@ -161,7 +161,7 @@ pub struct ServerHealth {
 
 impl ServerHealth {
     /// The endpoint on `port`, authenticated with `token` when it is not
-    /// blank (the seed sends no `Authorization` for an empty token).
+    /// blank (the original sends no `Authorization` for an empty token).
     pub fn new(port: PythonInt, token: &str) -> Self {
         ServerHealth {
             port,
@@ -594,7 +594,7 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
         return Ok(String::new());
     }
     let token_path = resolve_user_parent(Path::new(clean))?;
-    // Stricter than the seed, which follows a symlink here and then deletes
+    // Stricter than the original, which follows a symlink here and then deletes
     // its target, and blocks on a FIFO: only a small regular file is read,
     // and only the entry at the given path is removed.
     let read = match read_regular_file(&token_path, MAX_CREDENTIAL_BYTES, Leaf::Refuse) {

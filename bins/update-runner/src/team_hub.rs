@@ -1,4 +1,4 @@
-//! The hosted Team Hub's part of a managed update: the seed's checks of the
+//! The hosted Team Hub's part of a managed update: the original's checks of the
 //! `--expected-team-hub-*`, `--team-hub-*` and `--repair-failed-team-hub-host`
 //! options, the installer arguments they become, and the maintenance fence
 //! the runner clears when an update fails before install.sh starts.
@@ -22,8 +22,8 @@ const TAILSCALE_SERVE_PORT: u16 = 8444;
 /// The fence reason of a server update.
 const FENCE_REASON: &str = "server-update";
 
-/// The Team Hub options after the seed's consistency checks. `None` is an
-/// absent option; `Some("")` an option given empty (the seed tells them
+/// The Team Hub options after the original's consistency checks. `None` is an
+/// absent option; `Some("")` an option given empty (the original tells them
 /// apart). A loopback transport's URL is `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TeamHub {
@@ -52,7 +52,7 @@ fn non_blank(value: &Option<String>) -> Option<String> {
 }
 
 impl TeamHub {
-    /// `run_update`'s Team Hub checks, in the seed's order, each refusal
+    /// `run_update`'s Team Hub checks, in the original's order, each refusal
     /// with its message; `port` is the server's (`--port`), which a direct-IP
     /// URL must name.
     pub(crate) fn validate(options: &TeamHubOptions, port: &PythonInt) -> Result<TeamHub> {

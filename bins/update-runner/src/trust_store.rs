@@ -1,5 +1,5 @@
 //! The certificate authorities HTTPS release hosts are verified against:
-//! OpenSSL's default verify paths, as the seed's Python (a uv-managed
+//! OpenSSL's default verify paths, as the original's Python (a uv-managed
 //! python-build-standalone, whose OpenSSL has `/etc/ssl` as its directory,
 //! `/private/etc/ssl` on macOS) finds them.
 //!
@@ -11,8 +11,8 @@
 //!
 //! Both are used together, as OpenSSL does. When nothing can be read from
 //! any of them the request fails closed with a message that names what was
-//! tried (the seed fails every handshake with "unable to get local issuer
-//! certificate" then). The macOS keychain is not read: the seed's OpenSSL
+//! tried (the original fails every handshake with "unable to get local issuer
+//! certificate" then). The macOS keychain is not read: the original's OpenSSL
 //! does not read it either, and reading it needs Security.framework, which
 //! a build without the Apple SDK cannot link.
 

@@ -1,5 +1,5 @@
 //! `run_update`: one managed update from the admitted `starting` row to the
-//! `complete` row, in the seed's order of checks, status writes, download,
+//! `complete` row, in the original's order of checks, status writes, download,
 //! verification, readiness wait, installer run and post-update proof.
 //!
 //! Every status write is a compare-and-swap on the owning update, so a runner
@@ -415,7 +415,7 @@ fn admitted_by(admitted: &JsonObject, update_id: &str) -> bool {
         && StatusPhase::runner_owned_value(admitted.get("phase"))
 }
 
-/// install.sh's command line after the program, in the seed's order.
+/// install.sh's command line after the program, in the original's order.
 fn installer_arguments(
     plan: &Plan,
     manifest: &ReleaseManifest,

@@ -3,7 +3,7 @@
 //! host or through the proxy the environment names ([`crate::proxy`]; the
 //! health endpoint is always reached directly), see [`connect`].
 //!
-//! The seed reads every response through `http.client`, whose limits and
+//! The original reads every response through `http.client`, whose limits and
 //! error words reach the status row the server shows; the response is read
 //! by [`python_compat::http_client`], over a stream whose every read is
 //! bounded by what remains of the request's deadline.
@@ -41,7 +41,7 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
-    /// The exception the seed's `except` sees, worded as Python words it.
+    /// The exception the original's `except` sees, worded as Python words it.
     pub(crate) fn into_error(self) -> Error {
         match self {
             Failure::Connect(error) => Exception::from_socket(error).into_url_error().into(),

@@ -45,7 +45,7 @@ pub use recovery::{
     recovery_service_path, render_recovery_service, RecoveryService, INTENT_KEYS,
     RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD,
 };
-pub use release::{link_state, locate_release, release_identity, release_matches};
+pub use release::{locate_release, release_matches};
 pub use volume::{
     capture_volume, check_binding, check_binding_on, directory_binding, directory_binding_on,
     volume_uuid, SystemVolumes, VolumeProbe, VOLUME_UUID_REPLY_SIZE,

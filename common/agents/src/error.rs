@@ -1,6 +1,6 @@
-//! The helpers' error: the Python exception the seed raises
+//! The helpers' error: the Python exception the original raises
 //! ([`python_compat::Exception`]), so callers branch on its class as the
-//! seeds do and the one line a helper prints is the seed's traceback line.
+//! originals do and the one line a helper prints is the original's traceback line.
 //!
 //! Python's own rules (classes, `isinstance`, `str(OSError)`) live with the
 //! exception; this type adds what callers branch on beyond the Python class:
@@ -12,7 +12,7 @@ use std::path::Path;
 
 use python_compat::{ErrorClass, Exception};
 
-/// An error with the seed's message and exception class.
+/// An error with the original's message and exception class.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     exception: Exception,
@@ -20,7 +20,7 @@ pub struct Error {
 }
 
 /// A condition a caller branches on, beyond the Python class. The message
-/// (and so the printed line) stays the seed's; the kind only names it.
+/// (and so the printed line) stays the original's; the kind only names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -38,12 +38,12 @@ pub enum ErrorKind {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// A `ValueError` with the seed's exact message.
+    /// A `ValueError` with the original's exact message.
     pub fn value(message: impl Into<String>) -> Self {
         Exception::value(message).into()
     }
 
-    /// A `RuntimeError` with the seed's exact message.
+    /// A `RuntimeError` with the original's exact message.
     pub fn runtime(message: impl Into<String>) -> Self {
         Exception::runtime(message).into()
     }
@@ -85,7 +85,7 @@ impl Error {
         self.kind
     }
 
-    /// The Python exception the seed raises.
+    /// The Python exception the original raises.
     pub fn exception(&self) -> &Exception {
         &self.exception
     }

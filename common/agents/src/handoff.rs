@@ -41,7 +41,7 @@ use python_compat::{
 /// The only `error_code` of a failed update whose handoff may be retried.
 const RELEASE_FAILED_CODE: &str = "server_update_handoff_release_failed";
 
-/// What a successful release reports (the seed's result dict).
+/// What a successful release reports (the original's result dict).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoffRelease {
     /// True when the worker no longer held the lease, so no release was sent

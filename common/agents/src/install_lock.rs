@@ -10,9 +10,9 @@
 //! [`inspect_lock`] makes the reaper's checks without acting on them, for
 //! reports that must never take or change the lock.
 //!
-//! Deviations from the seed, all on paths where it would misbehave:
+//! Deviations from the original, all on paths where it would misbehave:
 //! - the draft directory is also removed when writing its `pid` file fails
-//!   (the seed leaves that empty draft behind);
+//!   (the original leaves that empty draft behind);
 //! - the owner file is opened with `O_NONBLOCK`, so a FIFO planted as `pid` is
 //!   refused as unsafe instead of hanging the reaper (install.sh does the same);
 //! - an owner PID too large for `pid_t` is refused as `installation lock owner is
@@ -38,9 +38,9 @@ use python_compat::{os::current_uid, token_hex};
 const LOCK_NAME: &str = ".install-lock";
 /// Name of the owner file inside the lock directory.
 const OWNER_NAME: &str = "pid";
-/// How many rename attempts the seed makes before giving up (install.sh makes 32).
+/// How many rename attempts the original makes before giving up (install.sh makes 32).
 const ATTEMPTS: usize = 16;
-/// The seed reads at most this many bytes of the owner file.
+/// The original reads at most this many bytes of the owner file.
 const OWNER_READ_LIMIT: usize = 33;
 
 /// Exclusive ownership of an installation, shared with install.sh's lock.
@@ -68,11 +68,11 @@ pub struct InstallationLock {
 }
 
 impl InstallationLock {
-    /// Takes the installation lock under `root` (the seed's `__enter__`).
+    /// Takes the installation lock under `root` (the original's `__enter__`).
     ///
     /// Fails with RuntimeError `another installer owns the installation lock`
     /// while a live process (including one this user may not signal) owns it,
-    /// and with the seed's PermissionError/ValueError/RuntimeError when the
+    /// and with the original's PermissionError/ValueError/RuntimeError when the
     /// existing lock is unsafe, invalid or contains unknown files.
     pub fn acquire(root: &Path) -> Result<Self> {
         let root = normalize_path(root)?;
@@ -87,7 +87,7 @@ impl InstallationLock {
         Ok(lock)
     }
 
-    /// Runs `body` while holding the lock, like the seed's `with InstallationLock(root):`.
+    /// Runs `body` while holding the lock, like the original's `with InstallationLock(root):`.
     ///
     /// The lock is released whether or not `body` fails; a release failure is
     /// returned in preference to the body's own result, as Python's `with`
@@ -109,7 +109,7 @@ impl InstallationLock {
         self.identity
     }
 
-    /// Releases the lock after proving it is still exactly ours (the seed's `__exit__`).
+    /// Releases the lock after proving it is still exactly ours (the original's `__exit__`).
     ///
     /// Refuses with RuntimeError `installation lock identity changed`,
     /// `installation lock owner changed` or `installation lock path changed`
@@ -135,7 +135,7 @@ impl InstallationLock {
             0o600,
         )
         .and_then(|()| self.publish(&draft));
-        // Like the seed's `finally`, a failing cleanup replaces the original
+        // Like the original's `finally`, a failing cleanup replaces the original
         // error; a published draft no longer exists under its old name.
         if std::fs::metadata(&draft).is_ok() {
             remove_draft(&draft)?;
@@ -150,7 +150,7 @@ impl InstallationLock {
                 Ok(()) => {
                     let info = rustix::fs::lstat(&self.path)
                         .map_err(|errno| Error::from_errno(errno, &self.path))?;
-                    // As in the seed, a failure from here on leaves the published
+                    // As in the original, a failure from here on leaves the published
                     // lock in place (no release runs); it names this process
                     // and is reaped once the process has exited.
                     fsync_directory(&self.root)?;
@@ -198,7 +198,7 @@ impl InstallationLock {
         rustix::fs::unlinkat(&directory, OWNER_NAME, AtFlags::empty())
             .map_err(|errno| Error::from_errno(errno, Path::new(OWNER_NAME)))?;
         rustix::fs::fsync(&directory)?;
-        // The seed re-reads the path here and stops either way; the next rename
+        // The original re-reads the path here and stops either way; the next rename
         // attempt decides whether the emptied directory is still the lock.
         rustix::fs::lstat(&self.path).map_err(|errno| Error::from_errno(errno, &self.path))?;
         Ok(())
@@ -336,7 +336,7 @@ fn open_directory(path: &Path) -> Result<OwnedFd> {
     .map_err(|errno| Error::from_errno(errno, path))
 }
 
-/// Checks the owner file like the seed and returns its metadata and first bytes.
+/// Checks the owner file like the original and returns its metadata and first bytes.
 fn read_owner(owner: OwnedFd) -> Result<(Stat, Vec<u8>)> {
     let info = rustix::fs::fstat(&owner)?;
     let mode = info.st_mode & 0o7777;
@@ -410,7 +410,7 @@ fn rename_error(err: &io::Error, from: &Path, to: &Path) -> Error {
 /// Removes the drafts of owners that died before publishing them (a kill
 /// between creating `.install-lock.<pid>.<24 hex>.tmp` and renaming it onto
 /// the lock), so a crash leaves no temporary behind once the next owner
-/// holds the lock; the seed leaves them forever. Only a draft whose PID is
+/// holds the lock; the original leaves them forever. Only a draft whose PID is
 /// another process that no longer exists, that is a private directory of
 /// this uid, and that holds nothing but its `pid` owner file and that
 /// file's unfinished temporaries (private regular files of this uid) is
@@ -444,7 +444,7 @@ fn draft_owner(name: &[u8]) -> Option<u32> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-/// Removes a draft that was never published (its owner file first, as the seed does).
+/// Removes a draft that was never published (its owner file first, as the original does).
 fn remove_draft(draft: &Path) -> Result<()> {
     let owner = draft.join(OWNER_NAME);
     match std::fs::remove_file(&owner) {
@@ -461,7 +461,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn owner_text_follows_the_seed_pattern() {
+    fn owner_text_follows_the_original_pattern() {
         assert_eq!(parse_owner(b"1234\n").unwrap().as_raw_nonzero().get(), 1234);
         assert_eq!(parse_owner(b"0042").unwrap().as_raw_nonzero().get(), 42);
         for bad in [

@@ -339,7 +339,7 @@ pub fn active_worker_release(root: &Path) -> Result<Option<PathBuf>> {
         Err(error) => return Err(error),
     };
     let value = parse_json(&data)?;
-    // Python equality: `true` and `1.0` pass as `1`, exactly as in the seed.
+    // Python equality: `true` and `1.0` pass as `1`, exactly as in the original.
     if value.as_object().is_none() || value.get("format") != Some(&Json::from(FORMAT)) {
         return Err(Error::value("installed execution layout is invalid"));
     }

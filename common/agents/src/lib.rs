@@ -22,9 +22,9 @@
 //! this root is the one surface, grouped below as the modules are.
 //!
 //! Foundations:
-//! - the error (all): [`Error`] keeps the Python exception the seed raises
+//! - the error (all): [`Error`] keeps the Python exception the original raises
 //!   ([`python_compat::Exception`]), so callers branch on its class and a
-//!   helper's one stderr line is the seed's traceback line.
+//!   helper's one stderr line is the original's traceback line.
 //! - guarded files (all): configuration I/O with no symlinks, exact owners
 //!   and modes and bounded reads, and atomic writes: [`normalize_path`],
 //!   [`read_file`], [`read_regular_file`], [`atomic_write`],
@@ -155,24 +155,23 @@ pub use handoff::{
     check_handoff_release, release_existing_handoff, retry_failed_handoff, HandoffCheck,
 };
 
-/// What tests reach that is not the helpers' API, each for a reason:
+/// What tests reach that is not the helpers' API, each for a reason. The
+/// test stand-ins (test worker, journal writer, fixtures, demo) use none of
+/// these: they implement upstream's readers and writers themselves
+/// (`agents_tests::upstream_*`), so a mistake here cannot pass on both sides.
 ///
-/// - the journal writer stand-in (`agents_tests::journal_writer`) writes
-///   what install.sh's Python writer writes: [`canonical_manifest_bytes`],
-///   [`release_identity`], [`link_state`];
-/// - the test worker stands in for the Python worker's own secret file,
-///   startup lease and uninstall hold: [`ensure_execution_secret`],
-///   [`read_secret`], [`pending_uninstall_operation`]; the fixture renders
-///   the `ExecStart` words a unit must carry: [`service_arguments`];
-/// - the server's side of the status row, which no helper writes
-///   unconditionally: [`atomic_json`], [`OWNERSHIP_LOST_MESSAGE`];
-/// - internals tested directly, below any helper: the pinned HTTP client
-///   ([`PinnedRequest`], [`request_json`], [`LsofRunner`]) and the
-///   handoff's parsed release file ([`HandoffRelease`]).
+/// - internals tested directly, below any helper: the activation journal's
+///   byte form ([`canonical_manifest_bytes`]), the secret file
+///   ([`ensure_execution_secret`], [`read_secret`]), the pinned HTTP client
+///   ([`PinnedRequest`], [`request_json`], [`LsofRunner`]), the handoff's
+///   parsed release file ([`HandoffRelease`]), the `ExecStart` words a unit
+///   carries ([`service_arguments`]) and the worker-side uninstall hold
+///   ([`pending_uninstall_operation`]), each against upstream's rules;
+/// - the status row's writer and its lost-ownership message, which the
+///   runner's and the status races' tests drive directly: [`atomic_json`],
+///   [`OWNERSHIP_LOST_MESSAGE`].
 ///
 /// [`canonical_manifest_bytes`]: test_support::canonical_manifest_bytes
-/// [`release_identity`]: test_support::release_identity
-/// [`link_state`]: test_support::link_state
 /// [`ensure_execution_secret`]: test_support::ensure_execution_secret
 /// [`read_secret`]: test_support::read_secret
 /// [`pending_uninstall_operation`]: test_support::pending_uninstall_operation
@@ -185,7 +184,7 @@ pub use handoff::{
 /// [`HandoffRelease`]: test_support::HandoffRelease
 #[doc(hidden)]
 pub mod test_support {
-    pub use crate::activation::{canonical_manifest_bytes, link_state, release_identity};
+    pub use crate::activation::canonical_manifest_bytes;
     pub use crate::fs::{ensure_execution_secret, read_secret};
     pub use crate::handoff::HandoffRelease;
     pub use crate::http::{request_json, LsofRunner, PinnedRequest};

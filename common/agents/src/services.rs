@@ -3,10 +3,10 @@
 //! jobs through `systemctl --user` (Linux) or `/bin/launchctl` (Darwin).
 //!
 //! Every command goes through an injectable [`CommandRunner`]; output is read
-//! with the seed's exact parsing rules and refusals, and never echoed in an
+//! with the original's exact parsing rules and refusals, and never echoed in an
 //! error because `launchctl print` can contain environment secrets.
 //!
-//! Deviations from the seed, none reachable with real service-manager output:
+//! Deviations from the original, none reachable with real service-manager output:
 //! - PIDs are `u32`: a journal `pid` above `u32::MAX` is refused as an invalid
 //!   process identity, a launchd `pid = N` beyond it reads as transitioning,
 //!   and systemd's `MainPID` must be ASCII digits fitting a `u32` (Python's
@@ -36,7 +36,7 @@ use python_compat::{
     os::current_uid,
 };
 
-/// The seed's default bound for a worker stop (and a launchd worker bootout).
+/// The original's default bound for a worker stop (and a launchd worker bootout).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
 /// A gateway stop waits at most this long (`min(timeout, 30)`).
 const GATEWAY_STOP_LIMIT: Duration = Duration::from_secs(30);
@@ -72,7 +72,7 @@ impl ServiceRunState {
 
 /// One job's observed state, or a prior state recorded in a journal.
 ///
-/// Converts to and from the seed's dict `{"state", "enabled", "pid"?,
+/// Converts to and from the original's dict `{"state", "enabled", "pid"?,
 /// "instance_id"?}` because journals store it and Python reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceState {
@@ -115,7 +115,7 @@ impl ServiceState {
         }
     }
 
-    /// The Python dict, keys in the seed's insertion order.
+    /// The Python dict, keys in the original's insertion order.
     pub fn to_json(&self) -> Json {
         let mut object = JsonObject::new();
         object.insert("state", Json::from(self.state.as_str()));
@@ -129,7 +129,7 @@ impl ServiceState {
         Json::Object(object)
     }
 
-    /// Reads one recorded prior state with the per-role checks of the seed's
+    /// Reads one recorded prior state with the per-role checks of the original's
     /// `_service_states`: keys within `state`, `enabled`, `pid`, `instance_id`
     /// (the first two required), state `absent`/`stopped`/`running`, a boolean
     /// `enabled` that is false when absent (ValueError `invalid prior native
@@ -191,7 +191,7 @@ impl ServiceState {
     }
 }
 
-/// Both jobs at one moment (the seed's `snapshot()` dict).
+/// Both jobs at one moment (the original's `snapshot()` dict).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceStates {
     /// The worker job (`agents-server.service` / `com.agentsdock.server`).
@@ -251,7 +251,7 @@ impl NativeServices {
     }
 
     /// The service manager of `layout` reached through `runner`, without the
-    /// host check (the seed skips it for an injected `run`).
+    /// host check (the original skips it for an injected `run`).
     pub fn with_runner(layout: &ExecutionLayout, runner: Box<dyn CommandRunner>) -> Self {
         NativeServices {
             layout: layout.clone(),
@@ -267,7 +267,7 @@ impl NativeServices {
         self
     }
 
-    /// Any platform but `Linux` takes the launchd branch, as in the seed.
+    /// Any platform but `Linux` takes the launchd branch, as in the original.
     fn is_linux(&self) -> bool {
         self.layout.platform.uses_systemctl()
     }
@@ -314,7 +314,7 @@ impl NativeServices {
         Ok(output)
     }
 
-    /// The current state of one job (the seed's `_observe`), including
+    /// The current state of one job (the original's `_observe`), including
     /// `transitioning`, which `snapshot` refuses.
     pub fn observe(&self, role: impl OrName<Role>) -> Result<ServiceState> {
         let role = role.into_member()?;
@@ -476,7 +476,7 @@ impl NativeServices {
     }
 }
 
-/// A command's outcome as the seed's `text=True` sees it.
+/// A command's outcome as the original's `text=True` sees it.
 struct CommandOutput {
     status: i32,
     stdout: String,

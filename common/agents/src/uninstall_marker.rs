@@ -191,7 +191,7 @@ pub fn read_uninstall_intent(root: &Path, layout: &ExecutionLayout) -> Result<Op
 /// regular file with exactly the intent's keys and value rules, naming
 /// exactly this root, whose directory identity must still be the one it
 /// recorded. The releases and the manifest are checked by the caller
-/// against what is left of them. (The seed has no such reader: a rerun of
+/// against what is left of them. (The original has no such reader: a rerun of
 /// an interrupted removal fails on the missing files.)
 pub fn read_interrupted_removal(root: &Path) -> Result<Option<JsonObject>> {
     let Some(intent) = read_intent_fields(root, |intent| {

@@ -283,7 +283,7 @@ pub const MAX_STATUS_BYTES: u64 = 16 * 1024 * 1024;
 /// `_read_status_unlocked`: the row as an untyped map; a missing, unreadable
 /// or unparsable file, or one that is not a JSON object, reads as `{}`.
 /// Text that is not UTF-8 raises `UnicodeDecodeError`, as `Path.read_text()`
-/// does. Stricter than the seed (docs/design/security.md): a FIFO or other
+/// does. Stricter than the original (docs/design/security.md): a FIFO or other
 /// non-regular file reads as `{}` instead of blocking, and a file over
 /// [`MAX_STATUS_BYTES`] is refused instead of read whole.
 pub fn read_status_unlocked(path: &Path) -> Result<JsonObject> {

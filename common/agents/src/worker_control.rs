@@ -451,7 +451,7 @@ impl ServiceSnapshot for NativeServices {
     }
 }
 
-/// One native snapshot, read the way the seed reads the dict.
+/// One native snapshot, read the way the original reads the dict.
 struct Native(JsonObject);
 
 impl Native {

@@ -1,8 +1,8 @@
-//! Command lines that behave like the seeds' argparse parsers.
+//! Command lines that behave like the originals' argparse parsers.
 //!
 //! Each helper declares its options once as a [`CommandSpec`]; parsing
 //! accepts and refuses exactly what Python 3.11's argparse accepts and refuses
-//! for the seed's parser (`--opt value` and `--opt=value`, unambiguous
+//! for the original's parser (`--opt value` and `--opt=value`, unambiguous
 //! abbreviations, negative numbers and `--opt ""` as values, the last
 //! repetition winning, `int()` conversion), prints argparse's usage and error
 //! lines, and exits 2 on a usage error or 0 after `-h/--help`, before the
@@ -35,7 +35,7 @@ pub struct CommandSpec {
     pub description: &'static str,
     /// A required positional argument with fixed choices (argparse `choices=`).
     pub positional: Option<PositionalSpec>,
-    /// The `--long` options, in the seed's `add_argument` order.
+    /// The `--long` options, in the original's `add_argument` order.
     pub options: &'static [OptionSpec],
     /// Subcommands (argparse `add_subparsers(required=True)`); the first
     /// positional word selects one.
@@ -47,7 +47,7 @@ pub struct CommandSpec {
 pub struct PositionalSpec {
     /// argparse's `dest`, the name error messages use (`argument command: ...`).
     pub dest: &'static str,
-    /// The accepted words, in the seed's order (messages list them so).
+    /// The accepted words, in the original's order (messages list them so).
     pub choices: &'static [&'static str],
     /// `--help` text.
     pub help: &'static str,
@@ -66,7 +66,7 @@ pub struct OptionSpec {
     pub help: &'static str,
 }
 
-/// What an option takes, mirroring the seeds' `add_argument` arguments.
+/// What an option takes, mirroring the originals' `add_argument` arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {
     /// `action="store_true"`: no value.
@@ -84,7 +84,7 @@ pub enum ValueKind {
     /// `type=int` kept at any size ([`PythonInt`]), for a value the helper
     /// only passes on or compares, as Python would.
     AnyInt,
-    /// A `str` value restricted to `choices=` (listed in the seed's order).
+    /// A `str` value restricted to `choices=` (listed in the original's order).
     Choice(&'static [&'static str]),
 }
 
@@ -126,7 +126,7 @@ enum Value {
 
 /// The parsed command line: the chosen subcommand or positional word and the
 /// options given. Absent options read as `None` (argparse's `None`); the
-/// helper applies the seed's defaults.
+/// helper applies the original's defaults.
 #[derive(Debug, Clone)]
 pub struct ParsedArgs {
     spec: &'static CommandSpec,
@@ -340,7 +340,7 @@ fn clap_command(spec: &'static CommandSpec) -> Command {
     command
 }
 
-/// Name of the subcommand choice in messages (the seeds' `dest="command"`).
+/// Name of the subcommand choice in messages (the originals' `dest="command"`).
 pub(crate) const SUBCOMMAND_DEST: &str = "command";
 
 /// The command line being parsed: its spec and the program name argparse

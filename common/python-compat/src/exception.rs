@@ -1,8 +1,8 @@
-//! Python's exception model as the seeds raise, catch and print it: the
+//! Python's exception model as the originals raise, catch and print it: the
 //! class of an exception, `isinstance` among the classes, `str(exc)`, the
 //! errno of an `OSError`, and the last line of a traceback.
 //!
-//! The seeds branch on exception classes (`_snapshot` treats only
+//! The originals branch on exception classes (`_snapshot` treats only
 //! `FileNotFoundError` as "absent"; `_wait_receipt` retries `OSError`,
 //! `ValueError` and `RuntimeError`; `stage` raises `FileExistsError`), so an
 //! exception keeps its class next to its message instead of collapsing
@@ -14,13 +14,13 @@ use std::path::Path;
 use std::process::ExitCode;
 
 /// The Python class of an exception: the built-in and standard-library
-/// classes the seeds raise, and classes a seed defines itself
+/// classes the originals raise, and classes an original defines itself
 /// ([`ErrorClass::Defined`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     /// A raw `OSError` (for example `ELOOP` from `O_NOFOLLOW`).
     Os,
-    /// `PermissionError`: an `OSError` raised by the seeds' ownership and mode checks.
+    /// `PermissionError`: an `OSError` raised by the originals' ownership and mode checks.
     Permission,
     /// `FileNotFoundError`: an `OSError` that callers treat as "absent".
     NotFound,
@@ -85,7 +85,7 @@ impl ErrorClass {
         }
     }
 
-    /// Python's `issubclass(self, base)` among these classes: a seed's
+    /// Python's `issubclass(self, base)` among these classes: an original's
     /// `except ValueError` also catches a `JSONDecodeError`, and callers branch
     /// the way it does.
     pub fn is_a(self, base: ErrorClass) -> bool {
@@ -122,12 +122,12 @@ pub struct Exception {
 pub type Result<T> = std::result::Result<T, Exception>;
 
 impl Exception {
-    /// A `ValueError` with the seed's exact message.
+    /// A `ValueError` with the original's exact message.
     pub fn value(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Value, message)
     }
 
-    /// A `RuntimeError` with the seed's exact message.
+    /// A `RuntimeError` with the original's exact message.
     pub fn runtime(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Runtime, message)
     }

@@ -1,5 +1,5 @@
 //! Hex text as Python writes and checks it: `bytes.hex()` /
-//! `hexdigest()`, and the seeds' `re.fullmatch(r"[0-9a-f]{n}", text)` shape
+//! `hexdigest()`, and the originals' `re.fullmatch(r"[0-9a-f]{n}", text)` shape
 //! checks of ids, tokens and digests (lowercase only: an uppercase digest is
 //! a different string to Python).
 

@@ -2,7 +2,7 @@
 //! and a body that ends by `Content-Length`, by chunks or with the
 //! connection, with `http.client`'s limits and exception words.
 //!
-//! The seeds read every response through `http.client`, and its limits and
+//! The originals read every response through `http.client`, and its limits and
 //! error texts reach the status row the server shows: a status line over
 //! 65536 bytes (`got more than 65536 bytes when reading status line`), more
 //! than 100 header lines (`got more than 100 headers`), a Content-Length that

@@ -1,11 +1,11 @@
 //! Python's `json` module: `json.loads` and the `json.dumps` styles the
-//! seeds use.
+//! originals use.
 //!
 //! The helpers share files and HTTP bodies with Python code that stays
 //! (install.sh's journal writer, the server, the worker), and several files
 //! are hashed, so both directions must match CPython 3.11's `json` module
 //! byte for byte: what `json.loads` accepts and how it refuses, and the exact
-//! bytes of each `json.dumps` style the seeds use. `serde_json` differs on
+//! bytes of each `json.dumps` style the originals use. `serde_json` differs on
 //! both sides (no `NaN`, no UTF-16/32 input, raw non-ASCII output), hence this
 //! module. [`json_object!`](crate::json_object) builds a [`JsonObject`]
 //! literal (it lives at the crate root, as every exported macro does).

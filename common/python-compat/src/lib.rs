@@ -2,7 +2,7 @@
 //!
 //! The helpers replace Python programs whose files, messages and exit
 //! statuses stay shared with Python code (install.sh's journal writer, the
-//! server, the worker), so wherever a seed leans on a Python rule (which
+//! server, the worker), so wherever an original leans on a Python rule (which
 //! text `int()` accepts, how `json.dumps` escapes, what argparse prints, how
 //! `http.client` reads a response), the helpers must follow the same rule
 //! byte for byte. This crate holds those rules and nothing of the helpers'
@@ -25,18 +25,18 @@
 //! - numbers (`int(text)`, `int(text, 16)`, `float(text)`, `f"{x:g}"`):
 //!   [`python_int`], [`PythonInt`], [`int_hex`], [`float`], [`format_g`];
 //! - `bool()` and `str()` of JSON values: [`truthy`], [`str_or_empty`], ...;
-//! - `bytes.hex()` and the seeds' lowercase-hex checks: [`hex`],
+//! - `bytes.hex()` and the originals' lowercase-hex checks: [`hex`],
 //!   [`is_lower_hex`]; `secrets.token_hex` over `os.urandom`: [`token_hex`].
 //!
 //! Standard-library modules, each under its Python name:
 //! - [`json`]: `json.loads` and the `json.dumps` styles ([`json_object!`]
 //!   builds an object literal);
-//! - [`argparse`]: the seeds' command lines, their usage and error lines;
-//! - [`os`]: the `os` and `stat` functions the seeds call, with their
+//! - [`argparse`]: the originals' command lines, their usage and error lines;
+//! - [`os`]: the `os` and `stat` functions the originals call, with their
 //!   exception classes and words (`os.replace`'s two-path message);
 //! - [`path`]: `os.path`/`posixpath` and `pathlib.PurePosixPath`;
 //! - [`ipaddress`], [`shlex`], [`uuid`], [`base64`]: the functions of those
-//!   modules the seeds call;
+//!   modules the originals call;
 //! - [`http_client`]: how `http.client` reads a response (status line,
 //!   headers, `Content-Length` and chunked bodies, `IncompleteRead`) and
 //!   splits `host:port`;
@@ -45,7 +45,7 @@
 //!
 //! # Why some modules are public
 //!
-//! A Python module whose name is part of how the seeds spell the call
+//! A Python module whose name is part of how the originals spell the call
 //! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`, `http.client`,
 //! `email.utils`) is a public module of the same name, so a reader finds the
 //! original by the path and names like `split` or `resolve` keep the

@@ -1,4 +1,4 @@
-//! Python's numbers where the seeds parse or print them: `float(text)`,
+//! Python's numbers where the originals parse or print them: `float(text)`,
 //! `int(text or 0)` of an HTTP header, and `f"{x:g}"`.
 
 use crate::exception::{Exception, Result};

@@ -1,8 +1,8 @@
-//! Python's `os` and `stat` functions as the seeds call them on POSIX
+//! Python's `os` and `stat` functions as the originals call them on POSIX
 //! paths and descriptors: the same system calls, the same exception classes
 //! and the same words (`[Errno 2] No such file or directory: '/x'`, the
 //! two-path `'src' -> 'dst'` of `os.replace`, `embedded null byte`), so a
-//! refusal reads as the seed's.
+//! refusal reads as the original's.
 
 // `stat` field types differ between platforms (u64 on Linux x86_64, i32
 // st_dev on macOS); the casts that are no-ops here are not elsewhere.
@@ -92,7 +92,7 @@ pub fn read_up_to(fd: impl AsFd, limit: usize) -> Result<Vec<u8>> {
 }
 
 /// Writes every byte, retrying interrupted and short writes (`os.write` in a
-/// loop, as the seeds write secrets and journals).
+/// loop, as the originals write secrets and journals).
 pub fn write_all(fd: impl AsFd, mut data: &[u8]) -> Result<()> {
     while !data.is_empty() {
         match rustix::io::write(&fd, data) {

@@ -1,4 +1,4 @@
-//! Python `pathlib`/`posixpath` semantics that the seeds' path checks depend on.
+//! Python `pathlib`/`posixpath` semantics that the originals' path checks depend on.
 //!
 //! The journal and the layout manifest store `str(Path(...))`, and `_path`
 //! refuses a path whose `resolve(strict=False)` differs from it, so both the

@@ -1,4 +1,4 @@
-//! Python's randomness where the seeds need it: `os.urandom` and
+//! Python's randomness where the originals need it: `os.urandom` and
 //! `secrets.token_hex`, both from the kernel CSPRNG.
 
 use rustix::io::Errno;

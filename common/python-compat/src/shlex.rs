@@ -1,5 +1,5 @@
 //! `shlex.split(text)`: POSIX-mode splitting with `whitespace_split` and no
-//! comments, as the seeds use it to read quoted `KEY=value` lines of the
+//! comments, as the originals use it to read quoted `KEY=value` lines of the
 //! config `env` file without ever evaluating them.
 
 use crate::exception::{Exception, Result};

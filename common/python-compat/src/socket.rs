@@ -1,6 +1,6 @@
 //! A failed socket operation as Python's `socket` module raises it, and as
 //! `urllib` wraps it in `URLError`: the status rows carry these words, so
-//! operators see the seed's.
+//! operators see the original's.
 
 use std::io;
 

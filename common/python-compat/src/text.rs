@@ -1,4 +1,4 @@
-//! Python's text rules where a seed strips, splits, decodes or quotes text:
+//! Python's text rules where an original strips, splits, decodes or quotes text:
 //! `str.isspace`/`strip`/`split`/`splitlines`, strict ASCII, UTF-8 and
 //! latin-1 decoding with `UnicodeDecodeError`'s wording, and `repr`.
 //!
@@ -14,7 +14,7 @@ pub fn is_space(c: char) -> bool {
     c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)
 }
 
-/// Python's `str.strip()` with no argument, as the seeds clean versions,
+/// Python's `str.strip()` with no argument, as the originals clean versions,
 /// tokens and ids: it also strips the information separators U+001C..U+001F,
 /// which Rust's `trim` keeps.
 pub fn strip(text: &str) -> &str {
@@ -151,7 +151,7 @@ pub fn decode_latin1(data: &[u8]) -> String {
 }
 
 /// Python's `repr(str)`, as `ipaddress`, `urllib`, `subprocess` and the
-/// seeds' own `%r` messages quote values.
+/// originals' own `%r` messages quote values.
 pub fn repr(text: &str) -> String {
     let points: Vec<u32> = text.chars().map(u32::from).collect();
     repr_code_points(&points)

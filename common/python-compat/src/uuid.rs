@@ -1,4 +1,4 @@
-//! Python's `uuid` module as the seeds and the worker use it: `uuid5` with
+//! Python's `uuid` module as the originals and the worker use it: `uuid5` with
 //! `NAMESPACE_URL` (maintenance operation ids), `uuid4` (uninstall operation
 //! and lease ids), the canonical text form and `uuid.UUID(text)`'s parsing.
 //!
@@ -31,7 +31,7 @@ pub fn uuid5_url(name: &str) -> String {
     uuid_text(&bytes)
 }
 
-/// `str(uuid.uuid4())`: a random canonical UUID, as the seeds create
+/// `str(uuid.uuid4())`: a random canonical UUID, as the originals create
 /// uninstall operation ids and the worker creates lease ids.
 pub fn uuid4() -> Result<String> {
     let mut bytes = [0u8; 16];

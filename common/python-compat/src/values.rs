@@ -1,5 +1,5 @@
-//! Python's view of JSON values the seeds read: `bool(value)`, `str(value)`
-//! and `str(value or "")`, as the seeds coerce fields of status rows, health
+//! Python's view of JSON values the originals read: `bool(value)`, `str(value)`
+//! and `str(value or "")`, as the originals coerce fields of status rows, health
 //! documents and journals.
 
 use crate::json::Json;

@@ -1,7 +1,7 @@
 //! What CPython 3.11's `ast.parse(source_bytes)` accepts, and the
 //! module-level `NAME = <constant>` assignments of an accepted module.
 //!
-//! The seed's `candidate_api_contract` passes the raw bytes of
+//! The original's `candidate_api_contract` passes the raw bytes of
 //! `agent_server.py` to `ast.parse`, so the source goes through CPython's
 //! bytes path: a coding cookie or BOM decides the encoding and, with no
 //! cookie, nothing checks that bytes outside identifiers and string

@@ -1,5 +1,5 @@
 //! Unit tests of the `ast.parse` reproduction. Every expected line is a
-//! fact recorded from CPython 3.11.7: the seed's logic (`ast.parse` on the
+//! fact recorded from CPython 3.11.7: the original's logic (`ast.parse` on the
 //! bytes, then the contract check) run on the same source, the last line of
 //! its traceback, and the warning lines it printed.
 

@@ -4,10 +4,10 @@
 use crate::cli_support;
 
 use agents_tests::Originals;
-use cli_support::{assert_same_as_seed, run, text};
+use cli_support::{assert_same_as_original, run, text};
 
 const PROGRAM: &str = "execution-activation";
-const SEED: &str = "execution_activation";
+const ORIGINAL: &str = "execution_activation";
 
 const OPERATIONS: [&str; 15] = [
     "detect",
@@ -31,9 +31,9 @@ fn words(args: &[&str]) -> Vec<String> {
     args.iter().map(|word| word.to_string()).collect()
 }
 
-/// Compares with the seed.
+/// Compares with the original.
 fn check(originals: &Originals, args: &[&str]) {
-    assert_same_as_seed(originals, PROGRAM, SEED, &words(args));
+    assert_same_as_original(originals, PROGRAM, ORIGINAL, &words(args));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::process::Command;
 use agents_common::ExecutionLayout;
 use agents_tests::Originals;
 use agents_tests::TempDir;
-use cli_support::{assert_same_as_seed, run, text};
+use cli_support::{assert_same_as_original, run, text};
 use execution_manage::ExecutionTransaction;
 use python_compat::{
     json::{Json, JsonObject},
@@ -19,10 +19,10 @@ use python_compat::{
 };
 
 const PROGRAM: &str = "execution-manage";
-const SEED: &str = "execution_manage";
+const ORIGINAL: &str = "execution_manage";
 
 fn check(originals: &Originals, args: &[&str]) {
-    assert_same_as_seed(originals, PROGRAM, SEED, args);
+    assert_same_as_original(originals, PROGRAM, ORIGINAL, args);
 }
 
 #[test]
@@ -95,11 +95,11 @@ fn help_of_each_parser_exits_zero() {
     }
 }
 
-/// `doctor` is recognised only as the first word, before the seed's parser
-/// runs: every other command line, including the seed's usage errors and
-/// help that mention or resemble it, stays byte for byte the seed's.
+/// `doctor` is recognised only as the first word, before the original's parser
+/// runs: every other command line, including the original's usage errors and
+/// help that mention or resemble it, stays byte for byte the original's.
 #[test]
-fn doctor_leaves_the_seed_parser_untouched() {
+fn doctor_leaves_the_original_parser_untouched() {
     let originals = agents_tests::require_originals!();
     for args in [
         &[][..],
@@ -116,8 +116,8 @@ fn doctor_leaves_the_seed_parser_untouched() {
     ] {
         check(&originals, args);
     }
-    // The seed's own words for one of them, spelled out: the choices still
-    // list only the seed's three subcommands.
+    // The original's own words for one of them, spelled out: the choices still
+    // list only the original's three subcommands.
     let output = run(PROGRAM, &["doctors"]);
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(

@@ -1,4 +1,4 @@
-//! update-handoff's command line. The seed has no parser (its functions are
+//! update-handoff's command line. The original has no parser (its functions are
 //! imported), so the oracle is the same surface declared with Python's
 //! argparse — `release --root DIR --handoff-file FILE` and `retry-failed
 //! --root DIR --status-file FILE --expected-status FILE_OR_-`, `type=Path`

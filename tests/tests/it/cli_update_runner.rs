@@ -5,10 +5,10 @@
 use crate::cli_support;
 
 use agents_tests::Originals;
-use cli_support::{assert_same_as_seed, oracle, run, run_as, text};
+use cli_support::{assert_same_as_original, oracle, run, run_as, text};
 
 const PROGRAM: &str = "update-runner";
-const SEED: &str = "update_runner";
+const ORIGINAL: &str = "update_runner";
 
 const REQUIRED: &[&str] = &[
     "--status-file",
@@ -34,7 +34,7 @@ fn with_required(extra: &[&str]) -> Vec<String> {
 }
 
 fn check(originals: &Originals, args: &[String]) {
-    assert_same_as_seed(originals, PROGRAM, SEED, args);
+    assert_same_as_original(originals, PROGRAM, ORIGINAL, args);
 }
 
 #[test]
@@ -155,10 +155,10 @@ fn ints_are_python_ints() {
     }
 }
 
-/// Where we refuse (status 2, argparse's wording) what the seed's parser
-/// accepts with a value no seed code can use: `--opt=--` becomes an empty
+/// Where we refuse (status 2, argparse's wording) what the original's parser
+/// accepts with a value no original code can use: `--opt=--` becomes an empty
 /// list (argparse drops the `--`). Ints of any size and words that are not
-/// UTF-8 are taken and run as the seed runs them
+/// UTF-8 are taken and run as the original runs them
 /// (tests/tests/it/update_runner_hostile.rs).
 #[test]
 fn known_deviations_refuse_unusable_values() {
@@ -180,14 +180,14 @@ fn known_deviations_refuse_unusable_values() {
             "argument --track: expected one argument",
         ),
     ];
-    for (extra, seed_value, our_error) in cases {
+    for (extra, original_value, our_error) in cases {
         let args = with_required(extra);
-        let seed = cli_support::oracle(&originals, SEED, PROGRAM, &args);
-        assert_eq!(seed.status.code(), Some(1), "{extra:?}");
+        let original = cli_support::oracle(&originals, ORIGINAL, PROGRAM, &args);
+        assert_eq!(original.status.code(), Some(1), "{extra:?}");
         assert!(
-            text(&seed.stdout).contains(seed_value),
+            text(&original.stdout).contains(original_value),
             "{}",
-            text(&seed.stdout)
+            text(&original.stdout)
         );
         let ours = run(PROGRAM, &args);
         assert_eq!(ours.status.code(), Some(2), "{extra:?}");
@@ -326,7 +326,7 @@ fn argv0_names_the_program_as_argparse_does() {
             vec!["--help".to_string()],
         ] {
             let ours = run_as(PROGRAM, argv0, &args);
-            let seed = oracle(&originals, SEED, prog, &args);
+            let original = oracle(&originals, ORIGINAL, prog, &args);
             // A help page is compared up to its description (see
             // docs/design/deviations.md): the usage block argparse builds from the name.
             let usage = |page: &[u8]| {
@@ -336,9 +336,21 @@ fn argv0_names_the_program_as_argparse_does() {
                     .unwrap_or_default()
                     .to_string()
             };
-            assert_eq!(ours.status.code(), seed.status.code(), "{argv0} {args:?}");
-            assert_eq!(usage(&ours.stdout), usage(&seed.stdout), "{argv0} {args:?}");
-            assert_eq!(text(&ours.stderr), text(&seed.stderr), "{argv0} {args:?}");
+            assert_eq!(
+                ours.status.code(),
+                original.status.code(),
+                "{argv0} {args:?}"
+            );
+            assert_eq!(
+                usage(&ours.stdout),
+                usage(&original.stdout),
+                "{argv0} {args:?}"
+            );
+            assert_eq!(
+                text(&ours.stderr),
+                text(&original.stderr),
+                "{argv0} {args:?}"
+            );
         }
     }
     // Parsing itself never depends on the name.

@@ -526,7 +526,7 @@ fn traced_legacy(
         .envs(case.env())
         .current_dir("/");
     let mut injection = helper_injection();
-    if let Implementation::Seed(_) = implementation {
+    if let Implementation::Original(_) = implementation {
         injection.follow = true;
         injection.exclude = vec!["systemctl".to_string()];
     }
@@ -600,7 +600,7 @@ fn legacy_campaign(test: &str, name: &str, implementation: Implementation<'_>, p
     assert_legacy_uninstalled(&case, purge, &state, &outside);
     drop(case);
     let campaign = match implementation {
-        Implementation::Seed(_) => Campaign::observing(name),
+        Implementation::Original(_) => Campaign::observing(name),
         Implementation::Port => Campaign::new(name),
     };
     campaign.run(complete.calls.len(), |n| {
@@ -659,7 +659,7 @@ fn original_legacy_uninstall_sh_after_a_kill_at_any_durable_call() {
     legacy_campaign(
         "original_legacy_uninstall_sh_after_a_kill_at_any_durable_call",
         "original uninstall.sh (legacy)",
-        Implementation::Seed(&originals),
+        Implementation::Original(&originals),
         false,
     );
 }
@@ -670,7 +670,7 @@ fn original_legacy_uninstall_sh_purging_state_after_a_kill_at_any_durable_call()
     legacy_campaign(
         "original_legacy_uninstall_sh_purging_state_after_a_kill_at_any_durable_call",
         "original uninstall.sh --purge-state (legacy)",
-        Implementation::Seed(&originals),
+        Implementation::Original(&originals),
         true,
     );
 }
@@ -735,7 +735,7 @@ fn runner_campaign_with(name: &str, side: Side<'_>, fixture: &Fixture) {
     let complete = run_traced(&fixture.command(side), &injection, None);
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     let campaign = match side {
-        Side::Seed(_) => Campaign::observing(name),
+        Side::Original(_) => Campaign::observing(name),
         Side::Port => Campaign::new(name),
     };
     campaign.run(complete.calls.len(), |n| {
@@ -787,7 +787,7 @@ fn original_update_runner_py_after_a_kill_at_any_durable_call() {
     let originals = agents_tests::require_originals!();
     runner_campaign(
         "original update_runner.py (download, extraction, status writes)",
-        Side::Seed(&originals),
+        Side::Original(&originals),
     );
 }
 

@@ -278,7 +278,7 @@ fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
             );
         }),
         ("linkat", 1, |case| {
-            // Journaled and 0644, not yet linked: the seed could only roll back.
+            // Journaled and 0644, not yet linked: the original could only roll back.
             let info = fs::metadata(case.source("service")).unwrap();
             assert_eq!((info.mode() & 0o7777, info.nlink()), (0o644, 1));
         }),
@@ -334,7 +334,7 @@ fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
 /// creation of a kind's staged source (`<unit>.activation-<id>-<kind>.source`,
 /// created but not yet written, the journal not yet naming the kind) left a
 /// source that every later publish refused as `split candidate
-/// configuration staging changed`, as the seed's does. Publish now redoes
+/// configuration staging changed`, as the original's does. Publish now redoes
 /// its own unfinished staging write.
 #[test]
 fn publish_again_after_a_kill_at_the_fchmod_of_a_new_staged_source() {

@@ -463,7 +463,12 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
     trace.stall_at("--user start --no-block agents-server.service", 1);
     let layout = site.layout_file_named(&site.layout(NEW, OLD), "layout.json");
     let runtime = site.installation.release_dir(OLD);
-    let mut apply = upstream.command(Side::Seed, Helper::ExecutionManage, &runtime, &site.sandbox);
+    let mut apply = upstream.command(
+        Side::Original,
+        Helper::ExecutionManage,
+        &runtime,
+        &site.sandbox,
+    );
     trace.wrap(&mut apply, &site.sandbox);
     apply
         .arg("apply")

@@ -16,8 +16,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use agents_common::test_support::atomic_json;
 use agents_common::{read_status_unlocked, NativeServices, SystemCommandRunner, WorkerControl};
+use agents_tests::server_status::write_row;
 use agents_tests::{
     binary_path, descendants, poll_until, ReleaseFile, ReleaseHost, RequestMatch, Role, Stall,
     Switches, AGENT_TOKEN,
@@ -102,12 +102,12 @@ fn admit(site: &Site, handoff: Option<&JsonObject>) -> PathBuf {
         admitted.insert("_execution_handoff", handoff.clone());
     }
     private_dir(&site.installation.state_root.join("admin"));
-    atomic_json(&status_path(site), &admitted).unwrap();
+    write_row(&status_path(site), &admitted).unwrap();
     let token = site
         .installation
         .state_root
         .join(format!("admin/.server-update-{UPDATE_ID}.auth.json"));
-    atomic_json(&token, &json_object! {"token" => AGENT_TOKEN}).unwrap();
+    write_row(&token, &json_object! {"token" => AGENT_TOKEN}).unwrap();
     token
 }
 

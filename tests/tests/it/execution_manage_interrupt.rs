@@ -2,7 +2,7 @@
 //! `KeyboardInterrupt`: the failure handling is skipped, so the journal and
 //! the worker's sealed hold stay for `recover`, but the installation lock is
 //! released after its identity checks and the helper dies by SIGINT. A lock
-//! changed meanwhile is refused as the seed's `__exit__` refuses it, and a
+//! changed meanwhile is refused as the original's `__exit__` refuses it, and a
 //! SIGINT the caller ignored stays ignored.
 //!
 //! Each interrupt lands while the worker holds back its reply to `seal`, so
@@ -155,7 +155,7 @@ fn an_ignored_sigint_stays_ignored() {
 }
 
 /// A lock tampered with while the helper waits is never released on Ctrl-C:
-/// the helper reports the seed's `__exit__` refusal, exits 1, and the lock
+/// the helper reports the original's `__exit__` refusal, exits 1, and the lock
 /// (and anything moved aside) stays exactly as the tampering left it.
 #[test]
 fn ctrl_c_refuses_an_unsafe_or_replaced_lock() {

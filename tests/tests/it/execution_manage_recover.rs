@@ -329,7 +329,7 @@ fn recover_after_a_kill_while_a_first_install_starts_removes_it_again() {
     let outcome = site.recover();
 
     outcome.assert_success(&rolled_back_line("null"));
-    // The seed's `restore` does nothing for a job that was absent, so the
+    // The original's `restore` does nothing for a job that was absent, so the
     // enablement links the killed apply's `start` created stay behind,
     // dangling (the worker's always; the gateway's if the kill came after
     // its start); systemd reports both units not-found, and a later
@@ -565,7 +565,7 @@ fn journal_temporaries(site: &Site) -> Vec<String> {
 /// rewrite's temporary (`.execution-transaction/.manifest.json.<hex>.tmp`,
 /// created but not yet renamed) left a journal `recover` refused forever
 /// with `RuntimeError: execution transaction contains unexpected files`, as
-/// the seed's does. Recovery now removes its own unfinished temporary.
+/// the original's does. Recovery now removes its own unfinished temporary.
 fn recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(test: &str, scope: &str) {
     let Some(site) = (if scope == "migration" {
         Site::empty(test)

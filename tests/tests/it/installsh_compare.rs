@@ -286,8 +286,8 @@ fn installsh_comparison() {
             continue;
         }
         let port = free_port();
-        let [seed, binaries] = Side::BOTH.map(|side| run(&scratch, side, &scenario, port));
-        report(scenario.name, &seed, &binaries);
+        let [original, binaries] = Side::BOTH.map(|side| run(&scratch, side, &scenario, port));
+        report(scenario.name, &original, &binaries);
     }
 }
 
@@ -312,7 +312,7 @@ fn run(scratch: &Scratch, side: Side, scenario: &Scenario, port: u16) -> Observe
         let label = format!("{} {}", index + 1, step_name(step));
         host.trace.reset();
         if let Step::Uninstall = step {
-            if side == Side::Seed && std::env::var_os(RECORD_ENV).is_some() {
+            if side == Side::Original && std::env::var_os(RECORD_ENV).is_some() {
                 installsh_state::record(
                     &sandbox,
                     port,

@@ -1,5 +1,5 @@
 //! `scripts/migration-kit.sh` on a fake AgentsServer release built from the
-//! seeds: what it adds and replaces (and nothing else), that a second run
+//! originals: what it adds and replaces (and nothing else), that a second run
 //! changes nothing and an interrupted run is finished by the next one, and
 //! that every release it does not recognise is refused untouched.
 
@@ -12,7 +12,7 @@ use std::path::Path;
 use agents_tests::{binary_path, HELPERS};
 use migration_kit_support::{
     all_targets, binaries_dir, content, dist, fixtures_dir, foreign_executable, launcher_block,
-    sha256_file, snapshot, staged, tag, FakeRelease, HOST_TARGET, LAUNCHERS, MANIFEST, SEEDS,
+    sha256_file, snapshot, staged, tag, FakeRelease, HOST_TARGET, LAUNCHERS, MANIFEST, ORIGINALS,
     TARGETS,
 };
 use python_compat::json::{parse_json, Json};
@@ -116,12 +116,12 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
         "{report}"
     );
     // The entry points keep their code; only the launcher is inserted.
-    let seeds = originals.dir();
+    let originals_dir = originals.dir();
     for (entry_point, binary) in LAUNCHERS {
         let original = if entry_point == "execution_uninstall.py" {
             text(&fixtures_dir().join(entry_point))
         } else {
-            text(&seeds.join(entry_point))
+            text(&originals_dir.join(entry_point))
         };
         assert_launcher(&release.path(entry_point), &original, binary);
         let expected_mode = if entry_point.ends_with(".sh") {
@@ -137,7 +137,7 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
     }
     assert_eq!(
         fs::read(release.path("update_handoff.py")).unwrap(),
-        fs::read(seeds.join("update_handoff.py")).unwrap(),
+        fs::read(originals_dir.join("update_handoff.py")).unwrap(),
         "update_handoff.py is imported only and stays as it was"
     );
 
@@ -210,12 +210,12 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
             "{name}"
         );
     }
-    for seed in SEEDS {
-        if seed != "update_handoff.py" {
+    for original in ORIGINALS {
+        if original != "update_handoff.py" {
             assert_eq!(
-                string(&manifest, &["files", seed, "original_sha256"]),
-                sha256_file(&seeds.join(seed)),
-                "{seed}"
+                string(&manifest, &["files", original, "original_sha256"]),
+                sha256_file(&originals_dir.join(original)),
+                "{original}"
             );
         }
     }
@@ -317,9 +317,9 @@ fn an_interrupted_run_is_finished_by_running_the_kit_again() {
     // As if the kit stopped after the binaries and two of the files.
     let release = FakeRelease::new(&originals);
     release.migrate();
-    let seeds = originals.dir();
+    let originals_dir = originals.dir();
     fs::copy(
-        seeds.join("execution_manage.py"),
+        originals_dir.join("execution_manage.py"),
         release.path("execution_manage.py"),
     )
     .unwrap();
@@ -334,7 +334,11 @@ fn an_interrupted_run_is_finished_by_running_the_kit_again() {
     )
     .unwrap();
     fs::remove_file(release.path(MANIFEST)).unwrap();
-    fs::copy(seeds.join("uninstall.sh"), release.path("uninstall.sh")).unwrap();
+    fs::copy(
+        originals_dir.join("uninstall.sh"),
+        release.path("uninstall.sh"),
+    )
+    .unwrap();
     fs::set_permissions(
         release.path("uninstall.sh"),
         fs::Permissions::from_mode(0o755),
@@ -682,7 +686,7 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
 #[test]
 fn the_release_npm_registry_host_is_recognised_and_kept() {
     let originals = agents_tests::require_originals!();
-    // The seeds elide the registry host; a real release carries one.
+    // The originals elide the registry host; a real release carries one.
     let release = FakeRelease::new(&originals);
     replace_in(
         &release.path("update_runner.py"),

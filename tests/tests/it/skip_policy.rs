@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use agents_tests::{
-    binary_path, process_alive, TempDir, MISSING_ORIGINALS, ORIGINAL_FILES, SEEDS_DIR_ENV,
+    binary_path, process_alive, TempDir, MISSING_ORIGINALS, ORIGINALS_DIR_ENV, ORIGINAL_FILES,
     SKIP_LOG_ENV,
 };
 
@@ -27,9 +27,9 @@ fn child_needs_the_originals() {
     println!("ORIGINALS {}", originals.dir().display());
 }
 
-/// This test binary running only [`CHILD`], with `seeds` as the originals,
+/// This test binary running only [`CHILD`], with `originals` as the originals,
 /// `CI` as given and the skip log (when any) at `skip_log`.
-fn child(seeds: &Path, ci: Option<&str>, skip_log: Option<&Path>) -> Command {
+fn child(originals: &Path, ci: Option<&str>, skip_log: Option<&Path>) -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
@@ -40,7 +40,7 @@ fn child(seeds: &Path, ci: Option<&str>, skip_log: Option<&Path>) -> Command {
             "--nocapture",
         ])
         .env(CHILD_MARKER, "1")
-        .env(SEEDS_DIR_ENV, seeds)
+        .env(ORIGINALS_DIR_ENV, originals)
         .env_remove("CI")
         .env_remove(SKIP_LOG_ENV);
     if let Some(value) = ci {
@@ -126,7 +126,7 @@ fn run_suite_counts_skips_in_its_summary() {
         .args(["--ignored", "--exact"])
         .arg(agents_tests::test_name(module_path!(), CHILD))
         .env(CHILD_MARKER, "1")
-        .env(SEEDS_DIR_ENV, scratch.path())
+        .env(ORIGINALS_DIR_ENV, scratch.path())
         .env_remove("CI")
         .output()
         .unwrap();
@@ -146,7 +146,7 @@ fn run_suite_counts_skips_in_its_summary() {
         .args(["--ignored", "--exact"])
         .arg(agents_tests::test_name(module_path!(), CHILD))
         .env(CHILD_MARKER, "1")
-        .env(SEEDS_DIR_ENV, scratch.path())
+        .env(ORIGINALS_DIR_ENV, scratch.path())
         .env("CI", "true")
         .output()
         .unwrap();

@@ -273,3 +273,38 @@ fn conflicting_claims_stop_the_worker() {
         .unwrap()
         .ends_with("exit 1: RuntimeError: two activation journals claim execution ownership"));
 }
+
+#[test]
+fn a_journal_whose_planned_unit_is_not_the_layouts_stops_the_worker() {
+    let (installation, layout) = installed();
+    let mut next = layout.clone();
+    next.worker_release = installation.add_release("2.0.0");
+    ExecutionTransaction::stage(&next, "worker", &both_running(), None).unwrap();
+    let manifest = installation
+        .install_root
+        .join(".execution-transaction/manifest.json");
+    // The planned worker unit's digest is not the layout's rendering.
+    let text = fs::read_to_string(&manifest).unwrap();
+    let mut journal = python_compat::json::parse_json(text.as_bytes()).unwrap();
+    let planned = journal
+        .get("after")
+        .and_then(|after| after.get("worker"))
+        .cloned()
+        .unwrap();
+    let mut tampered = planned.as_object().unwrap().clone();
+    tampered.insert("sha256", "0".repeat(64));
+    let mut after = journal.get("after").unwrap().as_object().unwrap().clone();
+    after.insert("worker", Json::Object(tampered));
+    journal
+        .as_object_mut()
+        .unwrap()
+        .insert("after", Json::Object(after));
+    fs::write(&manifest, python_compat::json::encode_indented(&journal)).unwrap();
+    let (code, stderr) = failed_start(&installation, &layout);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("ValueError: execution transaction content changed"),
+        "{stderr}"
+    );
+    assert!(installation.receipt(Role::Worker).is_none());
+}

@@ -1,5 +1,5 @@
 //! The legacy (single-service) path of `uninstall`, run side by side with the
-//! seed `uninstall.sh` as the oracle: identical fresh trees, the same
+//! original `uninstall.sh` as the oracle: identical fresh trees, the same
 //! environment, then the exit status, both output streams and the resulting
 //! trees must be the same, and must be what the script promises.
 
@@ -77,24 +77,24 @@ fn side_by_side_with(
     })
 }
 
-/// Runs `one` for the seed and then the port and checks that they agree.
+/// Runs `one` for the original and then the port and checks that they agree.
 /// `None` when the test did not run (no sandbox, or no originals: skipped).
 fn compare(test: &str, one: impl Fn(Implementation<'_>) -> Option<Ran>) -> Option<[Ran; 2]> {
     let originals = Originals::require(test)?;
-    let seed = one(Implementation::Seed(&originals))?;
+    let original = one(Implementation::Original(&originals))?;
     let port = one(Implementation::Port)?;
     assert_eq!(
-        seed.outcome.normalized(seed.case.sandbox.base()),
+        original.outcome.normalized(original.case.sandbox.base()),
         port.outcome.normalized(port.case.sandbox.base()),
-        "{test}: the port's status and output differ from the seed's"
+        "{test}: the port's status and output differ from the original's"
     );
-    assert_eq!(seed.before, port.before, "{test}: the fixtures differ");
+    assert_eq!(original.before, port.before, "{test}: the fixtures differ");
     assert_eq!(
-        seed.case.home_tree(),
+        original.case.home_tree(),
         port.case.home_tree(),
-        "{test}: the port left a different tree than the seed"
+        "{test}: the port left a different tree than the original"
     );
-    Some([seed, port])
+    Some([original, port])
 }
 
 fn with_service() -> LegacyOptions {
@@ -803,7 +803,7 @@ impl DarwinRan {
     }
 }
 
-/// Runs the seed and then the port on identical fresh Darwin cases with
+/// Runs the original and then the port on identical fresh Darwin cases with
 /// `--yes`, and checks that status, output, trees and the `launchctl` calls
 /// agree.
 fn darwin_side_by_side(test: &str, host: DarwinHost) -> Option<[DarwinRan; 2]> {
@@ -818,25 +818,25 @@ fn darwin_side_by_side(test: &str, host: DarwinHost) -> Option<[DarwinRan; 2]> {
             outcome,
         }
     };
-    let seed = run_one(Implementation::Seed(&originals));
+    let original = run_one(Implementation::Original(&originals));
     let port = run_one(Implementation::Port);
     assert_eq!(
-        seed.outcome.normalized(seed.case.base()),
+        original.outcome.normalized(original.case.base()),
         port.outcome.normalized(port.case.base()),
-        "{test}: the port's status and output differ from the seed's"
+        "{test}: the port's status and output differ from the original's"
     );
-    assert_eq!(seed.before, port.before, "{test}: the fixtures differ");
+    assert_eq!(original.before, port.before, "{test}: the fixtures differ");
     assert_eq!(
-        seed.case.home_tree(),
+        original.case.home_tree(),
         port.case.home_tree(),
-        "{test}: the port left a different tree than the seed"
+        "{test}: the port left a different tree than the original"
     );
     assert_eq!(
-        seed.case.launchctl_calls(),
+        original.case.launchctl_calls(),
         port.case.launchctl_calls(),
         "{test}: the port asked launchd differently"
     );
-    Some([seed, port])
+    Some([original, port])
 }
 
 /// The lines of a successful Darwin run, normalised to `<BASE>`.

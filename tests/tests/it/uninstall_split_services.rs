@@ -1075,7 +1075,7 @@ fn an_unretired_recovery_owner_keeps_everything() {
         return;
     };
     let directory = arm_recovery_owner(&case, OWNER);
-    // Armed, not yet registered: the seed's read of the registration fails.
+    // Armed, not yet registered: the original's read of the registration fails.
     let unit =
         agents_common::recovery_service_path(OWNER, Platform::Linux, &case.installation.home);
     assert_kept(

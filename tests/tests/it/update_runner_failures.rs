@@ -4,8 +4,8 @@
 //! safely), a retained activation left for `--recover-only`, and the sealed
 //! worker handoff's release reported retryably.
 //!
-//! Where the seed can run the same path (its Hub and handoff modules are not
-//! among the seeds), the binary is compared with it side by side; the other
+//! Where the original can run the same path (its Hub and handoff modules are not
+//! among the originals), the binary is compared with it side by side; the other
 //! rows are checked against the texts of `update_runner.main`.
 
 use crate::update_runner_support;
@@ -170,7 +170,7 @@ fn once_the_installer_ran_only_it_may_clear_the_hub_fence() {
 }
 
 #[test]
-fn incomplete_hub_arguments_keep_the_row_like_the_seed() {
+fn incomplete_hub_arguments_keep_the_row_like_the_original() {
     let originals = agents_tests::require_originals!();
     let mut fixture = pinned("hub-incomplete");
     fixture
@@ -184,7 +184,7 @@ fn incomplete_hub_arguments_keep_the_row_like_the_seed() {
 }
 
 #[test]
-fn invalid_identities_are_refused_like_the_seed() {
+fn invalid_identities_are_refused_like_the_original() {
     let originals = agents_tests::require_originals!();
     // A blank server identity: this update's row is failed.
     let mut fixture = pinned("identity-blank");
@@ -226,7 +226,7 @@ fn invalid_identities_are_refused_like_the_seed() {
 }
 
 #[test]
-fn team_hub_transport_refusals_match_the_seed() {
+fn team_hub_transport_refusals_match_the_original() {
     let originals = agents_tests::require_originals!();
     for (options, message) in [
         (

@@ -6,13 +6,13 @@
 //! releases the exact lease outside the status lock, and records the outcome
 //! on the row (`update_runner.main`).
 //!
-//! The seed runs every scenario too, in its own installation: python3 runs
+//! The original runs every scenario too, in its own installation: python3 runs
 //! `update_runner.py` as-is, but its failure handler imports
 //! `update_handoff`, whose `execution_install`, `execution_transport` and
-//! `execution_http` are not among the seeds. The seed's run therefore gets an
+//! `execution_http` are not among the originals. The original's run therefore gets an
 //! `update_handoff` module whose `release_existing_handoff` runs our
 //! `update-handoff release` (the same function, proven against upstream's
-//! scenarios by the update_handoff tests): the seed's own `main` decides
+//! scenarios by the update_handoff tests): the original's own `main` decides
 //! when to release, under which lock, and what the row says.
 
 use crate::update_handoff_support;
@@ -50,20 +50,20 @@ const RELEASE_ACTION: &str = "Retry the update to finish releasing its execution
 /// Which implementation runs the update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Runner<'a> {
-    Seed(&'a Originals),
+    Original(&'a Originals),
     Port,
 }
 
 /// Both implementations, the port first.
 fn runners(originals: &Originals) -> [Runner<'_>; 2] {
-    [Runner::Port, Runner::Seed(originals)]
+    [Runner::Port, Runner::Original(originals)]
 }
 
 impl Runner<'_> {
-    /// `seed` or `port`, for fixture names and messages.
+    /// `original` or `port`, for fixture names and messages.
     fn label(self) -> &'static str {
         match self {
-            Runner::Seed(_) => "seed",
+            Runner::Original(_) => "original",
             Runner::Port => "port",
         }
     }
@@ -72,18 +72,18 @@ impl Runner<'_> {
     /// has no text; the port names the failure (update_runner_refusals).
     fn bad_signature_message(self) -> &'static str {
         match self {
-            Runner::Seed(_) => "",
+            Runner::Original(_) => "",
             Runner::Port => INVALID_SIGNATURE_MESSAGE,
         }
     }
 }
 
-/// Runs the seed's `main()` with its release URLs pointed at the test host
+/// Runs the original's `main()` with its release URLs pointed at the test host
 /// and `update_handoff.release_existing_handoff` served by `update-handoff
 /// release` (see the file's doc): a failed release raises, like upstream's.
-const SEED_LAUNCHER: &str = r#"
+const ORIGINAL_LAUNCHER: &str = r#"
 import json, os, subprocess, sys, types
-sys.path.insert(0, os.environ["SEEDS_DIR"])
+sys.path.insert(0, os.environ["ORIGINALS_DIR"])
 import update_runner
 update_runner.RELEASE_BASE = os.environ["AGENTS_SERVER_RELEASE_BASE"]
 update_runner.RELEASES_API_URL = os.environ["AGENTS_SERVER_RELEASES_API_URL"]
@@ -159,11 +159,11 @@ impl Scenario {
         let case = &self.case;
         let mut command = match runner {
             Runner::Port => case.sandbox.command(binary_path("update-runner")),
-            Runner::Seed(originals) => {
+            Runner::Original(originals) => {
                 let mut command = case.sandbox.command("python3");
                 command
-                    .args(["-B", "-c", SEED_LAUNCHER])
-                    .env("SEEDS_DIR", originals.dir())
+                    .args(["-B", "-c", ORIGINAL_LAUNCHER])
+                    .env("ORIGINALS_DIR", originals.dir())
                     .env("UPDATE_HANDOFF", binary_path("update-handoff"));
                 command
             }

@@ -1,5 +1,5 @@
-//! Hostile input to `update-runner`, side by side with the seed where the
-//! seed is safe, and stricter than it where it is not (docs/design/security.md).
+//! Hostile input to `update-runner`, side by side with the original where the
+//! original is safe, and stricter than it where it is not (docs/design/security.md).
 //! Every case checks the final status row: no input may leave an admitted
 //! update unrecorded.
 
@@ -42,8 +42,13 @@ fn rows_and_health_documents_python_accepts_are_held_and_kept_byte_for_byte() {
         with_exotic(idle_health()),
         with_exotic(updated_health("1.2.3", 28)),
     );
-    let (seed, port) = fixture.compare(&originals, None);
-    assert_eq!(seed.exit, Some(0), "the seed completes: {}", seed.stderr);
+    let (original, port) = fixture.compare(&originals, None);
+    assert_eq!(
+        original.exit,
+        Some(0),
+        "the original completes: {}",
+        original.stderr
+    );
     assert_eq!(port.row.get("phase"), Some(&Json::from("complete")));
     assert_eq!(port.row.get("update_id"), Some(&Json::from(UPDATE_ID)));
     // The server's exotic values survive every runner write, exactly as
@@ -116,8 +121,8 @@ fn message(row: &JsonObject) -> &str {
 type ResponseOf = Box<dyn Fn(&[u8]) -> (Vec<u8>, Vec<u8>)>;
 
 #[test]
-fn release_host_http_edge_cases_end_as_the_seed_ends() {
-    if measured_alone("release_host_http_edge_cases_end_as_the_seed_ends") {
+fn release_host_http_edge_cases_end_as_the_original_ends() {
+    if measured_alone("release_host_http_edge_cases_end_as_the_original_ends") {
         return;
     }
     let originals = agents_tests::require_originals!();
@@ -149,7 +154,7 @@ fn release_host_http_edge_cases_end_as_the_seed_ends() {
             }),
             None,
         ),
-        // An invalid length is ignored by http.client; the seed's own int()
+        // An invalid length is ignored by http.client; the original's own int()
         // of it then refuses.
         (
             "invalid content length",
@@ -194,13 +199,13 @@ fn release_host_http_edge_cases_end_as_the_seed_ends() {
             MANIFEST_PATH,
             update_runner_support::Served::raw(respond(head, body)),
         );
-        let (seed, port) = fixture.compare(&originals, None);
+        let (original, port) = fixture.compare(&originals, None);
         let expected = phase.unwrap_or("failed");
         assert_eq!(
-            seed.row.get("phase").and_then(Json::as_str),
+            original.row.get("phase").and_then(Json::as_str),
             Some(expected),
-            "{label}: the seed's row {:?}",
-            seed.row
+            "{label}: the original's row {:?}",
+            original.row
         );
         expect_bounded(&port, 30);
         eprintln!("{label}: {}", message(&port.row));
@@ -269,7 +274,7 @@ fn a_trickling_health_endpoint_cannot_hold_the_runner() {
     if measured_alone("a_trickling_health_endpoint_cannot_hold_the_runner") {
         return;
     }
-    // The seed waits for ever here (urllib's timeout bounds each read, and
+    // The original waits for ever here (urllib's timeout bounds each read, and
     // a byte arrives every 3 s); the port bounds each whole probe, so the
     // readiness wait retries and gives up at its own 45 s limit.
     let (fixture, _) = pinned("health-trickle");
@@ -303,12 +308,12 @@ fn a_health_credential_with_control_characters_is_refused_without_echoing_it() {
     fixture.token = Some(token.to_string());
     let refusal = "could not verify that AgentsServer is idle before restart: \
                    Invalid header value for Authorization: it contains control characters";
-    let (seed, port) = fixture.compare(&originals, Some(refusal));
+    let (original, port) = fixture.compare(&originals, Some(refusal));
     // http.client refuses too, but repeats the credential in the row.
     assert!(
-        message(&seed.row).contains("secret-token"),
+        message(&original.row).contains("secret-token"),
         "{:?}",
-        seed.row
+        original.row
     );
     assert!(!message(&port.row).contains("secret-token"));
     assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
@@ -331,7 +336,7 @@ fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing
     ) {
         return;
     }
-    // The seed has no budget: it writes a terabyte-sized sparse file or
+    // The original has no budget: it writes a terabyte-sized sparse file or
     // three gigabytes of zeros, reads a gigabyte name into memory and copies
     // it into the row. The port refuses each from its headers.
     const ROOT: &str = "agents-server-1.2.3";
@@ -402,7 +407,7 @@ fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_r
     ) {
         return;
     }
-    // The seed resolves a symlinked credential and deletes the file it
+    // The original resolves a symlinked credential and deletes the file it
     // points at, waits for ever on a FIFO and reads any size whole.
     let (mut fixture, _) = pinned("hostile-credential");
     let planted = fixture.root.path().join("planted");
@@ -506,9 +511,9 @@ fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting()
     agents_tests::make_fifo(&pipe);
     let huge = planted.join("huge-status.json");
     sparse_file(&huge, 200 << 20);
-    // A FIFO reads as no row at all, as the seed reads an unreadable file;
+    // A FIFO reads as no row at all, as the original reads an unreadable file;
     // an oversized row is refused unread. Either way the runner cannot
-    // prove it owns the update and stops as the seed stops then: exit 1,
+    // prove it owns the update and stops as the original stops then: exit 1,
     // nothing written, nothing on stderr.
     for status in [&pipe, &huge] {
         fixture.options = vec![
@@ -536,7 +541,7 @@ fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting()
 
 #[test]
 fn an_installer_printing_a_credential_cannot_put_it_in_the_row() {
-    // The seed's patterns miss a token after `xBearer` or `Bearer\xff`; the
+    // The original's patterns miss a token after `xBearer` or `Bearer\xff`; the
     // port also redacts the credential values it knows (the health token
     // and its own credential variables) wherever they appear.
     let originals = agents_tests::require_originals!();
@@ -547,11 +552,11 @@ fn an_installer_printing_a_credential_cannot_put_it_in_the_row() {
         "printf 'xBearer {token}\\n'\nprintf 'Bearer\\377{token}\\n'\n\
          printf 'agent=%s\\n' runner-secret\nexit 3\n"
     ));
-    let seed = fixture.run(Side::Seed(&originals));
+    let original = fixture.run(Side::Original(&originals));
     let port = fixture.run(Side::Port);
-    assert_eq!(seed.exit, Some(1));
-    assert!(message(&seed.row).contains(token), "{:?}", seed.row);
-    assert!(message(&seed.row).contains("runner-secret"));
+    assert_eq!(original.exit, Some(1));
+    assert!(message(&original.row).contains(token), "{:?}", original.row);
+    assert!(message(&original.row).contains("runner-secret"));
     assert_eq!(port.exit, Some(1), "{}", port.stderr);
     assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
     assert_eq!(
@@ -562,8 +567,8 @@ fn an_installer_printing_a_credential_cannot_put_it_in_the_row() {
 }
 
 #[test]
-fn arguments_argparse_takes_are_run_as_the_seed_runs_them() {
-    // argparse keeps any int and any bytes (as surrogate escapes); the seed
+fn arguments_argparse_takes_are_run_as_the_original_runs_them() {
+    // argparse keeps any int and any bytes (as surrogate escapes); the original
     // then completes or records the failure, and so must the port: once
     // the row is admitted, no argument may leave it unrecorded.
     use std::ffi::OsString;
@@ -594,7 +599,7 @@ fn arguments_argparse_takes_are_run_as_the_seed_runs_them() {
             ],
             "complete",
         ),
-        // getaddrinfo keeps the low 16 bits: the seed reaches the server.
+        // getaddrinfo keeps the low 16 bits: the original reaches the server.
         (
             "port past 65535",
             vec![
@@ -616,14 +621,14 @@ fn arguments_argparse_takes_are_run_as_the_seed_runs_them() {
     ];
     for (label, arguments, phase) in cases {
         fixture.raw_options = arguments.clone();
-        let (seed, port) = fixture.compare(&originals, None);
+        let (original, port) = fixture.compare(&originals, None);
         assert_eq!(
-            seed.row.get("phase"),
+            original.row.get("phase"),
             Some(&Json::from(phase)),
-            "{label}: seed {:?}",
-            seed.row
+            "{label}: original {:?}",
+            original.row
         );
-        assert_eq!(port.exit, seed.exit, "{label}: {}", port.stderr);
+        assert_eq!(port.exit, original.exit, "{label}: {}", port.stderr);
         // compare() checked the installer's arguments (lossily decoded);
         // the undecodable bind must reach it byte for byte.
         if label == "bind not utf-8" {
@@ -645,7 +650,7 @@ fn arguments_argparse_takes_are_run_as_the_seed_runs_them() {
 }
 
 #[test]
-fn damaged_archives_and_overly_nested_manifests_end_as_the_seed_ends() {
+fn damaged_archives_and_overly_nested_manifests_end_as_the_original_ends() {
     let originals = agents_tests::require_originals!();
     let gzip = |data: &[u8]| {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -672,23 +677,23 @@ fn damaged_archives_and_overly_nested_manifests_end_as_the_seed_ends() {
     };
     for (label, archive) in cases {
         fixture.publish_legacy("1.2.3", &archive);
-        let seed = fixture.run(Side::Seed(&originals));
+        let original = fixture.run(Side::Original(&originals));
         let port = fixture.run(Side::Port);
         assert_eq!(
-            seed.row.get("phase"),
+            original.row.get("phase"),
             Some(&Json::from("failed")),
             "{label}: {:?}",
-            seed.row
+            original.row
         );
-        assert_eq!(port.row.get("phase"), seed.row.get("phase"), "{label}");
-        assert_eq!(port.exit, seed.exit, "{label}");
+        assert_eq!(port.row.get("phase"), original.row.get("phase"), "{label}");
+        assert_eq!(port.exit, original.exit, "{label}");
         assert_eq!(
             scratch(message(&port.row), "port"),
-            scratch(message(&seed.row), "seed"),
+            scratch(message(&original.row), "original"),
             "{label}"
         );
         assert!(
-            port.installer.is_none() && seed.installer.is_none(),
+            port.installer.is_none() && original.installer.is_none(),
             "{label}"
         );
         assert!(port.leftovers.is_empty(), "{label}: {:?}", port.leftovers);
@@ -706,10 +711,10 @@ fn damaged_archives_and_overly_nested_manifests_end_as_the_seed_ends() {
         "/releases/download/v1.2.3/agents-server-manifest.sig",
         update_runner_support::Served::ok(signature),
     );
-    let (seed, _) = fixture.compare(&originals, None);
+    let (original, _) = fixture.compare(&originals, None);
     assert!(
-        message(&seed.row).contains("maximum recursion depth exceeded"),
+        message(&original.row).contains("maximum recursion depth exceeded"),
         "{:?}",
-        seed.row
+        original.row
     );
 }

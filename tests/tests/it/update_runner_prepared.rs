@@ -6,11 +6,11 @@
 //! `--activate-prepared`, record the recovery intent first, and refuse any
 //! change to the receipt, the staged tree or the admission.
 //!
-//! The seed's `update_preparation` is not among the seeds, so rows are
+//! The original's `update_preparation` is not among the originals, so rows are
 //! checked against the texts of `update_runner.run_update`,
 //! `update_preparation.verify_prepared_status` and
 //! `execution_preparation.validate_prepared`; `upstream_compare_runner`
-//! runs the same cases side by side with the seed and the upstream modules.
+//! runs the same cases side by side with the original and the upstream modules.
 
 use crate::update_runner_support;
 

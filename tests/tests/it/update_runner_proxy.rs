@@ -1,10 +1,10 @@
 //! Managed updates through a real forward proxy on loopback (tinyproxy,
-//! started and stopped by each test), side by side with the seed on the
+//! started and stopped by each test), side by side with the original on the
 //! same proxy and CA settings: HTTPS through `https_proxy` (`CONNECT`),
 //! HTTP through `http_proxy`, the `no_proxy` forms, Basic credentials from
 //! the proxy URL, an unreachable proxy and proxy URLs urllib refuses. Each
 //! run's own proxy log lines are compared too: the same requests went
-//! through the proxy for both, except the seed's health checks, which the
+//! through the proxy for both, except the original's health checks, which the
 //! port never sends to a proxy (docs/design/deviations.md).
 
 use crate::update_runner_support;
@@ -19,13 +19,13 @@ use update_runner_support::{assert_same, Fixture, Outcome, Served, Side};
 
 /// Both runs and the proxy request lines each caused.
 struct Compared {
-    seed: Outcome,
-    seed_requests: Vec<String>,
+    original: Outcome,
+    original_requests: Vec<String>,
     port: Outcome,
     port_requests: Vec<String>,
 }
 
-/// Run the seed, then the port, and require the same outcome.
+/// Run the original, then the port, and require the same outcome.
 fn compare_through(
     fixture: &Fixture,
     originals: &Originals,
@@ -33,14 +33,14 @@ fn compare_through(
     port_message: Option<&str>,
 ) -> Compared {
     let before = proxy.requests().len();
-    let seed = fixture.run(Side::Seed(originals));
+    let original = fixture.run(Side::Original(originals));
     let middle = proxy.requests().len();
     let port = fixture.run(Side::Port);
     let requests = proxy.requests();
-    assert_same(&seed, &port, port_message);
+    assert_same(&original, &port, port_message);
     Compared {
-        seed,
-        seed_requests: requests[before..middle].to_vec(),
+        original,
+        original_requests: requests[before..middle].to_vec(),
         port,
         port_requests: requests[middle..].to_vec(),
     }
@@ -82,7 +82,7 @@ fn fixture_for(name: &str, ca: &TestCa, pairs: &[(&str, &str)]) -> Fixture {
 }
 
 #[test]
-fn an_https_update_tunnels_through_the_proxy_like_the_seed() {
+fn an_https_update_tunnels_through_the_proxy_like_the_original() {
     let originals = agents_tests::require_originals!();
     let Some(proxy) = ForwardProxy::start_or_skip(agents_tests::test_name!(), None) else {
         return;
@@ -95,7 +95,7 @@ fn an_https_update_tunnels_through_the_proxy_like_the_seed() {
         &[("https_proxy", &url), ("no_proxy", "")],
     );
     let compared = compare_through(&fixture, &originals, &proxy, None);
-    assert_installed(&compared.seed);
+    assert_installed(&compared.original);
     assert_installed(&compared.port);
     let port = fixture.release_base();
     let authority = port
@@ -112,7 +112,7 @@ fn an_https_update_tunnels_through_the_proxy_like_the_seed() {
         "{:?}",
         compared.port_requests
     );
-    assert_eq!(compared.port_requests, compared.seed_requests);
+    assert_eq!(compared.port_requests, compared.original_requests);
     // Both runners downloaded the archive, each through its tunnels.
     let archives = fixture.host_requests();
     assert_eq!(
@@ -131,7 +131,7 @@ fn an_http_update_goes_through_http_proxy_but_its_health_checks_do_not() {
     let url = proxy.url();
     prepare(&mut fixture, &[("http_proxy", &url), ("no_proxy", "")]);
     let compared = compare_through(&fixture, &originals, &proxy, None);
-    assert_installed(&compared.seed);
+    assert_installed(&compared.original);
     assert_installed(&compared.port);
     let archive = format!("GET {} HTTP/1.1", fixture.release_base())
         .replace("/releases ", &format!("{ARCHIVE_PATH} "));
@@ -142,18 +142,18 @@ fn an_http_update_goes_through_http_proxy_but_its_health_checks_do_not() {
     );
     assert_eq!(
         compared.port_requests,
-        release_requests(&compared.seed_requests)
+        release_requests(&compared.original_requests)
     );
-    // The seed handed its one-time health credential to the proxy; the port
+    // The original handed its one-time health credential to the proxy; the port
     // asked the server directly.
     let health = format!(
         "GET http://127.0.0.1:{}/api/health HTTP/1.1",
         fixture.health_port()
     );
     assert!(
-        compared.seed_requests.contains(&health),
+        compared.original_requests.contains(&health),
         "{:?}",
-        compared.seed_requests
+        compared.original_requests
     );
     assert!(!compared
         .port_requests
@@ -172,7 +172,7 @@ fn an_http_update_goes_through_http_proxy_but_its_health_checks_do_not() {
 }
 
 #[test]
-fn an_http_proxy_reached_over_tls_is_verified_like_the_seed() {
+fn an_http_proxy_reached_over_tls_is_verified_like_the_original() {
     // http_proxy=https://...: urllib speaks TLS to the proxy itself (squid's
     // https_port), verified against the same trust store.
     let originals = agents_tests::require_originals!();
@@ -196,7 +196,7 @@ fn an_http_proxy_reached_over_tls_is_verified_like_the_seed() {
         let compared = compare_through(&fixture, &originals, &proxy, None);
         assert_eq!(
             compared.port_requests,
-            release_requests(&compared.seed_requests)
+            release_requests(&compared.original_requests)
         );
         let Some(message) = outcome else {
             assert_installed(&compared.port);
@@ -220,7 +220,7 @@ fn an_http_proxy_reached_over_tls_is_verified_like_the_seed() {
 }
 
 #[test]
-fn no_proxy_forms_bypass_the_proxy_like_the_seed() {
+fn no_proxy_forms_bypass_the_proxy_like_the_original() {
     let originals = agents_tests::require_originals!();
     let Some(proxy) = ForwardProxy::start_or_skip(agents_tests::test_name!(), None) else {
         return;
@@ -248,8 +248,11 @@ fn no_proxy_forms_bypass_the_proxy_like_the_seed() {
         prepare(&mut fixture, &[("http_proxy", &url), (variable, &value)]);
         let compared = compare_through(&fixture, &originals, &proxy, None);
         assert_installed(&compared.port);
-        let seed_release = release_requests(&compared.seed_requests);
-        assert_eq!(compared.port_requests, seed_release, "{variable}={value}");
+        let original_release = release_requests(&compared.original_requests);
+        assert_eq!(
+            compared.port_requests, original_release,
+            "{variable}={value}"
+        );
         assert_eq!(
             compared.port_requests.is_empty(),
             bypassed,
@@ -260,7 +263,7 @@ fn no_proxy_forms_bypass_the_proxy_like_the_seed() {
 }
 
 #[test]
-fn proxy_credentials_are_sent_like_the_seed() {
+fn proxy_credentials_are_sent_like_the_original() {
     let originals = agents_tests::require_originals!();
     let test = agents_tests::test_name!();
     let Some(proxy) = ForwardProxy::start_or_skip(test, Some(("alice", "s3cr-t"))) else {
@@ -306,7 +309,7 @@ fn proxy_credentials_are_sent_like_the_seed() {
 
 #[test]
 fn a_redirect_to_an_exempt_host_carries_no_proxy_credentials() {
-    // Stricter than the seed (docs/design/deviations.md): urllib copies the
+    // Stricter than the original (docs/design/deviations.md): urllib copies the
     // Proxy-Authorization it added to the redirected request, and sends it
     // to the host no_proxy exempts.
     let originals = agents_tests::require_originals!();
@@ -328,7 +331,7 @@ fn a_redirect_to_an_exempt_host_carries_no_proxy_credentials() {
         .replace("/releases", "/moved/archive.tar.gz");
     fixture.serve(ARCHIVE_PATH, Served::redirect(&moved));
     let compared = compare_through(&fixture, &originals, &proxy, None);
-    assert_installed(&compared.seed);
+    assert_installed(&compared.original);
     assert_installed(&compared.port);
     assert!(!compared
         .port_requests
@@ -340,13 +343,13 @@ fn a_redirect_to_an_exempt_host_carries_no_proxy_credentials() {
         .filter(|request| request.path == "/moved/archive.tar.gz")
         .map(|request| request.header("Proxy-Authorization").map(str::to_string))
         .collect();
-    // base64("alice:s3cr-t"); the seed ran first.
+    // base64("alice:s3cr-t"); the original ran first.
     let sent = Some("Basic YWxpY2U6czNjci10".to_string());
     assert_eq!(credentials, [sent, None]);
 }
 
 #[test]
-fn an_unreachable_or_unusable_proxy_fails_like_the_seed() {
+fn an_unreachable_or_unusable_proxy_fails_like_the_original() {
     let originals = agents_tests::require_originals!();
     let ca = TestCa::generate("Agents Test Root");
     let closed = {
@@ -372,8 +375,8 @@ fn an_unreachable_or_unusable_proxy_fails_like_the_seed() {
     for (variable, value, message) in cases {
         let pairs = [(variable, value), ("no_proxy", "")];
         let fixture = fixture_for("proxy-unusable", &ca, &pairs);
-        let (seed, port) = fixture.compare(&originals, None);
-        assert_failed(&seed, message);
+        let (original, port) = fixture.compare(&originals, None);
+        assert_failed(&original, message);
         assert_failed(&port, message);
         assert!(fixture.host_requests().is_empty(), "{variable}={value}");
     }

@@ -4,10 +4,10 @@
 //! interrupted install, a stand-in `install.sh` beside a copy of the binary
 //! (the running release), and the AgentsServer health endpoint on 127.0.0.1.
 //!
-//! The seed cannot run here (its `update_recovery` imports modules outside
-//! the seeds), so each row is checked against the texts of
+//! The original cannot run here (its `update_recovery` imports modules outside
+//! the originals), so each row is checked against the texts of
 //! `update_recovery.run_recovery` and `update_runner.main`;
-//! `upstream_compare_runner` runs these scenarios side by side with the seed
+//! `upstream_compare_runner` runs these scenarios side by side with the original
 //! and the upstream modules.
 
 use crate::update_runner_support;

@@ -1,6 +1,6 @@
-//! Every refusal of a managed update, run side by side by the seed and the
+//! Every refusal of a managed update, run side by side by the original and the
 //! `update-runner` binary on identical state: each ends in the exact failed
-//! row with the seed's message (one deliberate difference: a bad signature
+//! row with the original's message (one deliberate difference: a bad signature
 //! is named instead of Python's empty `InvalidSignature` text), the
 //! installer never runs unless the refusal comes after it, and nothing
 //! extracted is left behind.
@@ -39,7 +39,7 @@ fn pinned(name: &str) -> (Fixture, Vec<u8>) {
     (fixture, archive)
 }
 
-/// Compare with the seed, expect a failed row with `message` and no
+/// Compare with the original, expect a failed row with `message` and no
 /// installer run; returns the port's outcome.
 fn refused_before_install(
     originals: &Originals,
@@ -62,8 +62,8 @@ fn a_bad_signature_is_refused() {
     let (fixture, _) = pinned("signature");
     fixture.serve(SIGNATURE_PATH, Served::ok(vec![7u8; 64]));
     // Python's InvalidSignature has no text; the port names the failure.
-    let (seed, port) = fixture.compare(&originals, Some(INVALID_SIGNATURE_MESSAGE));
-    expect_failed(&seed.row, "");
+    let (original, port) = fixture.compare(&originals, Some(INVALID_SIGNATURE_MESSAGE));
+    expect_failed(&original.row, "");
     expect_failed(&port.row, INVALID_SIGNATURE_MESSAGE);
     assert_eq!(port.installer, None);
     // The archive was never fetched.
@@ -558,19 +558,19 @@ sleep 30 &\n\
 wait $!\n"
             .into(),
     );
-    let (seed, port) = fixture.compare(&originals, None);
+    let (original, port) = fixture.compare(&originals, None);
     assert_eq!(port.exit, Some(1));
     assert_eq!(port.row.get("phase"), Some(&Json::from("failed")));
     assert_eq!(
         port.row.get("message"),
         Some(&Json::from("Cancelled by the server."))
     );
-    for side in [Side::Seed(&originals), Side::Port] {
+    for side in [Side::Original(&originals), Side::Port] {
         let signals =
             update_runner_support::read_text(&fixture.run_dir(side).join("installer/signals"));
         assert_eq!(signals, "terminated\n", "{side:?}");
     }
-    assert_eq!(seed.exit, port.exit);
+    assert_eq!(original.exit, port.exit);
 }
 
 /// A release host that cannot be reached fails the update with urllib's
@@ -591,9 +591,9 @@ fn an_unreachable_release_host_fails_with_urllibs_text() {
     ] {
         let (mut fixture, _) = pinned(name);
         fixture.environment = vec![("AGENTS_SERVER_RELEASE_BASE".into(), base)];
-        let (seed, port) = fixture.compare(&originals, None);
+        let (original, port) = fixture.compare(&originals, None);
         assert_eq!(port.exit, Some(1));
-        let message = seed.row.get("message").and_then(Json::as_str).unwrap();
+        let message = original.row.get("message").and_then(Json::as_str).unwrap();
         assert!(message.starts_with("<urlopen error [Errno "), "{message}");
         expect_failed(&port.row, message);
         assert_eq!(port.installer, None);

@@ -4,8 +4,8 @@
 //! identity, transport and routes; a failed host repair runs only for its
 //! exact admitted update and must come back with a valid Hub.
 //!
-//! The seed imports `team_hub_host` and the Hub store for these paths, which
-//! are not among the seeds, so rows are checked against its texts.
+//! The original imports `team_hub_host` and the Hub store for these paths, which
+//! are not among the originals, so rows are checked against its texts.
 
 use crate::update_runner_support;
 

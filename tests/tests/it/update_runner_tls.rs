@@ -1,5 +1,5 @@
 //! Managed updates from an HTTPS release host on 127.0.0.1, side by side
-//! with the seed: a certificate from a test CA that the runners find
+//! with the original: a certificate from a test CA that the runners find
 //! through `SSL_CERT_FILE` (OpenSSL's default verify paths), the same host
 //! with the CA absent, a chain that carries its own root, a certificate for
 //! another name, and a trust store that cannot be read at all (where the
@@ -34,8 +34,8 @@ fn an_update_over_https_trusts_the_ca_in_ssl_cert_file() {
             &mut fixture,
             &[("SSL_CERT_FILE", ca_file.to_str().unwrap())],
         );
-        let (seed, port) = fixture.compare(&originals, None);
-        assert_installed(&seed);
+        let (original, port) = fixture.compare(&originals, None);
+        assert_installed(&original);
         assert_installed(&port);
         let archives = fixture
             .host_requests()
@@ -47,7 +47,7 @@ fn an_update_over_https_trusts_the_ca_in_ssl_cert_file() {
 }
 
 #[test]
-fn without_the_ca_the_update_fails_with_the_seeds_words() {
+fn without_the_ca_the_update_fails_with_the_originals_words() {
     let originals = agents_tests::require_originals!();
     let ca = TestCa::generate("Agents Test Root");
     let stranger = TestCa::generate("Another Root");
@@ -89,8 +89,8 @@ fn without_the_ca_the_update_fails_with_the_seeds_words() {
             .map(|path| ("SSL_CERT_FILE", path.to_str().unwrap()))
             .collect();
         prepare(&mut fixture, &pairs);
-        let (seed, port) = fixture.compare(&originals, None);
-        assert_failed(&seed, &verify_failed(reason));
+        let (original, port) = fixture.compare(&originals, None);
+        assert_failed(&original, &verify_failed(reason));
         assert_failed(&port, &verify_failed(reason));
         assert!(
             fixture.host_requests().is_empty(),
@@ -100,7 +100,7 @@ fn without_the_ca_the_update_fails_with_the_seeds_words() {
 }
 
 #[test]
-fn a_certificate_for_another_name_fails_like_the_seed() {
+fn a_certificate_for_another_name_fails_like_the_original() {
     let originals = agents_tests::require_originals!();
     let ca = TestCa::generate("Agents Test Root");
     let cases = [
@@ -120,8 +120,8 @@ fn a_certificate_for_another_name_fails_like_the_seed() {
             &mut fixture,
             &[("SSL_CERT_FILE", ca_file.to_str().unwrap())],
         );
-        let (seed, port) = fixture.compare(&originals, None);
-        assert_failed(&seed, &verify_failed(reason));
+        let (original, port) = fixture.compare(&originals, None);
+        assert_failed(&original, &verify_failed(reason));
         assert_failed(&port, &verify_failed(reason));
         assert!(fixture.host_requests().is_empty(), "nothing was sent");
     }
@@ -144,10 +144,10 @@ fn an_unreadable_trust_store_fails_closed_with_a_clear_message() {
         "<urlopen error no trusted CA certificates: none could be read from \
          SSL_CERT_FILE={file}, SSL_CERT_DIR={directory}>"
     );
-    // The seed's OpenSSL loads nothing either and refuses every server.
-    let (seed, port) = fixture.compare(&originals, Some(&ours));
+    // The original's OpenSSL loads nothing either and refuses every server.
+    let (original, port) = fixture.compare(&originals, Some(&ours));
     assert_failed(
-        &seed,
+        &original,
         &verify_failed("unable to get local issuer certificate"),
     );
     assert_failed(&port, &ours);

@@ -1,4 +1,4 @@
-//! Successful managed updates, run side by side by the seed and the
+//! Successful managed updates, run side by side by the original and the
 //! `update-runner` binary: a schema-1 GitHub release and a schema-2 npm
 //! package both end in the exact `complete` row, with the same installer
 //! invocation and log, and nothing left in the temporary directory.
@@ -39,7 +39,7 @@ fn expect_complete(row: &JsonObject, version: &str) {
 }
 
 #[test]
-fn a_github_release_installs_like_the_seed() {
+fn a_github_release_installs_like_the_original() {
     let originals = agents_tests::require_originals!();
     let mut fixture = Fixture::new("schema1");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
@@ -72,7 +72,7 @@ fn a_github_release_installs_like_the_seed() {
 }
 
 #[test]
-fn the_latest_release_is_discovered_and_installed_like_the_seed() {
+fn the_latest_release_is_discovered_and_installed_like_the_original() {
     let originals = agents_tests::require_originals!();
     let fixture = Fixture::new("discover");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
@@ -88,7 +88,7 @@ fn the_latest_release_is_discovered_and_installed_like_the_seed() {
 }
 
 #[test]
-fn an_npm_release_installs_like_the_seed() {
+fn an_npm_release_installs_like_the_original() {
     let originals = agents_tests::require_originals!();
     let mut fixture = Fixture::new("schema2");
     let archive = fixture.archive(&Fixture::npm_members("1.2.3"));
@@ -130,7 +130,7 @@ fn an_npm_release_installs_like_the_seed() {
 }
 
 #[test]
-fn a_server_still_starting_is_awaited_like_the_seed() {
+fn a_server_still_starting_is_awaited_like_the_original() {
     let originals = agents_tests::require_originals!();
     let mut fixture = Fixture::new("starting");
     let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));

@@ -1,7 +1,7 @@
 //! Upstream comparison (`scripts/upstream-compare.sh`): `execution-activation
 //! preflight` and `stop` in front of a running legacy monolith inside an
 //! admitted update, against `execution_activation.py` with the real upstream
-//! modules: the legacy proof, the recovery intent `preflight` seeds into
+//! modules: the legacy proof, the recovery intent `preflight` originals into
 //! the status row (`update_recovery.activation_intent`, and
 //! `require_retired_legacy_intent` with `execution_recovery` and
 //! `execution_recovery_status` for an earlier update's intent), and the stop

@@ -1,7 +1,7 @@
 //! Upstream comparison (`scripts/upstream-compare.sh`): `update-handoff
 //! release` and `retry-failed` against `update_handoff.py`'s
 //! `release_existing_handoff` and `retry_failed_handoff` (called through a
-//! driver: the seed has no command line), each on a fresh identical split
+//! driver: the original has no command line), each on a fresh identical split
 //! installation whose running worker holds the handoff's sealed lease.
 //! Every step's exit status, stdout and last stderr line, the installation's
 //! files, the worker's lease and the worker's requests are compared.

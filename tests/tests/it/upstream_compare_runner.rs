@@ -1,10 +1,10 @@
 //! Upstream comparison (`scripts/upstream-compare.sh`): `update-runner`'s
-//! prepared-receipt updates (`--prepared-receipt`, which the seed verifies
+//! prepared-receipt updates (`--prepared-receipt`, which the original verifies
 //! with upstream's `update_preparation` and `execution_preparation` and
 //! records through `update_recovery.activation_intent`), the same with a
 //! schema-2 (npm) signed envelope, and `--recover-only` (upstream's
 //! `update_recovery.run_recovery` over a format-3 activation journal read
-//! by the real `activation_transaction`). Each scenario runs the seed with
+//! by the real `activation_transaction`). Each scenario runs the original with
 //! the upstream modules and the binary on identical fixtures and compares
 //! the exit status, the last stderr line, the final status row, what
 //! install.sh received, the update log, the credential file and what was
@@ -116,13 +116,13 @@ fn prepared_receipt_updates() {
         if !selected(&scenario) {
             continue;
         }
-        // The seed, then the binary, on the same staged candidate.
+        // The original, then the binary, on the same staged candidate.
         let mut prepared = make();
         prepared.fixture.upstream = Some(upstream.modules().to_path_buf());
-        let seed = prepared.run_by(Side::Seed(upstream.originals()));
+        let original = prepared.run_by(Side::Original(upstream.originals()));
         let port = prepared.run_by(Side::Port);
-        let [seed, port] = [seed, port].map(|outcome| prepared_facets(&prepared, &outcome));
-        report(&scenario, &seed, &port);
+        let [original, port] = [original, port].map(|outcome| prepared_facets(&prepared, &outcome));
+        report(&scenario, &original, &port);
     }
 }
 
@@ -233,7 +233,7 @@ fn recover_side(upstream: &Upstream, side: Side<'_>, case: &RecoveryCase) -> Obs
     (case.prepare)(&recovery);
     let transaction = case.transaction.unwrap_or(&recovery.transaction);
     let program = match side {
-        Side::Seed(_) => {
+        Side::Original(_) => {
             let mut program = Command::new("python3");
             program
                 .arg("-B")
@@ -276,7 +276,7 @@ fn recover_side(upstream: &Upstream, side: Side<'_>, case: &RecoveryCase) -> Obs
 
 fn side_label(side: Side<'_>) -> &'static str {
     match side {
-        Side::Seed(_) => "seed",
+        Side::Original(_) => "original",
         Side::Port => "port",
     }
 }
@@ -307,7 +307,7 @@ fn named_recovery_cases() -> Vec<(String, RecoveryCase)> {
 /// `--recover-only` of `case` run by the comparison's `side`.
 fn recover_by(upstream: &Upstream, side: upstream::Side, case: &RecoveryCase, _: u16) -> Observed {
     let side = match side {
-        upstream::Side::Seed => Side::Seed(upstream.originals()),
+        upstream::Side::Original => Side::Original(upstream.originals()),
         upstream::Side::Port => Side::Port,
     };
     recover_side(upstream, side, case)

@@ -29,7 +29,7 @@ pub(super) const PBI_START_TVSEC: usize = 120;
 pub(super) const PBI_START_TVUSEC: usize = 128;
 /// C: `PROC_PIDTBSDINFO` in `sys/proc_info.h`.
 pub(super) const PROC_PIDTBSDINFO: i32 = 3;
-/// C: `PROC_PIDPATHINFO_MAXSIZE` in `libproc.h` (the seed's `proc_pidpath` buffer).
+/// C: `PROC_PIDPATHINFO_MAXSIZE` in `libproc.h` (the original's `proc_pidpath` buffer).
 pub(super) const PROC_PIDPATHINFO_MAXSIZE: usize = 4096;
 /// C: `SZOMB` in `sys/proc.h` (a zombie's `pbi_status`).
 pub(super) const SZOMB: u32 = 5;

@@ -259,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_buffers_are_refused_with_the_seed_messages() {
+    fn malformed_buffers_are_refused_with_the_original_messages() {
         assert_eq!(
             message(&[1, 0, 0, 0]),
             "legacy process argument buffer is invalid"

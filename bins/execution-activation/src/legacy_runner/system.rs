@@ -1,7 +1,7 @@
 //! The production [`LegacyRunnerProbe`]: libproc and `sysctl` on macOS, the
 //! default tmux socket, `tmux` on `PATH`, and a clean-environment command.
 //! On any other host it reports "not Darwin", which refuses the proof
-//! before anything else is read (the seed's `sys.platform` check).
+//! before anything else is read (the original's `sys.platform` check).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -83,7 +83,7 @@ fn which(name: &str) -> Option<PathBuf> {
 
 #[cfg(target_os = "macos")]
 mod darwin {
-    //! libproc and `sysctl(KERN_PROCARGS2)`, as the seed calls them with
+    //! libproc and `sysctl(KERN_PROCARGS2)`, as the original calls them with
     //! ctypes.
 
     use std::ffi::{c_int, c_uint, c_void};

@@ -19,7 +19,7 @@ use python_compat::{
 
 /// The `-F` format of `list-panes`: one `|`-separated row per pane.
 pub const PANE_FORMAT: &str = "#{session_name}|#{session_id}|#{pane_id}|#{pane_pid}|#{pane_dead}|#{pid}|#{pane_start_command}";
-/// The seed's `timeout=5` for the tmux query.
+/// The original's `timeout=5` for the tmux query.
 const TMUX_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest `list-panes` output accepted.
 const MAX_PANE_OUTPUT: usize = 64 * 1024;

@@ -34,7 +34,7 @@ fn flush(install: &Install) -> agents_common::Result<()> {
 fn a_prepared_activation_flushes_without_changing_anything() {
     let install = prepared("ok");
     // A venv interpreter linked outside the tree must be a Python; one owned
-    // by root (these tests run as root) is skipped, as the seed never
+    // by root (these tests run as root) is skipped, as the original never
     // traverses OS-managed installations.
     let interpreter = install.base.join("python-home/bin/python3.11");
     fs::create_dir_all(interpreter.parent().unwrap()).unwrap();
@@ -180,7 +180,7 @@ fn flush_with(install: &Install, sync: &RecordedSync) -> agents_common::Result<(
 
 #[test]
 fn on_macos_each_retained_release_version_gets_a_full_fsync() {
-    // fsync alone need not drain a Mac's volatile write cache: the seed adds
+    // fsync alone need not drain a Mac's volatile write cache: the original adds
     // F_FULLFSYNC for each release's VERSION anchor, once per release, and
     // for nothing else the walk flushes.
     let install = prepared("fullfsync");

@@ -529,7 +529,7 @@ fn the_exact_legacy_runner_in_its_tmux_pane_is_admitted() {
     let scenario = Scenario::new();
     assert_eq!(scenario.verify().unwrap(), UPDATE);
     // Both passes asked tmux the same question, on the pinned socket, with
-    // only the seed's three variables.
+    // only the original's three variables.
     let runs = scenario.probe.runs.borrow();
     assert_eq!(runs.len(), 2);
     let (argv, environment, timeout) = &runs[0];

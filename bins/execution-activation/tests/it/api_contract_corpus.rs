@@ -11,7 +11,7 @@
 //! character and line edits. Each case is written as the candidate's
 //! `agent_server.py` (a regular 0644 file owned by the caller, as
 //! `read_owned_config` requires) and the built binary runs once per case;
-//! one `python3` process runs the seed's logic (`ast.parse` on the bytes,
+//! one `python3` process runs the original's logic (`ast.parse` on the bytes,
 //! the module-level collection, the positive-int check, `print`) on all of
 //! them.
 //!
@@ -43,7 +43,7 @@ use python_compat::json::{parse_json, Json};
 const FULL_CORPUS_ENV: &str = "AGENTS_FULL_CORPUS";
 const CONTRACT_LINE: &[u8] = b"\nAPI_CONTRACT_VERSION = 7\n";
 
-/// The seed's `candidate_api_contract` after it has read the bytes, and
+/// The original's `candidate_api_contract` after it has read the bytes, and
 /// what its traceback and warnings would print, for `count` numbered files.
 const ORACLE: &str = r#"
 import ast, json, sys, traceback, warnings

@@ -1,5 +1,5 @@
 //! doctor's own command line. `doctor` is recognised as the first word
-//! before the seed-compatible parser runs, so that parser's usage, help and
+//! before the original-compatible parser runs, so that parser's usage, help and
 //! choices stay exactly `execution_manage.py`'s; doctor has its own usage
 //! and help, in the same argparse style.
 
@@ -85,7 +85,7 @@ impl DoctorArgs {
 }
 
 /// The words after `doctor` when `words` (the arguments after the program
-/// name) select doctor; `None` leaves them to the seed's parser.
+/// name) select doctor; `None` leaves them to the original's parser.
 pub fn doctor_words(words: &[OsString]) -> Option<&[OsString]> {
     match words.split_first() {
         Some((first, rest)) if first == WORD => Some(rest),

@@ -577,7 +577,7 @@ fn commit_and_finish_refusals() {
         fs::remove_file(&path).unwrap();
     }
     // The temporary of a killed save is the journal's own: retirement
-    // removes it (the seed refuses it forever).
+    // removes it (the original refuses it forever).
     write_file(&temporary, b"{\"partial", 0o600);
     ExecutionTransaction::finish(&install.root()).unwrap();
     assert!(!install.journal_dir().exists());

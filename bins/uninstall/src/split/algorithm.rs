@@ -324,7 +324,7 @@ impl Uninstall<'_> {
     /// exactly the layout's, release directories (where left) the ones
     /// admitted, no pending update, free preparation and state leases and
     /// no provider child. Without the manifest (removed last but for the
-    /// intent) everything else must already be gone. The seed refuses such
+    /// intent) everything else must already be gone. The original refuses such
     /// a rerun on the first missing file and keeps the roots, the lock and
     /// the intent forever.
     fn finish_removal(
@@ -717,8 +717,8 @@ impl Uninstall<'_> {
 
     /// The removal: the unit files (gateway, then worker), a reload, every
     /// child of the root but the lock, the config root, the state root and
-    /// its alias when purging, as the seed removes them; then the installed
-    /// manifest and last the intent, which the seed removes in directory
+    /// its alias when purging, as the original removes them; then the installed
+    /// manifest and last the intent, which the original removes in directory
     /// order with the other children. Keeping those two to the end means a
     /// run killed anywhere in here leaves the proof a rerun needs to finish
     /// (see `finish_removal`), which also skips what is already gone.

@@ -25,7 +25,7 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
-/// The roles in the order the seed handles them.
+/// The roles in the order the original handles them.
 pub(super) use agents_common::{installed_service_files as service_files, ServiceFiles};
 
 /// The update phases that leave nothing pending.

@@ -1,5 +1,5 @@
 //! `server-update.log`: bounded history between installer attempts and the
-//! bounded, redacted diagnostic tail that failure messages carry (the seed's
+//! bounded, redacted diagnostic tail that failure messages carry (the original's
 //! `trim_installer_log` and `installer_log_tail`).
 
 use std::fs::{File, OpenOptions};
@@ -55,7 +55,7 @@ pub fn trim_installer_log(log_path: &Path, limit: u64) -> Result<()> {
 /// assignments replaced by `[REDACTED]`: at most 12 lines and 4,000
 /// characters, stripped. An unreadable log gives an empty tail. Every
 /// occurrence of a value in `secrets` is redacted first, whatever precedes
-/// it (stricter than the seed).
+/// it (stricter than the original).
 pub fn installer_log_tail(log_path: &Path, start_offset: u64, secrets: &[String]) -> String {
     let Ok((content, truncated)) = read_attempt_tail(log_path, start_offset) else {
         return String::new();

@@ -1,4 +1,4 @@
-//! The seed's three redactions of an installer log line, with Python's
+//! The original's three redactions of an installer log line, with Python's
 //! `re` semantics for the patterns (case-insensitive Unicode matching, `\s`
 //! as `str.isspace`) and its `str.splitlines` / `str.strip`:
 //!

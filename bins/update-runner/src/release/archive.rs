@@ -1,10 +1,10 @@
 //! The release archive: streamed to a private file while hashed, verified
 //! against the signed manifest before a single entry is read, then extracted
-//! with the seed's `safe_extract` checks and Python's tarfile `data` filter.
+//! with the original's `safe_extract` checks and Python's tarfile `data` filter.
 //!
 //! The archive is read once: entries are checked and extracted in one pass,
 //! and a refusal found later in the stream still wins over an extraction
-//! error found earlier, exactly as the seed's "check every member, then
+//! error found earlier, exactly as the original's "check every member, then
 //! `extractall`" order decides. Work done before a refusal is discarded with
 //! the caller's temporary directory.
 //!
@@ -179,7 +179,7 @@ enum MemberKind {
     Special,
 }
 
-/// The seed's `safe_extract`: extract `archive_path` into `destination` and
+/// The original's `safe_extract`: extract `archive_path` into `destination` and
 /// return the release source directory (`package/server` for npm releases,
 /// identified by their signed `npm_version`; the single top-level directory
 /// otherwise).
@@ -370,7 +370,7 @@ impl<'a> ExtractionPass<'a> {
         Ok(())
     }
 
-    /// The seed's per-member checks, before any extraction in Python.
+    /// The original's per-member checks, before any extraction in Python.
     fn precheck(&self, name: &[u8], kind: MemberKind) -> Result<()> {
         if !stays_inside(self.destination, name) {
             return Err(Error::runtime("release archive contains an unsafe path"));
@@ -447,7 +447,7 @@ impl<'a> ExtractionPass<'a> {
         Ok(())
     }
 
-    /// Decide the outcome in the seed's order, then set directory times
+    /// Decide the outcome in the original's order, then set directory times
     /// deepest name first as `extractall` does.
     fn finish(mut self) -> Result<()> {
         if let Some(refusal) = self.refusal.take() {

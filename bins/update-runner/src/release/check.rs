@@ -1,6 +1,6 @@
 //! Which signed release an update installs (`check_release`): the pinned
 //! version's immutable manifest, or the newest signed release on a track, and
-//! the seed's reading of a rejected metadata request as rate limiting
+//! the original's reading of a rejected metadata request as rate limiting
 //! (`release_rate_limit_delay`).
 //!
 //! A `Retry-After` date is read as email.utils reads it
@@ -24,7 +24,7 @@ pub const RELEASE_RATE_LIMITED_MESSAGE: &str =
 /// The delay assumed when a rate-limited response names no usable one.
 const DEFAULT_RATE_LIMIT_DELAY_SECONDS: u64 = 60;
 
-/// Why no verified manifest came back, keeping the seed's exception classes
+/// Why no verified manifest came back, keeping the original's exception classes
 /// apart: the server treats "unavailable" and "rate limited" as ordinary
 /// states of a check, and every other failure as an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub enum ReleaseCheckError {
     },
     /// An `HTTPError` that is neither "not found" nor rate limiting.
     Status(HttpStatusError),
-    /// Any other failure, with the seed's message and class.
+    /// Any other failure, with the original's message and class.
     Failed(Error),
 }
 
@@ -83,7 +83,7 @@ impl From<FetchError> for ReleaseCheckError {
 
 type CheckResult<T> = std::result::Result<T, ReleaseCheckError>;
 
-/// The seed's `check_release`: with `expected_version`, that exact signed
+/// The original's `check_release`: with `expected_version`, that exact signed
 /// release (or, with `require_latest`, the newest signed release on `track`,
 /// which must be the pin); without it, the newest signed release on `track`.
 /// A rejected request that carries rate-limit evidence becomes
@@ -105,7 +105,7 @@ pub fn check_release(
     })
 }
 
-/// The seed's `_check_release`, before rate limiting is recognised.
+/// The original's `_check_release`, before rate limiting is recognised.
 fn find_release(
     trust: &ReleaseTrust,
     track: &str,
@@ -203,7 +203,7 @@ fn fetch_signed_manifest(
 }
 
 /// `json.loads` raises `UnicodeDecodeError` (not `JSONDecodeError`) for bytes
-/// that are not text; the seed lets that one through unchanged.
+/// that are not text; the original lets that one through unchanged.
 fn is_unicode_error(error: &Exception) -> bool {
     error.class() == ErrorClass::UnicodeDecode
 }
@@ -214,7 +214,7 @@ fn unix_now() -> f64 {
         .map_or(0.0, |elapsed| elapsed.as_secs_f64())
 }
 
-/// The seed's `release_rate_limit_delay` at `now_unix_seconds`: `None` unless
+/// The original's `release_rate_limit_delay` at `now_unix_seconds`: `None` unless
 /// the response is a 429, or a 403 with `x-ratelimit-remaining: 0` or a
 /// `Retry-After`; otherwise the largest positive delay (whole seconds,
 /// rounded up) named by `Retry-After` (seconds or an HTTP date) and

@@ -2,7 +2,7 @@
 //! `download_npm_archive`), streamed into a caller's sink so an archive is
 //! never held in memory.
 //!
-//! Redirects are followed here rather than by minreq so that the seed's rules
+//! Redirects are followed here rather than by minreq so that the original's rules
 //! hold exactly: GitHub asset downloads follow up to ten redirects (301, 302,
 //! 303, 307 and 308, as urllib does), while the npm archive refuses any.
 //!
@@ -63,7 +63,7 @@ impl std::fmt::Display for HttpStatusError {
 }
 
 /// Why a download failed: an HTTP status the caller may act on, or any other
-/// failure (transport, limits, refusals) with the seed's message.
+/// failure (transport, limits, refusals) with the original's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FetchError {
     /// The server answered with a non-2xx status.
@@ -203,7 +203,7 @@ pub(crate) fn open(
     }
 }
 
-/// The seed's `download_bytes` streamed into `sink`: a declared
+/// The original's `download_bytes` streamed into `sink`: a declared
 /// `Content-Length` over `limit` is refused before reading, and a body over
 /// `limit` is refused after reading `limit + 1` bytes.
 pub(crate) fn download_to(
@@ -226,7 +226,7 @@ pub(crate) fn download_to(
     Ok(copied)
 }
 
-/// The seed's `download_bytes`: a bounded metadata document in memory.
+/// The original's `download_bytes`: a bounded metadata document in memory.
 pub fn download_bytes(url: &str, limit: u64) -> std::result::Result<Vec<u8>, FetchError> {
     let mut content = Vec::new();
     download_to(url, limit, METADATA_DOWNLOAD_DEADLINE_SECONDS, &mut content)?;

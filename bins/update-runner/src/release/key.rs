@@ -20,14 +20,14 @@ const PEM_LABEL_ERROR: &str =
 const DER_ERROR: &str = "Could not deserialize key data. The data may be in an incorrect format, it may be encrypted with an unsupported algorithm, or it may be an unsupported key type (e.g. EC curves with explicit parameters).";
 
 /// Load the release public key the way `serialization.load_pem_public_key`
-/// followed by the seed's `isinstance(key, Ed25519PublicKey)` check does:
+/// followed by the original's `isinstance(key, Ed25519PublicKey)` check does:
 /// the first PEM block counts, text around it is ignored, and any other key
-/// type is refused with the seed's message.
+/// type is refused with the original's message.
 /// Largest public key file read.
 pub(super) const MAX_PUBLIC_KEY_BYTES: u64 = 64 * 1024;
 
 pub(crate) fn load_release_public_key(path: &Path) -> Result<VerifyingKey> {
-    // Stricter than the seed's read_bytes(), which blocks on a FIFO and
+    // Stricter than the original's read_bytes(), which blocks on a FIFO and
     // reads /dev/zero for ever: a PEM key is a few hundred bytes.
     let data = match read_regular_file(path, MAX_PUBLIC_KEY_BYTES, Leaf::Follow)? {
         BoundedRead::Contents(data) => data,

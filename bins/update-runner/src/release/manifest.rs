@@ -127,10 +127,10 @@ impl ReleaseTrust {
         }
     }
 
-    /// The seed's `verify_manifest`: signature over the raw bytes first, then
+    /// The original's `verify_manifest`: signature over the raw bytes first, then
     /// the version, track and pin, the metadata consistency, the schema, the
     /// npm identity for schema 2, and the trusted archive name, location and
-    /// checksum format. Every refusal carries the seed's message.
+    /// checksum format. Every refusal carries the original's message.
     pub fn verify_manifest(
         &self,
         manifest_bytes: &[u8],
@@ -240,7 +240,7 @@ impl ReleaseTrust {
         })
     }
 
-    /// The seed's `verify_npm_release_envelope`: the server hands the runner
+    /// The original's `verify_npm_release_envelope`: the server hands the runner
     /// the publisher's exact descriptor bytes and signature in base64; only a
     /// verified schema-2 npm descriptor is accepted.
     pub fn verify_npm_release_envelope(

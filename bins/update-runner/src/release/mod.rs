@@ -1,7 +1,7 @@
 //! Release trust for the update runner: versions and tracks, signed manifests,
 //! the npm release envelope, bounded downloads and verified archive extraction.
 //!
-//! Ports the release half of `update_runner.py`. Every refusal keeps the seed's
+//! Ports the release half of `update_runner.py`. Every refusal keeps the original's
 //! message because the server shows the runner's failure text to the user.
 
 mod archive;

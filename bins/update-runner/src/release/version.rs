@@ -12,7 +12,7 @@ use python_compat::json::Json;
 /// The two release tracks a managed update may follow.
 pub const RELEASE_TRACKS: [&str; 2] = ["stable", "beta"];
 
-/// True when `version` matches the seed's `VERSION_PATTERN`
+/// True when `version` matches the original's `VERSION_PATTERN`
 /// (`^[0-9]+\.[0-9]+\.[0-9]+(?:[-+][A-Za-z0-9.-]+)?$`, whole string).
 ///
 /// Every trust decision starts here: tags, manifest versions and pins that fail
@@ -63,7 +63,7 @@ pub fn release_track(version: &str) -> &'static str {
     }
 }
 
-/// The seed's `normalized_release_track`: absent or empty means `stable`;
+/// The original's `normalized_release_track`: absent or empty means `stable`;
 /// otherwise the stripped, lowercased value must be a known track.
 pub fn normalized_release_track(track: Option<&str>) -> Result<&'static str> {
     let raw = track.unwrap_or("");
@@ -109,7 +109,7 @@ impl PartialOrd for Number {
     }
 }
 
-/// SemVer precedence of a valid release version (the seed's `version_key`).
+/// SemVer precedence of a valid release version (the original's `version_key`).
 ///
 /// Build metadata is ignored and leading zeros are accepted, so two different
 /// strings can have equal keys, as in Python.
@@ -124,7 +124,7 @@ pub struct VersionKey {
 }
 
 /// Parse a version into its precedence key, refusing anything that does not
-/// match the release pattern with the seed's `ValueError`.
+/// match the release pattern with the original's `ValueError`.
 pub fn version_key(version: &str) -> Result<VersionKey> {
     if !version_is_valid(version) {
         return Err(Error::value(format!("invalid release version: {version}")));
@@ -161,7 +161,7 @@ pub fn version_key(version: &str) -> Result<VersionKey> {
     })
 }
 
-/// The seed's `release_transition_allowed`: a managed update may move forward
+/// The original's `release_transition_allowed`: a managed update may move forward
 /// on its track, or leave a prerelease for an older stable release on the
 /// stable track (the explicit beta-to-stable channel switch).
 pub fn release_transition_allowed(current: &str, target: &str, track: &str) -> Result<bool> {
@@ -195,7 +195,7 @@ fn sort_descending(versions: &mut [String]) -> Result<()> {
     Ok(())
 }
 
-/// The seed's `release_candidates`: versions of published, non-draft GitHub
+/// The original's `release_candidates`: versions of published, non-draft GitHub
 /// releases on `track`, whose declared `prerelease` flag (when present) agrees
 /// with the version, de-duplicated and newest first.
 pub fn release_candidates(releases: &Json, track: &str) -> Result<Vec<String>> {

@@ -75,7 +75,7 @@ pub(crate) fn get(
     // Any int the command line held: urllib connects where getaddrinfo(3)
     // takes it (see urllib::Target).
     let url = format!("http://127.0.0.1:{port}{path}");
-    // Never through a proxy: the seed's urlopen would hand the one-time
+    // Never through a proxy: the original's urlopen would hand the one-time
     // credential to one (docs/design/deviations.md).
     let mut response = urllib::get(&url, &all_headers, deadline, urllib::Routing::Direct)?;
     if !(200..300).contains(&response.code) {

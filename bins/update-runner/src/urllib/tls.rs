@@ -38,7 +38,7 @@ fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
             let roots = crate::trust_store::load()?;
             // ring builds for every target of the release (cargo-zigbuild,
             // no Apple SDK); rustls 0.23.48 deprecates it only for lacking
-            // post-quantum key exchange, which the seed's OpenSSL 3 lacks too.
+            // post-quantum key exchange, which the original's OpenSSL 3 lacks too.
             #[allow(deprecated)]
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let inner =

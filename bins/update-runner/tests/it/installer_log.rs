@@ -1,4 +1,4 @@
-//! `server-update.log` helpers against the seed's own `installer_log_tail`
+//! `server-update.log` helpers against the original's own `installer_log_tail`
 //! and `trim_installer_log`, run by python3 on the very same files.
 
 use crate::installer_support;
@@ -6,12 +6,12 @@ use crate::installer_support;
 use std::path::PathBuf;
 
 use agents_tests::TempDir;
-use installer_support::{seed, Random};
+use installer_support::{original, Random};
 use python_compat::json::{Json, JsonObject};
 use update_runner::installer::{installer_log_tail, trim_installer_log};
 
 /// Pieces the generated logs are made of: secrets in every spelling the
-/// seed's patterns accept (including the non-ASCII letters Python's
+/// original's patterns accept (including the non-ASCII letters Python's
 /// IGNORECASE folds onto ASCII), near misses, every line boundary of
 /// `str.splitlines`, Unicode whitespace and invalid UTF-8.
 const PIECES: &[&[u8]] = &[
@@ -108,16 +108,16 @@ fn string(path: &std::path::Path) -> Json {
     Json::from(path.to_str().unwrap())
 }
 
-/// The seed's `installer_log_tail` of the whole log at `path`.
-fn seed_tail_of(originals: &agents_tests::Originals, path: &std::path::Path) -> Json {
+/// The original's `installer_log_tail` of the whole log at `path`.
+fn original_tail_of(originals: &agents_tests::Originals, path: &std::path::Path) -> Json {
     let mut call = JsonObject::new();
     call.insert("tail", string(path));
     call.insert("start_offset", 0);
-    seed(originals, vec![Json::Object(call)]).remove(0)
+    original(originals, vec![Json::Object(call)]).remove(0)
 }
 
 #[test]
-fn tail_matches_seed_on_generated_logs() {
+fn tail_matches_original_on_generated_logs() {
     let originals = agents_tests::require_originals!();
     let directory = TempDir::with_mode("installer-tail", 0o755);
     let mut random = Random::new(0x16_1e57);
@@ -144,7 +144,7 @@ fn tail_matches_seed_on_generated_logs() {
             Json::Object(call)
         })
         .collect();
-    let expected = seed(&originals, calls);
+    let expected = original(&originals, calls);
     let mut nonempty = 0;
     for ((path, start_offset), expected) in cases.iter().zip(expected) {
         let ours = installer_log_tail(path, *start_offset, &[]);
@@ -157,7 +157,7 @@ fn tail_matches_seed_on_generated_logs() {
 }
 
 #[test]
-fn tail_redacts_what_the_seed_redacts() {
+fn tail_redacts_what_the_original_redacts() {
     let originals = agents_tests::require_originals!();
     // Hand-written lines with the expected text spelled out, so the oracle
     // is not the only witness.
@@ -182,8 +182,11 @@ fn tail_redacts_what_the_seed_redacts() {
         "useful diagnostic",
     );
     assert_eq!(installer_log_tail(&path, 0, &[]), expected);
-    let seed_tail = seed_tail_of(&originals, &path);
-    assert_eq!(seed_tail.get("tail").and_then(Json::as_str), Some(expected));
+    let original_tail = original_tail_of(&originals, &path);
+    assert_eq!(
+        original_tail.get("tail").and_then(Json::as_str),
+        Some(expected)
+    );
 }
 
 #[test]
@@ -236,15 +239,15 @@ fn bearer_after_a_non_ascii_letter_is_redacted_where_python_is_not() {
         installer_log_tail(&path, 0, &[]),
         "caf\u{e9}Bearer [REDACTED]"
     );
-    let seed_tail = seed_tail_of(&originals, &path);
+    let original_tail = original_tail_of(&originals, &path);
     assert_eq!(
-        seed_tail.get("tail").and_then(Json::as_str),
+        original_tail.get("tail").and_then(Json::as_str),
         Some("caf\u{e9}Bearer tok")
     );
 }
 
 #[test]
-fn trim_matches_seed_byte_for_byte() {
+fn trim_matches_original_byte_for_byte() {
     let originals = agents_tests::require_originals!();
     let directory = TempDir::with_mode("installer-trim", 0o755);
     let mut random = Random::new(0x7e1a);
@@ -277,7 +280,7 @@ fn trim_matches_seed_byte_for_byte() {
             Json::Object(call)
         })
         .collect();
-    seed(&originals, calls);
+    original(&originals, calls);
     let mut shortened = 0;
     for (ours, theirs, limit) in &cases {
         let before = std::fs::metadata(ours).unwrap().len();
@@ -328,7 +331,7 @@ fn trim_of_a_directory_fails_like_python() {
     );
 }
 
-/// A log whose every line carries `TOKEN` after something the seed's
+/// A log whose every line carries `TOKEN` after something the original's
 /// patterns do not recognise (`\x0b` even splits its line in two).
 const TOKEN: &str = "tok-3f9c2e71";
 
@@ -375,15 +378,15 @@ fn a_known_credential_is_redacted_wherever_it_appears() {
 }
 
 #[test]
-fn without_known_values_the_tail_leaks_exactly_as_the_seeds_does() {
+fn without_known_values_the_tail_leaks_exactly_as_the_originals_does() {
     let originals = agents_tests::require_originals!();
     let directory = TempDir::with_mode("installer-tail-patterns", 0o755);
     let path = leaky_log(&directory);
     let unredacted = installer_log_tail(&path, 0, &[]);
     assert_eq!(unredacted.matches(TOKEN).count(), 8, "{unredacted}");
-    let seed_tail = seed_tail_of(&originals, &path);
+    let original_tail = original_tail_of(&originals, &path);
     assert_eq!(
-        seed_tail.get("tail").and_then(Json::as_str),
+        original_tail.get("tail").and_then(Json::as_str),
         Some(unredacted.as_str())
     );
 }

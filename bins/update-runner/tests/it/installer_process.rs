@@ -1,7 +1,7 @@
 //! `run_installer` with real processes: the stand-in install.sh records how
 //! it was started and then exits, fails, dies by a signal, handles or
 //! ignores SIGTERM, while the tests watch the log and the status row. Where
-//! the outcome is deterministic it is compared with the seed's own
+//! the outcome is deterministic it is compared with the original's own
 //! `run_installer` on an identical fixture.
 
 use crate::installer_support;
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use agents_common::{is_ownership_lost, test_support::OWNERSHIP_LOST_MESSAGE, utc_now};
 use agents_tests::{Originals, TempDir};
 use installer_support::{
-    eventually, outcome_json, seed, seed_run_call, stand_in_run, stat_identity, without_timestamps,
-    Fixture,
+    eventually, original, original_run_call, outcome_json, stand_in_run, stat_identity,
+    without_timestamps, Fixture,
 };
 use python_compat::{json::Json, json_object};
 use update_runner::installer::{
@@ -219,7 +219,7 @@ fn each_attempt_appends_a_header_to_a_private_log() {
     }
 }
 
-/// Twin fixtures: the same steps and prior log for us and for the seed.
+/// Twin fixtures: the same steps and prior log for us and for the original.
 struct Scenario {
     steps: Vec<String>,
     prior_log: Vec<u8>,
@@ -236,15 +236,15 @@ fn scenario(steps: &[&str], accepted: &'static [i64]) -> Scenario {
     }
 }
 
-/// Run every scenario through our `run_installer` and through the seed's,
+/// Run every scenario through our `run_installer` and through the original's,
 /// and require the same outcome and the same log bytes (header times aside).
-fn compare_with_seed(
+fn compare_with_original(
     originals: &Originals,
     scenarios: Vec<Scenario>,
 ) -> Vec<(Fixture, agents_common::Result<InstallerOutcome>)> {
     let mut ours = Vec::new();
     let mut calls = Vec::new();
-    let mut seed_fixtures = Vec::new();
+    let mut original_fixtures = Vec::new();
     for scenario in &scenarios {
         let fixture = Fixture::new();
         let theirs = Fixture::new();
@@ -257,17 +257,17 @@ fn compare_with_seed(
         let mut run = fixture.run(&steps);
         run.rollback_accepted = scenario.accepted.contains(&75);
         (scenario.tweak)(&mut run);
-        let mut seed_run = theirs.run(&steps);
-        (scenario.tweak)(&mut seed_run);
-        calls.push(seed_run_call(&seed_run, scenario.accepted));
-        seed_fixtures.push(theirs);
+        let mut original_run = theirs.run(&steps);
+        (scenario.tweak)(&mut original_run);
+        calls.push(original_run_call(&original_run, scenario.accepted));
+        original_fixtures.push(theirs);
         let result = run_installer(&run);
         ours.push((fixture, result));
     }
-    let expected = seed(originals, calls);
+    let expected = original(originals, calls);
     let cases = ours
         .iter()
-        .zip(&seed_fixtures)
+        .zip(&original_fixtures)
         .zip(&scenarios)
         .zip(expected);
     for ((((fixture, result), theirs), scenario), expected) in cases {
@@ -275,18 +275,18 @@ fn compare_with_seed(
         let ours = outcome_json(result, (fixture.root.path(), theirs.root.path()));
         assert_eq!(ours, expected, "steps {:?}", scenario.steps);
         let our_log = without_timestamps(&fixture.log_bytes());
-        let seed_log = without_timestamps(&theirs.log_bytes());
+        let original_log = without_timestamps(&theirs.log_bytes());
         assert_eq!(
             String::from_utf8_lossy(&our_log),
-            String::from_utf8_lossy(&seed_log)
+            String::from_utf8_lossy(&original_log)
         );
-        assert_eq!(our_log, seed_log);
+        assert_eq!(our_log, original_log);
     }
     ours
 }
 
 #[test]
-fn outcomes_and_logs_match_the_seed() {
+fn outcomes_and_logs_match_the_original() {
     let originals = agents_tests::require_originals!();
     let mut silent = scenario(&["exit:9"], &[0]);
     silent.prior_log = b"earlier attempt said something\n".to_vec();
@@ -297,7 +297,7 @@ fn outcomes_and_logs_match_the_seed() {
     let mut not_executable = scenario(&["exit:0"], &[0]);
     // The release's VERSION file exists but is no program.
     not_executable.tweak = |run| run.program = run.cwd.join("VERSION");
-    let results = compare_with_seed(
+    let results = compare_with_original(
         &originals,
         vec![
             scenario(&["say:all good", "exit:0"], &[0]),
@@ -357,7 +357,7 @@ fn outcomes_and_logs_match_the_seed() {
 }
 
 #[test]
-fn log_is_trimmed_to_one_mebibyte_like_the_seed() {
+fn log_is_trimmed_to_one_mebibyte_like_the_original() {
     let originals = agents_tests::require_originals!();
     let mut history = Vec::new();
     for line in 0..30_000 {
@@ -380,7 +380,7 @@ fn log_is_trimmed_to_one_mebibyte_like_the_seed() {
     trimmed.prior_log = history.clone();
     let mut failed = scenario(&["say:last words", "exit:3"], &[0]);
     failed.prior_log = history;
-    let results = compare_with_seed(&originals, vec![trimmed, failed]);
+    let results = compare_with_original(&originals, vec![trimmed, failed]);
     for (fixture, _) in &results {
         let log = fixture.log_bytes();
         assert!(log.len() <= 1024 * 1024, "log is {} bytes", log.len());
@@ -612,14 +612,14 @@ fn an_installer_ignoring_sigterm_is_waited_for_with_progress_messages() {
 }
 
 #[test]
-fn a_timeout_matches_the_seed() {
+fn a_timeout_matches_the_original() {
     let originals = agents_tests::require_originals!();
     let mut timed_out = scenario(&["say:started", "sleep:5"], &[0]);
     timed_out.tweak = |run| {
         run.timeout = Duration::from_millis(300);
         run.termination_poll = Duration::from_millis(100);
     };
-    let results = compare_with_seed(&originals, vec![timed_out]);
+    let results = compare_with_original(&originals, vec![timed_out]);
     assert_eq!(
         results[0].1.as_ref().unwrap_err().message(),
         "installer timed out after 0.3 seconds: started"

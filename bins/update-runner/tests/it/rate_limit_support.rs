@@ -1,6 +1,6 @@
 //! The port's side of the rate-limit comparisons with the original: the
 //! runner's own `release_rate_limit_delay`, the code under test, in the shape
-//! the oracle (`release_support::seed_rate_limit_delays`) prints.
+//! the oracle (`release_support::original_rate_limit_delays`) prints.
 
 use agents_tests::release_support::RejectedResponse;
 use python_compat::json::Json;

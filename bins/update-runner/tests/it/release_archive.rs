@@ -1,4 +1,4 @@
-//! `safe_extract` against the seed: the same hand-built tar.gz archives
+//! `safe_extract` against the original: the same hand-built tar.gz archives
 //! (hostile names, links, special files, modes, npm bounds and layouts) are
 //! extracted by our port and by `update_runner.safe_extract`, and the
 //! outcomes and extracted trees must be identical.
@@ -374,16 +374,16 @@ print(json.dumps(out))
 "#;
 
 #[test]
-fn extraction_matches_the_seed() {
+fn extraction_matches_the_original() {
     let originals = agents_tests::require_originals!();
-    let accepted = compare_with_seed(&originals, "release-archive", &cases());
+    let accepted = compare_with_original(&originals, "release-archive", &cases());
     assert!(accepted >= 6, "{accepted} archives accepted");
 }
 
 #[test]
-fn generated_archives_match_the_seed() {
-    // One batch through the seed (a python3 start per archive would be
-    // slow); the cases are reproducible from the runner's fixed seed.
+fn generated_archives_match_the_original() {
+    // One batch through the original (a python3 start per archive would be
+    // slow); the cases are reproducible from the runner's fixed original.
     let originals = agents_tests::require_originals!();
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let cases: Vec<Case> = (0..archive_strategy::differential_cases())
@@ -402,7 +402,7 @@ fn generated_archives_match_the_seed() {
             }
         })
         .collect();
-    let accepted = compare_with_seed(&originals, "release-archive-generated", &cases);
+    let accepted = compare_with_original(&originals, "release-archive-generated", &cases);
     assert!(
         accepted > 0 && accepted < cases.len(),
         "{accepted} of {} accepted",
@@ -410,9 +410,9 @@ fn generated_archives_match_the_seed() {
     );
 }
 
-/// Extract every case with the port and the seed; refusals must match and
+/// Extract every case with the port and the original; refusals must match and
 /// accepted trees be identical. Returns how many were accepted.
-fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[Case]) -> usize {
+fn compare_with_original(originals: &agents_tests::Originals, name: &str, cases: &[Case]) -> usize {
     let dir = TempDir::new(name);
     let mut oracle_input = Vec::new();
     let mut ours = Vec::new();
@@ -431,12 +431,12 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
             "npm" => case.npm.map_or(Json::Null, Json::from),
         }));
     }
-    let seed = python_oracle(
+    let original = python_oracle(
         originals,
         EXTRACT,
         &python_compat::json::encode_compact(&Json::Array(oracle_input.clone())).unwrap(),
     );
-    let seed = seed.as_array().unwrap();
+    let original = original.as_array().unwrap();
     let roots: Vec<Json> = oracle_input
         .iter()
         .zip(&ours)
@@ -455,15 +455,15 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
     let trees = trees.as_array().unwrap();
     let mut accepted = 0;
     for (index, (case, ((result, rust_dest), expected))) in
-        cases.iter().zip(ours.iter().zip(seed)).enumerate()
+        cases.iter().zip(ours.iter().zip(original)).enumerate()
     {
         let label = case.label;
         let python_dest = PathBuf::from(oracle_input[index].get("dest").unwrap().as_str().unwrap());
         match (result, expected.get("ok")) {
-            (Ok(source), Some(seed_source)) => {
+            (Ok(source), Some(original_source)) => {
                 assert_eq!(
                     source.strip_prefix(rust_dest).unwrap().to_str().unwrap(),
-                    seed_source.as_str().unwrap(),
+                    original_source.as_str().unwrap(),
                     "{label}: source directory"
                 );
                 assert_eq!(
@@ -474,17 +474,17 @@ fn compare_with_seed(originals: &agents_tests::Originals, name: &str, cases: &[C
                 accepted += 1;
             }
             (Err(error), None) => {
-                let seed_message = expected.get("message").unwrap().as_str().unwrap();
+                let original_message = expected.get("message").unwrap().as_str().unwrap();
                 assert_eq!(
                     normalise(error.message(), rust_dest),
-                    normalise(seed_message, &python_dest),
-                    "{label} #{index}: refusals differ (seed raised {:?}) for {:?}",
+                    normalise(original_message, &python_dest),
+                    "{label} #{index}: refusals differ (original raised {:?}) for {:?}",
                     expected.get("error"),
                     case.members
                 );
             }
             (ours, _) => panic!(
-                "{label} #{index}: ours {ours:?}, seed {expected:?}, members {:?}",
+                "{label} #{index}: ours {ours:?}, original {expected:?}, members {:?}",
                 case.members
             ),
         }
@@ -497,7 +497,7 @@ fn normalise(message: &str, destination: &Path) -> String {
 }
 
 #[test]
-fn gzip_and_tar_damage_ends_as_in_the_seed() {
+fn gzip_and_tar_damage_ends_as_in_the_original() {
     let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-archive-damage");
     let good = dir.path().join("good.tar.gz");
@@ -567,7 +567,7 @@ fn gzip_and_tar_damage_ends_as_in_the_seed() {
         &bad_size,
     ];
     damaged.extend(cuts.iter());
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         EXTRACT,
         &python_compat::json::encode_compact(&Json::Array(
@@ -584,8 +584,8 @@ fn gzip_and_tar_damage_ends_as_in_the_seed() {
         ))
         .unwrap(),
     );
-    let seed = seed.as_array().unwrap();
-    for (archive, expected) in damaged.iter().zip(seed) {
+    let original = original.as_array().unwrap();
+    for (archive, expected) in damaged.iter().zip(original) {
         let dest = dir.path().join(format!(
             "rs-{}",
             archive.file_name().unwrap().to_str().unwrap()

@@ -1,4 +1,4 @@
-//! The extraction budget, where the port is stricter than the seed: an
+//! The extraction budget, where the port is stricter than the original: an
 //! archive whose headers promise more than any release holds is refused
 //! from its headers, before its data is read or anything is written for
 //! the offending member, and refusal messages stay short whatever the
@@ -173,7 +173,7 @@ fn more_members_than_the_budget_are_refused_even_when_all_are_the_same_directory
 
 #[test]
 fn a_refusal_naming_a_huge_member_is_cut_to_a_readable_length() {
-    // A fifo under a 20 000-character PAX path: the seed's message repeats
+    // A fifo under a 20 000-character PAX path: the original's message repeats
     // the whole name.
     let long = format!("{ROOT}/{}", "a".repeat(20_000));
     let fifo = Member {

@@ -1,5 +1,5 @@
 //! Bounded downloads and streamed archive verification against a real HTTP
-//! server on 127.0.0.1, compared with the seed's `download_bytes`,
+//! server on 127.0.0.1, compared with the original's `download_bytes`,
 //! `download_npm_archive` and run_update's checksum check on the same URLs.
 
 use agents_tests::release_support;
@@ -23,7 +23,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn metadata_downloads_match_the_seed() {
+fn metadata_downloads_match_the_original() {
     let originals = agents_tests::require_originals!();
     let server = TestServer::start(|request| match request.path.as_str() {
         "/ok" => Reply::ok(b"hello"),
@@ -83,7 +83,7 @@ fn metadata_downloads_match_the_seed() {
         .iter()
         .map(|path| Json::from(server.url(path)))
         .collect();
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         r#"
 from urllib.error import HTTPError
@@ -100,11 +100,11 @@ print(json.dumps(out))
         &python_compat::json::encode_compact(&Json::Array(urls)).unwrap(),
     );
     let python_requests = server.seen().len();
-    for (path, expected) in paths.iter().zip(seed.as_array().unwrap()) {
+    for (path, expected) in paths.iter().zip(original.as_array().unwrap()) {
         let ours = download_bytes(&server.url(path), 100);
         match (&ours, expected.get("ok"), expected.get("status")) {
-            (Ok(bytes), Some(seed_bytes), None) => {
-                assert_eq!(&Json::from(b64(bytes)), seed_bytes, "{path}")
+            (Ok(bytes), Some(original_bytes), None) => {
+                assert_eq!(&Json::from(b64(bytes)), original_bytes, "{path}")
             }
             (Err(FetchError::Status(status)), None, Some(code)) => {
                 assert_eq!(Some(i128::from(status.code)), code.as_int(), "{path}");
@@ -119,7 +119,7 @@ print(json.dumps(out))
                 expected.get("message").and_then(Json::as_str),
                 "{path}"
             ),
-            _ => panic!("{path}: ours {ours:?}, seed {expected:?}"),
+            _ => panic!("{path}: ours {ours:?}, original {expected:?}"),
         }
     }
     let seen = server.seen();
@@ -206,7 +206,7 @@ fn verify(key: &TestKey, server: &TestServer, release: &Release) -> ReleaseManif
 }
 
 #[test]
-fn archives_are_verified_while_streaming_like_the_seed() {
+fn archives_are_verified_while_streaming_like_the_original() {
     let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-download");
     let key = TestKey::generate(dir.path(), "key.pem");
@@ -257,7 +257,7 @@ fn archives_are_verified_while_streaming_like_the_seed() {
         .iter()
         .map(|(_, release)| verify(&key, &server, release))
         .collect();
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         r#"
 import hashlib
@@ -284,8 +284,10 @@ print(json.dumps(out))
         .unwrap(),
     );
     let mut accepted = 0;
-    for (((label, _), manifest), expected) in
-        cases.iter().zip(&manifests).zip(seed.as_array().unwrap())
+    for (((label, _), manifest), expected) in cases
+        .iter()
+        .zip(&manifests)
+        .zip(original.as_array().unwrap())
     {
         let target = dir.path().join(label.replace(' ', "-"));
         std::fs::create_dir(&target).unwrap();
@@ -317,7 +319,7 @@ print(json.dumps(out))
                     "{label}: a refused archive must not stay on disk"
                 );
             }
-            (ours, _) => panic!("{label}: ours {ours:?}, seed {expected:?}"),
+            (ours, _) => panic!("{label}: ours {ours:?}, original {expected:?}"),
         }
     }
     assert_eq!(accepted, 2);
@@ -337,7 +339,7 @@ fn npm_archives_refuse_redirects_and_changed_sizes() {
     });
     let release = npm_manifest(&server, &archive);
     let manifest = verify(&key, &server, &release);
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         r#"
 manifest = json.load(sys.stdin)
@@ -356,7 +358,7 @@ except Exception as exc:
     );
     assert_eq!(
         Some(error.message()),
-        seed.get("message").and_then(Json::as_str)
+        original.get("message").and_then(Json::as_str)
     );
     assert!(
         !server

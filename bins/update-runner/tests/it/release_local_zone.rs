@@ -5,7 +5,7 @@
 use agents_tests::release_support;
 
 use python_compat::json::Json;
-use release_support::{seed_rate_limit_delays, RejectedResponse};
+use release_support::{original_rate_limit_delays, RejectedResponse};
 
 use crate::rate_limit_support::port_rate_limit_delay;
 
@@ -13,10 +13,10 @@ use crate::rate_limit_support::port_rate_limit_delay;
 const ZONE: &str = "EST5EDT,M3.2.0,M11.1.0";
 
 #[test]
-fn naive_retry_after_dates_are_local_time_like_the_seed() {
+fn naive_retry_after_dates_are_local_time_like_the_original() {
     let originals = agents_tests::require_originals!();
     if !agents_tests::running_alone() {
-        let test = "naive_retry_after_dates_are_local_time_like_the_seed";
+        let test = "naive_retry_after_dates_are_local_time_like_the_original";
         let output = agents_tests::alone(module_path!(), test)
             .env("TZ", ZONE)
             .output()
@@ -40,12 +40,12 @@ fn naive_retry_after_dates_are_local_time_like_the_seed() {
         .map(|date| (429, vec![("Retry-After", *date)]))
         .collect();
     for now in [1_699_999_000.0_f64, 1_689_300_000.0] {
-        let seed = seed_rate_limit_delays(&originals, &cases, now);
+        let original = original_rate_limit_delays(&originals, &cases, now);
         let ours: Vec<Json> = cases
             .iter()
             .map(|case| port_rate_limit_delay(case, now))
             .collect();
-        assert_eq!(ours, seed, "now {now}");
+        assert_eq!(ours, original, "now {now}");
         // The zone matters: the naive November date is five hours after the
         // same wall-clock time in UTC (unless both are in the past).
         if now < 1_700_000_000.0 {

@@ -1,4 +1,4 @@
-//! `verify_manifest` and `verify_npm_release_envelope` against the seed: the
+//! `verify_manifest` and `verify_npm_release_envelope` against the original: the
 //! same signed bytes, keys and pins go to our port and to `update_runner.py`
 //! (python3 + cryptography), and both must accept with the same document or
 //! refuse with the same message.
@@ -149,8 +149,8 @@ for case in data["cases"]:
 print(json.dumps(out))
 "#;
 
-/// Run every case through the seed and the port and compare outcomes.
-fn compare_with_seed(originals: &Originals, cases: &[Case]) -> (usize, usize) {
+/// Run every case through the original and the port and compare outcomes.
+fn compare_with_original(originals: &Originals, cases: &[Case]) -> (usize, usize) {
     let input = Json::Object(json_object! {
         "release_base" => TEST_RELEASE_BASE,
         "npm_base" => TEST_NPM_BASE,
@@ -197,7 +197,7 @@ fn compare_with_seed(originals: &Originals, cases: &[Case]) -> (usize, usize) {
                 assert_eq!(error.class(), expected_class, "{label}: classes differ");
                 refused += 1;
             }
-            (ours, _, _) => panic!("{label}: ours {ours:?}, seed {expected:?}"),
+            (ours, _, _) => panic!("{label}: ours {ours:?}, original {expected:?}"),
         }
     }
     (accepted, refused)
@@ -278,7 +278,7 @@ fn with_npm(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObje
 }
 
 #[test]
-fn legacy_manifests_match_the_seed() {
+fn legacy_manifests_match_the_original() {
     let originals = agents_tests::require_originals!();
     let f = fixture();
     let stable = legacy_manifest("1.0.7");
@@ -523,7 +523,7 @@ fn legacy_manifests_match_the_seed() {
     ];
     // (A 64-digit integer checksum passes Python's str().lower() format
     // check, but JSON integers beyond i128 are refused by our parser.)
-    let (accepted, refused) = compare_with_seed(&originals, &cases);
+    let (accepted, refused) = compare_with_original(&originals, &cases);
     assert!(
         accepted >= 8 && refused >= 25,
         "{accepted} accepted, {refused} refused"
@@ -531,7 +531,7 @@ fn legacy_manifests_match_the_seed() {
 }
 
 #[test]
-fn signatures_and_keys_match_the_seed() {
+fn signatures_and_keys_match_the_original() {
     let originals = agents_tests::require_originals!();
     let f = fixture();
     let stable = legacy_manifest("1.0.7");
@@ -601,12 +601,12 @@ fn signatures_and_keys_match_the_seed() {
         case("empty key", &bytes, &good, &write("empty.pem", "")),
         case("missing key", &bytes, &good, &f.dir.join("missing.pem")),
     ];
-    let (accepted, refused) = compare_with_seed(&originals, &cases);
+    let (accepted, refused) = compare_with_original(&originals, &cases);
     assert_eq!((accepted, refused), (3, 11));
 }
 
 #[test]
-fn npm_manifests_match_the_seed() {
+fn npm_manifests_match_the_original() {
     let originals = agents_tests::require_originals!();
     let f = fixture();
     let npm = npm_manifest("1.0.8");
@@ -752,7 +752,7 @@ fn npm_manifests_match_the_seed() {
             true,
         ));
     }
-    let (accepted, refused) = compare_with_seed(&originals, &cases);
+    let (accepted, refused) = compare_with_original(&originals, &cases);
     assert_eq!(accepted, 3);
     assert!(refused >= 20);
 }
@@ -775,7 +775,7 @@ fn npm_release_without_a_configured_registry_is_refused_clearly() {
 }
 
 #[test]
-fn npm_envelopes_match_the_seed() {
+fn npm_envelopes_match_the_original() {
     let originals = agents_tests::require_originals!();
     let f = fixture();
     let npm = npm_manifest("1.0.8");
@@ -920,7 +920,7 @@ fn npm_envelopes_match_the_seed() {
             None,
         ),
     ];
-    let (accepted, refused) = compare_with_seed(&originals, &cases);
+    let (accepted, refused) = compare_with_original(&originals, &cases);
     assert_eq!(accepted, 4, "good, pinned, lenient padding, beta");
     assert_eq!(refused, cases.len() - 4);
 }
@@ -1022,7 +1022,7 @@ fn apply_edit(mut document: JsonObject, edit: &Edit) -> JsonObject {
 }
 
 #[test]
-fn generated_manifests_match_the_seed() {
+fn generated_manifests_match_the_original() {
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
     let originals = agents_tests::require_originals!();
@@ -1038,7 +1038,7 @@ fn generated_manifests_match_the_seed() {
         .ok()
         .and_then(|cases| cases.parse::<usize>().ok())
         .unwrap_or(160);
-    // One batch through the seed; reproducible from the fixed runner seed.
+    // One batch through the original; reproducible from the fixed runner original.
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let cases: Vec<Case> = (0..count)
         .map(|index| {
@@ -1060,7 +1060,7 @@ fn generated_manifests_match_the_seed() {
             )
         })
         .collect();
-    let (accepted, refused) = compare_with_seed(&originals, &cases);
+    let (accepted, refused) = compare_with_original(&originals, &cases);
     assert!(
         accepted > 0 && refused > 0,
         "{accepted} accepted, {refused} refused"

@@ -1,5 +1,5 @@
 //! SemVer precedence, tracks, transitions and release discovery against the
-//! seed's own functions on identical inputs.
+//! original's own functions on identical inputs.
 
 use agents_tests::release_support;
 
@@ -40,7 +40,7 @@ const VERSIONS: &[&str] = &[
 ];
 
 #[test]
-fn precedence_and_transitions_match_the_seed() {
+fn precedence_and_transitions_match_the_original() {
     let originals = agents_tests::require_originals!();
     let script = r#"
 versions = json.load(sys.stdin)
@@ -58,15 +58,15 @@ print(json.dumps({"order": order, "transitions": transitions}))
     for (i, a) in VERSIONS.iter().enumerate() {
         for (j, b) in VERSIONS.iter().enumerate() {
             let ours = version_key(a).unwrap().cmp(&version_key(b).unwrap()) as i128;
-            let seed = order[i].as_array().unwrap()[j].as_int().unwrap();
-            assert_eq!(ours, seed, "{a} vs {b}");
+            let original = order[i].as_array().unwrap()[j].as_int().unwrap();
+            assert_eq!(ours, original, "{a} vs {b}");
             for (k, track) in ["stable", "beta"].iter().enumerate() {
-                let seed = transitions[i].as_array().unwrap()[j].as_array().unwrap()[k]
+                let original = transitions[i].as_array().unwrap()[j].as_array().unwrap()[k]
                     .as_bool()
                     .unwrap();
                 assert_eq!(
                     release_transition_allowed(a, b, track).unwrap(),
-                    seed,
+                    original,
                     "{a} -> {b} on {track}"
                 );
             }
@@ -75,7 +75,7 @@ print(json.dumps({"order": order, "transitions": transitions}))
 }
 
 #[test]
-fn candidates_and_html_discovery_match_the_seed() {
+fn candidates_and_html_discovery_match_the_original() {
     let originals = agents_tests::require_originals!();
     let releases = Json::Array(vec![
         Json::Object(json_object! {"tag_name" => "v1.0.7", "prerelease" => false}),

@@ -1,4 +1,4 @@
-//! `check_release` and `release_rate_limit_delay` against the seed: the same
+//! `check_release` and `release_rate_limit_delay` against the original: the same
 //! signed releases, served by one real HTTP server on 127.0.0.1, are looked
 //! up by `update_runner.check_release` (python3 + cryptography, with its
 //! release URLs pointed at the server) and by the port, and both must return
@@ -16,7 +16,7 @@ use python_compat::{
     json_object,
 };
 use release_support::{
-    manifest_bytes, python_oracle, seed_rate_limit_delays, RejectedResponse, Reply, TempDir,
+    manifest_bytes, original_rate_limit_delays, python_oracle, RejectedResponse, Reply, TempDir,
     TestKey, TestServer,
 };
 use update_runner::release::{
@@ -185,7 +185,7 @@ except Exception as exc:
 "#;
 
 impl Lookup {
-    fn seed(&self, originals: &Originals, host: &ReleaseHost) -> Json {
+    fn original(&self, originals: &Originals, host: &ReleaseHost) -> Json {
         let input = json_object! {
             "release_base" => host.release_base(),
             "api_url" => host.api_url(),
@@ -209,27 +209,28 @@ impl Lookup {
         check_release(&trust, self.track, self.expected, self.require_latest)
     }
 
-    /// Both implementations agree; returns the seed's outcome for extra checks.
+    /// Both implementations agree; returns the original's outcome for extra checks.
     fn agree(&self, originals: &Originals, host: &ReleaseHost) -> Json {
         let before = host.server.seen().len();
-        let seed = self.seed(originals, host);
+        let original = self.original(originals, host);
         let middle = host.server.seen().len();
         let ours = self.port(host);
-        let (seed_requests, our_requests) = (middle - before, host.server.seen().len() - middle);
+        let (original_requests, our_requests) =
+            (middle - before, host.server.seen().len() - middle);
         let label = self.label;
         assert_eq!(
-            seed_requests, our_requests,
+            original_requests, our_requests,
             "{label}: request counts differ"
         );
-        let error = seed.get("error").and_then(Json::as_str);
-        let message = seed
+        let error = original.get("error").and_then(Json::as_str);
+        let message = original
             .get("message")
             .and_then(Json::as_str)
             .unwrap_or_default();
         match (&ours, error) {
             (Ok(manifest), None) => assert_eq!(
                 Some(&Json::Object(manifest.document().clone())),
-                seed.get("ok"),
+                original.get("ok"),
                 "{label}"
             ),
             (Err(ReleaseCheckError::Unavailable(ours)), Some("ReleaseUnavailableError")) => {
@@ -242,13 +243,13 @@ impl Lookup {
                 Some("ReleaseRateLimitedError"),
             ) => {
                 assert_eq!(message, RELEASE_RATE_LIMITED_MESSAGE, "{label}");
-                let seed_delay = seed.get("retry_after").and_then(Json::as_int).unwrap();
-                assert_eq!(i128::from(*retry_after_seconds), seed_delay, "{label}");
+                let original_delay = original.get("retry_after").and_then(Json::as_int).unwrap();
+                assert_eq!(i128::from(*retry_after_seconds), original_delay, "{label}");
             }
             (Err(ReleaseCheckError::Status(status)), Some("HTTPError")) => {
                 assert_eq!(
                     Some(i128::from(status.code)),
-                    seed.get("code").and_then(Json::as_int)
+                    original.get("code").and_then(Json::as_int)
                 );
                 assert_eq!(status.to_string(), message, "{label}");
             }
@@ -262,9 +263,9 @@ impl Lookup {
                 let name = ours.class().python_name().rsplit('.').next().unwrap();
                 assert_eq!(name, class, "{label}");
             }
-            _ => panic!("{label}: ours {ours:?}, seed {seed:?}"),
+            _ => panic!("{label}: ours {ours:?}, original {original:?}"),
         }
-        seed
+        original
     }
 }
 
@@ -283,21 +284,22 @@ fn lookup(
 }
 
 #[test]
-fn pinned_releases_match_the_seed() {
+fn pinned_releases_match_the_original() {
     let originals = agents_tests::require_originals!();
     let host = ReleaseHost::start();
     host.publish("1.2.3");
     host.publish("1.3.0-beta.2");
-    let seed = lookup("pinned stable", "stable", Some("1.2.3"), false).agree(&originals, &host);
+    let original = lookup("pinned stable", "stable", Some("1.2.3"), false).agree(&originals, &host);
     assert_eq!(
-        seed.get("ok").and_then(|m| m.get("version")),
+        original.get("ok").and_then(|m| m.get("version")),
         Some(&Json::from("1.2.3"))
     );
     lookup("pinned beta", "beta", Some("1.3.0-beta.2"), false).agree(&originals, &host);
     lookup("pinned with spaces", "stable", Some(" 1.2.3 "), false).agree(&originals, &host);
-    let seed = lookup("pinned missing", "stable", Some("1.2.4"), false).agree(&originals, &host);
+    let original =
+        lookup("pinned missing", "stable", Some("1.2.4"), false).agree(&originals, &host);
     assert_eq!(
-        seed.get("message"),
+        original.get("message"),
         Some(&Json::from(
             "Signed stable AgentsServer release 1.2.4 is unavailable."
         ))
@@ -335,7 +337,7 @@ fn pinned_releases_match_the_seed() {
 }
 
 #[test]
-fn discovery_matches_the_seed() {
+fn discovery_matches_the_original() {
     let originals = agents_tests::require_originals!();
     let host = ReleaseHost::start();
     host.publish("1.0.0");
@@ -353,20 +355,21 @@ fn discovery_matches_the_seed() {
     ]);
     // 1.2.4 is a draft and 2.0.0 lies about being a prerelease; 1.3.0 is
     // listed but its manifest answers 404, so the next candidate wins.
-    let seed = lookup("latest stable", "stable", None, false).agree(&originals, &host);
+    let original = lookup("latest stable", "stable", None, false).agree(&originals, &host);
     assert_eq!(
-        seed.get("ok").and_then(|m| m.get("version")),
+        original.get("ok").and_then(|m| m.get("version")),
         Some(&Json::from("1.2.3"))
     );
-    let seed = lookup("latest beta", "beta", None, false).agree(&originals, &host);
+    let original = lookup("latest beta", "beta", None, false).agree(&originals, &host);
     assert_eq!(
-        seed.get("ok").and_then(|m| m.get("version")),
+        original.get("ok").and_then(|m| m.get("version")),
         Some(&Json::from("1.4.0-beta.1"))
     );
     lookup("still latest", "stable", Some("1.2.3"), true).agree(&originals, &host);
-    let seed = lookup("no longer latest", "stable", Some("1.0.0"), true).agree(&originals, &host);
+    let original =
+        lookup("no longer latest", "stable", Some("1.0.0"), true).agree(&originals, &host);
     assert_eq!(
-        seed.get("message"),
+        original.get("message"),
         Some(&Json::from(
             "requested stable release 1.0.0 is no longer the latest signed stable release 1.2.3"
         ))
@@ -395,9 +398,9 @@ fn discovery_matches_the_seed() {
         .lock()
         .unwrap()
         .remove("/api/releases?per_page=100");
-    let seed = lookup("nothing published", "stable", None, false).agree(&originals, &host);
+    let original = lookup("nothing published", "stable", None, false).agree(&originals, &host);
     assert_eq!(
-        seed.get("message"),
+        original.get("message"),
         Some(&Json::from(
             "No signed AgentsServer release has been published yet."
         ))
@@ -412,7 +415,7 @@ fn discovery_matches_the_seed() {
 }
 
 #[test]
-fn rejected_requests_become_rate_limits_like_the_seed() {
+fn rejected_requests_become_rate_limits_like_the_original() {
     let originals = agents_tests::require_originals!();
     let host = ReleaseHost::start();
     let api = "/api/releases?per_page=100";
@@ -461,7 +464,7 @@ fn rejected_requests_become_rate_limits_like_the_seed() {
 }
 
 #[test]
-fn rate_limit_delays_match_the_seed() {
+fn rate_limit_delays_match_the_original() {
     let originals = agents_tests::require_originals!();
     const NOW: f64 = 1_700_000_000.25;
     let cases: Vec<RejectedResponse> = vec![
@@ -504,8 +507,8 @@ fn rate_limit_delays_match_the_seed() {
         (404, vec![("Retry-After", "30")]),
         (500, vec![]),
     ];
-    let seed = seed_rate_limit_delays(&originals, &cases, NOW);
-    for (case, expected) in cases.iter().zip(&seed) {
+    let original = original_rate_limit_delays(&originals, &cases, NOW);
+    for (case, expected) in cases.iter().zip(&original) {
         assert_eq!(&port_rate_limit_delay(case, NOW), expected, "{case:?}");
     }
 }

@@ -1,4 +1,4 @@
-//! The runner's health checks against the seed: one real HTTP server on
+//! The runner's health checks against the original: one real HTTP server on
 //! 127.0.0.1 answers `/api/health` with a document chosen by the bearer token
 //! of each request, and `update_runner.py`'s `server_work_snapshot`,
 //! `assert_server_idle`, `assert_post_update_identity` and
@@ -296,7 +296,7 @@ print(json.dumps(out))
 "#;
 
 /// Serve each document under its own token, run every check against it in
-/// the seed and in the port, and require identical outcomes.
+/// the original and in the port, and require identical outcomes.
 fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Vec<u8>, Check)]) {
     let port = server.server.port;
     let mut oracle_cases = Vec::new();
@@ -315,13 +315,13 @@ fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Ve
         }));
     }
     let input = Json::Object(json_object! {"cases" => oracle_cases});
-    let seed = python_oracle(
+    let original = python_oracle(
         originals,
         ORACLE,
         &python_compat::json::encode_compact(&input).unwrap(),
     );
     for (index, ((label, _, _, check), expected)) in
-        cases.iter().zip(seed.as_array().unwrap()).enumerate()
+        cases.iter().zip(original.as_array().unwrap()).enumerate()
     {
         let ours = check.run(port, &format!("case-{index}"));
         assert_eq!(&ours, expected, "{label}");
@@ -337,7 +337,7 @@ fn work(cgroup: bool, verified: bool, identity: Option<&'static str>) -> Check {
 }
 
 #[test]
-fn idle_proofs_match_the_seed() {
+fn idle_proofs_match_the_original() {
     let originals = agents_tests::require_originals!();
     let server = HealthServer::start();
     let idle = |verified| Check::Idle {
@@ -594,7 +594,7 @@ fn hub(expected: &mut PostUpdateIdentity) {
 }
 
 #[test]
-fn post_update_identities_match_the_seed() {
+fn post_update_identities_match_the_original() {
     let originals = agents_tests::require_originals!();
     let server = HealthServer::start();
     let signed = |expected: &mut PostUpdateIdentity| {
@@ -861,7 +861,7 @@ fn post_update_identities_match_the_seed() {
 }
 
 #[test]
-fn repaired_hosts_match_the_seed() {
+fn repaired_hosts_match_the_original() {
     let originals = agents_tests::require_originals!();
     let server = HealthServer::start();
     let repaired = |transport: &str, url: Json, direct: &str| {
@@ -989,7 +989,7 @@ fn odd_peer(close: bool, silence: Duration) -> u16 {
 }
 
 #[test]
-fn transport_failures_are_transient_like_the_seed() {
+fn transport_failures_are_transient_like_the_original() {
     let originals = agents_tests::require_originals!();
     let refused = closed_port();
     let closing = odd_peer(true, Duration::ZERO);
@@ -1009,13 +1009,13 @@ fn transport_failures_are_transient_like_the_seed() {
             })
         })
         .collect();
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         ORACLE,
         &python_compat::json::encode_compact(&Json::Object(json_object! {"cases" => input}))
             .unwrap(),
     );
-    for ((label, port), expected) in cases.iter().zip(seed.as_array().unwrap()) {
+    for ((label, port), expected) in cases.iter().zip(original.as_array().unwrap()) {
         let ours = Check::Idle {
             verified: false,
             identity: Some(IDENTITY),
@@ -1029,7 +1029,7 @@ fn transport_failures_are_transient_like_the_seed() {
 /// An admitted row owned by `update_id`.
 fn admitted(directory: &Path, update_id: &str) -> std::path::PathBuf {
     let status = directory.join("server-update.json");
-    agents_common::test_support::atomic_json(
+    agents_tests::server_status::write_row(
         &status,
         &json_object! {"phase" => "starting", "update_id" => update_id, "keep" => "me"},
     )
@@ -1076,22 +1076,22 @@ fn compare_wait(
     timeout: f64,
 ) -> (Json, JsonObject) {
     let directory = TempDir::new("runner-wait");
-    let seed_status = admitted(&directory.path().join("seed"), "u-1");
+    let original_status = admitted(&directory.path().join("original"), "u-1");
     let our_status = admitted(&directory.path().join("ours"), "u-1");
     count.store(0, Ordering::SeqCst);
-    let seed = python_oracle(
+    let original = python_oracle(
         originals,
         WAIT_ORACLE,
         &python_compat::json::encode_compact(&Json::Object(json_object! {
             "port" => u32::from(port),
-            "status" => seed_status.to_string_lossy().into_owned(),
+            "status" => original_status.to_string_lossy().into_owned(),
             "update_id" => update_id,
             "identity" => IDENTITY,
             "timeout" => timeout,
         }))
         .unwrap(),
     );
-    let seed_requests = count.swap(0, Ordering::SeqCst);
+    let original_requests = count.swap(0, Ordering::SeqCst);
     let mut wait = ReadinessWait::new(IDENTITY, true);
     wait.timeout = Duration::from_secs_f64(timeout);
     wait.poll = Duration::from_millis(50);
@@ -1107,7 +1107,7 @@ fn compare_wait(
         Ok(()) => Json::Object(json_object! {"ok" => Json::Null}),
         Err(error) => Json::Object(json_object! {"message" => error.message()}),
     };
-    assert_eq!(ours, seed);
+    assert_eq!(ours, original);
     let strip = |path: &Path| {
         let mut row = read_status_unlocked(path).unwrap();
         for stamp in ["updated_at", "heartbeat_at"] {
@@ -1122,15 +1122,15 @@ fn compare_wait(
         row
     };
     let row = strip(&our_status);
-    assert_eq!(row, strip(&seed_status));
+    assert_eq!(row, strip(&original_status));
     // Both loops poll until the same deadline, so how many polls fit depends
     // on scheduling (a loaded machine slows the Python loop). What must hold
     // regardless: both retried or neither did (a lost status row stops both
     // before any request), and ours never polled faster than its cadence.
     assert_eq!(
-        seed_requests > 1,
+        original_requests > 1,
         our_requests > 1,
-        "{seed_requests} vs {our_requests}"
+        "{original_requests} vs {our_requests}"
     );
     let most = (timeout / wait.poll.as_secs_f64()).ceil() as usize + 1;
     assert!(
@@ -1142,7 +1142,7 @@ fn compare_wait(
 }
 
 #[test]
-fn readiness_waits_match_the_seed() {
+fn readiness_waits_match_the_original() {
     let originals = agents_tests::require_originals!();
     let (server, count) = warming_server(3, healthy());
     let (outcome, row) = compare_wait(&originals, server.port, &count, "u-1", 10.0);
@@ -1199,7 +1199,7 @@ except Exception as exc:
 "#;
 
 #[test]
-fn credential_files_are_consumed_like_the_seed() {
+fn credential_files_are_consumed_like_the_original() {
     let originals = agents_tests::require_originals!();
     let directory = TempDir::new("runner-token");
     let cases: [(&str, Option<&[u8]>); 8] = [
@@ -1214,7 +1214,7 @@ fn credential_files_are_consumed_like_the_seed() {
     ];
     for (label, content) in cases {
         let mut paths = Vec::new();
-        for side in ["seed", "ours"] {
+        for side in ["original", "ours"] {
             let path = directory
                 .path()
                 .join(format!("{side}-{}.auth.json", label.replace(' ', "-")));
@@ -1224,16 +1224,16 @@ fn credential_files_are_consumed_like_the_seed() {
             paths.push(path);
         }
         let blank = label == "blank path";
-        let seed_argument = if blank {
+        let original_argument = if blank {
             "  ".to_string()
         } else {
             paths[0].to_string_lossy().into_owned()
         };
-        let seed = python_oracle(
+        let original = python_oracle(
             &originals,
             TOKEN_ORACLE,
             &python_compat::json::encode_compact(&Json::Object(
-                json_object! {"path" => seed_argument},
+                json_object! {"path" => original_argument},
             ))
             .unwrap(),
         );
@@ -1246,15 +1246,15 @@ fn credential_files_are_consumed_like_the_seed() {
             Ok(token) => Json::Object(json_object! {"ok" => token}),
             Err(error) => {
                 let path_text = paths[1].to_string_lossy().into_owned();
-                let seed_text = paths[0].to_string_lossy().into_owned();
+                let original_text = paths[0].to_string_lossy().into_owned();
                 Json::Object(json_object! {
                     // `type(exc).__name__`, without the module a traceback adds.
                     "error" => error.class().python_name().rsplit('.').next().unwrap(),
-                    "message" => error.message().replace(&path_text, &seed_text),
+                    "message" => error.message().replace(&path_text, &original_text),
                 })
             }
         };
-        assert_eq!(ours, seed, "{label}");
+        assert_eq!(ours, original, "{label}");
         // Never left behind, whatever the outcome.
         assert!(!paths[0].exists() && !paths[1].exists(), "{label}");
     }

@@ -1,7 +1,7 @@
 //! The Team Hub maintenance fence through its control files only: real
 //! directories, modes, owners and links, a real flock held by another
 //! process, and the refusal of a pending snapshot restore. The Hub's own
-//! Python (`HubStore`) is not part of the seeds, so the expected behaviour is
+//! Python (`HubStore`) is not part of the originals, so the expected behaviour is
 //! the upstream store's as the reference describes it.
 
 use agents_tests::release_support;

@@ -28,7 +28,7 @@ use python_compat::{
 /// `DIRECTORY`: the recovery owners' parent under the install root.
 pub const RECOVERY_DIRECTORY: &str = ".activation-recovery";
 
-/// `PAYLOAD`: the bootstrap sources an owner copies, in the seed's order.
+/// `PAYLOAD`: the bootstrap sources an owner copies, in the original's order.
 pub const RECOVERY_PAYLOAD: [&str; 8] = [
     "execution_recovery.py",
     "activation_transaction.py",
@@ -275,7 +275,7 @@ pub fn preparation_path(path: &Path) -> Result<PathBuf> {
     })
 }
 
-/// `RecoveryService`'s command timeout (the seed's `timeout=20`).
+/// `RecoveryService`'s command timeout (the original's `timeout=20`).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// `RecoveryService(registration)`: the native view of one owner's job.

@@ -31,22 +31,6 @@ fn version_sha256(release: &Path) -> Result<String> {
     Ok(hex(&Sha256::digest(&read.data)))
 }
 
-/// `_release_identity(source, target)`: the `{source, target, device, inode,
-/// version_sha256}` record pinning the owned release directory at `source`.
-pub fn release_identity(source: &Path, target: &Path) -> Result<Json> {
-    let info = lstat(source)?;
-    if !is_owned_safe_directory(&info) {
-        return Err(Error::permission("activation rollback release is unsafe"));
-    }
-    Ok(Json::Object(json_object! {
-        "source" => python_compat::path::pure_path_text(source),
-        "target" => python_compat::path::pure_path_text(target),
-        "device" => info.st_dev as u64,
-        "inode" => info.st_ino as u64,
-        "version_sha256" => version_sha256(source)?,
-    }))
-}
-
 /// `_release_matches(path, release)`: whether `path` is still the pinned
 /// release. A missing path is `false`; an unsafe or missing VERSION inside a
 /// matching directory raises, as in Python.
@@ -85,7 +69,7 @@ pub fn locate_release(release: &JsonObject, extras: &[PathBuf]) -> Result<Option
 
 /// `_link_state(path, allow_directory=...)`: `{kind, target}` with kind
 /// `missing`, `symlink` (the raw link text) or `directory` (an owned one).
-pub fn link_state(path: &Path, allow_directory: bool) -> Result<Json> {
+pub(super) fn link_state(path: &Path, allow_directory: bool) -> Result<Json> {
     let Some(before) = lstat_if_present(path)? else {
         return Ok(link_record("missing", ""));
     };

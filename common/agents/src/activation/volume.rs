@@ -396,7 +396,7 @@ pub fn check_binding(path: &Path, saved: &Json) -> Result<()> {
 
 #[cfg(target_os = "macos")]
 mod darwin {
-    //! `fgetattrlist` from libSystem, as the seed calls it with ctypes.
+    //! `fgetattrlist` from libSystem, as the original calls it with ctypes.
 
     use std::ffi::{c_int, c_uint, c_void};
     use std::os::fd::{AsRawFd, BorrowedFd};

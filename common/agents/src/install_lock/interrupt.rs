@@ -1,4 +1,4 @@
-//! Ctrl-C while the installation lock is held, as the seeds meet it.
+//! Ctrl-C while the installation lock is held, as the originals meet it.
 //!
 //! In Python, SIGINT raises `KeyboardInterrupt`: the controller's `except
 //! Exception` failure handling is skipped (a pending journal stays for
@@ -33,7 +33,7 @@ struct Armed {
     uid: u32,
     /// `"<pid>\n"`, the owner file this process wrote.
     owner: Vec<u8>,
-    /// The seed's `_owned_directory` and `_read_file` refusals, which name paths.
+    /// The original's `_owned_directory` and `_read_file` refusals, which name paths.
     directory_not_owned: Vec<u8>,
     directory_unsafe: Vec<u8>,
     owner_unsafe: Vec<u8>,
@@ -135,7 +135,7 @@ pub(super) fn disarm(armament: Armament) {
 
 /// Why the handler's release stopped.
 enum Stop {
-    /// The seed's refusal (one stderr line): report it and exit 1, the lock
+    /// The original's refusal (one stderr line): report it and exit 1, the lock
     /// left as found.
     Refused(&'static [u8]),
     /// A system call failed: leave the lock as a crash would.
@@ -164,7 +164,7 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
     }
 }
 
-/// The seed's `__exit__`, step for step, with system calls only.
+/// The original's `__exit__`, step for step, with system calls only.
 fn release(armed: &'static Armed) -> Result<(), Stop> {
     let failed = |_| Stop::Failed;
     // _owned_directory(path, private=True) on the path's lstat.

@@ -1,4 +1,4 @@
-//! Running one native service-manager command the way the seed's
+//! Running one native service-manager command the way the original's
 //! `subprocess.run(args, stdin=DEVNULL, capture_output=True, text=True,
 //! timeout=..., check=False)` does, behind a trait so tests can replay
 //! recorded `systemctl` / `launchctl` output.
@@ -145,7 +145,7 @@ fn drain<R: Read + Send + 'static>(stream: Option<R>) -> JoinHandle<Vec<u8>> {
     })
 }
 
-/// The timeout as the seed passes it: whole seconds print as Python ints.
+/// The timeout as the original passes it: whole seconds print as Python ints.
 fn seconds(timeout: Duration) -> String {
     if timeout.subsec_nanos() == 0 {
         timeout.as_secs().to_string()

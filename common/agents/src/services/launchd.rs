@@ -1,5 +1,5 @@
 //! Reading `launchctl print-disabled gui/<uid>` and `launchctl print
-//! gui/<uid>/<label>` with exactly the seed's regular expressions:
+//! gui/<uid>/<label>` with exactly the original's regular expressions:
 //! `(?m)^\s*"<label>"\s*=>\s*(\S+)\s*$` and `(?m)^\s*pid\s*=\s*([0-9]+)\s*$`.
 //!
 //! Both have the shape `^ \s* LITERAL \s* SEPARATOR \s* (TOKEN+) \s* $`, which

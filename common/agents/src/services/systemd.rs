@@ -1,12 +1,12 @@
 //! Reading `systemctl --user show <unit> --no-pager
-//! --property=LoadState,ActiveState,UnitFileState,MainPID` as the seed does.
+//! --property=LoadState,ActiveState,UnitFileState,MainPID` as the original does.
 
 use std::collections::HashMap;
 
 use super::{ServiceRunState, ServiceState};
 use crate::error::{Error, Result};
 
-/// The `show` properties the seed asks for, all of which must come back.
+/// The `show` properties the original asks for, all of which must come back.
 pub(super) const PROPERTIES: [&str; 4] = ["LoadState", "ActiveState", "UnitFileState", "MainPID"];
 
 /// The state of a unit from its `show` output and whether its unit file exists.

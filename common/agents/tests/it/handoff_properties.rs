@@ -3,12 +3,12 @@
 //! identities at and past their limits, bools for ints, duplicate keys,
 //! trailing garbage) and paths in and out of their preparation directory
 //! must be accepted with the same value or refused with the same class and
-//! message as the seed's own `update_handoff._read_handoff`.
+//! message as the original's own `update_handoff._read_handoff`.
 //!
-//! The seed runs with its two imports replaced by stand-ins that skip the
+//! The original runs with its two imports replaced by stand-ins that skip the
 //! ownership and symlink checks our files already pass (they are real
 //! private files under plain directories here), so the oracle is the
-//! seed's validation itself. `PROPTEST_CASES`
+//! original's validation itself. `PROPTEST_CASES`
 //! sets the batch size.
 
 use std::io::Write as _;
@@ -46,7 +46,7 @@ manage = types.ModuleType("execution_manage")
 for name in ("InstallationLock", "NativeServices", "WorkerControl"):
     setattr(manage, name, object)
 sys.modules["execution_manage"] = manage
-sys.path.insert(0, os.environ["SEEDS_DIR"])
+sys.path.insert(0, os.environ["ORIGINALS_DIR"])
 import update_handoff
 out = []
 for root, path in json.load(sys.stdin):
@@ -193,10 +193,10 @@ fn place_handoff(root: &Path, index: usize, place: Place, data: &[u8]) -> PathBu
     path
 }
 
-fn seed(originals: &Originals, input: &Json) -> Vec<Json> {
+fn original(originals: &Originals, input: &Json) -> Vec<Json> {
     let mut child = Command::new("python3")
         .args(["-B", "-c", ORACLE])
-        .env("SEEDS_DIR", originals.dir())
+        .env("ORIGINALS_DIR", originals.dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -217,7 +217,7 @@ fn seed(originals: &Originals, input: &Json) -> Vec<Json> {
 }
 
 #[test]
-fn generated_handoff_files_match_the_seed() {
+fn generated_handoff_files_match_the_original() {
     let originals = agents_tests::require_originals!();
     let count = std::env::var("PROPTEST_CASES")
         .ok()
@@ -240,7 +240,7 @@ fn generated_handoff_files_match_the_seed() {
     );
     let dir = TempDir::new("handoff-properties");
     let root = dir.path().join("install");
-    // One batch through the seed; reproducible from the fixed runner seed.
+    // One batch through the original; reproducible from the fixed runner original.
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let cases: Vec<(String, PathBuf)> = (0..count)
         .map(|index| {
@@ -261,7 +261,7 @@ fn generated_handoff_files_match_the_seed() {
             })
             .collect(),
     );
-    let outcomes = seed(&originals, &input);
+    let outcomes = original(&originals, &input);
     assert_eq!(outcomes.len(), cases.len());
     let (mut accepted, mut refused) = (0, 0);
     for ((label, path), expected) in cases.iter().zip(&outcomes) {
@@ -284,7 +284,7 @@ fn generated_handoff_files_match_the_seed() {
                 );
                 refused += 1;
             }
-            (ours, _) => panic!("{label}: ours {ours:?}, seed {expected:?}"),
+            (ours, _) => panic!("{label}: ours {ours:?}, original {expected:?}"),
         }
     }
     assert!(

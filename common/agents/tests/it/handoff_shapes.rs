@@ -3,7 +3,7 @@
 //! `expires_at`, a foreign health identity, a release reply that still shows
 //! a lease) and a native manager that disagrees with the receipt: an
 //! in-process worker double on a real loopback port, injected through the
-//! functions' `control`/`services` parameters as the seed's tests inject
+//! functions' `control`/`services` parameters as the original's tests inject
 //! their fakes. The black-box tests against systemd are in
 //! tests/tests/it/update_handoff_*.rs.
 
@@ -147,7 +147,7 @@ fn services() -> FakeServices {
 }
 
 #[test]
-fn the_seed_release_goes_through_the_injected_double() {
+fn the_original_release_goes_through_the_injected_double() {
     let world = World::new("handoff-happy");
     world.double.edit(|state| {
         state.maintenance_reply = vec![(

@@ -194,7 +194,7 @@ fn unknown_files_in_the_lock_are_refused() {
     assert_eq!(listing(&lock), ["other"]);
     assert!(drafts(&root).is_empty());
 
-    // A dead owner's pid is reaped first (as the seed does); the unknown file
+    // A dead owner's pid is reaped first (as the original does); the unknown file
     // then keeps the directory from being replaced.
     fs::write(lock.join("pid"), format!("{}\n", dead_pid())).unwrap();
     fs::set_permissions(lock.join("pid"), fs::Permissions::from_mode(0o600)).unwrap();

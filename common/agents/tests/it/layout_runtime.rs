@@ -117,7 +117,7 @@ fn manifest_must_be_an_object_of_format_1() {
         active_worker_release(&root).unwrap_err().class(),
         ErrorClass::JsonDecode
     );
-    // Python equality: `true == 1 == 1.0`, so the seed accepts these, both in
+    // Python equality: `true == 1 == 1.0`, so the original accepts these, both in
     // the format check and in the whole-document comparison.
     for format in [Json::from(true), Json::from(1.0)] {
         write_manifest(

@@ -533,7 +533,7 @@ fn the_older_true_false_spelling_of_print_disabled_is_read_too() {
 #[test]
 fn a_refused_bootout_fails_the_stop_without_polling_or_echoing() {
     // launchd refusing the bootout (exit 5), or the job gone between the
-    // observation and the bootout (exit 3): the seed does not read the
+    // observation and the bootout (exit 3): the original does not read the
     // reason, it fails the stop as a failed command.
     for (status, stderr) in [
         (5, "bootout-io-error.stderr"),

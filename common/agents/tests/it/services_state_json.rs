@@ -1,5 +1,5 @@
 //! ServiceState in the journal's dict shape (`prior_services` entries), with
-//! the per-role checks and messages of the seed's `_service_states`, and the
+//! the per-role checks and messages of the original's `_service_states`, and the
 //! host check of `NativeServices::new`.
 
 use agents_common::{NativeServices, Platform, ServiceRunState, ServiceState, ServiceStates};
@@ -14,7 +14,7 @@ fn state(text: &str) -> agents_common::Result<ServiceState> {
 }
 
 #[test]
-fn observed_states_serialise_like_the_seed_dicts() {
+fn observed_states_serialise_like_the_original_dicts() {
     let states = ServiceStates {
         worker: ServiceState {
             instance_id: Some("0f1e2d3c4b5a69788796a5b4c3d2e1f0".into()),
@@ -41,7 +41,7 @@ fn recorded_states_round_trip() {
         r#"{"state": "stopped", "enabled": true}"#,
         r#"{"state": "running", "enabled": false, "pid": 7}"#,
         r#"{"state": "running", "enabled": true, "pid": 7, "instance_id": "abc"}"#,
-        // The seed allows a running worker without pid (only gateway scope needs it)
+        // The original allows a running worker without pid (only gateway scope needs it)
         // and process identity on other states.
         r#"{"state": "running", "enabled": true}"#,
         r#"{"state": "stopped", "enabled": true, "pid": 3, "instance_id": "x"}"#,
@@ -55,7 +55,7 @@ fn recorded_states_round_trip() {
 }
 
 #[test]
-fn invalid_recorded_states_are_refused_with_the_seed_messages() {
+fn invalid_recorded_states_are_refused_with_the_original_messages() {
     let invalid_state = "invalid prior native service state";
     let invalid_pid = "invalid native service process identity";
     let invalid_text = "configuration text must be nonempty and contain no control characters";

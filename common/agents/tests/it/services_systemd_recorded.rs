@@ -1,7 +1,7 @@
 //! NativeServices on systemd, replaying `systemctl --user show` output
 //! recorded from a real systemd 252 user manager (property order MainPID,
 //! LoadState, ActiveState, UnitFileState) and variations of it: every state
-//! branch, every parsing refusal in the seed's order, and the commands of
+//! branch, every parsing refusal in the original's order, and the commands of
 //! stop, start, enable/disable, reload and restore. The same operations run
 //! against a real manager in `tests/tests/it/services_systemd.rs`.
 
@@ -50,7 +50,7 @@ fn observe(roles: &[&str], stdout: &str) -> agents_common::Result<ServiceState> 
 }
 
 #[test]
-fn recorded_states_map_to_the_seed_dicts() {
+fn recorded_states_map_to_the_original_dicts() {
     let with_file = &["worker"][..];
     let cases = [
         // Recorded: not loaded and no unit file.
@@ -182,7 +182,7 @@ fn units_without_a_restorable_file_or_with_a_live_bad_process_are_refused() {
 }
 
 #[test]
-fn malformed_show_output_is_refused_with_the_seed_messages() {
+fn malformed_show_output_is_refused_with_the_original_messages() {
     let good = show_output("0", "loaded", "inactive", "enabled");
     let cases: Vec<(String, &str)> = vec![
         (
@@ -380,7 +380,7 @@ fn start_reads_the_unit_then_enables_and_starts_without_blocking() {
 }
 
 #[test]
-fn reload_enable_disable_and_restore_run_the_seed_commands() {
+fn reload_enable_disable_and_restore_run_the_original_commands() {
     let host = host(&["worker", "gateway"]);
     let enable = |unit: &str| expect(&["systemctl", "--user", "enable", unit], reply(0, "", ""));
     let disable = |unit: &str| expect(&["systemctl", "--user", "disable", unit], reply(0, "", ""));
@@ -418,7 +418,7 @@ fn reload_enable_disable_and_restore_run_the_seed_commands() {
     native.restore("gateway", &ServiceState::absent()).unwrap();
     assert_eq!(recorded.unused(), 0);
 
-    // Stricter than the seed, which maps any role other than "worker" to the
+    // Stricter than the original, which maps any role other than "worker" to the
     // gateway unit: an unknown role is refused before any command runs.
     let recorded = Recorded::new(vec![]);
     let refused = services(&host.layout, &recorded)

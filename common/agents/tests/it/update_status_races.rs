@@ -1,4 +1,4 @@
-//! The `server-update.json` protocol against the seed running in real Python
+//! The `server-update.json` protocol against the original running in real Python
 //! processes: both sides serialise on the same flock, the CAS refuses writes
 //! once the server changed the row, unknown keys survive, and the bytes and
 //! refusals match `update_runner.py`.
@@ -21,7 +21,7 @@ use python_compat::{
 };
 use release_support::{python_oracle, TempDir};
 
-/// Start the seed in a child python3 running `script` with `path` bound.
+/// Start the original in a child python3 running `script` with `path` bound.
 fn spawn_python(originals: &Originals, script: &str, path: &Path) -> std::process::Child {
     Command::new("python3")
         .arg("-B")
@@ -150,7 +150,7 @@ fn the_cas_refuses_once_the_row_is_no_longer_ours() {
         std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    // The server (seed) finalises the row; from then on the runner may not write.
+    // The server (original) finalises the row; from then on the runner may not write.
     let mut server = spawn_python(
         &originals,
         "update_runner.update_status(p, phase='failed', message='cancelled by the server')\n",
@@ -190,7 +190,7 @@ fn the_cas_refuses_once_the_row_is_no_longer_ours() {
 }
 
 #[test]
-fn rows_are_written_and_read_exactly_as_the_seed_does() {
+fn rows_are_written_and_read_exactly_as_the_original_does() {
     let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-bytes");
     let cases: Vec<(&str, &[u8])> = vec![
@@ -216,7 +216,7 @@ fn rows_are_written_and_read_exactly_as_the_seed_does() {
         std::fs::write(&path, content).unwrap();
         inputs.push(Json::from(path.to_str().unwrap()));
     }
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         r#"
 from pathlib import Path
@@ -233,12 +233,12 @@ print(json.dumps(out))
     );
     for ((label, _), (input, expected)) in cases
         .iter()
-        .zip(inputs.iter().zip(seed.as_array().unwrap()))
+        .zip(inputs.iter().zip(original.as_array().unwrap()))
     {
         let path = Path::new(input.as_str().unwrap());
         match (read_status_unlocked(path), expected.get("ok")) {
-            (Ok(ours), Some(seed_value)) => {
-                assert_eq!(&Json::Object(ours.clone()), seed_value, "{label}");
+            (Ok(ours), Some(original_value)) => {
+                assert_eq!(&Json::Object(ours.clone()), original_value, "{label}");
                 let written = dir.path().join(format!("{label}.out.json"));
                 agents_common::test_support::atomic_json(&written, &ours).unwrap();
                 assert_eq!(
@@ -259,13 +259,13 @@ print(json.dumps(out))
                     "{label}"
                 );
             }
-            (ours, _) => panic!("{label}: ours {ours:?}, seed {expected:?}"),
+            (ours, _) => panic!("{label}: ours {ours:?}, original {expected:?}"),
         }
     }
 }
 
 #[test]
-fn unsafe_lock_files_are_refused_like_the_seed() {
+fn unsafe_lock_files_are_refused_like_the_original() {
     let originals = agents_tests::require_originals!();
     let dir = TempDir::new("status-lock");
     let make = |label: &str| {
@@ -296,7 +296,7 @@ fn unsafe_lock_files_are_refused_like_the_seed() {
         .iter()
         .map(|path| Json::from(path.to_str().unwrap()))
         .collect();
-    let seed = python_oracle(
+    let original = python_oracle(
         &originals,
         r#"
 from pathlib import Path
@@ -311,7 +311,7 @@ print(json.dumps(out))
 "#,
         &python_compat::json::encode_compact(&Json::Array(inputs)).unwrap(),
     );
-    for (status, expected) in statuses.iter().zip(seed.as_array().unwrap()) {
+    for (status, expected) in statuses.iter().zip(original.as_array().unwrap()) {
         let error = update_status(status, None, json_object! {"message" => "x"}).unwrap_err();
         assert_eq!(
             Some(error.message()),
@@ -321,7 +321,7 @@ print(json.dumps(out))
         let class = match expected.get("error").and_then(Json::as_str).unwrap() {
             "PermissionError" => ErrorClass::Permission,
             "IsADirectoryError" | "OSError" => ErrorClass::Os,
-            other => panic!("unexpected seed class {other}"),
+            other => panic!("unexpected original class {other}"),
         };
         assert_eq!(error.class(), class, "{status:?}");
         assert!(!status.exists(), "a refused lock must not write the row");

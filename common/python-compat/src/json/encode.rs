@@ -1,4 +1,4 @@
-//! `json.dumps` in the four styles the seeds and the Python programs they share
+//! `json.dumps` in the four styles the originals and the Python programs they share
 //! files with use. Every style keeps `ensure_ascii=True`, so output is ASCII.
 
 use super::value::Json;

@@ -109,14 +109,14 @@ fn exact_decimal(number: f64) -> String {
 }
 
 /// A decoded or to-be-encoded JSON value, shaped like the Python objects the
-/// seeds pass to and get from the `json` module.
+/// originals pass to and get from the `json` module.
 ///
 /// Equality follows Python: `true == 1 == 1.0`, ints and floats compare
 /// exactly, objects compare without regard to key order. One deliberate
 /// difference: `NaN` equals `NaN`. Python's `json.loads` returns one shared NaN
 /// object and container comparison checks identity first, so the parsed-versus-
-/// parsed comparisons the seeds make (`json.loads(data) != expected_status`)
-/// treat NaN as equal; a top-level `NaN != NaN` never occurs in the seeds.
+/// parsed comparisons the originals make (`json.loads(data) != expected_status`)
+/// treat NaN as equal; a top-level `NaN != NaN` never occurs in the originals.
 #[derive(Debug, Clone)]
 pub enum Json {
     /// `null` / `None`.
@@ -157,7 +157,7 @@ impl Json {
         }
     }
 
-    /// The integer of an int value; `None` for booleans, as the seeds'
+    /// The integer of an int value; `None` for booleans, as the originals'
     /// `type(x) is int` checks require.
     pub fn as_int(&self) -> Option<i128> {
         match self {

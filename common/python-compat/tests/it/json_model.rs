@@ -1,4 +1,4 @@
-//! The value model behaves like the Python objects the seeds handle: dicts
+//! The value model behaves like the Python objects the originals handle: dicts
 //! keep insertion order and replace in place, compare without order, and
 //! numbers compare across bool/int/float as Python's `==` does.
 

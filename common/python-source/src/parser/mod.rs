@@ -39,7 +39,7 @@ use python_compat::Exception;
 /// `RecursionError`. CPython's own limit is on the depth of the AST it
 /// converts (3000 minus three per Python frame of the caller: a chain of
 /// 2985 unary minus, `not` or `if`/`else` passes when `ast.parse` is called
-/// as the seed calls it, 2986 fails) or, for constructs that cost its parser
+/// as the original calls it, 2986 fails) or, for constructs that cost its parser
 /// more rule calls (lambdas, `**`), a `MemoryError` a few levels earlier;
 /// this limit matches the first.
 const MAX_DEPTH: u32 = 2989;

@@ -20,10 +20,8 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agents_common::{config_staging_paths, ActivationInvocation, ActivationManifest, Platform};
-use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::Platform;
 use agents_tests::{binary_path, test_worker_path, try_poll_until, HttpRequest, AGENT_TOKEN};
-use execution_activation::replace_config::replace_config;
 use python_compat::json::{parse_json, Json};
 
 use agents_tests::journal_writer::{Begin, Roots};
@@ -35,6 +33,12 @@ pub(crate) const FAULT_FILE: &str = "DEMO_FAULT";
 pub(crate) const LOG_PREFIX: &str = "install.sh: ";
 /// The payload of every demo release besides install.sh.
 pub(crate) const PAYLOAD: [&str; 3] = ["VERSION", "agent_server.py", "execution_service.py"];
+
+/// The systemd user units install.sh's layout names (upstream's
+/// `WORKER_UNIT` and the gateway's), spelled here rather than taken from the
+/// helpers' crate.
+pub(crate) const WORKER_UNIT: &str = "agents-server.service";
+pub(crate) const GATEWAY_UNIT: &str = "agents-server-gateway.service";
 
 /// Operations that take only install.sh's common flags.
 const NO_ARGS: &[&str] = &[];
@@ -280,18 +284,12 @@ impl Installer {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// install.sh's write_runtime_env: the env file through the journal.
+    /// install.sh's write_runtime_env: the env file through the journal
+    /// (`activation_transaction replace-config --kind env`, the journal
+    /// writer's stand-in for it).
     fn replace_env(&self) -> Result<()> {
-        let root = self.roots.root();
-        let (_directory, manifest) =
-            ActivationManifest::read(&root, false).map_err(|err| err.to_string())?;
-        let (source, _) =
-            config_staging_paths(&self.roots.env_path(), manifest.transaction_id(), "env");
-        fs::write(&source, format!("AGENTSDOCK_AGENT_TOKEN={AGENT_TOKEN}\n"))
-            .and_then(|()| fs::set_permissions(&source, fs::Permissions::from_mode(0o600)))
-            .map_err(|err| format!("{}: {err}", source.display()))?;
-        let args = ActivationInvocation::owned(&manifest, &root);
-        replace_config(&args, "env", &source, 0o600).map_err(|err| err.to_string())
+        let env = format!("AGENTSDOCK_AGENT_TOKEN={AGENT_TOKEN}\n");
+        self.roots.replace_config("env", env.as_bytes(), 0o600)
     }
 
     /// Both units running and the worker's receipt naming the worker

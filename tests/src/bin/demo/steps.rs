@@ -11,22 +11,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agents_common::{
-    read_status_unlocked, utc_now, ExecutionLayout, NativeServices, SystemCommandRunner,
-    WorkerControl, TRANSACTION_NAME,
-};
-use agents_common::{test_support::atomic_json, GATEWAY_UNIT, WORKER_UNIT};
+use agents_common::ExecutionLayout;
+use agents_tests::server_control::{seal_worker, worker_status};
+use agents_tests::server_status::{read_row, utc_now, write_json, Row};
+use agents_tests::upstream_activation::hyphenated;
+use agents_tests::upstream_json::json_bytes;
+use agents_tests::upstream_layout::Layout;
 use agents_tests::{
     binary_path, free_port, try_poll_until, HttpRequest, Installation, ProcessIdentity,
     ReleaseFile, ReleaseHost, RequestMatch, Role, Sandbox, SandboxError, Stall, Switches,
     AGENT_TOKEN,
 };
 use python_compat::{
-    json::{encode_indented, parse_json, Json, JsonObject},
+    json::{parse_json, Json},
     json_object,
 };
 
-use crate::installer::{interpreter, FAULT_FILE, LOG_PREFIX};
+use crate::installer::{interpreter, FAULT_FILE, GATEWAY_UNIT, LOG_PREFIX, WORKER_UNIT};
 use agents_tests::journal_writer::API_CONTRACT;
 
 type Result<T> = std::result::Result<T, String>;
@@ -56,6 +57,8 @@ const PIN_NOT_RETAINED: &str =
 const STATE_FILE: &str = "sessions.json";
 /// The activation journal install.sh keeps while it activates a release.
 const ACTIVATION_JOURNAL: &str = ".activation-transaction";
+/// The journal `execution-manage apply` keeps while it activates a layout.
+const EXECUTION_JOURNAL: &str = ".execution-transaction";
 
 /// Exit code and output of one helper run.
 struct Outcome {
@@ -205,7 +208,8 @@ impl Demo {
     /// The layout as the private file `apply --layout` reads.
     fn layout_file(&self, layout: &ExecutionLayout, name: &str) -> Result<PathBuf> {
         let path = self.sandbox.base().join(format!("layout-{name}.json"));
-        fs::write(&path, encode_indented(&layout.to_dict()))
+        let layout = Layout::of(layout).map_err(|err| err.python_line())?;
+        fs::write(&path, json_bytes(&layout.to_value()))
             .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o600)))
             .map_err(|err| format!("write {}: {err}", path.display()))?;
         Ok(path)
@@ -448,42 +452,24 @@ impl Demo {
     /// The server's part before it launches the runner: seal the running
     /// worker's admission for `update_id` over its private control channel
     /// and write the handoff install.sh proves its stop with.
-    fn seal_handoff(&self, update_id: &str, serving: &Serving, worker: &str) -> Result<PathBuf> {
-        let layout = self.layout(worker, worker);
-        let native = self.native_services(&layout);
-        let operation = format!(
-            "{}-{}-{}-{}-{}",
-            &update_id[..8],
-            &update_id[8..12],
-            &update_id[12..16],
-            &update_id[16..20],
-            &update_id[20..]
-        );
-        let hold = WorkerControl::new()
-            .services(&native)
-            .seal_for_stop(&layout, &operation, i64::from(serving.worker_pid))
-            .map_err(|err| format!("seal the worker for the update: {err}"))?;
-        let field = |object: &JsonObject, key: &str| object.get(key).cloned().unwrap_or(Json::Null);
-        let handoff = json_object! {
-            "schema" => 1,
-            "operation_id" => operation.as_str(),
-            "worker_instance_id" => field(&hold.record, "instance_id"),
-            "lease_id" => field(&hold.lease, "lease_id"),
-            "expected_server_identity" => serving.server_identity.as_str(),
-        };
+    fn seal_handoff(&self, update_id: &str, serving: &Serving) -> Result<PathBuf> {
+        let operation = hyphenated(update_id);
+        let hold = seal_worker(
+            &self.installation.runtime_dir(),
+            &operation,
+            serving.worker_pid,
+        )
+        .map_err(|err| format!("seal the worker for the update: {err}"))?;
         let preparations = self.root().join(".update-preparations");
         let directory = preparations.join(update_id);
         let path = directory.join(format!("handoff-{update_id}.json"));
         private_dir(&preparations)?;
         private_dir(&directory)?;
-        private_file(&path, &encode_indented(&Json::Object(handoff)))?;
+        private_file(
+            &path,
+            &hold.handoff_bytes(&operation, &serving.server_identity),
+        )?;
         Ok(path)
-    }
-
-    /// The installation's units through the sandbox's manager.
-    fn native_services(&self, layout: &ExecutionLayout) -> NativeServices {
-        let runner = SystemCommandRunner::default().with_environment(self.sandbox.env());
-        NativeServices::with_runner(layout, Box::new(runner))
     }
 
     fn admin(&self) -> PathBuf {
@@ -500,29 +486,29 @@ impl Demo {
         update_id: &str,
         from: &str,
         version: &str,
-    ) -> Result<(Option<i32>, JsonObject)> {
+    ) -> Result<(Option<i32>, Row)> {
         let serving = self.serving(from, from)?;
         self.advertise_idle_server();
-        let handoff = self.seal_handoff(update_id, &serving, from)?;
+        let handoff = self.seal_handoff(update_id, &serving)?;
         let admin = self.admin();
         private_dir(&admin)?;
         let status = admin.join("server-update.json");
-        let admitted = json_object! {
-            "phase" => "starting",
-            "update_id" => update_id,
-            "track" => "stable",
-            "current_track" => "stable",
-            "target_version" => version,
-            "latest_version" => version,
-            "update_available" => true,
-            "message" => "Starting the AgentsServer update.",
-            "runner_pid" => Json::Null,
-            "started_at" => utc_now(),
-            "finished_at" => Json::Null,
-        };
-        atomic_json(&status, &admitted).map_err(|err| format!("admit the update: {err}"))?;
+        let admitted = serde_json::json!({
+            "phase": "starting",
+            "update_id": update_id,
+            "track": "stable",
+            "current_track": "stable",
+            "target_version": version,
+            "latest_version": version,
+            "update_available": true,
+            "message": "Starting the AgentsServer update.",
+            "runner_pid": null,
+            "started_at": utc_now(),
+            "finished_at": null,
+        });
+        write_json(&status, &admitted).map_err(|err| format!("admit the update: {err}"))?;
         let token = admin.join(format!(".server-update-{update_id}.auth.json"));
-        atomic_json(&token, &json_object! {"token" => AGENT_TOKEN})
+        write_json(&token, &serde_json::json!({"token": AGENT_TOKEN}))
             .map_err(|err| format!("write the health credential: {err}"))?;
         let installation = &self.installation;
         let mut runner = self.sandbox.command(binary_path("update-runner"));
@@ -563,7 +549,7 @@ impl Demo {
             let finished = child
                 .try_wait()
                 .map_err(|err| format!("update-runner: {err}"))?;
-            if let Ok(row) = read_status_unlocked(&status) {
+            if let Ok(row) = read_row(&status) {
                 let now = text_field(&row, "phase");
                 if now != phase {
                     self.say(
@@ -604,7 +590,7 @@ impl Demo {
             }
             std::thread::sleep(Duration::from_millis(1));
         };
-        let row = read_status_unlocked(&status).map_err(|err| format!("status row: {err}"))?;
+        let row = read_row(&status).map_err(|err| format!("status row: {err}"))?;
         self.say(
             "journal",
             &format!(
@@ -622,7 +608,7 @@ impl Demo {
     /// runs worker and gateway from these releases and the activation's
     /// admission hold is released.
     fn settled_on(&self, worker: &str, gateway: &str) -> Result<Serving> {
-        for journal in [ACTIVATION_JOURNAL, TRANSACTION_NAME] {
+        for journal in [ACTIVATION_JOURNAL, EXECUTION_JOURNAL] {
             if fs::symlink_metadata(self.root().join(journal)).is_ok() {
                 return Err(format!("the journal {journal} is left behind"));
             }
@@ -1031,7 +1017,7 @@ impl Demo {
     /// against the pending journal on disk and the worker's own lease;
     /// returns its stdout line.
     fn pending_activation(&self, serving: &Serving) -> Result<String> {
-        let journal = self.root().join(TRANSACTION_NAME).join("manifest.json");
+        let journal = self.root().join(EXECUTION_JOURNAL).join("manifest.json");
         let journal_before =
             fs::read(&journal).map_err(|err| format!("the pending journal: {err}"))?;
         let output = self
@@ -1049,20 +1035,14 @@ impl Demo {
             .ok()
             .and_then(|journal| journal.get("id").and_then(Json::as_str).map(str::to_string))
             .ok_or("the pending journal has no id")?;
-        let layout = self.layout(A, A);
-        let native = self.native_services(&layout);
-        let (record, status) = WorkerControl::new()
-            .services(&native)
-            .status(&layout)
+        let status = worker_status(&self.installation.runtime_dir(), serving.worker_pid)
             .map_err(|err| format!("the worker's status: {err}"))?;
-        let operation = status
-            .get("lease")
-            .and_then(|lease| lease.get("operation_id"))
-            .and_then(Json::as_str)
+        let operation = status["lease"]["operation_id"]
+            .as_str()
             .unwrap_or("")
             .to_string();
-        if record.get("pid") != Some(&Json::from(serving.worker_pid)) || operation.is_empty() {
-            return Err(format!("the worker holds no admission lease: {status:?}"));
+        if operation.is_empty() {
+            return Err(format!("the worker holds no admission lease: {status}"));
         }
         let expected = format!(
             "{{\"id\": \"{id}\", \"operation_id\": \"{operation}\", \"phase\": \"prepared\", \
@@ -1123,7 +1103,7 @@ impl Demo {
 
 /// A row's message on one line: a failed installer's log tail is counted,
 /// not printed.
-fn summary(row: &JsonObject) -> String {
+fn summary(row: &Row) -> String {
     let message = text_field(row, "message");
     let mut lines = message.lines();
     let first = lines.next().unwrap_or("").to_string();
@@ -1133,9 +1113,9 @@ fn summary(row: &JsonObject) -> String {
     }
 }
 
-fn text_field(row: &JsonObject, key: &str) -> String {
+fn text_field(row: &Row, key: &str) -> String {
     row.get(key)
-        .and_then(Json::as_str)
+        .and_then(serde_json::Value::as_str)
         .unwrap_or("")
         .to_string()
 }

@@ -32,7 +32,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agents_common::test_support::read_secret;
 use agents_tests::{errors_log_path, test_worker_dir, Role, Switches};
 use python_compat::json_object;
 
@@ -167,8 +166,10 @@ fn start(invocation: Invocation, state_root: PathBuf) -> Result<(), Exit> {
                 Err(LeaseError::Failed(message)) => return Err(fail(message)),
             };
             service.instance_id = lease.instance_id().to_string();
-            service.control_token =
-                Some(read_secret(&runtime_dir.join("control.token")).map_err(fail)?);
+            service.control_token = Some(
+                agents_tests::upstream_files::read_secret(&runtime_dir.join("control.token"))
+                    .map_err(fail)?,
+            );
             if invocation.role == Role::Worker {
                 run_worker(invocation, service, lease, &release, &switches)
             } else {

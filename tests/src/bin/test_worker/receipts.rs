@@ -8,13 +8,13 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agents_common::test_support::ensure_execution_secret;
 use python_compat::json::{encode_line, parse_json, Json, JsonObject};
 use python_compat::os::current_uid;
 use rustix::fs::{flock, FlockOperation};
 
 use crate::private_files::{open_lock, publish_private};
 use crate::random::uuid4_hex;
+use agents_tests::upstream_files::ensure_execution_secret;
 
 /// Why the role lock could not be taken.
 #[derive(Debug)]

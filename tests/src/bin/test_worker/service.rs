@@ -216,10 +216,7 @@ impl Service {
             return Reply::detail(401, "Unauthorized");
         }
         match crate::update_status::read(&self.state_root, switches.update_grace_seconds) {
-            Ok(row) => Reply::json(
-                200,
-                encode_compact(&Json::Object(row)).expect("the row encodes"),
-            ),
+            Ok(row) => Reply::json(200, row.into_bytes()),
             Err(err) => Reply::detail(500, &err),
         }
     }

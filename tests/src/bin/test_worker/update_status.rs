@@ -13,13 +13,10 @@
 
 use std::path::Path;
 
-use agents_common::{
-    read_status_unlocked, update_status_unlocked, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
+use agents_tests::server_status::{
+    now_seconds, read_row, stamp_seconds, status_lock, utc_now, write_json, ACTIVE_PHASES,
 };
-use python_compat::{
-    json::{Json, JsonObject},
-    json_object,
-};
+use serde_json::{Map, Value};
 
 /// `SERVER_UPDATE_START_GRACE_SECONDS`.
 const GRACE_SECONDS: f64 = 45.0;
@@ -27,48 +24,66 @@ const GRACE_SECONDS: f64 = 45.0;
 const ABANDONED: &str =
     "The detached updater exited before reporting completion. See server-update.log.";
 
-/// The row after the read (finalized when abandoned).
-pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<JsonObject, String> {
+/// The row after the read (finalized when abandoned), as the reply's JSON.
+pub(crate) fn read(state_root: &Path, grace: Option<f64>) -> Result<String, String> {
     let path = state_root.join("admin/server-update.json");
-    let _lock = StatusLock::acquire(&path).map_err(|err| err.to_string())?;
-    let row = read_status_unlocked(&path).map_err(|err| err.to_string())?;
+    let _lock = status_lock(&path)?;
+    // The server reads an unreadable or non-object row as `{}`.
+    let row = read_row(&path).unwrap_or_default();
     if !abandoned(&row, grace.unwrap_or(GRACE_SECONDS)) {
-        return Ok(row);
+        return Ok(Value::Object(row).to_string());
     }
-    let mut changes = json_object! {
-        "phase" => "failed",
-        "message" => ABANDONED,
-        "runner_pid" => Json::Null,
-        "heartbeat_at" => Json::Null,
-        "finished_at" => agents_common::utc_now(),
-    };
+    let mut updated = row.clone();
+    let now = utc_now();
+    for (key, value) in [
+        ("phase", Value::from("failed")),
+        ("message", Value::from(ABANDONED)),
+        ("runner_pid", Value::Null),
+        ("heartbeat_at", Value::Null),
+        ("finished_at", Value::from(now.as_str())),
+        ("updated_at", Value::from(now.as_str())),
+    ] {
+        updated.insert(key.to_string(), value);
+    }
     if row
         .get("_execution_handoff")
         .is_some_and(|handoff| !handoff.is_null())
     {
-        changes.insert("error_code", "server_update_handoff_release_failed");
-        changes.insert("retryable", true);
-        changes.insert(
-            "error_action",
-            "Retry the update to finish releasing its execution hold.",
-        );
+        for (key, value) in [
+            (
+                "error_code",
+                Value::from("server_update_handoff_release_failed"),
+            ),
+            ("retryable", Value::Bool(true)),
+            (
+                "error_action",
+                Value::from("Retry the update to finish releasing its execution hold."),
+            ),
+        ] {
+            updated.insert(key.to_string(), value);
+        }
     }
-    update_status_unlocked(&path, &row, changes).map_err(|err| err.to_string())
+    let row = Value::Object(updated);
+    write_json(&path, &row)?;
+    Ok(row.to_string())
 }
 
-fn text(row: &JsonObject, key: &str) -> String {
-    row.get(key)
-        .map(python_compat::str_or_empty)
-        .unwrap_or_default()
+/// Python's `str(value or "")` of a member, for the row's text fields.
+fn text(row: &Map<String, Value>, key: &str) -> String {
+    match row.get(key) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
 }
 
-fn abandoned(row: &JsonObject, grace: f64) -> bool {
+fn abandoned(row: &Map<String, Value>, grace: f64) -> bool {
     let phase = text(row, "phase");
-    if !RUNNER_OWNED_ACTIVE_PHASES.contains(&phase.as_str()) {
+    if !ACTIVE_PHASES.contains(&phase.as_str()) {
         return false;
     }
     let update_id = text(row, "update_id");
-    let pid = row.get("runner_pid").and_then(Json::as_int).unwrap_or(0);
+    let pid = row.get("runner_pid").and_then(Value::as_i64).unwrap_or(0);
     if pid > 1 && runner_alive(pid, &update_id) {
         return false;
     }
@@ -78,7 +93,7 @@ fn abandoned(row: &JsonObject, grace: f64) -> bool {
     age as f64 >= grace
 }
 
-fn runner_alive(pid: i128, update_id: &str) -> bool {
+fn runner_alive(pid: i64, update_id: &str) -> bool {
     let Ok(line) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
@@ -93,27 +108,4 @@ fn runner_alive(pid: i128, update_id: &str) -> bool {
         && words
             .windows(2)
             .any(|pair| pair[0] == "--update-id" && pair[1] == update_id)
-}
-
-fn now_seconds() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs() as i64)
-}
-
-/// `%Y-%m-%dT%H:%M:%SZ` as Unix seconds.
-fn stamp_seconds(stamp: &str) -> Option<i64> {
-    if stamp.len() != 20 || !stamp.ends_with('Z') {
-        return None;
-    }
-    let number = |range: std::ops::Range<usize>| -> Option<i64> { stamp.get(range)?.parse().ok() };
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    let year = year - i64::from(month <= 2);
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
 }

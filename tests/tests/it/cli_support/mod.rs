@@ -1,6 +1,6 @@
-//! Runs a built helper and, side by side, the Python seed's own argparse
+//! Runs a built helper and, side by side, the Python original's own argparse
 //! parser on the same argv, so each command-line outcome is compared with
-//! the seed's (the oracle) rather than with expectations we wrote.
+//! the original's (the oracle) rather than with expectations we wrote.
 
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
@@ -9,14 +9,14 @@ use std::process::{Command, Output};
 
 use agents_tests::{binary_path, Originals, TempDir};
 
-/// Imports the seed with stand-ins for the modules it imports that are not
+/// Imports the original with stand-ins for the modules it imports that are not
 /// there, replaces `ArgumentParser.parse_args` so that a successful parse
-/// prints `PARSED <vars(args)>` and exits 1 before the seed acts, then runs
-/// the seed's `main` with argv[0] set to our program name (argparse's
-/// default `prog`). Usage errors and help behave exactly as in the seed.
+/// prints `PARSED <vars(args)>` and exits 1 before the original acts, then runs
+/// the original's `main` with argv[0] set to our program name (argparse's
+/// default `prog`). Usage errors and help behave exactly as in the original.
 const ORACLE: &str = r#"
 import argparse, builtins, importlib.util, json, os, sys, types
-seed_dir, module, prog = sys.argv[1:4]
+original_dir, module, prog = sys.argv[1:4]
 argv = sys.argv[4:]
 class Dummy:
     def __getattr__(self, name): return Dummy()
@@ -33,23 +33,23 @@ def tolerant_import(name, globals=None, locals=None, fromlist=(), level=0):
         sys.modules[name] = Stub(name)
         return sys.modules[name]
 builtins.__import__ = tolerant_import
-original = argparse.ArgumentParser.parse_args
+real_parse_args = argparse.ArgumentParser.parse_args
 def parse_args(self, args=None, namespace=None):
-    values = vars(original(self, args, namespace))
+    values = vars(real_parse_args(self, args, namespace))
     shown = {k: v if isinstance(v, (str, int, bool, type(None))) else str(v) for k, v in values.items()}
     sys.stdout.write("PARSED " + json.dumps(shown, sort_keys=True) + "\n")
     sys.stdout.flush()
     os._exit(1)
 argparse.ArgumentParser.parse_args = parse_args
 sys.argv = [prog] + argv
-spec = importlib.util.spec_from_file_location("seed_under_test", os.path.join(seed_dir, module + ".py"))
-seed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seed)
+spec = importlib.util.spec_from_file_location("original_under_test", os.path.join(original_dir, module + ".py"))
+original = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(original)
 builtins.__import__ = real_import
 if module == "update_runner":
-    seed.main()
+    original.main()
 else:
-    seed.main(argv)
+    original.main(argv)
 "#;
 
 /// An environment without what changes argparse's or the helpers' output.
@@ -86,7 +86,7 @@ fn in_scratch_directory(command: &mut Command) -> Output {
         .expect("the helper runs")
 }
 
-/// Runs the seed `module`'s parser on `args` (see [`ORACLE`]).
+/// Runs the original `module`'s parser on `args` (see [`ORACLE`]).
 pub(crate) fn oracle<S: AsRef<OsStr>>(
     originals: &Originals,
     module: &str,
@@ -122,14 +122,14 @@ pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Asserts that the helper and the seed's parser end `args` the same way:
+/// Asserts that the helper and the original's parser end `args` the same way:
 /// the same help page start (up to the first blank line: the usage) with
 /// status 0, the same usage error bytes with status 2, or both accepting the
 /// arguments. An accepted command line then runs the operation: anything
 /// but a usage error, help or a placeholder for an operation that is not
 /// there. Returns the helper's output.
 #[track_caller]
-pub(crate) fn assert_same_as_seed<S: AsRef<OsStr> + std::fmt::Debug>(
+pub(crate) fn assert_same_as_original<S: AsRef<OsStr> + std::fmt::Debug>(
     originals: &Originals,
     program: &str,
     module: &str,
@@ -138,7 +138,7 @@ pub(crate) fn assert_same_as_seed<S: AsRef<OsStr> + std::fmt::Debug>(
     assert_same_as_parser(program, originals.dir(), module, args)
 }
 
-/// [`assert_same_as_seed`] with the parser of `dir/module.py`.
+/// [`assert_same_as_original`] with the parser of `dir/module.py`.
 #[track_caller]
 pub(crate) fn assert_same_as_parser<S: AsRef<OsStr> + std::fmt::Debug>(
     program: &str,
@@ -147,18 +147,18 @@ pub(crate) fn assert_same_as_parser<S: AsRef<OsStr> + std::fmt::Debug>(
     args: &[S],
 ) -> Output {
     let ours = run(program, args);
-    let seed = oracle_in(dir, module, program, args);
-    let seed_stdout = text(&seed.stdout);
+    let original = oracle_in(dir, module, program, args);
+    let original_stdout = text(&original.stdout);
     let context = format!(
-        "{program} {args:?}\n--- ours (status {:?}):\n{}{}\n--- seed (status {:?}):\n{}{}",
+        "{program} {args:?}\n--- ours (status {:?}):\n{}{}\n--- original (status {:?}):\n{}{}",
         ours.status.code(),
         text(&ours.stdout),
         text(&ours.stderr),
-        seed.status.code(),
-        seed_stdout,
-        text(&seed.stderr)
+        original.status.code(),
+        original_stdout,
+        text(&original.stderr)
     );
-    match seed.status.code() {
+    match original.status.code() {
         Some(0) => {
             assert_eq!(
                 ours.status.code(),
@@ -168,7 +168,7 @@ pub(crate) fn assert_same_as_parser<S: AsRef<OsStr> + std::fmt::Debug>(
             let usage = |page: &str| page.split("\n\n").next().unwrap_or_default().to_string();
             assert_eq!(
                 usage(&text(&ours.stdout)),
-                usage(&seed_stdout),
+                usage(&original_stdout),
                 "help usage differs: {context}"
             );
             assert!(ours.stderr.is_empty(), "{context}");
@@ -181,24 +181,24 @@ pub(crate) fn assert_same_as_parser<S: AsRef<OsStr> + std::fmt::Debug>(
             );
             assert_eq!(
                 text(&ours.stderr),
-                text(&seed.stderr),
+                text(&original.stderr),
                 "usage error differs: {context}"
             );
             assert!(
-                ours.stdout.is_empty() && seed.stdout.is_empty(),
+                ours.stdout.is_empty() && original.stdout.is_empty(),
                 "{context}"
             );
         }
         Some(1) => {
             assert!(
-                seed_stdout.starts_with("PARSED "),
-                "the seed failed otherwise: {context}"
+                original_stdout.starts_with("PARSED "),
+                "the original failed otherwise: {context}"
             );
             let stderr = text(&ours.stderr);
             assert_ne!(
                 ours.status.code(),
                 Some(2),
-                "refused what the seed accepts: {context}"
+                "refused what the original accepts: {context}"
             );
             assert!(
                 !stderr.starts_with("usage:") && !text(&ours.stdout).starts_with("usage:"),
@@ -206,7 +206,7 @@ pub(crate) fn assert_same_as_parser<S: AsRef<OsStr> + std::fmt::Debug>(
             );
             assert!(!stderr.contains("is not implemented yet"), "{context}");
         }
-        other => panic!("unexpected seed status {other:?}: {context}"),
+        other => panic!("unexpected original status {other:?}: {context}"),
     }
     ours
 }

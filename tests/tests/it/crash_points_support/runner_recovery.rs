@@ -16,12 +16,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agents_common::test_support::atomic_json;
 use agents_common::{
     read_status_unlocked, utc_now, Platform, StatusLock, RUNNER_OWNED_ACTIVE_PHASES,
 };
 use agents_tests::crash_points::{helper_injection, Injection, Traced};
 use agents_tests::journal_writer::{Begin, Roots};
+use agents_tests::server_status::write_row;
 use agents_tests::Outcome;
 use python_compat::{
     json::{parse_json, Json, JsonObject},
@@ -115,7 +115,7 @@ fn server_finalizes(status: &Path, installed: bool) {
     row.insert("runner_pid", Json::Null);
     row.insert("heartbeat_at", Json::Null);
     row.insert("finished_at", utc_now());
-    atomic_json(status, &row).unwrap();
+    write_row(status, &row).unwrap();
 }
 
 /// Runs `command` (`what`, for the message) and requires exit `code`.
@@ -246,8 +246,8 @@ impl RecoveryScene {
             } {
                 row.insert(key, value);
             }
-            atomic_json(&r.status, &row).unwrap();
-            atomic_json(&token_file, &json_object! {"token" => "next-token"}).unwrap();
+            write_row(&r.status, &row).unwrap();
+            write_row(&token_file, &json_object! {"token" => "next-token"}).unwrap();
         }
         let mut runner = Command::new(r.runtime.dir.join("update-runner"));
         runner

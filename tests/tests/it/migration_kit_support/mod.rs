@@ -1,4 +1,4 @@
-//! A fake AgentsServer release for the migration kit tests: the five seeds
+//! A fake AgentsServer release for the migration kit tests: the five originals
 //! plus the stand-ins of `tests/fixtures/migration`, the kit run on it, and
 //! the runtime its stand-in install.sh stages from it.
 
@@ -14,8 +14,8 @@ use agents_tests::{binary_path, profile_dir, Originals, TempDir, HELPERS};
 
 /// The release's version file.
 pub(crate) const VERSION: &str = "1.0.7-beta.5";
-/// The seeds copied into every fake release (the kit's pinned sources).
-pub(crate) const SEEDS: [&str; 5] = [
+/// The originals copied into every fake release (the kit's pinned sources).
+pub(crate) const ORIGINALS: [&str; 5] = [
     "execution_activation.py",
     "execution_manage.py",
     "update_handoff.py",
@@ -171,17 +171,17 @@ pub(crate) struct FakeRelease {
 }
 
 impl FakeRelease {
-    /// Seeds and stand-ins with a release archive's modes (scripts 0755,
+    /// Originals and stand-ins with a release archive's modes (scripts 0755,
     /// everything else 0644).
     pub(crate) fn new(originals: &Originals) -> FakeRelease {
         let temp = TempDir::new("migration-kit");
         let source = temp.path().join(format!("agents-server-{VERSION}"));
         fs::create_dir(&source).unwrap();
-        let seeds = originals.dir();
+        let originals_dir = originals.dir();
         let fixtures = fixtures_dir();
-        let copies = SEEDS
+        let copies = ORIGINALS
             .iter()
-            .map(|name| (seeds.join(name), *name))
+            .map(|name| (originals_dir.join(name), *name))
             .chain(STAND_INS.iter().map(|name| (fixtures.join(name), *name)));
         for (from, name) in copies {
             let to = source.join(name);

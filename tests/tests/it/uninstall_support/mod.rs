@@ -1,4 +1,4 @@
-//! Shared support of the `uninstall` black-box tests: running the seed
+//! Shared support of the `uninstall` black-box tests: running the original
 //! `uninstall.sh` (the oracle) and the port side by side, a pseudo-terminal
 //! for the prompts, legacy installation fixtures and file-tree snapshots.
 
@@ -25,7 +25,7 @@ pub(crate) use pty::Pty;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Implementation<'a> {
     /// `bash uninstall.sh` of the Python originals, the oracle.
-    Seed(&'a Originals),
+    Original(&'a Originals),
     /// The `uninstall` binary under test.
     Port,
 }
@@ -34,7 +34,7 @@ impl Implementation<'_> {
     /// A command running this implementation with no arguments yet.
     pub(crate) fn command(self) -> Command {
         match self {
-            Implementation::Seed(originals) => {
+            Implementation::Original(originals) => {
                 let mut command = Command::new("bash");
                 command.arg(originals.file("uninstall.sh"));
                 command

@@ -61,7 +61,7 @@ impl Outcome {
         Outcome(agents_tests::Outcome::from(output))
     }
 
-    /// Exit 0, nothing on stderr, exactly the seed's result line for a
+    /// Exit 0, nothing on stderr, exactly the original's result line for a
     /// release of `worker_instance_id` (sorted keys, `json.dumps` spacing).
     #[track_caller]
     pub(crate) fn assert_released(&self, already_released: bool, worker_instance_id: &str) {

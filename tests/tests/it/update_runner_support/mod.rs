@@ -1,7 +1,7 @@
 //! Black-box fixture of the update runner: a signed release host and an
 //! AgentsServer health endpoint on 127.0.0.1, a real Ed25519 key, real
 //! tar.gz/tgz archives carrying a stand-in `install.sh`, and an admitted
-//! `server-update.json` row. The same update runs through the seed
+//! `server-update.json` row. The same update runs through the original
 //! (`update_runner.py` under python3, its release URLs pointed at the local
 //! host) and through the `update-runner` binary, each in its own copy of the
 //! state, and the outcomes are compared: exit status, the final status row,
@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use agents_common::read_status_unlocked;
-use agents_common::test_support::atomic_json;
+use agents_tests::server_status::write_row;
 use base64::Engine as _;
 use python_compat::{
     json::{Json, JsonObject},
@@ -123,7 +123,7 @@ struct HealthState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Side<'a> {
     /// `update_runner.py` of the Python originals, the oracle.
-    Seed(&'a Originals),
+    Original(&'a Originals),
     /// The `update-runner` binary under test.
     Port,
 }
@@ -131,7 +131,7 @@ pub(crate) enum Side<'a> {
 impl Side<'_> {
     fn label(self) -> &'static str {
         match self {
-            Side::Seed(_) => "seed",
+            Side::Original(_) => "original",
             Side::Port => "port",
         }
     }
@@ -183,9 +183,9 @@ pub(crate) struct Fixture {
     pub unready_requests: usize,
     /// The one-time health credential, instead of `<side>-token`.
     pub token: Option<String>,
-    /// The upstream modules the seed imports (`AGENTS_UPSTREAM_DIR`), put
-    /// on its `sys.path` after the seeds; without them the seed's imports of
-    /// modules outside the seeds fail.
+    /// The upstream modules the original imports (`AGENTS_UPSTREAM_DIR`), put
+    /// on its `sys.path` after the originals; without them the original's imports of
+    /// modules outside the originals fail.
     pub upstream: Option<PathBuf>,
 }
 
@@ -510,13 +510,13 @@ impl Fixture {
             std::fs::create_dir_all(directory).unwrap();
         }
         let status = admin.join("server-update.json");
-        atomic_json(&status, row).unwrap();
+        write_row(&status, row).unwrap();
         let token = self
             .token
             .clone()
             .unwrap_or_else(|| format!("{}-token", side.label()));
         let token_file = admin.join(format!(".server-update-{update_id}.auth.json"));
-        atomic_json(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
+        write_row(&token_file, &json_object! {"token" => token.as_str()}).unwrap();
         {
             let mut state = self.health_state.lock().unwrap();
             state.runs.insert(token.clone(), record.clone());
@@ -555,15 +555,15 @@ impl Fixture {
         ];
         arguments.extend(self.options.iter().cloned());
         let mut command = match side {
-            Side::Seed(originals) => {
+            Side::Original(originals) => {
                 let mut command = Command::new("python3");
                 command
                     .arg("-B")
                     .arg("-c")
-                    .arg(SEED_LAUNCHER)
+                    .arg(ORIGINAL_LAUNCHER)
                     .args(&arguments)
                     .args(&self.raw_options)
-                    .env("SEEDS_DIR", originals.dir());
+                    .env("ORIGINALS_DIR", originals.dir());
                 if let Some(upstream) = &self.upstream {
                     command.env("UPSTREAM_DIR", upstream);
                 }
@@ -630,25 +630,25 @@ impl Fixture {
         }
     }
 
-    /// Run the seed, then the port, and require the same outcome; where a
+    /// Run the original, then the port, and require the same outcome; where a
     /// message deliberately differs, `port_message` is the port's own text.
     pub(crate) fn compare(
         &self,
         originals: &Originals,
         port_message: Option<&str>,
     ) -> (Outcome, Outcome) {
-        let seed = self.run(Side::Seed(originals));
+        let original = self.run(Side::Original(originals));
         let port = self.run(Side::Port);
-        assert_same(&seed, &port, port_message);
-        (seed, port)
+        assert_same(&original, &port, port_message);
+        (original, port)
     }
 }
 
-/// Require the port's run to have ended as the seed's: exit status, row,
+/// Require the port's run to have ended as the original's: exit status, row,
 /// installer, log, leftovers, credential; where a message deliberately
 /// differs, `port_message` is the port's own text.
-pub(crate) fn assert_same(seed: &Outcome, port: &Outcome, port_message: Option<&str>) {
-    let mut expected = seed.clone();
+pub(crate) fn assert_same(original: &Outcome, port: &Outcome, port_message: Option<&str>) {
+    let mut expected = original.clone();
     if let Some(message) = port_message {
         expected.row.insert("message", message);
     }
@@ -659,8 +659,8 @@ pub(crate) fn assert_same(seed: &Outcome, port: &Outcome, port_message: Option<&
     );
     assert_eq!(
         port.row, expected.row,
-        "status rows; seed stderr: {}",
-        seed.stderr
+        "status rows; original stderr: {}",
+        original.stderr
     );
     assert_eq!(port.installer, expected.installer, "installer invocation");
     assert_eq!(port.log, expected.log, "installer log");
@@ -676,10 +676,10 @@ pub(crate) fn assert_same(seed: &Outcome, port: &Outcome, port_message: Option<&
     );
 }
 
-/// Runs the seed's `main()` with its release URLs pointed at the test host.
-const SEED_LAUNCHER: &str = r#"
+/// Runs the original's `main()` with its release URLs pointed at the test host.
+const ORIGINAL_LAUNCHER: &str = r#"
 import os, sys
-sys.path.insert(0, os.environ["SEEDS_DIR"])
+sys.path.insert(0, os.environ["ORIGINALS_DIR"])
 if os.environ.get("UPSTREAM_DIR"):
     sys.path.insert(1, os.environ["UPSTREAM_DIR"])
 import update_runner

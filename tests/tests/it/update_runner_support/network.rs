@@ -1,5 +1,5 @@
 //! What the HTTPS and proxy scenarios share: a clean network environment
-//! for both runners, one published release, and the words the seed's
+//! for both runners, one published release, and the words the original's
 //! Python uses for failed handshakes.
 
 use python_compat::json::{Json, JsonObject};

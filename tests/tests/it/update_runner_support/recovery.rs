@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use agents_common::test_support::atomic_json;
 use agents_common::{activation_intent, read_status_unlocked, utc_now, StatusLock};
 use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
+use agents_tests::server_status::write_row;
 use python_compat::{
     json::{Json, JsonObject},
     json_object,
@@ -79,7 +79,7 @@ impl RunningRelease {
         self.launch(Command::new(self.dir.join("update-runner")), launch)
     }
 
-    /// `program` (the binary, or the seed beside it) with the server's
+    /// `program` (the binary, or the original beside it) with the server's
     /// `--recover-only` arguments and environment for `launch`.
     pub(crate) fn launch(&self, mut command: Command, launch: &Launch<'_>) -> Command {
         command
@@ -133,7 +133,7 @@ pub(crate) fn server_resumes(status: &Path, update_id: &str, token: &str) -> Pat
         ".server-recovery-{update_id}-{}.auth.json",
         python_compat::token_hex(16).unwrap()
     ));
-    atomic_json(&token_file, &json_object! {"token" => token}).unwrap();
+    write_row(&token_file, &json_object! {"token" => token}).unwrap();
     for (key, value) in json_object! {
         "phase" => "restarting",
         "runner_pid" => Json::Null,
@@ -145,7 +145,7 @@ pub(crate) fn server_resumes(status: &Path, update_id: &str, token: &str) -> Pat
     } {
         row.insert(key, value);
     }
-    atomic_json(status, &row).unwrap();
+    write_row(status, &row).unwrap();
     token_file
 }
 
@@ -194,7 +194,7 @@ impl Recovery {
         std::fs::create_dir_all(&record).unwrap();
         let admin = install.state_root().join("admin");
         let status = admin.join("server-update.json");
-        atomic_json(
+        write_row(
             &status,
             &json_object! {
                 "phase" => "restarting",
@@ -210,7 +210,7 @@ impl Recovery {
         )
         .unwrap();
         let token_file = admin.join(format!(".server-recovery-{UPDATE_ID}-0123.auth.json"));
-        atomic_json(&token_file, &json_object! {"token" => "recovery-token"}).unwrap();
+        write_row(&token_file, &json_object! {"token" => "recovery-token"}).unwrap();
         let after = Arc::new(Mutex::new(updated_health(
             VERSION,
             i128::from(API_CONTRACT),
@@ -248,7 +248,7 @@ impl Recovery {
     pub(crate) fn edit_row(&self, edit: impl FnOnce(&mut JsonObject)) {
         let mut row = read_status_unlocked(&self.status).unwrap();
         edit(&mut row);
-        atomic_json(&self.status, &row).unwrap();
+        write_row(&self.status, &row).unwrap();
     }
 
     /// The server's launch of `--recover-only` for `transaction` with the

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 /// The legacy release root.
 pub(crate) const ROOT: &str = "agents-server-1.0.7";
 
-/// How many generated archives go through the seed in one batch.
+/// How many generated archives go through the original in one batch.
 pub(crate) fn differential_cases() -> usize {
     std::env::var("PROPTEST_CASES")
         .ok()

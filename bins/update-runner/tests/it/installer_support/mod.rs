@@ -1,6 +1,6 @@
 //! Shared support of the installer supervision tests: a release directory
 //! with the stand-in `install.sh`, its recordings, the status row, and the
-//! seed's own functions run by python3 as the oracle.
+//! original's own functions run by python3 as the oracle.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -20,7 +20,7 @@ const STAND_IN: &str = concat!(
 );
 const ORACLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/it/installer_support/seed_oracle.py"
+    "/tests/it/installer_support/original_oracle.py"
 );
 
 /// An installation under a temporary root: `release dir/install.sh` (the
@@ -59,7 +59,7 @@ impl Fixture {
         }
     }
 
-    /// A run of the stand-in with `steps`, the seed's defaults otherwise.
+    /// A run of the stand-in with `steps`, the original's defaults otherwise.
     pub(crate) fn run(&self, steps: &[&str]) -> InstallerRun {
         stand_in_run(self.root.path(), steps)
     }
@@ -142,8 +142,8 @@ pub(crate) fn stand_in_run(root: &Path, steps: &[&str]) -> InstallerRun {
     )
 }
 
-/// The InstallerRun's keyword arguments for the seed's `run_installer`.
-pub(crate) fn seed_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
+/// The InstallerRun's keyword arguments for the original's `run_installer`.
+pub(crate) fn original_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
     let text = |path: &Path| Json::from(path.to_str().unwrap());
     let optional = |value: &Option<String>| value.as_deref().map_or(Json::Null, Json::from);
     let mut command = vec![text(&run.program)];
@@ -176,11 +176,11 @@ pub(crate) fn seed_run_call(run: &InstallerRun, accepted: &[i64]) -> Json {
     Json::Object(call)
 }
 
-/// Run the seed's functions on `calls` (see seed_oracle.py) in one python3.
+/// Run the original's functions on `calls` (see original_oracle.py) in one python3.
 /// Panics with Python's stderr when the oracle itself fails.
-pub(crate) fn seed(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
+pub(crate) fn original(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
     let mut request = JsonObject::new();
-    request.insert("seeds", originals.dir().to_str().expect("a UTF-8 path"));
+    request.insert("originals", originals.dir().to_str().expect("a UTF-8 path"));
     request.insert("calls", Json::Array(calls));
     let mut child = Command::new("python3")
         .arg("-B")
@@ -195,7 +195,7 @@ pub(crate) fn seed(originals: &Originals, calls: Vec<Json>) -> Vec<Json> {
     let output = child.wait_with_output().unwrap();
     assert!(
         output.status.success(),
-        "seed oracle failed: {}",
+        "original oracle failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     match parse_json(&output.stdout).unwrap() {

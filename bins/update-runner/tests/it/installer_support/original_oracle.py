@@ -1,8 +1,8 @@
-"""Oracle for the installer supervision tests: runs the seed's own
-update_runner functions (imported unchanged from the seeds folder) on the
+"""Oracle for the installer supervision tests: runs the original's own
+update_runner functions (imported unchanged from the originals folder) on the
 inputs the Rust tests give it, and answers in JSON on stdout.
 
-Input (stdin, JSON): {"seeds": DIR, "calls": [CALL, ...]} where CALL is
+Input (stdin, JSON): {"originals": DIR, "calls": [CALL, ...]} where CALL is
   {"tail": PATH, "start_offset": N}                 -> installer_log_tail
   {"trim": PATH, "limit": N}                        -> trim_installer_log
   {"run": {...run_installer keyword arguments...},
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 request = json.load(sys.stdin)
-sys.path.insert(0, request["seeds"])
+sys.path.insert(0, request["originals"])
 import update_runner  # noqa: E402
 
 
