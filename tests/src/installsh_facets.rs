@@ -131,31 +131,21 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
     let masked = mask_after(&masked, "\"process_start\": \"", "<start>");
     let masked = transaction_ids(normalizer, &masked);
     let masked = release_sizes(&without_kit_entries(&normalizer.text(&masked)));
-    compiled_entry_point_sizes(&masked)
+    compiled_and_venv_sizes(&masked)
 }
 
-/// `text` with the size of each compiled helper entry point
-/// (`__pycache__/<module>.cpython-*.pyc` in a receipt's inventory) and of
-/// each venv file masked: the kit's entry points compile to their own
-/// sizes, and a venv's scripts hold the staging path with install.sh's PID.
-fn compiled_entry_point_sizes(text: &str) -> String {
-    const MODULES: [&str; 5] = [
-        "execution_activation",
-        "execution_manage",
-        "execution_uninstall",
-        "update_handoff",
-        "update_runner",
-    ];
-    let mut keys: Vec<String> = MODULES
-        .iter()
-        .map(|module| format!("\"__pycache__/{module}.cpython-"))
-        .collect();
-    // A venv's scripts hold its path, whose staging name holds a PID.
-    keys.push("\".venv/".to_string());
+/// `text` with the size of each compiled module (`__pycache__/*.pyc` in a
+/// receipt's inventory) and of each venv file masked: a compiled module
+/// holds its source's path, and a venv's scripts hold theirs, in the
+/// staging directory whose name holds install.sh's PID (a PID one digit
+/// longer on one side makes every such file one byte longer); the kit's
+/// entry points also compile to sizes of their own.
+fn compiled_and_venv_sizes(text: &str) -> String {
+    let keys = ["\"__pycache__/", "\".venv/"];
     let mut out = text.to_string();
     for key in keys {
         let mut from = 0;
-        while let Some(found) = out[from..].find(&key) {
+        while let Some(found) = out[from..].find(key) {
             let start = from + found;
             let Some(close) = out[start..].find('}') else {
                 break;
@@ -755,18 +745,20 @@ mod tests {
     }
 
     #[test]
-    fn compiled_entry_points_lose_their_sizes_other_compiled_files_keep_them() {
+    fn compiled_modules_and_venv_files_lose_their_sizes_other_files_keep_them() {
         let inventory = concat!(
             r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":49991},"#,
             r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
-            r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":4348}}"#
+            r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":4348},"#,
+            r#""pyproject.toml":{"kind":"file","sha256":"<hex5>","size":812}}"#
         );
         assert_eq!(
-            super::compiled_entry_point_sizes(inventory),
+            super::compiled_and_venv_sizes(inventory),
             concat!(
                 r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":<size>},"#,
-                r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
-                r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":<size>}}"#
+                r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":<size>},"#,
+                r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":<size>},"#,
+                r#""pyproject.toml":{"kind":"file","sha256":"<hex5>","size":812}}"#
             )
         );
     }
