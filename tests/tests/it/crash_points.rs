@@ -11,6 +11,8 @@
 //! five spread between); `scripts/crash-points.sh` runs them all
 //! (`AGENTS_CRASH_POINTS=all`) and prints one line per operation.
 
+use std::path::Path;
+
 use crate::crash_points_support;
 use crate::execution_manage_support;
 use crate::publish_support;
@@ -161,7 +163,20 @@ fn assert_new(site: &Site, new: &ExecutionLayout, outside: &Outside) {
 }
 
 fn apply_campaign(test: &str, scope: Scope) {
-    let Some((site, _old, new)) = scope.site(test) else {
+    apply_campaign_by(test, scope, None);
+}
+
+/// [`apply_campaign`] of the binary (`original: None`) or of the original
+/// `execution_manage.py` in that runtime folder (observed, not required to
+/// converge), each recovered by the same program.
+fn apply_campaign_by(test: &str, scope: Scope, original: Option<&Path>) {
+    let site_of = |test: &str| {
+        scope.site(test).map(|(mut site, old, new)| {
+            site.original = original.map(Path::to_path_buf);
+            (site, old, new)
+        })
+    };
+    let Some((site, _old, new)) = site_of(test) else {
         return;
     };
     let outside = Outside::around(&site.sandbox, &site.installation);
@@ -169,21 +184,25 @@ fn apply_campaign(test: &str, scope: Scope) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_new(&site, &new, &outside);
     drop(site);
-    Campaign::new(&format!("execution-manage apply --scope {}", scope.name())).run(
-        complete.calls.len(),
-        |n| {
-            let (site, old, new) = scope.site(test).expect("the sandbox ran once");
-            let outside = Outside::around(&site.sandbox, &site.installation);
-            let traced = traced_apply(&site, &new, scope, Some(n));
-            let Some(call) = traced.killed else {
-                assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
-                assert_new(&site, &new, &outside);
-                return PointResult::NotReached;
-            };
-            converge(&site, old.as_ref(), &new, scope, &outside);
-            PointResult::Converged(call)
-        },
-    );
+    let campaign = match original {
+        None => Campaign::new(&format!("execution-manage apply --scope {}", scope.name())),
+        Some(_) => Campaign::observing(&format!(
+            "original execution_manage.py apply --scope {}",
+            scope.name()
+        )),
+    };
+    campaign.run(complete.calls.len(), |n| {
+        let (site, old, new) = site_of(test).expect("the sandbox ran once");
+        let outside = Outside::around(&site.sandbox, &site.installation);
+        let traced = traced_apply(&site, &new, scope, Some(n));
+        let Some(call) = traced.killed else {
+            assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
+            assert_new(&site, &new, &outside);
+            return PointResult::NotReached;
+        };
+        converge(&site, old.as_ref(), &new, scope, &outside);
+        PointResult::Converged(call)
+    });
 }
 
 #[test]
@@ -208,6 +227,52 @@ fn apply_gateway_converges_after_a_kill_at_any_durable_call() {
         "apply_gateway_converges_after_a_kill_at_any_durable_call",
         Scope::Gateway,
     );
+}
+
+/// The upstream modules the original `execution_manage.py` imports.
+const ORIGINAL_MANAGE_MODULES: [&str; 5] = [
+    "activation_transaction.py",
+    "execution_durability.py",
+    "execution_http.py",
+    "execution_install.py",
+    "execution_transport.py",
+];
+
+/// The original `execution_manage.py apply` of every scope (with the
+/// upstream modules) under the same campaign, observed. Run by
+/// `scripts/upstream-compare.sh` (all states with `AGENTS_POWER_CUT=all
+/// AGENTS_CRASH_POINTS=all`).
+#[test]
+#[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
+fn an_original_apply_converges_where_the_binary_does() {
+    let test = "an_original_apply_converges_where_the_binary_does";
+    let Some(upstream) = Upstream::require(test, &ORIGINAL_MANAGE_MODULES) else {
+        return;
+    };
+    let runtime = agents_tests::TempDir::new("original-manage-runtime");
+    upstream.install_runtime(runtime.path());
+    for scope in [Scope::Migration, Scope::Worker, Scope::Gateway] {
+        apply_campaign_by(test, scope, Some(runtime.path()));
+    }
+}
+
+/// The original `execution_manage.py recover` of every scope, of a journal
+/// its own `apply` left published or committed, under the same campaign,
+/// observed. Run by `scripts/upstream-compare.sh`.
+#[test]
+#[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
+fn an_original_recover_converges_where_the_binary_does() {
+    let test = "an_original_recover_converges_where_the_binary_does";
+    let Some(upstream) = Upstream::require(test, &ORIGINAL_MANAGE_MODULES) else {
+        return;
+    };
+    let runtime = agents_tests::TempDir::new("original-manage-runtime");
+    upstream.install_runtime(runtime.path());
+    for scope in [Scope::Worker, Scope::Gateway, Scope::Migration] {
+        for pending in [Pending::Published, Pending::Committed] {
+            recover_campaign_by(test, scope, pending, Some(runtime.path()));
+        }
+    }
 }
 
 /// The call that leaves an activation pending in `phase`: the durable
@@ -253,17 +318,34 @@ impl Pending {
 /// An activation of `scope` killed once `pending`, then `recover` itself
 /// killed at each of its durable calls.
 fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
+    recover_campaign_by(test, scope, pending, None);
+}
+
+/// [`recover_campaign`] of the binary (`original: None`) or of the original
+/// `execution_manage.py` in that runtime folder (its own apply leaving the
+/// journal; observed, not required to converge).
+fn recover_campaign_by(test: &str, scope: Scope, pending: Pending, original: Option<&Path>) {
+    let program = match original {
+        None => "execution-manage",
+        Some(_) => "original execution_manage.py",
+    };
     let name = match scope {
         // The figures docs/design/crash-safety.md quotes name the worker campaigns this way.
-        Scope::Worker => format!("execution-manage recover ({})", pending.describe()),
+        Scope::Worker => format!("{program} recover ({})", pending.describe()),
         _ => format!(
-            "execution-manage recover --scope {} ({})",
+            "{program} recover --scope {} ({})",
             scope.name(),
             pending.describe()
         ),
     };
     let phase_index = pending.rename_index();
-    let Some((site, _old, new)) = scope.site(test) else {
+    let site_of = |test: &str| {
+        scope.site(test).map(|(mut site, old, new)| {
+            site.original = original.map(Path::to_path_buf);
+            (site, old, new)
+        })
+    };
+    let Some((site, _old, new)) = site_of(test) else {
         return;
     };
     let complete = traced_apply(&site, &new, scope, None);
@@ -271,7 +353,7 @@ fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
     let pending_at = after_journal_phase(&complete.calls, phase_index);
     drop(site);
     let scene = || {
-        let (site, old, new) = scope.site(test).expect("the sandbox ran once");
+        let (site, old, new) = site_of(test).expect("the sandbox ran once");
         let outside = Outside::around(&site.sandbox, &site.installation);
         let killed = agents_tests::power_cut::scene_setup(|| {
             traced_apply(&site, &new, scope, Some(pending_at))
@@ -284,7 +366,11 @@ fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     converge(&site, old.as_ref(), &new, scope, &outside);
     drop(site);
-    Campaign::new(&name).run(complete.calls.len(), |n| {
+    let campaign = match original {
+        None => Campaign::new(&name),
+        Some(_) => Campaign::observing(&name),
+    };
+    campaign.run(complete.calls.len(), |n| {
         let (site, old, new, outside) = scene();
         let traced = traced_recover(&site, Some(n));
         let Some(call) = traced.killed else {
@@ -865,14 +951,36 @@ fn assert_handoff_released(
 /// The handoff release (or retry) killed at each durable call, then run
 /// again: it releases the hold, or reports it already released.
 fn handoff_campaign(test: &str, name: &str, retry: bool) {
-    let Some(case) = handoff_case(test, retry) else {
+    handoff_campaign_by(test, name, retry, None);
+}
+
+/// [`handoff_campaign`] of the binary (`original: None`) or of the original
+/// `update_handoff.py` (the upstream sources and a runtime folder; observed,
+/// not required to converge), each run again by the same program.
+fn handoff_campaign_by(
+    test: &str,
+    name: &str,
+    retry: bool,
+    original: Option<&(Upstream, std::path::PathBuf)>,
+) {
+    let case_of = |test: &str| {
+        handoff_case(test, retry).map(|mut case| {
+            case.original = original.cloned();
+            case
+        })
+    };
+    let Some(case) = case_of(test) else {
         return;
     };
     let complete = traced_handoff(&case, retry, None);
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     drop(case);
-    Campaign::new(name).run(complete.calls.len(), |n| {
-        let case = handoff_case(test, retry).expect("the sandbox ran once");
+    let campaign = match original {
+        None => Campaign::new(name),
+        Some(_) => Campaign::observing(name),
+    };
+    campaign.run(complete.calls.len(), |n| {
+        let case = case_of(test).expect("the sandbox ran once");
         let before = case.install_tree();
         let status = std::fs::read(case.status_path()).ok();
         let outside = Outside::around(&case.sandbox, &case.installation);
@@ -903,6 +1011,27 @@ fn handoff_release_converges_after_a_kill_at_any_durable_call() {
         "update-handoff release",
         false,
     );
+}
+
+/// The original `update_handoff.py` `release` and `retry-failed` (with the
+/// upstream modules, through the upstream comparison's driver) under the
+/// same campaign, observed. Run by `scripts/upstream-compare.sh`.
+#[test]
+#[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
+fn an_original_handoff_converges_where_the_binary_does() {
+    let test = "an_original_handoff_converges_where_the_binary_does";
+    let Some(upstream) = Upstream::require(test, &ORIGINAL_MANAGE_MODULES) else {
+        return;
+    };
+    let runtime = agents_tests::TempDir::new("original-handoff-runtime");
+    upstream.install_runtime(runtime.path());
+    let original = (upstream, runtime.path().to_path_buf());
+    for (name, retry) in [
+        ("original update_handoff.py release", false),
+        ("original update_handoff.py retry-failed", true),
+    ] {
+        handoff_campaign_by(test, name, retry, Some(&original));
+    }
 }
 
 #[test]

@@ -43,6 +43,10 @@ pub(crate) struct Site {
     pub installation: Installation,
     /// The public port of every layout of this site.
     pub port: u16,
+    /// A folder holding the original `execution_manage.py` beside the
+    /// upstream modules it imports (`Upstream::install_runtime`): the
+    /// helper runs is that original; `None`: the binary.
+    pub original: Option<PathBuf>,
 }
 
 /// The files an activation may change, as found on disk.
@@ -130,6 +134,7 @@ impl Site {
             sandbox,
             installation,
             port,
+            original: None,
         }
     }
 
@@ -174,7 +179,14 @@ impl Site {
 
     /// The helper with this manager's environment and nothing else.
     pub(crate) fn command(&self) -> Command {
-        let mut command = self.sandbox.command(binary_path("execution-manage"));
+        let mut command = match &self.original {
+            Some(runtime) => {
+                let mut command = self.sandbox.command("python3");
+                command.arg("-B").arg(runtime.join("execution_manage.py"));
+                command
+            }
+            None => self.sandbox.command(binary_path("execution-manage")),
+        };
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }

@@ -14,6 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use agents_common::ExecutionLayout;
+use agents_tests::upstream::{Helper, Side, Upstream};
 use agents_tests::{
     binary_path, free_port, poll_until, HttpRequest, Installation, RequestMatch, RequestRecord,
     Role, Sandbox, SplitServices, Stall, Switches, AGENT_TOKEN,
@@ -152,6 +153,10 @@ pub(crate) struct Case {
     pub server_identity: String,
     /// The sealed lease's id.
     pub lease_id: String,
+    /// The upstream sources and a runtime folder of the original
+    /// `update_handoff.py` beside its modules: the helper runs is that
+    /// original (through the comparison's driver); `None`: the binary.
+    pub original: Option<(Upstream, PathBuf)>,
 }
 
 impl Case {
@@ -175,6 +180,7 @@ impl Case {
             services,
             server_identity: String::new(),
             lease_id: String::new(),
+            original: None,
         };
         let health = HttpRequest::get(HEALTH)
             .bearer(AGENT_TOKEN)
@@ -401,7 +407,15 @@ impl Case {
 
     /// The helper with the sandbox's environment.
     pub(crate) fn command(&self) -> Command {
-        let mut command = self.sandbox.command(binary_path("update-handoff"));
+        let mut command = match &self.original {
+            Some((upstream, runtime)) => upstream.command(
+                Side::Original,
+                Helper::UpdateHandoff,
+                runtime,
+                &self.sandbox,
+            ),
+            None => self.sandbox.command(binary_path("update-handoff")),
+        };
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }
