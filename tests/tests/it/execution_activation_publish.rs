@@ -248,12 +248,13 @@ fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
     let Some(strace) = strace() else {
         return;
     };
-    // (system call, occurrence, what the kill left behind). Each kind makes
-    // two renames (journal, then publication), one link, and two unlinks
-    // (the journal temporary, already gone, then the staged source).
+    // (system call, occurrence, what the kill left behind). The runtime's
+    // control token is renamed into place first; then each kind makes two
+    // renames (journal, then publication), one link, and two unlinks (the
+    // journal temporary, already gone, then the staged source).
     type Left = fn(&Case);
     let points: [(&str, u32, Left); 7] = [
-        ("renameat", 1, |case| {
+        ("renameat", 2, |case| {
             // Before the journal names the staged unit: a journal temporary.
             let manifest = case.install.manifest();
             assert_eq!(manifest.get("desired_service"), Some(&Json::Null));
@@ -288,14 +289,14 @@ fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
             let info = fs::metadata(case.source("service")).unwrap();
             assert_eq!(info.nlink(), 2);
         }),
-        ("renameat", 2, |case| {
+        ("renameat", 3, |case| {
             // Only the publication name is left, the unit not yet replaced.
             let left = case.staging_left("service");
             assert_eq!(left.len(), 1);
             assert!(left[0].to_str().unwrap().ends_with(".publication"));
             assert!(!case.install.service_path().exists());
         }),
-        ("renameat", 4, |case| {
+        ("renameat", 5, |case| {
             // The worker unit is published; the gateway's publication is not.
             assert!(case.install.service_path().exists());
             assert!(case.staging_left("service").is_empty());
