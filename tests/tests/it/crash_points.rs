@@ -229,14 +229,24 @@ fn apply_gateway_converges_after_a_kill_at_any_durable_call() {
     );
 }
 
-/// The upstream modules the original `execution_manage.py` imports.
-const ORIGINAL_MANAGE_MODULES: [&str; 5] = [
+/// The upstream modules the originals run under the campaign import
+/// (`execution_activation.py`, `execution_manage.py`, `update_handoff.py`).
+const ORIGINAL_MODULES: [&str; 5] = [
     "activation_transaction.py",
     "execution_durability.py",
     "execution_http.py",
     "execution_install.py",
     "execution_transport.py",
 ];
+
+/// A runtime folder of the originals beside the upstream modules for
+/// `test`, and the sources; `None` after reporting the test skipped.
+fn original_runtime(test: &str) -> Option<(Upstream, agents_tests::TempDir)> {
+    let upstream = Upstream::require(test, &ORIGINAL_MODULES)?;
+    let runtime = agents_tests::TempDir::new("original-runtime");
+    upstream.install_runtime(runtime.path());
+    Some((upstream, runtime))
+}
 
 /// The original `execution_manage.py apply` of every scope (with the
 /// upstream modules) under the same campaign, observed. Run by
@@ -246,11 +256,9 @@ const ORIGINAL_MANAGE_MODULES: [&str; 5] = [
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_apply_converges_where_the_binary_does() {
     let test = "an_original_apply_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &ORIGINAL_MANAGE_MODULES) else {
+    let Some((_upstream, runtime)) = original_runtime(test) else {
         return;
     };
-    let runtime = agents_tests::TempDir::new("original-manage-runtime");
-    upstream.install_runtime(runtime.path());
     for scope in [Scope::Migration, Scope::Worker, Scope::Gateway] {
         apply_campaign_by(test, scope, Some(runtime.path()));
     }
@@ -263,11 +271,9 @@ fn an_original_apply_converges_where_the_binary_does() {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_recover_converges_where_the_binary_does() {
     let test = "an_original_recover_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &ORIGINAL_MANAGE_MODULES) else {
+    let Some((_upstream, runtime)) = original_runtime(test) else {
         return;
     };
-    let runtime = agents_tests::TempDir::new("original-manage-runtime");
-    upstream.install_runtime(runtime.path());
     for scope in [Scope::Worker, Scope::Gateway, Scope::Migration] {
         for pending in [Pending::Published, Pending::Committed] {
             recover_campaign_by(test, scope, pending, Some(runtime.path()));
@@ -1020,11 +1026,9 @@ fn handoff_release_converges_after_a_kill_at_any_durable_call() {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_handoff_converges_where_the_binary_does() {
     let test = "an_original_handoff_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &ORIGINAL_MANAGE_MODULES) else {
+    let Some((upstream, runtime)) = original_runtime(test) else {
         return;
     };
-    let runtime = agents_tests::TempDir::new("original-handoff-runtime");
-    upstream.install_runtime(runtime.path());
     let original = (upstream, runtime.path().to_path_buf());
     for (name, retry) in [
         ("original update_handoff.py release", false),
@@ -1157,15 +1161,6 @@ fn publish_power_cut_at_the_control_token_fsync_loses_no_token_bytes() {
     publish_power_cut_converges("fsync", "control.token", CrashState::Lost);
 }
 
-/// The upstream modules the original `execution_activation.py` imports.
-const ORIGINAL_PUBLISH_MODULES: [&str; 5] = [
-    "activation_transaction.py",
-    "execution_durability.py",
-    "execution_install.py",
-    "execution_transport.py",
-    "execution_http.py",
-];
-
 /// The original `execution_activation.py publish` (with the upstream
 /// modules) under the same campaign, observed: each crash state it does not
 /// converge from is listed, the binary's must all converge. Run by
@@ -1175,11 +1170,9 @@ const ORIGINAL_PUBLISH_MODULES: [&str; 5] = [
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_publish_converges_where_the_binary_does() {
     let test = "an_original_publish_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &ORIGINAL_PUBLISH_MODULES) else {
+    let Some((_upstream, runtime)) = original_runtime(test) else {
         return;
     };
-    let runtime = agents_tests::TempDir::new("original-publish-runtime");
-    upstream.install_runtime(runtime.path());
     let command = |case: &publish_support::Case| case.original_publish_command(runtime.path());
     let case = publish_support::case("linux-basic");
     let complete = run_traced(&command(&case), &publish_injection(), None);
