@@ -141,7 +141,9 @@ pub fn text(normalizer: &mut Normalizer, text: &str) -> String {
 /// longer on one side makes every such file one byte longer); the kit's
 /// entry points also compile to sizes of their own.
 fn compiled_and_venv_sizes(text: &str) -> String {
-    let keys = ["\"__pycache__/", "\".venv/"];
+    // Compiled modules sit in every package's `__pycache__`, not only the
+    // release's top level (`agentsdock_team_hub/__pycache__/...`).
+    let keys = ["__pycache__/", "\".venv/"];
     let mut out = text.to_string();
     for key in keys {
         let mut from = 0;
@@ -750,6 +752,7 @@ mod tests {
             r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":49991},"#,
             r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":7},"#,
             r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":4348},"#,
+            r#""pkg/__pycache__/auth.cpython-311.pyc":{"kind":"file","sha256":"<hex6>","size":305},"#,
             r#""pyproject.toml":{"kind":"file","sha256":"<hex5>","size":812}}"#
         );
         assert_eq!(
@@ -758,6 +761,7 @@ mod tests {
                 r#"{"__pycache__/update_runner.cpython-311.pyc":{"kind":"file","sha256":"<hex2>","size":<size>},"#,
                 r#""__pycache__/workspace_git.cpython-311.pyc":{"kind":"file","sha256":"<hex3>","size":<size>},"#,
                 r#"".venv/bin/activate":{"kind":"file","sha256":"<hex4>","size":<size>},"#,
+                r#""pkg/__pycache__/auth.cpython-311.pyc":{"kind":"file","sha256":"<hex6>","size":<size>},"#,
                 r#""pyproject.toml":{"kind":"file","sha256":"<hex5>","size":812}}"#
             )
         );
