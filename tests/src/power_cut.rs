@@ -342,7 +342,7 @@ impl Model {
         self.inodes[dir].issued.remove(&name)
     }
 
-    fn original(&mut self, path: &Path, before: &Before) {
+    fn record_before(&mut self, path: &Path, before: &Before) {
         let Some((dir, name)) = self.parent(path) else {
             return;
         };
@@ -374,7 +374,7 @@ impl Model {
 
     fn apply(&mut self, item: &Recorded) {
         match item {
-            Recorded::Before(path, before) => self.original(path, before),
+            Recorded::Before(path, before) => self.record_before(path, before),
             Recorded::Open {
                 path,
                 create,
