@@ -207,8 +207,19 @@ mod tests {
             .spawn()
             .unwrap();
         let me = std::process::id() as i32;
-        let found = children_of(me);
         let pid = child.id() as i32;
+        // Until the child has exec'd, its command line is not yet `sleep 30`.
+        let cmdline = format!("/proc/{pid}/cmdline");
+        crate::poll_until(
+            std::time::Duration::from_secs(20),
+            "the child's exec",
+            || {
+                std::fs::read(&cmdline)
+                    .ok()
+                    .filter(|raw| raw.starts_with(b"sleep"))
+            },
+        );
+        let found = children_of(me);
         child.kill().unwrap();
         child.wait().unwrap();
         let ours = found

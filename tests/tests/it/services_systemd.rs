@@ -151,17 +151,26 @@ fn stop_waits_for_a_slow_exit_and_never_escalates() {
         return;
     };
     // Like the real worker unit: no SIGKILL. The slow one exits 0.6 s after
-    // SIGTERM; the stubborn one ignores it.
+    // SIGTERM; the stubborn one ignores it. Each marks a file once its trap
+    // is set, so a loaded machine cannot deliver SIGTERM before it is.
+    let worker_ready = sandbox.base().join("worker.trapped");
+    let gateway_ready = sandbox.base().join("gateway.trapped");
     write_unit(
         &sandbox,
         WORKER_UNIT,
-        "/bin/sh -c 'trap \"sleep 0.6; exit 0\" TERM; while :; do sleep 0.1; done'",
+        &format!(
+            "/bin/sh -c 'trap \"sleep 0.6; exit 0\" TERM; : >{}; while :; do sleep 0.1; done'",
+            worker_ready.display()
+        ),
         "TimeoutStopSec=60s\nSendSIGKILL=no\n",
     );
     write_unit(
         &sandbox,
         GATEWAY_UNIT,
-        "/bin/sh -c 'trap \"\" TERM; while :; do sleep 0.1; done'",
+        &format!(
+            "/bin/sh -c 'trap \"\" TERM; : >{}; while :; do sleep 0.1; done'",
+            gateway_ready.display()
+        ),
         "TimeoutStopSec=60s\nSendSIGKILL=no\n",
     );
     let native = native(&sandbox);
@@ -170,6 +179,11 @@ fn stop_waits_for_a_slow_exit_and_never_escalates() {
     native.start(Role::Gateway).unwrap();
     let worker = wait_running(&native, "worker").pid.unwrap();
     let gateway = wait_running(&native, "gateway").pid.unwrap();
+    for ready in [&worker_ready, &gateway_ready] {
+        agents_tests::poll_until(Duration::from_secs(20), "the unit's trap", || {
+            ready.exists().then_some(())
+        });
+    }
 
     let started = Instant::now();
     native.stop(Role::Worker).unwrap();
