@@ -56,8 +56,10 @@ done
 # Not comparisons: doctor's plan followed on states the originals leave
 # (they need the same upstream modules); a failure fails the run.
 modules+=("execution_manage_doctor::an_original_")
-# The original publish under the crash-point campaign, observed (it does not
-# fail the run; docs/design/crash-safety.md lists where it does not converge).
+# The originals under the crash-point campaign (publish, apply, recover,
+# update_handoff, the split uninstall and update_runner.py's prepared and
+# recovery paths), observed: they do not fail the run;
+# docs/design/crash-safety.md lists where they do not converge.
 modules+=("crash_points::an_original_")
 
 log="$(mktemp)"

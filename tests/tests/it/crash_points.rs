@@ -467,10 +467,17 @@ fn uninstall_input(case: &SplitCase, purge: bool) -> Input {
     }
 }
 
-/// The uninstall of `case` under the tracer, killed at `kill_at`.
-fn traced_uninstall(case: &SplitCase, purge: bool, kill_at: Option<usize>) -> Traced {
+/// The uninstall of `case` by `implementation` under the tracer, killed at
+/// `kill_at`. uninstall.sh execs the Python helper in its own process, so
+/// the tracer follows the original there without following any child.
+fn traced_uninstall(
+    case: &SplitCase,
+    implementation: Implementation<'_>,
+    purge: bool,
+    kill_at: Option<usize>,
+) -> Traced {
     let (env, args) = uninstall_script(case, purge);
-    let mut command = std::process::Command::new(agents_tests::binary_path("uninstall"));
+    let mut command = implementation.command();
     command
         .args(&args)
         .env_clear()
@@ -529,25 +536,42 @@ fn assert_uninstalled(
 }
 
 fn uninstall_campaign(test: &str, name: &str, purge: bool) {
+    uninstall_campaign_by(test, name, Implementation::Port, purge);
+}
+
+/// [`uninstall_campaign`] of `implementation` (an original's campaign is
+/// observed).
+fn uninstall_campaign_by(test: &str, name: &str, implementation: Implementation<'_>, purge: bool) {
     let Some(case) = SplitCase::start(test) else {
         return;
     };
     let state = case.state_files();
     let outside = Outside::around(&case.sandbox, &case.installation);
-    let complete = traced_uninstall(&case, purge, None);
+    let complete = traced_uninstall(&case, implementation, purge, None);
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_uninstalled(&case, purge, &state, &outside);
     drop(case);
-    Campaign::new(name).run(complete.calls.len(), |n| uninstall_point(test, purge, n));
+    let campaign = match implementation.is_original() {
+        true => Campaign::observing(name),
+        false => Campaign::new(name),
+    };
+    campaign.run(complete.calls.len(), |n| {
+        uninstall_point(test, implementation, purge, n)
+    });
 }
 
 /// The split uninstall killed at its `n`-th durable call, then the same
 /// uninstall again, and everything a finished uninstall leaves.
-fn uninstall_point(test: &str, purge: bool, n: usize) -> PointResult {
+fn uninstall_point(
+    test: &str,
+    implementation: Implementation<'_>,
+    purge: bool,
+    n: usize,
+) -> PointResult {
     let case = SplitCase::start(test).expect("the sandbox ran once");
     let state = case.state_files();
     let outside = Outside::around(&case.sandbox, &case.installation);
-    let traced = traced_uninstall(&case, purge, Some(n));
+    let traced = traced_uninstall(&case, implementation, purge, Some(n));
     let Some(call) = traced.killed else {
         assert_eq!(traced.outcome.code, Some(0), "{:?}", traced.outcome);
         assert_uninstalled(&case, purge, &state, &outside);
@@ -555,12 +579,7 @@ fn uninstall_point(test: &str, purge: bool, n: usize) -> PointResult {
     };
     // The operator runs the same uninstall again.
     let (env, args) = uninstall_script(&case, purge);
-    let again = uninstall_support::run(
-        Implementation::Port,
-        &env,
-        &args,
-        uninstall_input(&case, purge),
-    );
+    let again = uninstall_support::run(implementation, &env, &args, uninstall_input(&case, purge));
     assert_eq!(
         again.status.code(),
         Some(0),
@@ -586,6 +605,40 @@ fn split_uninstall_purging_state_converges_after_a_kill_at_any_durable_call() {
         "uninstall --purge-state (split)",
         true,
     );
+}
+
+/// `execution_uninstall.py` and the upstream modules it imports (directly
+/// or through the originals it imports).
+const UNINSTALL_MODULES: [&str; 8] = [
+    "execution_uninstall.py",
+    "activation_transaction.py",
+    "execution_http.py",
+    "execution_install.py",
+    "execution_preparation.py",
+    "execution_recovery.py",
+    "execution_recovery_status.py",
+    "execution_transport.py",
+];
+
+/// The original split uninstall (`uninstall.sh`, which execs the upstream
+/// `execution_uninstall.py` beside it), keeping and purging the state, under
+/// the same campaign, observed. Run by `scripts/upstream-compare.sh`.
+#[test]
+#[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
+fn an_original_split_uninstall_converges_where_the_binary_does() {
+    let test = "an_original_split_uninstall_converges_where_the_binary_does";
+    let Some(upstream) = Upstream::require(test, &UNINSTALL_MODULES) else {
+        return;
+    };
+    let runtime = agents_tests::TempDir::new("original-runtime");
+    upstream.install_runtime(runtime.path());
+    let original = Implementation::Release(runtime.path());
+    for (name, purge) in [
+        ("original uninstall.sh (split)", false),
+        ("original uninstall.sh --purge-state (split)", true),
+    ] {
+        uninstall_campaign_by(test, name, original, purge);
+    }
 }
 
 /// A legacy (single-service) installation with its service running, and an
@@ -618,7 +671,7 @@ fn traced_legacy(
         .envs(case.env())
         .current_dir("/");
     let mut injection = helper_injection();
-    if let Implementation::Original(_) = implementation {
+    if implementation.is_original() {
         injection.follow = true;
         injection.exclude = vec!["systemctl".to_string()];
     }
@@ -691,9 +744,9 @@ fn legacy_campaign(test: &str, name: &str, implementation: Implementation<'_>, p
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_legacy_uninstalled(&case, purge, &state, &outside);
     drop(case);
-    let campaign = match implementation {
-        Implementation::Original(_) => Campaign::observing(name),
-        Implementation::Port => Campaign::new(name),
+    let campaign = match implementation.is_original() {
+        true => Campaign::observing(name),
+        false => Campaign::new(name),
     };
     campaign.run(complete.calls.len(), |n| {
         let case = legacy_case(test, purge).expect("the sandbox ran once");
@@ -1219,14 +1272,24 @@ fn update_runner_prepared_activation_converges_after_a_kill_at_any_durable_call(
 /// once install.sh retired the journal. The update ends as install.sh's
 /// recovery ends it (`end`), on a terminal row, with nothing left behind.
 fn recover_only_campaign(name: &str, tag: &str, end: RecoveryEnd) {
-    let scene = RecoveryScene::new(tag, end);
+    recover_only_campaign_by(name, tag, end, None);
+}
+
+/// [`recover_only_campaign`] of the binary, or of the original with
+/// `upstream`'s modules (observed).
+fn recover_only_campaign_by(name: &str, tag: &str, end: RecoveryEnd, upstream: Option<&Upstream>) {
+    let scene = RecoveryScene::new(tag, end, upstream);
     let complete = scene.traced(None);
     let expected = Some(0);
     assert_eq!(complete.outcome.code, expected, "{:?}", complete.outcome);
     scene.assert_ended();
     drop(scene);
-    Campaign::new(name).run(complete.calls.len(), |n| {
-        let scene = RecoveryScene::new(tag, end);
+    let campaign = match upstream {
+        Some(_) => Campaign::observing(name),
+        None => Campaign::new(name),
+    };
+    campaign.run(complete.calls.len(), |n| {
+        let scene = RecoveryScene::new(tag, end, upstream);
         let traced = scene.traced(Some(n));
         let Some(call) = traced.killed else {
             assert_eq!(traced.outcome.code, expected, "{:?}", traced.outcome);
@@ -1264,21 +1327,90 @@ fn update_runner_recover_only_rolling_back_converges_after_a_kill_at_any_durable
 /// finalised and admitted again. Every path ends complete.
 #[test]
 fn update_runner_interrupted_install_converges_through_recovery_after_a_kill_at_any_durable_call() {
-    let mut scene = InterruptedInstall::new("crash-interrupted");
+    interrupted_install_campaign(
+        "update-runner --prepared-receipt, install.sh interrupted (then --recover-only)",
+        "crash-interrupted",
+        None,
+    );
+}
+
+/// The interrupted install's campaign of the binary, or of the original
+/// with `upstream`'s modules (observed).
+fn interrupted_install_campaign(name: &str, tag: &str, upstream: Option<&Upstream>) {
+    let mut scene = InterruptedInstall::new(tag, upstream);
     let command = scene.first_run();
     let complete = run_traced(&command, &runner_injection(), None);
     assert_eq!(complete.outcome.code, Some(1), "{:?}", complete.outcome);
     scene.converge();
-    Campaign::new("update-runner --prepared-receipt, install.sh interrupted (then --recover-only)")
-        .run(complete.calls.len(), |n| {
-            let command = scene.first_run();
-            let traced = run_traced(&command, &runner_injection(), Some(n));
-            scene.converge();
-            match traced.killed {
-                Some(call) => PointResult::Converged(call),
-                None => PointResult::NotReached,
-            }
-        });
+    let campaign = match upstream {
+        Some(_) => Campaign::observing(name),
+        None => Campaign::new(name),
+    };
+    campaign.run(complete.calls.len(), |n| {
+        let command = scene.first_run();
+        let traced = run_traced(&command, &runner_injection(), Some(n));
+        scene.converge();
+        match traced.killed {
+            Some(call) => PointResult::Converged(call),
+            None => PointResult::NotReached,
+        }
+    });
+}
+
+/// `update_runner.py` and the upstream modules it imports (directly or
+/// through the originals it imports) on its prepared and recovery paths.
+const RUNNER_MODULES: [&str; 10] = [
+    "activation_transaction.py",
+    "execution_http.py",
+    "execution_install.py",
+    "execution_preparation.py",
+    "execution_recovery.py",
+    "execution_recovery_status.py",
+    "execution_transport.py",
+    "execution_uninstall.py",
+    "update_preparation.py",
+    "update_recovery.py",
+];
+
+/// The original `update_runner.py` of a prepared activation
+/// (`--prepared-receipt`), of `--recover-only` (install.sh finishing and
+/// rolling back) and of a prepared update whose install.sh was interrupted,
+/// with the upstream modules, under the same campaigns, observed. Run by
+/// `scripts/upstream-compare.sh`.
+#[test]
+#[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
+fn an_original_runner_converges_where_the_binary_does() {
+    let test = "an_original_runner_converges_where_the_binary_does";
+    let Some(upstream) = Upstream::require(test, &RUNNER_MODULES) else {
+        return;
+    };
+    let mut prepared = update_runner_support::prepared::Prepared::new("crash-prepared-original");
+    prepared.fixture.upstream = Some(upstream.modules().to_path_buf());
+    runner_campaign_with(
+        "original update_runner.py --prepared-receipt (prepared activation)",
+        Side::Original(upstream.originals()),
+        &prepared.fixture,
+    );
+    drop(prepared);
+    for (name, tag, end) in [
+        (
+            "original update_runner.py --recover-only (install.sh finishes)",
+            "crash-recover-finishes-original",
+            RecoveryEnd::Finishes,
+        ),
+        (
+            "original update_runner.py --recover-only (install.sh rolls back)",
+            "crash-recover-rolls-back-original",
+            RecoveryEnd::RollsBack,
+        ),
+    ] {
+        recover_only_campaign_by(name, tag, end, Some(&upstream));
+    }
+    interrupted_install_campaign(
+        "original update_runner.py --prepared-receipt, install.sh interrupted (then --recover-only)",
+        "crash-interrupted-original",
+        Some(&upstream),
+    );
 }
 
 /// `apply --scope worker` of `site` run by the `execution-manage` at
@@ -1383,12 +1515,12 @@ fn split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink() {
         let Some(case) = SplitCase::start(test) else {
             return;
         };
-        let complete = traced_uninstall(&case, purge, None);
+        let complete = traced_uninstall(&case, Implementation::Port, purge, None);
         assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
         drop(case);
         let last = complete.calls.last().expect("durable calls").clone();
         assert_eq!(last.call, "rmdir", "the install root goes last: {last}");
-        let mut point = |n| uninstall_point(test, purge, n);
+        let mut point = |n| uninstall_point(test, Implementation::Port, purge, n);
         let (result, built) = run_point(last.number, Some(CrashState::Lost), &mut point);
         let (_, changes) = built.expect("the power cut was built");
         assert!(

@@ -22,6 +22,7 @@ use agents_common::{
 use agents_tests::crash_points::{helper_injection, Injection, Traced};
 use agents_tests::journal_writer::{Begin, Roots};
 use agents_tests::server_status::write_row;
+use agents_tests::upstream::Upstream;
 use agents_tests::Outcome;
 use python_compat::{
     json::{parse_json, Json, JsonObject},
@@ -163,9 +164,13 @@ pub(crate) struct RecoveryScene {
 }
 
 impl RecoveryScene {
-    /// An interrupted activation whose recovery ends as `end`.
-    pub(crate) fn new(tag: &str, end: RecoveryEnd) -> RecoveryScene {
-        let recovery = Recovery::interrupted(tag);
+    /// An interrupted activation whose recovery ends as `end`, recovered
+    /// by the binary, or by the original with `upstream`'s modules.
+    pub(crate) fn new(tag: &str, end: RecoveryEnd, upstream: Option<&Upstream>) -> RecoveryScene {
+        let mut recovery = Recovery::interrupted(tag);
+        if let Some(upstream) = upstream {
+            recovery.runtime.run_the_original(upstream);
+        }
         if end == RecoveryEnd::RollsBack {
             recovery.behaviour(ROLLBACK_BEHAVIOUR);
         }
@@ -249,7 +254,7 @@ impl RecoveryScene {
             write_row(&r.status, &row).unwrap();
             write_row(&token_file, &json_object! {"token" => "next-token"}).unwrap();
         }
-        let mut runner = Command::new(r.runtime.dir.join("update-runner"));
+        let mut runner = r.runtime.program();
         runner
             .arg("--status-file")
             .arg(&r.status)
@@ -320,28 +325,45 @@ fi
 pub(crate) struct InterruptedInstall {
     pub prepared: Prepared,
     pub runtime: RunningRelease,
+    /// The originals' sources when the originals run the update.
+    upstream: Option<Upstream>,
     /// The journal the stand-in publishes on the current run.
     transaction: String,
     outside: Outside,
 }
 
 impl InterruptedInstall {
-    pub(crate) fn new(name: &str) -> InterruptedInstall {
+    /// The scene run by the binary, or by the original with `upstream`'s
+    /// modules (both the first runner and the running release's).
+    pub(crate) fn new(name: &str, upstream: Option<&Upstream>) -> InterruptedInstall {
         let mut prepared = Prepared::new(name);
         prepared.fixture.behaviour = Some(INTERRUPTED_BEHAVIOUR.into());
         let base = prepared.fixture.root.path().to_path_buf();
-        let runtime = RunningRelease::at(&base.join("runtime"));
+        let mut runtime = RunningRelease::at(&base.join("runtime"));
+        if let Some(upstream) = upstream {
+            prepared.fixture.upstream = Some(upstream.modules().to_path_buf());
+            runtime.run_the_original(upstream);
+        }
         let outside = Outside::with_link(&base, &prepared.root, &base.join("home"));
         InterruptedInstall {
             prepared,
             runtime,
+            upstream: upstream.cloned(),
             transaction: String::new(),
             outside,
         }
     }
 
+    /// The side that runs the update.
+    fn side(&self) -> Side<'_> {
+        match &self.upstream {
+            Some(upstream) => Side::Original(upstream.originals()),
+            None => Side::Port,
+        }
+    }
+
     fn run_dir(&self) -> PathBuf {
-        self.prepared.fixture.run_dir(Side::Port)
+        self.prepared.fixture.run_dir(self.side())
     }
 
     fn status(&self) -> PathBuf {
@@ -372,7 +394,7 @@ impl InterruptedInstall {
     pub(crate) fn first_run(&mut self) -> std::process::Command {
         let root = self.prepared.root.clone();
         assert!(journal(&root).is_none(), "no journal before the update");
-        let command = self.prepared.fixture.command(Side::Port);
+        let command = self.prepared.fixture.command(self.side());
         let roots = self.roots();
         // The journal pins the API contract of the signed manifest.
         let api_contract = self
@@ -405,7 +427,9 @@ impl InterruptedInstall {
         let row = stored_row(&status, FIRST_UPDATE_ID);
         if recovery_takes_over(&row, &root) {
             assert!(!record.join("pending-journal").exists());
-            let token_file = server_resumes(&status, FIRST_UPDATE_ID, "port-token");
+            // The fixture's health endpoint knows each side's credential.
+            let token = format!("{}-token", self.side().label());
+            let token_file = server_resumes(&status, FIRST_UPDATE_ID, &token);
             exits_with(
                 &mut self.runtime.command(&Launch {
                     status: &status,
@@ -446,9 +470,9 @@ impl InterruptedInstall {
         let fixture = &self.prepared.fixture;
         let mut retry = fixture.admitted.clone();
         retry.insert("update_id", RETRY_ID);
-        fixture.admit(Side::Port, &retry, RETRY_ID);
+        fixture.admit(self.side(), &retry, RETRY_ID);
         exits_with(
-            &mut fixture.runner(Side::Port, RETRY_ID),
+            &mut fixture.runner(self.side(), RETRY_ID),
             0,
             "the next runner",
         );

@@ -26,6 +26,9 @@ pub(crate) use pty::Pty;
 pub(crate) enum Implementation<'a> {
     /// `bash uninstall.sh` of the Python originals, the oracle.
     Original(&'a Originals),
+    /// `bash uninstall.sh` of a release runtime folder: the original beside
+    /// the upstream `execution_uninstall.py` it hands a split layout to.
+    Release(&'a Path),
     /// The `uninstall` binary under test.
     Port,
 }
@@ -39,8 +42,18 @@ impl Implementation<'_> {
                 command.arg(originals.file("uninstall.sh"));
                 command
             }
+            Implementation::Release(runtime) => {
+                let mut command = Command::new("bash");
+                command.arg(runtime.join("uninstall.sh"));
+                command
+            }
             Implementation::Port => Command::new(binary_path("uninstall")),
         }
+    }
+
+    /// True for the oracle's scripts, whose campaigns are observed.
+    pub(crate) fn is_original(self) -> bool {
+        !matches!(self, Implementation::Port)
     }
 }
 

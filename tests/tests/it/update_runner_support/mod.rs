@@ -129,7 +129,8 @@ pub(crate) enum Side<'a> {
 }
 
 impl Side<'_> {
-    fn label(self) -> &'static str {
+    /// The side's name in the fixture's paths and credentials.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Side::Original(_) => "original",
             Side::Port => "port",

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use agents_common::{activation_intent, read_status_unlocked, utc_now, StatusLock};
 use agents_tests::journal_writer::{Begin, Install, API_CONTRACT};
 use agents_tests::server_status::write_row;
+use agents_tests::upstream::Upstream;
 use python_compat::{
     json::{Json, JsonObject},
     json_object,
@@ -45,10 +46,21 @@ exit 0
 pub(crate) const ROLLBACK_BEHAVIOUR: &str =
     "rm -rf \"$AGENTS_SERVER_INSTALL_DIR/.activation-transaction\"\nexit 75\n";
 
+/// Which update runner a running release starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    /// Its copy of the `update-runner` binary.
+    Binary,
+    /// `python3 -B update_runner.py` beside the upstream modules.
+    Original,
+}
+
 /// The running release the server starts recovery from: a copy of the
-/// `update-runner` binary beside the recovery `install.sh` stand-in.
+/// `update-runner` binary beside the recovery `install.sh` stand-in (and,
+/// for the originals' campaigns, `update_runner.py` and its modules).
 pub(crate) struct RunningRelease {
     pub dir: PathBuf,
+    runner: Runner,
 }
 
 impl RunningRelease {
@@ -71,12 +83,32 @@ impl RunningRelease {
         make_executable(&binary);
         RunningRelease {
             dir: dir.to_path_buf(),
+            runner: Runner::Binary,
+        }
+    }
+
+    /// From now on the release runs the original `update_runner.py`, put
+    /// beside the upstream modules it imports.
+    pub(crate) fn run_the_original(&mut self, upstream: &Upstream) {
+        upstream.install_runtime(&self.dir);
+        self.runner = Runner::Original;
+    }
+
+    /// The update runner this release starts, with no arguments yet.
+    pub(crate) fn program(&self) -> Command {
+        match self.runner {
+            Runner::Binary => Command::new(self.dir.join("update-runner")),
+            Runner::Original => {
+                let mut command = Command::new("python3");
+                command.arg("-B").arg(self.dir.join("update_runner.py"));
+                command
+            }
         }
     }
 
     /// The server's `--recover-only` command line for `launch`.
     pub(crate) fn command(&self, launch: &Launch<'_>) -> Command {
-        self.launch(Command::new(self.dir.join("update-runner")), launch)
+        self.launch(self.program(), launch)
     }
 
     /// `program` (the binary, or the original beside it) with the server's
@@ -254,8 +286,7 @@ impl Recovery {
     /// The server's launch of `--recover-only` for `transaction` with the
     /// credential in `token_file`.
     pub(crate) fn command_with(&self, transaction: &str, token_file: &Path) -> Command {
-        let program = Command::new(self.runtime.dir.join("update-runner"));
-        self.command_of(program, transaction, token_file)
+        self.command_of(self.runtime.program(), transaction, token_file)
     }
 
     /// [`Recovery::command_with`] running `program` instead of the binary.
