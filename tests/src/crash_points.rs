@@ -268,6 +268,16 @@ impl Campaign {
         }
     }
 
+    /// [`Campaign::observing`] for an original's campaign, otherwise
+    /// [`Campaign::new`].
+    pub fn of(name: &str, original: bool) -> Campaign {
+        if original {
+            Campaign::observing(name)
+        } else {
+            Campaign::new(name)
+        }
+    }
+
     /// Runs the campaign: `point(n)` sets the scene up, kills the operation
     /// at its n-th durable call, recovers and checks (panicking when
     /// something does not converge). `total` is the durable-call count of a

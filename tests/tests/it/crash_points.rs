@@ -184,13 +184,12 @@ fn apply_campaign_by(test: &str, scope: Scope, original: Option<&Path>) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_new(&site, &new, &outside);
     drop(site);
-    let campaign = match original {
-        None => Campaign::new(&format!("execution-manage apply --scope {}", scope.name())),
-        Some(_) => Campaign::observing(&format!(
-            "original execution_manage.py apply --scope {}",
-            scope.name()
-        )),
+    let program = match original {
+        None => "execution-manage",
+        Some(_) => "original execution_manage.py",
     };
+    let name = format!("{program} apply --scope {}", scope.name());
+    let campaign = Campaign::of(&name, original.is_some());
     campaign.run(complete.calls.len(), |n| {
         let (site, old, new) = site_of(test).expect("the sandbox ran once");
         let outside = Outside::around(&site.sandbox, &site.installation);
@@ -372,10 +371,7 @@ fn recover_campaign_by(test: &str, scope: Scope, pending: Pending, original: Opt
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     converge(&site, old.as_ref(), &new, scope, &outside);
     drop(site);
-    let campaign = match original {
-        None => Campaign::new(&name),
-        Some(_) => Campaign::observing(&name),
-    };
+    let campaign = Campaign::of(&name, original.is_some());
     campaign.run(complete.calls.len(), |n| {
         let (site, old, new, outside) = scene();
         let traced = traced_recover(&site, Some(n));
@@ -551,10 +547,7 @@ fn uninstall_campaign_by(test: &str, name: &str, implementation: Implementation<
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_uninstalled(&case, purge, &state, &outside);
     drop(case);
-    let campaign = match implementation.is_original() {
-        true => Campaign::observing(name),
-        false => Campaign::new(name),
-    };
+    let campaign = Campaign::of(name, implementation.is_original());
     campaign.run(complete.calls.len(), |n| {
         uninstall_point(test, implementation, purge, n)
     });
@@ -607,18 +600,15 @@ fn split_uninstall_purging_state_converges_after_a_kill_at_any_durable_call() {
     );
 }
 
-/// `execution_uninstall.py` and the upstream modules it imports (directly
-/// or through the originals it imports).
-const UNINSTALL_MODULES: [&str; 8] = [
-    "execution_uninstall.py",
-    "activation_transaction.py",
-    "execution_http.py",
-    "execution_install.py",
-    "execution_preparation.py",
-    "execution_recovery.py",
-    "execution_recovery_status.py",
-    "execution_transport.py",
-];
+/// The upstream modules the original split uninstall and update_runner.py
+/// import, directly or through the other originals: all but the legacy
+/// runner, which no campaign reaches.
+fn release_modules() -> Vec<&'static str> {
+    agents_tests::upstream::UPSTREAM_MODULES
+        .into_iter()
+        .filter(|name| *name != "execution_legacy_runner.py")
+        .collect()
+}
 
 /// The original split uninstall (`uninstall.sh`, which execs the upstream
 /// `execution_uninstall.py` beside it), keeping and purging the state, under
@@ -627,7 +617,7 @@ const UNINSTALL_MODULES: [&str; 8] = [
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_split_uninstall_converges_where_the_binary_does() {
     let test = "an_original_split_uninstall_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &UNINSTALL_MODULES) else {
+    let Some(upstream) = Upstream::require(test, &release_modules()) else {
         return;
     };
     let runtime = agents_tests::TempDir::new("original-runtime");
@@ -744,10 +734,7 @@ fn legacy_campaign(test: &str, name: &str, implementation: Implementation<'_>, p
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_legacy_uninstalled(&case, purge, &state, &outside);
     drop(case);
-    let campaign = match implementation.is_original() {
-        true => Campaign::observing(name),
-        false => Campaign::new(name),
-    };
+    let campaign = Campaign::of(name, implementation.is_original());
     campaign.run(complete.calls.len(), |n| {
         let case = legacy_case(test, purge).expect("the sandbox ran once");
         let state = uninstall_support::snapshot(&case.roots.state);
@@ -879,10 +866,7 @@ fn runner_campaign_with(name: &str, side: Side<'_>, fixture: &Fixture) {
     };
     let complete = run_traced(&fixture.command(side), &injection, None);
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
-    let campaign = match side {
-        Side::Original(_) => Campaign::observing(name),
-        Side::Port => Campaign::new(name),
-    };
+    let campaign = Campaign::of(name, matches!(side, Side::Original(_)));
     campaign.run(complete.calls.len(), |n| {
         let traced = run_traced(&fixture.command(side), &injection, Some(n));
         let run = fixture.run_dir(side);
@@ -1034,10 +1018,7 @@ fn handoff_campaign_by(
     let complete = traced_handoff(&case, retry, None);
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     drop(case);
-    let campaign = match original {
-        None => Campaign::new(name),
-        Some(_) => Campaign::observing(name),
-    };
+    let campaign = Campaign::of(name, original.is_some());
     campaign.run(complete.calls.len(), |n| {
         let case = case_of(test).expect("the sandbox ran once");
         let before = case.install_tree();
@@ -1284,10 +1265,7 @@ fn recover_only_campaign_by(name: &str, tag: &str, end: RecoveryEnd, upstream: O
     assert_eq!(complete.outcome.code, expected, "{:?}", complete.outcome);
     scene.assert_ended();
     drop(scene);
-    let campaign = match upstream {
-        Some(_) => Campaign::observing(name),
-        None => Campaign::new(name),
-    };
+    let campaign = Campaign::of(name, upstream.is_some());
     campaign.run(complete.calls.len(), |n| {
         let scene = RecoveryScene::new(tag, end, upstream);
         let traced = scene.traced(Some(n));
@@ -1342,10 +1320,7 @@ fn interrupted_install_campaign(name: &str, tag: &str, upstream: Option<&Upstrea
     let complete = run_traced(&command, &runner_injection(), None);
     assert_eq!(complete.outcome.code, Some(1), "{:?}", complete.outcome);
     scene.converge();
-    let campaign = match upstream {
-        Some(_) => Campaign::observing(name),
-        None => Campaign::new(name),
-    };
+    let campaign = Campaign::of(name, upstream.is_some());
     campaign.run(complete.calls.len(), |n| {
         let command = scene.first_run();
         let traced = run_traced(&command, &runner_injection(), Some(n));
@@ -1357,21 +1332,6 @@ fn interrupted_install_campaign(name: &str, tag: &str, upstream: Option<&Upstrea
     });
 }
 
-/// `update_runner.py` and the upstream modules it imports (directly or
-/// through the originals it imports) on its prepared and recovery paths.
-const RUNNER_MODULES: [&str; 10] = [
-    "activation_transaction.py",
-    "execution_http.py",
-    "execution_install.py",
-    "execution_preparation.py",
-    "execution_recovery.py",
-    "execution_recovery_status.py",
-    "execution_transport.py",
-    "execution_uninstall.py",
-    "update_preparation.py",
-    "update_recovery.py",
-];
-
 /// The original `update_runner.py` of a prepared activation
 /// (`--prepared-receipt`), of `--recover-only` (install.sh finishing and
 /// rolling back) and of a prepared update whose install.sh was interrupted,
@@ -1381,7 +1341,7 @@ const RUNNER_MODULES: [&str; 10] = [
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_runner_converges_where_the_binary_does() {
     let test = "an_original_runner_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &RUNNER_MODULES) else {
+    let Some(upstream) = Upstream::require(test, &release_modules()) else {
         return;
     };
     let mut prepared = update_runner_support::prepared::Prepared::new("crash-prepared-original");
