@@ -580,20 +580,22 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     let pid = child.id();
     let binary =
         fs::canonicalize(runtime.stage.join(staged("update-runner", HOST_TARGET))).unwrap();
-    poll_until(
+    // The kernel points `exe` at the new program a moment before it lays
+    // out the new argument block, so the command line is awaited too.
+    let argv: Vec<String> = poll_until(
         Duration::from_secs(10),
         "the launcher to exec update-runner",
         || {
             let exe = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-            (exe == binary).then_some(())
+            let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let argv: Vec<String> = raw
+                .split(|byte| *byte == 0)
+                .filter(|word| !word.is_empty())
+                .map(|word| String::from_utf8_lossy(word).into_owned())
+                .collect();
+            (exe == binary && !argv.is_empty()).then_some(argv)
         },
     );
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    let argv: Vec<String> = raw
-        .split(|byte| *byte == 0)
-        .filter(|word| !word.is_empty())
-        .map(|word| String::from_utf8_lossy(word).into_owned())
-        .collect();
     assert_eq!(
         PathBuf::from(&argv[0]),
         runtime.stage.join("update_runner.py"),

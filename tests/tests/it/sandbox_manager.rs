@@ -73,10 +73,11 @@ fn enable_start_and_show_report_real_state() {
         state.is_running()
     });
     // systemd reports a simple service running once it forked it; until
-    // that process execs, its command line is systemd's "(sleep)" title.
+    // that process execs, its command line is systemd's "(sleep)" title,
+    // and for a moment within the exec it is empty.
     let command = poll_until(Duration::from_secs(5), "the service's exec", || {
         let command = fs::read(format!("/proc/{}/cmdline", running.main_pid)).unwrap();
-        (!command.starts_with(b"(sleep)")).then_some(command)
+        (!command.is_empty() && !command.starts_with(b"(sleep)")).then_some(command)
     });
     assert_eq!(
         command, b"/bin/sleep\x00300\x00",

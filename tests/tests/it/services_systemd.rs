@@ -69,10 +69,15 @@ fn wants_link(sandbox: &Sandbox, unit: &str) -> bool {
         .is_ok()
 }
 
+/// The command line `pid` runs once it has exec'd: until then systemd's
+/// forked child shows a title such as "(sleep)", and for a moment within
+/// the exec, nothing.
 fn command_line(pid: u32) -> String {
-    fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
-        .unwrap_or_default()
+    agents_tests::poll_until(Duration::from_secs(20), "the service's exec", || {
+        let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+        (!line.is_empty() && !line.starts_with('(')).then_some(line)
+    })
 }
 
 fn alive(pid: u32) -> bool {
