@@ -156,28 +156,34 @@ fn stop_waits_for_a_slow_exit_and_never_escalates() {
         return;
     };
     // Like the real worker unit: no SIGKILL. The slow one exits 0.6 s after
-    // SIGTERM; the stubborn one ignores it. Each marks a file once its trap
-    // is set, so a loaded machine cannot deliver SIGTERM before it is.
+    // SIGTERM; the stubborn one ignores it. systemd signals every process of
+    // the unit's cgroup until no new one appears, so the slow one's trap
+    // ignores SIGTERM before it forks its sleep (which inherits that).
+    // Each marks a file once its trap is set, so a loaded machine cannot
+    // deliver SIGTERM before it is.
     let worker_ready = sandbox.base().join("worker.trapped");
     let gateway_ready = sandbox.base().join("gateway.trapped");
-    write_unit(
-        &sandbox,
-        WORKER_UNIT,
-        &format!(
-            "/bin/sh -c 'trap \"sleep 0.6; exit 0\" TERM; : >{}; while :; do sleep 0.1; done'",
-            worker_ready.display()
+    for (unit, trap, ready) in [
+        (
+            WORKER_UNIT,
+            "trap 'trap \"\" TERM; sleep 0.6; exit 0' TERM",
+            &worker_ready,
         ),
-        "TimeoutStopSec=60s\nSendSIGKILL=no\n",
-    );
-    write_unit(
-        &sandbox,
-        GATEWAY_UNIT,
-        &format!(
-            "/bin/sh -c 'trap \"\" TERM; : >{}; while :; do sleep 0.1; done'",
-            gateway_ready.display()
-        ),
-        "TimeoutStopSec=60s\nSendSIGKILL=no\n",
-    );
+        (GATEWAY_UNIT, "trap '' TERM", &gateway_ready),
+    ] {
+        let script = sandbox.base().join(format!("{unit}.sh"));
+        let text = format!(
+            "{trap}\n: >'{}'\nwhile :; do sleep 0.1; done\n",
+            ready.display()
+        );
+        fs::write(&script, text).unwrap();
+        write_unit(
+            &sandbox,
+            unit,
+            &format!("/bin/sh {}", script.display()),
+            "TimeoutStopSec=60s\nSendSIGKILL=no\n",
+        );
+    }
     let native = native(&sandbox);
     native.reload().unwrap();
     native.start(Role::Worker).unwrap();
