@@ -238,10 +238,10 @@ const ORIGINAL_MODULES: [&str; 5] = [
     "execution_transport.py",
 ];
 
-/// A runtime folder of the originals beside the upstream modules for
+/// A runtime folder of the originals beside the upstream `modules` for
 /// `test`, and the sources; `None` after reporting the test skipped.
-fn original_runtime(test: &str) -> Option<(Upstream, agents_tests::TempDir)> {
-    let upstream = Upstream::require(test, &ORIGINAL_MODULES)?;
+fn original_runtime(test: &str, modules: &[&str]) -> Option<(Upstream, agents_tests::TempDir)> {
+    let upstream = Upstream::require(test, modules)?;
     let runtime = agents_tests::TempDir::new("original-runtime");
     upstream.install_runtime(runtime.path());
     Some((upstream, runtime))
@@ -255,7 +255,7 @@ fn original_runtime(test: &str) -> Option<(Upstream, agents_tests::TempDir)> {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_apply_converges_where_the_binary_does() {
     let test = "an_original_apply_converges_where_the_binary_does";
-    let Some((_upstream, runtime)) = original_runtime(test) else {
+    let Some((_upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
     for scope in [Scope::Migration, Scope::Worker, Scope::Gateway] {
@@ -270,7 +270,7 @@ fn an_original_apply_converges_where_the_binary_does() {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_recover_converges_where_the_binary_does() {
     let test = "an_original_recover_converges_where_the_binary_does";
-    let Some((_upstream, runtime)) = original_runtime(test) else {
+    let Some((_upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
     for scope in [Scope::Worker, Scope::Gateway, Scope::Migration] {
@@ -617,11 +617,9 @@ fn release_modules() -> Vec<&'static str> {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_split_uninstall_converges_where_the_binary_does() {
     let test = "an_original_split_uninstall_converges_where_the_binary_does";
-    let Some(upstream) = Upstream::require(test, &release_modules()) else {
+    let Some((_upstream, runtime)) = original_runtime(test, &release_modules()) else {
         return;
     };
-    let runtime = agents_tests::TempDir::new("original-runtime");
-    upstream.install_runtime(runtime.path());
     let original = Implementation::Release(runtime.path());
     for (name, purge) in [
         ("original uninstall.sh (split)", false),
@@ -1060,7 +1058,7 @@ fn handoff_release_converges_after_a_kill_at_any_durable_call() {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_handoff_converges_where_the_binary_does() {
     let test = "an_original_handoff_converges_where_the_binary_does";
-    let Some((upstream, runtime)) = original_runtime(test) else {
+    let Some((upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
     let original = (upstream, runtime.path().to_path_buf());
@@ -1204,7 +1202,7 @@ fn publish_power_cut_at_the_control_token_fsync_loses_no_token_bytes() {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_publish_converges_where_the_binary_does() {
     let test = "an_original_publish_converges_where_the_binary_does";
-    let Some((_upstream, runtime)) = original_runtime(test) else {
+    let Some((_upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
     let command = |case: &publish_support::Case| case.original_publish_command(runtime.path());
