@@ -11,7 +11,7 @@
 //! five spread between); `scripts/crash-points.sh` runs them all
 //! (`AGENTS_CRASH_POINTS=all`) and prints one line per operation.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use crate::crash_points_support;
 use crate::execution_manage_support;
@@ -166,13 +166,22 @@ fn apply_campaign(test: &str, scope: Scope) {
     apply_campaign_by(test, scope, None);
 }
 
+/// The report's name of the `execution-manage` that runs: the binary, or
+/// the original.
+fn manage_program(original: Option<&(Upstream, PathBuf)>) -> &'static str {
+    match original {
+        None => "execution-manage",
+        Some(_) => "original execution_manage.py",
+    }
+}
+
 /// [`apply_campaign`] of the binary (`original: None`) or of the original
 /// `execution_manage.py` in that runtime folder (observed, not required to
 /// converge), each recovered by the same program.
-fn apply_campaign_by(test: &str, scope: Scope, original: Option<&Path>) {
+fn apply_campaign_by(test: &str, scope: Scope, original: Option<&(Upstream, PathBuf)>) {
     let site_of = |test: &str| {
         scope.site(test).map(|(mut site, old, new)| {
-            site.original = original.map(Path::to_path_buf);
+            site.original = original.cloned();
             (site, old, new)
         })
     };
@@ -184,11 +193,11 @@ fn apply_campaign_by(test: &str, scope: Scope, original: Option<&Path>) {
     assert_eq!(complete.outcome.code, Some(0), "{:?}", complete.outcome);
     assert_new(&site, &new, &outside);
     drop(site);
-    let program = match original {
-        None => "execution-manage",
-        Some(_) => "original execution_manage.py",
-    };
-    let name = format!("{program} apply --scope {}", scope.name());
+    let name = format!(
+        "{} apply --scope {}",
+        manage_program(original),
+        scope.name()
+    );
     let campaign = Campaign::of(&name, original.is_some());
     campaign.run(complete.calls.len(), |n| {
         let (site, old, new) = site_of(test).expect("the sandbox ran once");
@@ -255,11 +264,12 @@ fn original_runtime(test: &str, modules: &[&str]) -> Option<(Upstream, agents_te
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_apply_converges_where_the_binary_does() {
     let test = "an_original_apply_converges_where_the_binary_does";
-    let Some((_upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
+    let Some((upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
+    let original = (upstream, runtime.path().to_path_buf());
     for scope in [Scope::Migration, Scope::Worker, Scope::Gateway] {
-        apply_campaign_by(test, scope, Some(runtime.path()));
+        apply_campaign_by(test, scope, Some(&original));
     }
 }
 
@@ -270,12 +280,13 @@ fn an_original_apply_converges_where_the_binary_does() {
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_recover_converges_where_the_binary_does() {
     let test = "an_original_recover_converges_where_the_binary_does";
-    let Some((_upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
+    let Some((upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
+    let original = (upstream, runtime.path().to_path_buf());
     for scope in [Scope::Worker, Scope::Gateway, Scope::Migration] {
         for pending in [Pending::Published, Pending::Committed] {
-            recover_campaign_by(test, scope, pending, Some(runtime.path()));
+            recover_campaign_by(test, scope, pending, Some(&original));
         }
     }
 }
@@ -329,11 +340,13 @@ fn recover_campaign(test: &str, scope: Scope, pending: Pending) {
 /// [`recover_campaign`] of the binary (`original: None`) or of the original
 /// `execution_manage.py` in that runtime folder (its own apply leaving the
 /// journal; observed, not required to converge).
-fn recover_campaign_by(test: &str, scope: Scope, pending: Pending, original: Option<&Path>) {
-    let program = match original {
-        None => "execution-manage",
-        Some(_) => "original execution_manage.py",
-    };
+fn recover_campaign_by(
+    test: &str,
+    scope: Scope,
+    pending: Pending,
+    original: Option<&(Upstream, PathBuf)>,
+) {
+    let program = manage_program(original);
     let name = match scope {
         // The figures docs/design/crash-safety.md quotes name the worker campaigns this way.
         Scope::Worker => format!("{program} recover ({})", pending.describe()),
@@ -346,7 +359,7 @@ fn recover_campaign_by(test: &str, scope: Scope, pending: Pending, original: Opt
     let phase_index = pending.rename_index();
     let site_of = |test: &str| {
         scope.site(test).map(|(mut site, old, new)| {
-            site.original = original.map(Path::to_path_buf);
+            site.original = original.cloned();
             (site, old, new)
         })
     };
@@ -1002,7 +1015,7 @@ fn handoff_campaign_by(
     test: &str,
     name: &str,
     retry: bool,
-    original: Option<&(Upstream, std::path::PathBuf)>,
+    original: Option<&(Upstream, PathBuf)>,
 ) {
     let case_of = |test: &str| {
         handoff_case(test, retry).map(|mut case| {

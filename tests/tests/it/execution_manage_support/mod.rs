@@ -14,6 +14,7 @@ use std::time::Duration;
 use agents_common::{layout_manifest, render_service, ExecutionLayout};
 use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::crash_points::{helper_injection, run_traced, Traced};
+use agents_tests::upstream::{Helper, Side, Upstream};
 pub(crate) use agents_tests::Outcome;
 use agents_tests::{
     binary_path, free_port, poll_until, HttpRequest, Installation, RequestRecord, Role, Sandbox,
@@ -43,10 +44,11 @@ pub(crate) struct Site {
     pub installation: Installation,
     /// The public port of every layout of this site.
     pub port: u16,
-    /// A folder holding the original `execution_manage.py` beside the
-    /// upstream modules it imports (`Upstream::install_runtime`): the
-    /// helper runs is that original; `None`: the binary.
-    pub original: Option<PathBuf>,
+    /// The upstream sources and a folder holding the original
+    /// `execution_manage.py` beside the modules it imports
+    /// (`Upstream::install_runtime`): the helper run is that original;
+    /// `None`: the binary.
+    pub original: Option<(Upstream, PathBuf)>,
 }
 
 /// The files an activation may change, as found on disk.
@@ -180,11 +182,12 @@ impl Site {
     /// The helper with this manager's environment and nothing else.
     pub(crate) fn command(&self) -> Command {
         let mut command = match &self.original {
-            Some(runtime) => {
-                let mut command = self.sandbox.command("python3");
-                command.arg("-B").arg(runtime.join("execution_manage.py"));
-                command
-            }
+            Some((upstream, runtime)) => upstream.command(
+                Side::Original,
+                Helper::ExecutionManage,
+                runtime,
+                &self.sandbox,
+            ),
             None => self.sandbox.command(binary_path("execution-manage")),
         };
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
