@@ -13,7 +13,6 @@
 use crate::update_runner_support;
 
 use std::path::Path;
-use std::process::Command;
 
 use agents_common::read_status_unlocked;
 use agents_tests::upstream::{
@@ -228,22 +227,16 @@ fn recovery_cases() -> Vec<RecoveryCase> {
 /// One side's run of a `--recover-only` case, on its own fresh fixture.
 fn recover_side(upstream: &Upstream, side: Side<'_>, case: &RecoveryCase) -> Observed {
     let tag = format!("upstream-{}-{}", case.name, side_label(side));
-    let recovery = Recovery::interrupted(&tag);
-    upstream.install_runtime(&recovery.runtime.dir);
+    let mut recovery = Recovery::interrupted(&tag);
+    // Both sides' running release holds the originals and the modules.
+    match side {
+        Side::Original(_) => recovery.runtime.run_the_original(upstream),
+        Side::Port => upstream.install_runtime(&recovery.runtime.dir),
+    }
     (case.prepare)(&recovery);
     let transaction = case.transaction.unwrap_or(&recovery.transaction);
-    let program = match side {
-        Side::Original(_) => {
-            let mut program = Command::new("python3");
-            program
-                .arg("-B")
-                .arg(recovery.runtime.dir.join("update_runner.py"));
-            program
-        }
-        Side::Port => Command::new(recovery.runtime.dir.join("update-runner")),
-    };
     let output = recovery
-        .command_of(program, transaction, &recovery.token_file)
+        .command_with(transaction, &recovery.token_file)
         .stdin(std::process::Stdio::null())
         .output()
         .expect("the runner starts");

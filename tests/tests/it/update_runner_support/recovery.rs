@@ -106,14 +106,10 @@ impl RunningRelease {
         }
     }
 
-    /// The server's `--recover-only` command line for `launch`.
+    /// The server's `--recover-only` command line and environment for
+    /// `launch`, run by this release's update runner.
     pub(crate) fn command(&self, launch: &Launch<'_>) -> Command {
-        self.launch(self.program(), launch)
-    }
-
-    /// `program` (the binary, or the original beside it) with the server's
-    /// `--recover-only` arguments and environment for `launch`.
-    pub(crate) fn launch(&self, mut command: Command, launch: &Launch<'_>) -> Command {
+        let mut command = self.program();
         command
             .args([
                 "--recover-only",
@@ -286,30 +282,17 @@ impl Recovery {
     /// The server's launch of `--recover-only` for `transaction` with the
     /// credential in `token_file`.
     pub(crate) fn command_with(&self, transaction: &str, token_file: &Path) -> Command {
-        self.command_of(self.runtime.program(), transaction, token_file)
-    }
-
-    /// [`Recovery::command_with`] running `program` instead of the binary.
-    pub(crate) fn command_of(
-        &self,
-        program: Command,
-        transaction: &str,
-        token_file: &Path,
-    ) -> Command {
         let root = self.install.root();
-        self.runtime.launch(
-            program,
-            &Launch {
-                status: &self.status,
-                token_file,
-                port: self.health.port,
-                transaction,
-                version: VERSION,
-                update_id: UPDATE_ID,
-                install_root: &root,
-                record: &self.record,
-            },
-        )
+        self.runtime.command(&Launch {
+            status: &self.status,
+            token_file,
+            port: self.health.port,
+            transaction,
+            version: VERSION,
+            update_id: UPDATE_ID,
+            install_root: &root,
+            record: &self.record,
+        })
     }
 
     /// The first launch, for `transaction`.
