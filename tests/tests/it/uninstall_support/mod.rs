@@ -36,19 +36,14 @@ pub(crate) enum Implementation<'a> {
 impl Implementation<'_> {
     /// A command running this implementation with no arguments yet.
     pub(crate) fn command(self) -> Command {
-        match self {
-            Implementation::Original(originals) => {
-                let mut command = Command::new("bash");
-                command.arg(originals.file("uninstall.sh"));
-                command
-            }
-            Implementation::Release(runtime) => {
-                let mut command = Command::new("bash");
-                command.arg(runtime.join("uninstall.sh"));
-                command
-            }
-            Implementation::Port => Command::new(binary_path("uninstall")),
-        }
+        let script = match self {
+            Implementation::Original(originals) => originals.file("uninstall.sh"),
+            Implementation::Release(runtime) => runtime.join("uninstall.sh"),
+            Implementation::Port => return Command::new(binary_path("uninstall")),
+        };
+        let mut command = Command::new("bash");
+        command.arg(script);
+        command
     }
 
     /// True for the oracle's scripts, whose campaigns are observed.
