@@ -7,9 +7,12 @@ the entries of the platforms a release ships (see migration_kit.py), because
 they must not import anything from the release.
 """
 
+import hashlib
+import json
 import re
 import struct
 import subprocess
+import zlib
 
 BINARIES = ("uninstall", "update-runner", "update-handoff", "execution-activation", "execution-manage")
 
@@ -52,6 +55,14 @@ MACHO_MAGIC_64 = b"\xcf\xfa\xed\xfe"  # MH_MAGIC_64, little-endian
 MH_EXECUTE = 2
 LC_BUILD_VERSION = 0x32
 LC_VERSION_MIN_MACOSX = 0x24
+LC_SEGMENT_64 = 0x19
+LC_CODE_SIGNATURE = 0x1D
+CSMAGIC_EMBEDDED_SIGNATURE = 0xFADE0CC0
+CSMAGIC_CODEDIRECTORY = 0xFADE0C02
+CS_ADHOC = 0x2
+CS_HASHTYPE_SHA256 = 2
+# cargo-auditable's section: the zlib-compressed JSON list of the crates inside.
+DEPENDENCY_SECTION = b".dep-v0"
 
 
 def header_platform(data):
@@ -89,6 +100,87 @@ def macho_minimum_os(data):
     return None
 
 
+def macho_load_commands(data):
+    """(command, offset) of each load command of a 64-bit Mach-O image."""
+    count = struct.unpack_from("<I", data, 16)[0]
+    offset = 32
+    for _ in range(count):
+        command, length = struct.unpack_from("<II", data, offset)
+        yield command, offset
+        offset += length
+
+
+def macho_signature_problem(data):
+    """Why a Mach-O image's ad-hoc code signature does not hold, or None when every page hash matches."""
+    found = [offset for command, offset in macho_load_commands(data) if command == LC_CODE_SIGNATURE]
+    if len(found) != 1:
+        return "has no code signature"
+    start, size = struct.unpack_from("<II", data, found[0] + 8)
+    if start + size != len(data):
+        return "has a code signature that does not end the file"
+    magic, _length, count = struct.unpack_from(">III", data, start)
+    if magic != CSMAGIC_EMBEDDED_SIGNATURE:
+        return "has no embedded signature superblob"
+    for index in range(count):
+        blob = start + struct.unpack_from(">II", data, start + 12 + 8 * index)[1]
+        if struct.unpack_from(">I", data, blob)[0] != CSMAGIC_CODEDIRECTORY:
+            continue
+        (_magic, _length, _version, flags, hash_offset, _ident, _special, slots, limit,
+         hash_size, hash_type, _platform, page_shift) = struct.unpack_from(">9I4B", data, blob)
+        if not flags & CS_ADHOC or hash_type != CS_HASHTYPE_SHA256 or limit != start:
+            return "has a code directory that is not an ad-hoc SHA-256 one over the whole image"
+        page = 1 << page_shift
+        for slot in range(slots):
+            expected = data[blob + hash_offset + slot * hash_size:blob + hash_offset + (slot + 1) * hash_size]
+            if hashlib.sha256(data[slot * page:min((slot + 1) * page, limit)]).digest() != expected:
+                return "has a code signature whose page %d hash does not match" % slot
+        if slots * page < limit:
+            return "has a code signature that does not cover every page"
+        return None
+    return "has no code directory"
+
+
+def macho_section(data, wanted):
+    """The bytes of the Mach-O section named `wanted`, or None."""
+    for command, offset in macho_load_commands(data):
+        if command != LC_SEGMENT_64:
+            continue
+        for index in range(struct.unpack_from("<I", data, offset + 64)[0]):
+            header = offset + 72 + 80 * index
+            if data[header:header + 16].rstrip(b"\0") == wanted:
+                size, file_offset = struct.unpack_from("<QI", data, header + 40)
+                return data[file_offset:file_offset + size]
+    return None
+
+
+def elf_section(data, wanted):
+    """The bytes of the ELF64 section named `wanted`, or None."""
+    table, entry_size, count, names_index = struct.unpack_from("<Q10xHHH", data, 40)
+    headers = [struct.unpack_from("<II16xQQ", data, table + index * entry_size) for index in range(count)]
+    names_offset = headers[names_index][2]
+    for name, _kind, offset, size in headers:
+        start = names_offset + name
+        if data[start:data.index(b"\0", start)] == wanted:
+            return data[offset:offset + size]
+    return None
+
+
+def dependency_problem(data, platform, binary):
+    """Why a binary does not carry its cargo-auditable dependency list naming itself, or None."""
+    find = macho_section if platform.binary_format == "mach-o" else elf_section
+    section = find(data, DEPENDENCY_SECTION)
+    if section is None:
+        return "carries no %s dependency list" % DEPENDENCY_SECTION.decode()
+    try:
+        packages = json.loads(zlib.decompress(section))["packages"]
+    except (zlib.error, ValueError, KeyError, TypeError):
+        return "carries a %s section that is not a dependency list" % DEPENDENCY_SECTION.decode()
+    roots = [package.get("name") for package in packages if package.get("root")]
+    if roots != [binary] or len(packages) < 2:
+        return "carries a dependency list of %s, not of %s and its crates" % (roots, binary)
+    return None
+
+
 def elf_glibc_minimum(path):
     """The newest GLIBC_x.y symbol version `path` needs (via binutils' readelf), or None."""
     listing = subprocess.run(["readelf", "--version-info", "--wide", path], check=True,
@@ -112,19 +204,26 @@ GLIBC_LOADERS = {"linux-x86_64": "/lib64/ld-linux-x86-64.so.2", "linux-aarch64":
 PLATFORM_SIZE_BUDGET = 12 * 1024 * 1024
 
 
-def check_binary(platform, path):
+def check_binary(platform, path, binary):
     """Problems with one built binary, as sentences (empty when it is what `platform` needs)."""
     with open(path, "rb") as stream:
-        head = stream.read(65536)
+        data = stream.read()
+    head = data[:65536]
     found = header_platform(head)
     if found is not platform:
         return ["%s is %s, not %s" % (path, found.tag if found else "no supported executable", platform.tag)]
+    problems = []
+    dependencies = dependency_problem(data, platform, binary)
+    if dependencies:
+        problems.append("%s %s" % (path, dependencies))
     if platform.binary_format == "mach-o":
         minimum = macho_minimum_os(head)
         if minimum != platform.minimum:
-            return ["%s requires macOS %s, not %s" % (path, minimum, platform.requirement())]
-        return []
-    problems = []
+            problems.append("%s requires macOS %s, not %s" % (path, minimum, platform.requirement()))
+        signature = macho_signature_problem(data)
+        if signature:
+            problems.append("%s %s" % (path, signature))
+        return problems
     needed = elf_glibc_minimum(path)
     if needed is None or needed > platform.minimum:
         problems.append("%s needs glibc %s, more than %s" % (path, needed, platform.requirement()))
@@ -146,7 +245,7 @@ def check_dist(dist, targets):
             path = os.path.join(dist, target, binary)
             size = os.stat(path).st_size
             total += size
-            problems += check_binary(platform, path)
+            problems += check_binary(platform, path, binary)
             print("%-28s %-22s %9d bytes  needs %s" % (target, binary, size, platform.requirement()))
         print("%-28s %-22s %9d bytes (%.1f MiB)" % (target, "all five", total, total / 1048576.0))
         if total > PLATFORM_SIZE_BUDGET:
