@@ -131,6 +131,12 @@ remap "$cargo_home" /cargo
 remap "$std_source" "/rustc/$RELEASE_RUSTC_COMMIT"
 CARGO_ENCODED_RUSTFLAGS="$(IFS=$'\x1f'; echo "${remaps[*]}")"
 export CARGO_ENCODED_RUSTFLAGS
+# C dependencies (ring) without debug info: ring asks for -gfull on Apple
+# and -g3 elsewhere, and zig's Mach-O linker hashes the symbol-table entries
+# that name each object with debug info (paths under the target folder) into
+# LC_UUID before the strip removes them. The release strips debug info
+# anyway; cc puts CFLAGS last, so -g0 wins.
+export CFLAGS=-g0
 
 dist="$TARGET_DIR/dist"
 rm -rf -- "$dist"
