@@ -41,12 +41,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
   done
 fi
+# The release build's pinned tools (scripts/release-toolchain.env).
+# shellcheck source=scripts/release-toolchain.env
+source "$(dirname "$0")/release-toolchain.env"
 need_pip=()
 python3 -c 'import cryptography' >/dev/null 2>&1 || need_pip+=(cryptography)
 # zig (PyPI's ziglang) links Mach-O without an Apple SDK and Linux binaries
 # against an old glibc; cargo-zigbuild drives cargo with it.
-python3 -c 'import ziglang' >/dev/null 2>&1 || need_pip+=(ziglang)
-command -v cargo-zigbuild >/dev/null 2>&1 || need_pip+=(cargo-zigbuild)
+pip_version() { python3 -m pip show "$1" 2>/dev/null | sed -n 's/^Version: //p'; }
+[ "$(pip_version ziglang)" = "$RELEASE_ZIG_VERSION" ] || need_pip+=("ziglang==$RELEASE_ZIG_VERSION")
+[ "$(pip_version cargo-zigbuild)" = "$RELEASE_CARGO_ZIGBUILD_VERSION" ] \
+  || need_pip+=("cargo-zigbuild==$RELEASE_CARGO_ZIGBUILD_VERSION")
 if [ ${#need_pip[@]} -gt 0 ]; then
   python3 -m pip install --quiet "${need_pip[@]}" \
     || python3 -m pip install --quiet --break-system-packages "${need_pip[@]}"
@@ -56,6 +61,10 @@ fi
 if ! python3 -c 'import uv' >/dev/null 2>&1; then
   python3 -m pip install --quiet uv \
     || python3 -m pip install --quiet --break-system-packages uv
+fi
+# cargo-auditable embeds each release binary's dependency list.
+if ! cargo install --list 2>/dev/null | grep -qx "cargo-auditable v$RELEASE_CARGO_AUDITABLE_VERSION:"; then
+  cargo install --locked --quiet --version "$RELEASE_CARGO_AUDITABLE_VERSION" cargo-auditable
 fi
 if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
