@@ -6,13 +6,16 @@ an unpacked AgentsServer release so that every caller keeps using the same
 files, and so that no host is worse off than before:
 
 - adds each platform's five binaries beside install.sh as
-  `<binary>-<platform>` (mode 0755), and the manifest rust-helpers.json (their
-  sha256, size and mode, and what was changed);
+  `<binary>-<platform>` (mode 0755), the build's SHA256SUMS and provenance
+  (checked against the binaries first) as rust-helpers.SHA256SUMS and
+  rust-helpers.provenance.json, and the manifest rust-helpers.json (each
+  binary's sha256, size and mode, the provenance, and what was changed);
 - inserts a launcher into each entry point (execution_activation.py,
   execution_manage.py, update_runner.py, execution_uninstall.py right after
   `from __future__ import annotations`; uninstall.sh right after its `#!`
   line). Run as a program, the launcher execs the binary built for this host
-  (`uname` system and machine, the binary's header, the host's glibc or macOS
+  (`uname` system and machine, the binary's size and sha256 as the kit
+  recorded them in the launcher, its header, the host's glibc or macOS
   version and the execute bit are checked first, because a failed load after
   exec could not fall back); where no binary fits or exec fails, the original
   code below the launcher runs unchanged. Imported, a module is unchanged;
@@ -38,11 +41,16 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from release_platforms import BINARIES, BY_TARGET, GLIBC_LOADERS, PLATFORMS, header_platform  # noqa: E402
+from release_provenance import PROVENANCE_NAME, SUMS_NAME, ProvenanceError, read_dist  # noqa: E402
 
 PROGRAM = "migration-kit"
 HELPERS_RELEASE = "1.0.7-beta.5"
 MANIFEST_NAME = "rust-helpers.json"
-MANIFEST_FORMAT = 2
+MANIFEST_FORMAT = 3
+# Manifests an earlier kit wrote, which a rerun may replace.
+KNOWN_MANIFEST_FORMATS = (2, 3)
+# The dist's SHA256SUMS and provenance.json, carried verbatim under these names.
+CARRIED = {SUMS_NAME: "rust-helpers.SHA256SUMS", PROVENANCE_NAME: "rust-helpers.provenance.json"}
 
 # sha256 of the 1.0.7-beta.5 sources the binaries are ports of (the
 # originals). They elide update_runner.py's npm registry host, so that one
@@ -90,7 +98,8 @@ REQUIRED_RELEASE_FILES = tuple(LAUNCHERS) + IMPORTED_ONLY + (INSTALL_SCRIPT,)
 REQUIRED_EXECUTABLES = ("update_runner.py", "uninstall.sh")
 CHMOD_ANCHOR = b'"$STAGE_DIR/update_runner.py"'
 # Every name the kit may have added to RELEASE_FILES.
-KIT_NAMES = {platform.staged_name(binary) for platform in PLATFORMS for binary in BINARIES} | {MANIFEST_NAME}
+KIT_NAMES = ({platform.staged_name(binary) for platform in PLATFORMS for binary in BINARIES}
+             | set(CARRIED.values()) | {MANIFEST_NAME})
 
 
 class Refusal(Exception):
@@ -103,8 +112,9 @@ PYTHON_LAUNCHER = '''
 # (`@BINARY@-<platform>` beside this file): the same arguments (argv[0] stays
 # this file's path), environment, open descriptors and ignored signals. Where
 # none fits this host (another system or CPU, an older glibc or macOS, a file
-# missing, damaged or not executable) or exec fails, the original code below
-# runs unchanged. Importing the module is unaffected.
+# missing, not executable, or not byte for byte the one the migration kit
+# recorded) or exec fails, the original code below runs unchanged. Importing
+# the module is unaffected.
 if __name__ == "__main__":
     def _rust_helper_launch(binary, platforms):
         import os
@@ -114,12 +124,21 @@ if __name__ == "__main__":
         fit = platforms.get((host.sysname, host.machine))
         if fit is None:
             return
-        tag, header, minimum = fit
+        tag, header, minimum, size, sha256 = fit
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), binary + "-" + tag)
         try:
+            import hashlib
+
+            digest = hashlib.sha256()
             with open(path, "rb") as stream:
-                head = stream.read(64)
-            if not os.access(path, os.X_OK):
+                if os.fstat(stream.fileno()).st_size != size:
+                    return
+                head = stream.read(65536)
+                block = head
+                while block:
+                    digest.update(block)
+                    block = stream.read(1048576)
+            if digest.hexdigest() != sha256 or not os.access(path, os.X_OK):
                 return
             if minimum[0] == "glibc":
                 if not os.path.exists(minimum[2]):
@@ -129,7 +148,7 @@ if __name__ == "__main__":
                     return
             elif int(host.release.split(".")[0]) < minimum[1]:
                 return
-        except (OSError, ValueError, AttributeError, IndexError):
+        except (OSError, ValueError, AttributeError, IndexError, ImportError):
             return
         if any(head[offset:offset + len(expected)] != expected for offset, expected in header):
             return
@@ -147,16 +166,20 @@ SHELL_LAUNCHER = '''\
 # `@BINARY@-<platform>` beside this script that is built for this host: the
 # same arguments, environment, terminal and exit codes, with this script's
 # path as argv[0]. Where none fits this host (another system or CPU, an older
-# glibc or macOS, a file missing, damaged or not executable) or exec fails,
-# the original script below runs unchanged.
+# glibc or macOS, a file missing, not executable, or not byte for byte the
+# one the migration kit recorded) or exec fails, the original script below
+# runs unchanged.
 _rust_helper_launch() {
-  local tag binary head version major minor
+  local tag size sha256 binary head digest version major minor
   case "$(uname -s 2>/dev/null)/$(uname -m 2>/dev/null)" in
 @SYSTEMS@
     *) return 0 ;;
   esac
   binary="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" 2>/dev/null && pwd -P)/@BINARY@-$tag" || return 0
   [[ -f "$binary" && -x "$binary" ]] || return 0
+  [[ "$(wc -c <"$binary" 2>/dev/null)" -eq "$size" ]] 2>/dev/null || return 0
+  digest="$(sha256sum -- "$binary" 2>/dev/null || shasum -a 256 -- "$binary" 2>/dev/null)" || return 0
+  [[ "${digest%% *}" == "$sha256" ]] || return 0
   head="$(od -An -tx1 -N20 -- "$binary" 2>/dev/null | tr -d ' \\n')" || return 0
   case "$tag" in
 @HEADERS@
@@ -199,18 +222,22 @@ def minimum_check(platform):
     return ("darwin", platform.kernel_major, None)
 
 
-def python_launcher(binary, platforms):
+def python_launcher(binary, platforms, recorded):
+    """The launcher of a Python entry point; `recorded` maps a staged name to its (size, sha256)."""
     table = "{\n%s    }" % "".join(
-        "        (%r, %r): (%r, %r, %r),\n" % (p.system, p.machine, p.tag, header_checks(p), minimum_check(p))
+        "        (%r, %r): (%r, %r, %r, %d, %r),\n" % (
+            p.system, p.machine, p.tag, header_checks(p), minimum_check(p), *recorded[p.staged_name(binary)])
         for p in platforms)
     body = PYTHON_LAUNCHER.replace("@BINARY@", binary).replace("@PLATFORMS@", table)
     return b"\n" + START_MARKER + body.lstrip("\n").encode("ascii") + END_MARKER
 
 
-def shell_launcher(binary, platforms):
+def shell_launcher(binary, platforms, recorded):
+    """The launcher of uninstall.sh; `recorded` maps a staged name to its (size, sha256)."""
     systems, headers, minimums = [], [], []
     for p in platforms:
-        systems.append("    %s/%s) tag=%s ;;" % (p.system, p.machine, p.tag))
+        systems.append("    %s/%s) tag=%s size=%d sha256=%s ;;" % (
+            p.system, p.machine, p.tag, *recorded[p.staged_name(binary)]))
         tests = " && ".join('"${head:%d:%d}" == %s' % (2 * offset, 2 * len(expected), expected.hex())
                             for offset, expected in header_checks(p))
         headers.append("    %s) [[ %s ]] || return 0 ;;" % (p.tag, tests))
@@ -226,11 +253,11 @@ def shell_launcher(binary, platforms):
     return START_MARKER + body.encode("ascii") + END_MARKER
 
 
-def launcher(name, platforms):
+def launcher(name, platforms, recorded):
     """The exact text the kit inserts into entry point `name`."""
     if name in SHELL_ENTRY_POINTS:
-        return shell_launcher(LAUNCHERS[name], platforms)
-    return python_launcher(LAUNCHERS[name], platforms)
+        return shell_launcher(LAUNCHERS[name], platforms, recorded)
+    return python_launcher(LAUNCHERS[name], platforms, recorded)
 
 
 def sha256(data):
@@ -302,9 +329,9 @@ def original_entry_point(name, data):
     return original, migrated
 
 
-def migrated_entry_point(name, original, platforms):
+def migrated_entry_point(name, original, platforms, recorded):
     at = insertion_point(name, original)
-    return original[:at] + launcher(name, platforms) + original[at:]
+    return original[:at] + launcher(name, platforms, recorded) + original[at:]
 
 
 def split_list(words, kit_word):
@@ -369,7 +396,7 @@ def dist_platforms(dist):
     """The platforms whose folders `dist` holds, in the kit's order."""
     if not os.path.isdir(dist):
         raise Refusal("not a dist directory: %s" % dist)
-    folders = sorted(os.listdir(dist))
+    folders = sorted(name for name in os.listdir(dist) if name not in (SUMS_NAME, PROVENANCE_NAME))
     unknown = [folder for folder in folders if folder not in BY_TARGET]
     if unknown:
         raise Refusal("%s holds %s, which is not a supported target (supported: %s)"
@@ -404,11 +431,12 @@ def binary_writes(release, dist, platforms):
             if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
                 raise Refusal("%s exists and is not a regular file" % target)
             writes.append((name, data, 0o755, "binary    %s  sha256 %s" % (name, sha256(data))))
-            entries[name] = {"mode": "0755", "sha256": sha256(data), "size": len(data)}
+            entries[name] = {"built_as": "%s/%s" % (platform.target, binary), "mode": "0755",
+                             "sha256": sha256(data), "size": len(data)}
         manifest[platform.tag] = {"target": platform.target, "requires": "%s %s, %s" % (
             platform.system, platform.machine, platform.requirement()), "binaries": entries}
     staged = {name for name, _data, _mode, _summary in writes}
-    stale = sorted(name for name in KIT_NAMES - staged - {MANIFEST_NAME}
+    stale = sorted(name for name in KIT_NAMES - staged - set(CARRIED.values()) - {MANIFEST_NAME}
                    if os.path.lexists(os.path.join(release, name)))
     if stale:
         raise Refusal("%s already carries %s, which this run does not stage; migrate the unpacked release "
@@ -416,12 +444,12 @@ def binary_writes(release, dist, platforms):
     return writes, manifest
 
 
-def entry_point_writes(release, platforms):
+def entry_point_writes(release, platforms, recorded):
     writes, files = [], {}
     for name, binary in LAUNCHERS.items():
         data, mode = read_regular(os.path.join(release, name), name)
         original, migrated = original_entry_point(name, data)
-        result = migrated_entry_point(name, original, platforms)
+        result = migrated_entry_point(name, original, platforms, recorded)
         writes.append((name, result, mode, "launcher  %s -> %s%s" % (
             name, binary, " (already)" if migrated and result == data else "")))
         files[name] = {"change": "launcher", "runs": binary,
@@ -434,8 +462,26 @@ def entry_point_writes(release, platforms):
     return writes, files
 
 
-def manifest_bytes(platforms, files):
-    value = {"format": MANIFEST_FORMAT, "helpers_release": HELPERS_RELEASE, "platforms": platforms, "files": files}
+def provenance_writes(dist, platforms):
+    """The dist's SHA256SUMS and provenance.json to carry, after checking them against its binaries."""
+    try:
+        _sums, provenance = read_dist(dist)
+    except ProvenanceError as error:
+        raise Refusal(str(error)) from None
+    staged = sorted(platform.target for platform in platforms)
+    if sorted(provenance["targets"]) != staged:
+        raise Refusal("%s names the targets %s, but %s holds %s" % (
+            PROVENANCE_NAME, ", ".join(provenance["targets"]), dist, ", ".join(staged)))
+    writes = []
+    for name, carried in CARRIED.items():
+        data, _mode = read_regular(os.path.join(dist, name), name)
+        writes.append((carried, data, 0o644, "carried   %s  sha256 %s" % (carried, sha256(data))))
+    return writes, provenance
+
+
+def manifest_bytes(platforms, files, provenance):
+    value = {"format": MANIFEST_FORMAT, "helpers_release": HELPERS_RELEASE, "platforms": platforms, "files": files,
+             "provenance": provenance}
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("ascii")
 
 
@@ -449,17 +495,20 @@ def plan(release, dist):
     platforms = dist_platforms(dist)
     writes, manifest_platforms = binary_writes(release, dist, platforms)
     staged_binaries = [name for name, _data, _mode, _summary in writes]
-    launcher_writes, files = entry_point_writes(release, platforms)
+    recorded = {name: (len(data), sha256(data)) for name, data, _mode, _summary in writes}
+    carried, provenance = provenance_writes(dist, platforms)
+    writes += carried
+    launcher_writes, files = entry_point_writes(release, platforms, recorded)
     writes += launcher_writes
     data, mode = read_regular(os.path.join(release, INSTALL_SCRIPT), INSTALL_SCRIPT)
-    staged_names = staged_binaries + [MANIFEST_NAME]
+    staged_names = staged_binaries + [name for name, _data, _mode, _summary in carried] + [MANIFEST_NAME]
     original, result, migrated = install_script_plan(data, staged_names, staged_binaries)
     writes.append((INSTALL_SCRIPT, result, mode,
                    "staged    install.sh lists the binaries in RELEASE_FILES and chmod 755%s"
                    % (" (already)" if migrated and result == data else "")))
     files[INSTALL_SCRIPT] = {"change": "release-files", "added": staged_names,
                              "original_sha256": sha256(original), "sha256": sha256(result)}
-    writes.append((MANIFEST_NAME, manifest_bytes(manifest_platforms, files), 0o644,
+    writes.append((MANIFEST_NAME, manifest_bytes(manifest_platforms, files, provenance), 0o644,
                    "manifest  %s" % MANIFEST_NAME))
     return platforms, writes
 
@@ -473,7 +522,7 @@ def check_manifest_target(release):
         value = json.loads(data)
     except ValueError:
         value = None
-    if not isinstance(value, dict) or value.get("format") != MANIFEST_FORMAT:
+    if not isinstance(value, dict) or value.get("format") not in KNOWN_MANIFEST_FORMATS:
         raise Refusal("%s exists but is not a migration kit manifest" % path)
 
 

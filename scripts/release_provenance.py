@@ -160,6 +160,32 @@ def read_dist(dist):
     return sums, provenance
 
 
+def shipped(path):
+    """(provenance, [(label, file)]) of a migrated release or a dist folder: what a verifier rebuilds.
+
+    A release (it holds rust-helpers.json) names its binaries by staged name,
+    each recorded with the `<target>/<helper>` it was built as; a dist names
+    them by that path. Either way the files themselves are compared, not the
+    digests recorded beside them.
+    """
+    manifest_path = os.path.join(path, "rust-helpers.json")
+    if os.path.isfile(manifest_path):
+        with open(manifest_path, "rb") as stream:
+            manifest = json.loads(stream.read())
+        provenance = manifest.get("provenance")
+        if not isinstance(provenance, dict) or not COMMIT.match(str(provenance.get("source_commit", ""))):
+            raise ProvenanceError("%s records no provenance (a release migrated before provenance was "
+                                  "recorded cannot be verified)" % manifest_path)
+        files = [(entry["built_as"], os.path.join(path, name))
+                 for platform in manifest["platforms"].values()
+                 for name, entry in platform["binaries"].items()]
+        return provenance, sorted(files)
+    _sums, provenance = read_dist(path)
+    files = [("%s/%s" % (target, binary), os.path.join(path, target, binary))
+             for target in provenance["targets"] for binary in BINARIES]
+    return provenance, sorted(files)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "write":
         dist, rest = argv[1], argv[2:]
@@ -176,8 +202,21 @@ def main(argv):
             sys.stderr.write("release_provenance: %s\n" % error)
             return 1
         return 0
+    if len(argv) == 2 and argv[0] == "shipped":
+        try:
+            provenance, files = shipped(argv[1])
+        except (ProvenanceError, OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            sys.stderr.write("verify-release: %s is not a migrated release or dist folder with provenance: %s\n"
+                             % (argv[1], error))
+            return 1
+        print(provenance["source_commit"])
+        print(" ".join(provenance["targets"]))
+        for label, path in files:
+            print("%s %s %s" % (label, "-" if not os.path.isfile(path) else sha256_file(path), path))
+        return 0
     sys.stderr.write("usage: release_provenance.py write DIST [--commit C] [--command CMD] TARGET...\n"
-                     "       release_provenance.py check DIST\n")
+                     "       release_provenance.py check DIST\n"
+                     "       release_provenance.py shipped RELEASE_OR_DIST\n")
     return 2
 
 

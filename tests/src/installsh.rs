@@ -144,6 +144,7 @@ pub fn migrate(release: &Path) {
             link_or_copy(&profile_dir().join(binary), &staged);
         }
     }
+    crate::release_dist::record_build(&dist);
     let mut command = Command::new("bash");
     command
         .arg(crate::workspace_root().join("scripts/migration-kit.sh"))

@@ -6,8 +6,9 @@
 //! - a file whose bytes are a release file's is shown as `<copy of NAME>`, and
 //!   a SHA-256 of a release file as `<sha256 of NAME>` (the kit changes the
 //!   helper entry points, so their digests differ by side);
-//! - the kit's added files (the five binaries, `rust-helpers.json`) are left
-//!   out of listings (`tests/tests/it/migration_kit.rs` checks them);
+//! - the kit's added files (the five binaries, `rust-helpers.json`, the build's
+//!   checksums and provenance) are left out of listings
+//!   (`tests/tests/it/migration_kit.rs` checks them);
 //! - the contents of `.venv` (uv's output) and of `__pycache__` files (their
 //!   bytes carry source times) are left out;
 //! - install.sh's PID in staging names, a lock owner's process start time.
@@ -25,7 +26,8 @@ use crate::installsh::Host;
 use crate::upstream::{Normalizer, Observed, SERVICE_FILES};
 
 /// Whether `name` is a file the migration kit adds to a release: a helper
-/// binary of some platform (`<helper>-<tag>`) or its manifest.
+/// binary of some platform (`<helper>-<tag>`), the build's checksums and
+/// provenance, or its manifest.
 pub fn kit_added(name: &std::ffi::OsStr) -> bool {
     const TAGS: [&str; 4] = [
         "linux-x86_64",
@@ -35,6 +37,8 @@ pub fn kit_added(name: &std::ffi::OsStr) -> bool {
     ];
     let name = name.to_string_lossy();
     name == "rust-helpers.json"
+        || name == "rust-helpers.SHA256SUMS"
+        || name == "rust-helpers.provenance.json"
         || crate::HELPERS.iter().any(|helper| {
             TAGS.iter()
                 .any(|tag| name == format!("{helper}-{tag}").as_str())

@@ -80,6 +80,7 @@ pub mod power_cut;
 mod processes;
 mod python_errors;
 pub mod recorded_commands;
+pub mod release_dist;
 mod release_host;
 pub mod release_support;
 mod sandbox;

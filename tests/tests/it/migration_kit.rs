@@ -115,6 +115,39 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
         ),
         "{report}"
     );
+    // The build's checksums and provenance, carried verbatim.
+    let carried = ["rust-helpers.SHA256SUMS", "rust-helpers.provenance.json"];
+    for (name, built) in carried.iter().zip(["SHA256SUMS", "provenance.json"]) {
+        assert_eq!(mode(&release.path(name)), 0o644, "{name}");
+        assert_eq!(
+            fs::read(release.path(name)).unwrap(),
+            fs::read(dist.join(built)).unwrap(),
+            "{name} is the dist's {built}"
+        );
+        assert!(
+            report.contains(&format!("carried   {name}  sha256")),
+            "{report}"
+        );
+    }
+    // Each launcher carries the size and sha256 of every binary it may run.
+    for (entry_point, binary) in LAUNCHERS {
+        let migrated = text(&release.path(entry_point));
+        let block = launcher_block(&migrated).unwrap();
+        for (target, _tag) in TARGETS {
+            let name = staged(binary, target);
+            let size = fs::metadata(release.path(&name)).unwrap().len();
+            let digest = sha256_file(&release.path(&name));
+            let recorded = if entry_point.ends_with(".sh") {
+                format!("size={size} sha256={digest} ;;")
+            } else {
+                format!(", {size}, '{digest}'),")
+            };
+            assert!(
+                block.contains(&recorded),
+                "{entry_point} records {name}: {block}"
+            );
+        }
+    }
     // The entry points keep their code; only the launcher is inserted.
     let originals_dir = originals.dir();
     for (entry_point, binary) in LAUNCHERS {
@@ -158,9 +191,10 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
     assert_eq!(
         new_release,
         format!(
-            "{} {} {MANIFEST})",
+            "{} {} {} {MANIFEST})",
             old_release.strip_suffix(')').unwrap(),
-            staged_names.join(" ")
+            staged_names.join(" "),
+            carried.join(" ")
         )
     );
     let (old_chmod, new_chmod) = changed[1];
@@ -174,7 +208,7 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
     // The manifest records every digest, checked against sha256sum.
     let manifest = parse_json(&fs::read(release.path(MANIFEST)).unwrap()).unwrap();
     assert_eq!(mode(&release.path(MANIFEST)), 0o644);
-    assert_eq!(manifest.get("format").and_then(Json::as_int), Some(2));
+    assert_eq!(manifest.get("format").and_then(Json::as_int), Some(3));
     assert_eq!(string(&manifest, &["helpers_release"]), "1.0.7-beta.5");
     for (target, tag) in TARGETS {
         assert_eq!(string(&manifest, &["platforms", tag, "target"]), target);
@@ -185,8 +219,20 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
                 sha256_file(&release.path(&name)),
                 "{name}"
             );
+            assert_eq!(
+                string(
+                    &manifest,
+                    &["platforms", tag, "binaries", &name, "built_as"]
+                ),
+                format!("{target}/{helper}")
+            );
         }
     }
+    assert_eq!(
+        manifest.get("provenance"),
+        Some(&parse_json(&fs::read(dist.join("provenance.json")).unwrap()).unwrap()),
+        "the manifest records the build's provenance"
+    );
     assert_eq!(
         string(&manifest, &["platforms", "darwin-arm64", "requires"]),
         "Darwin arm64, macOS 11.0"
@@ -235,6 +281,7 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
     let mut expected: Vec<&str> = staged_names
         .iter()
         .map(String::as_str)
+        .chain(carried)
         .chain([MANIFEST])
         .collect();
     expected.sort();
@@ -664,6 +711,7 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
         fs::Permissions::from_mode(0o755),
     )
     .unwrap();
+    assert_build_record_is_checked(&release, &dist);
     fs::create_dir(dist.join("riscv64gc-unknown-linux-gnu")).unwrap();
     assert_refused(
         &release,
@@ -681,6 +729,74 @@ fn the_kit_refuses_releases_it_does_not_recognise_and_changes_nothing() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
+}
+
+/// A dist whose SHA256SUMS or provenance.json is missing, does not match its
+/// binaries or does not bind the other is refused; `dist` is whole on return.
+fn assert_build_record_is_checked(release: &FakeRelease, dist: &Path) {
+    let sums = dist.join("SHA256SUMS");
+    let provenance = dist.join("provenance.json");
+    let (sums_bytes, provenance_bytes) = (fs::read(&sums).unwrap(), fs::read(&provenance).unwrap());
+    let restore = || {
+        fs::write(&sums, &sums_bytes).unwrap();
+        fs::write(&provenance, &provenance_bytes).unwrap();
+    };
+    fs::remove_file(&sums).unwrap();
+    assert_refused(
+        release,
+        Some(dist),
+        "has no SHA256SUMS (scripts/build-release.sh writes it)",
+    );
+    restore();
+    fs::remove_file(&provenance).unwrap();
+    assert_refused(
+        release,
+        Some(dist),
+        "has no provenance.json: scripts/build-release.sh writes it only when built from a clean git tree",
+    );
+    restore();
+    // Another binary with the same header, in a folder the sums cover.
+    let other = all_targets()
+        .into_iter()
+        .find(|target| *target != HOST_TARGET)
+        .unwrap();
+    let replaced = dist.join(other).join("update-runner");
+    let kept = fs::read(&replaced).unwrap();
+    let mut changed = kept.clone();
+    changed.extend_from_slice(b"one more line\n");
+    fs::write(&replaced, &changed).unwrap();
+    assert_refused(
+        release,
+        Some(dist),
+        &format!("{} is not the binary SHA256SUMS lists", replaced.display()),
+    );
+    fs::write(&replaced, &kept).unwrap();
+    fs::write(
+        &provenance,
+        String::from_utf8(provenance_bytes.clone())
+            .unwrap()
+            .replace("\"sha256sums_sha256\": \"", "\"sha256sums_sha256\": \"0"),
+    )
+    .unwrap();
+    assert_refused(
+        release,
+        Some(dist),
+        "provenance.json does not belong to this SHA256SUMS",
+    );
+    restore();
+    let one_line_less: String = String::from_utf8(sums_bytes.clone())
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    fs::write(&sums, one_line_less).unwrap();
+    assert_refused(
+        release,
+        Some(dist),
+        "provenance.json does not belong to this SHA256SUMS",
+    );
+    restore();
 }
 
 #[test]

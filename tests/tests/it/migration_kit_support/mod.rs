@@ -134,7 +134,8 @@ pub(crate) fn foreign_executable(target: &str) -> Vec<u8> {
     bytes
 }
 
-/// A dist folder as `scripts/build-release.sh` leaves it: `<target>/<helper>`.
+/// A dist folder as `scripts/build-release.sh` leaves it: `<target>/<helper>`,
+/// `SHA256SUMS` and `provenance.json`.
 /// The host's folder holds the built helpers (hard links, or copies across
 /// filesystems); every other target's holds [`foreign_executable`]s.
 pub(crate) fn dist(parent: &Path, targets: &[&str]) -> PathBuf {
@@ -155,6 +156,7 @@ pub(crate) fn dist(parent: &Path, targets: &[&str]) -> PathBuf {
             }
         }
     }
+    agents_tests::release_dist::record_build(&dist);
     dist
 }
 
