@@ -31,6 +31,7 @@ EXCLUDED_MODULES=(
   "crash_points  crash-tracer ptraces the helper: under qemu-user the traced process is the emulator"
   "migration_kit  the kit and its launchers are Python and bash choosing this machine's (x86_64) binary"
   "migration_kit_launchers  as migration_kit"
+  "release_build  reads this machine's release build in target/dist and runs cargo and the x86_64 scripts on it"
   "skip_policy  tests run-suite (the suite's own x86_64 supervisor), not a helper"
   "sandbox_stress  tests the sandbox itself; starting sandboxes from many threads forks a multithreaded emulated process, which deadlocks in qemu-user"
 )

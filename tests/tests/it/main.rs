@@ -32,6 +32,7 @@ mod migration_kit;
 mod migration_kit_launchers;
 mod migration_kit_support;
 mod publish_support;
+mod release_build;
 mod sandbox_manager;
 mod sandbox_stress;
 mod services_systemd;
