@@ -186,6 +186,62 @@ print(f"{ours * 1000:.2f} {original * 1000:.2f} {speedup:.1f} {verdict}")
     "$ours_rss" "$original_rss" "$what" "$([[ $verdict == ok ]] || echo '  <- MISSED')"
   [[ "$verdict" == ok ]] || failed=1
 done
+
+# The migrated path: what a launcher adds before the binary runs. Each
+# launcher is the migration kit's own text for this host's binary (its size
+# and sha256 inlined), beside a copy of the binary; `checks only` is the same
+# launcher with its exec replaced by an exit, so it costs the interpreter's
+# start plus the launcher's checks (uname, glibc, the sha256 of the binary).
+LAUNCH="$WORK/launch"
+mkdir -p "$LAUNCH"
+python3 -B - "$ROOT/scripts" "$RELEASE" "$LAUNCH" <<'PY'
+import os, shutil, sys
+sys.path.insert(0, sys.argv[1])
+import migration_kit as kit
+from release_platforms import PLATFORMS
+release, launch = sys.argv[2:4]
+host = kit.host_platform()
+for entry, binary in kit.LAUNCHERS.items():
+    if entry == "execution_uninstall.py":
+        continue
+    staged = os.path.join(launch, host.staged_name(binary))
+    shutil.copy2(os.path.join(release, binary), staged)
+    recorded = {host.staged_name(binary): (os.path.getsize(staged), kit.sha256(open(staged, "rb").read()))}
+    block = kit.launcher(entry, [host], recorded).decode("ascii")
+    if entry in kit.SHELL_ENTRY_POINTS:
+        head, tail = "#!/usr/bin/env bash\n", 'echo "the original ran" >&2; exit 3\n'
+        checks = block.replace('exec -a "$0" "$binary" "$@"', "exit 0")
+    else:
+        head, tail = "from __future__ import annotations\n", 'raise SystemExit("the original ran")\n'
+        checks = block.replace("os.execv(path, sys.argv)", "os._exit(0)")
+    assert checks != block, entry
+    for name, text in ((entry, block), ("checks-" + entry, checks)):
+        with open(os.path.join(launch, name), "w") as stream:
+            stream.write(head + text + tail)
+with open(os.path.join(launch, "empty.py"), "w") as stream:
+    stream.write("")
+PY
+echo
+echo "The migrated path, per call (ms): the interpreter's start alone, the launcher's checks (interpreter start"
+echo "included; the sha256 of the binary is most of the rest), the whole launcher-then-binary path, the binary alone."
+printf '%-26s %12s %12s %12s %12s %14s\n' "entry point" "interpreter" "checks only" "migrated" "binary" "launcher cost"
+for entry in execution_activation.py execution_manage.py update_runner.py uninstall.sh; do
+  case "$entry" in
+    uninstall.sh) interpreter=(bash -c :); run=(bash) binary=uninstall ;;
+    *) interpreter=(python3 -B "$LAUNCH/empty.py"); run=(python3 -B) binary="${entry%.py}"; binary="${binary//_/-}" ;;
+  esac
+  interpreter_s="$(mean_seconds "$RUNS_PYTHON" "${interpreter[@]}")"
+  checks_s="$(mean_seconds "$RUNS_PYTHON" "${run[@]}" "$LAUNCH/checks-$entry" --help)"
+  migrated_s="$(mean_seconds "$RUNS_PYTHON" "${run[@]}" "$LAUNCH/$entry" --help)"
+  binary_s="$(mean_seconds "$RUNS_RUST" "$RELEASE/$binary" --help)"
+  python3 -c '
+import sys
+entry = sys.argv[1]
+interpreter, checks, migrated, binary = (float(value) * 1000 for value in sys.argv[2:])
+print("%-26s %12.2f %12.2f %12.2f %12.2f %14.2f" % (entry, interpreter, checks, migrated, binary, migrated - binary))
+' "$entry" "$interpreter_s" "$checks_s" "$migrated_s" "$binary_s"
+done
+
 echo
 echo "targets: speedup >= ${SPEEDUP_TARGET}x, peak RSS < ${RSS_TARGET_KIB} KiB;" \
   "timing by $(command -v hyperfine >/dev/null && echo hyperfine || echo 'a spawn-and-wait helper')," \
