@@ -138,6 +138,18 @@ export CARGO_ENCODED_RUSTFLAGS
 # anyway; cc puts CFLAGS last, so -g0 wins.
 export CFLAGS=-g0
 
+# `clean:<commit>` for a clean git tree, `dirty`, or `none` outside git.
+tree_state() {
+  if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    echo none
+  elif [[ -n "$(git status --porcelain --untracked-files=normal)" ]]; then
+    echo dirty
+  else
+    echo "clean:$(git rev-parse HEAD)"
+  fi
+}
+tree_state_before="$(tree_state)"
+
 dist="$TARGET_DIR/dist"
 rm -rf -- "$dist"
 packages=()
@@ -163,15 +175,18 @@ for target in "${targets[@]}"; do
 done
 python3 -B scripts/release_platforms.py check "$dist" "${targets[@]}"
 
-# Provenance: only a clean tree names the source it was built from.
+# Provenance: only a tree that was clean from the start of the build to its
+# end names the source it was built from.
+tree_state_now="$(tree_state)"
 commit=""
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  if [[ -z "$(git status --porcelain --untracked-files=normal)" ]]; then
-    commit="$(git rev-parse HEAD)"
-  else
-    echo "build-release: the tree has uncommitted changes (git status), so no provenance.json is written: a release is built from a commit" >&2
-  fi
-else
-  echo "build-release: not a git checkout, so no provenance.json is written: a release is built from a commit" >&2
-fi
+case "$tree_state_before" in
+  clean:*)
+    if [[ "$tree_state_now" == "$tree_state_before" ]]; then
+      commit="${tree_state_before#clean:}"
+    else
+      echo "build-release: the tree changed during the build, so no provenance.json is written" >&2
+    fi ;;
+  dirty) echo "build-release: the tree has uncommitted changes (git status), so no provenance.json is written: a release is built from a commit" >&2 ;;
+  *) echo "build-release: not a git checkout, so no provenance.json is written: a release is built from a commit" >&2 ;;
+esac
 python3 -B scripts/release_provenance.py write "$dist" --commit "$commit" --command "$build_command" "${targets[@]}"
