@@ -24,9 +24,7 @@ use crate::environment::runtime_environment;
 fn path_arg(value: Option<&PathBuf>) -> Result<PathBuf> {
     match value {
         Some(path) => Ok(PathBuf::from(pure_path_text(path))),
-        None => Err(Error::value(
-            "expected str, bytes or os.PathLike object, not NoneType",
-        )),
+        None => Err(python_compat::Exception::not_a_path("NoneType").into()),
     }
 }
 

@@ -511,10 +511,10 @@ mod tests {
             Path::new("/r/.install-lock.1.ab.tmp"),
             Path::new("/r/.install-lock"),
         );
-        // Python names the subclass (NotADirectoryError); the shared Error keeps OSError.
+        // Python names the subclass of the errno, as the port does.
         assert_eq!(
             err.python_line(),
-            "OSError: [Errno 20] Not a directory: '/r/.install-lock.1.ab.tmp' -> '/r/.install-lock'"
+            "NotADirectoryError: [Errno 20] Not a directory: '/r/.install-lock.1.ab.tmp' -> '/r/.install-lock'"
         );
     }
 }

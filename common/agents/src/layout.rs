@@ -355,9 +355,19 @@ pub fn active_worker_release(root: &Path) -> Result<Option<PathBuf>> {
 /// `_path` of a serialized path field. Python's `Path()` raises `TypeError`
 /// for a non-string; the port reports the path refusal instead.
 fn layout_path(value: Option<&Json>) -> Result<PathBuf> {
-    match value.and_then(Json::as_str) {
-        Some(text) => normalize_path(Path::new(text)),
-        None => Err(Error::value(
+    match value {
+        Some(Json::Str(text)) => normalize_path(Path::new(text)),
+        // `Path(value)` of anything but text raises before `_path` checks it.
+        Some(
+            other @ (Json::Null
+            | Json::Bool(_)
+            | Json::Int(_)
+            | Json::BigInt(_)
+            | Json::Float(_)
+            | Json::Array(_)
+            | Json::Object(_)),
+        ) => Err(python_compat::Exception::not_a_path(other.python_type_name()).into()),
+        Some(Json::WideStr(_)) | None => Err(Error::value(
             "execution paths must be absolute without traversal",
         )),
     }

@@ -26,10 +26,36 @@ pub enum ErrorClass {
     NotFound,
     /// `FileExistsError`: an `OSError` (for example a pending journal already exists).
     FileExists,
-    /// `TimeoutError`: an `OSError` raised when a socket deadline passes.
+    /// `TimeoutError`: an `OSError` raised when a socket deadline passes
+    /// (`ETIMEDOUT`).
     Timeout,
+    /// `BlockingIOError`: `EAGAIN`, `EALREADY`, `EINPROGRESS` (a lock taken
+    /// with `LOCK_NB` that someone holds).
+    BlockingIo,
+    /// `ChildProcessError`: `ECHILD`.
+    ChildProcess,
+    /// `ConnectionError`: the base of the four connection classes below.
+    Connection,
+    /// `BrokenPipeError` (a `ConnectionError`): `EPIPE`, `ESHUTDOWN`.
+    BrokenPipe,
+    /// `ConnectionAbortedError` (a `ConnectionError`): `ECONNABORTED`.
+    ConnectionAborted,
+    /// `ConnectionRefusedError` (a `ConnectionError`): `ECONNREFUSED`.
+    ConnectionRefused,
+    /// `ConnectionResetError` (a `ConnectionError`): `ECONNRESET`.
+    ConnectionReset,
+    /// `InterruptedError`: `EINTR`.
+    Interrupted,
+    /// `IsADirectoryError`: `EISDIR`.
+    IsADirectory,
+    /// `NotADirectoryError`: `ENOTDIR`.
+    NotADirectory,
+    /// `ProcessLookupError`: `ESRCH`.
+    ProcessLookup,
     /// `ValueError`.
     Value,
+    /// `TypeError`: a value of the wrong type, such as `Path(None)`.
+    Type,
     /// `json.JSONDecodeError` (a `ValueError`): a document that does not parse.
     JsonDecode,
     /// `UnicodeDecodeError` (a `ValueError`): bytes that are not text.
@@ -72,7 +98,19 @@ impl ErrorClass {
             ErrorClass::NotFound => "FileNotFoundError",
             ErrorClass::FileExists => "FileExistsError",
             ErrorClass::Timeout => "TimeoutError",
+            ErrorClass::BlockingIo => "BlockingIOError",
+            ErrorClass::ChildProcess => "ChildProcessError",
+            ErrorClass::Connection => "ConnectionError",
+            ErrorClass::BrokenPipe => "BrokenPipeError",
+            ErrorClass::ConnectionAborted => "ConnectionAbortedError",
+            ErrorClass::ConnectionRefused => "ConnectionRefusedError",
+            ErrorClass::ConnectionReset => "ConnectionResetError",
+            ErrorClass::Interrupted => "InterruptedError",
+            ErrorClass::IsADirectory => "IsADirectoryError",
+            ErrorClass::NotADirectory => "NotADirectoryError",
+            ErrorClass::ProcessLookup => "ProcessLookupError",
             ErrorClass::Value => "ValueError",
+            ErrorClass::Type => "TypeError",
             ErrorClass::JsonDecode => "json.decoder.JSONDecodeError",
             ErrorClass::UnicodeDecode => "UnicodeDecodeError",
             ErrorClass::Runtime => "RuntimeError",
@@ -85,6 +123,30 @@ impl ErrorClass {
         }
     }
 
+    /// The `OSError` subclass CPython 3.11 raises for `errno` (its
+    /// `errnomap`, built in `Objects/exceptions.c`); `OSError` itself for
+    /// every errno that table does not name.
+    pub fn of_errno(errno: rustix::io::Errno) -> ErrorClass {
+        use rustix::io::Errno;
+        match errno {
+            Errno::AGAIN | Errno::ALREADY | Errno::INPROGRESS => ErrorClass::BlockingIo,
+            Errno::PIPE | Errno::SHUTDOWN => ErrorClass::BrokenPipe,
+            Errno::CHILD => ErrorClass::ChildProcess,
+            Errno::CONNABORTED => ErrorClass::ConnectionAborted,
+            Errno::CONNREFUSED => ErrorClass::ConnectionRefused,
+            Errno::CONNRESET => ErrorClass::ConnectionReset,
+            Errno::EXIST => ErrorClass::FileExists,
+            Errno::NOENT => ErrorClass::NotFound,
+            Errno::ISDIR => ErrorClass::IsADirectory,
+            Errno::NOTDIR => ErrorClass::NotADirectory,
+            Errno::INTR => ErrorClass::Interrupted,
+            Errno::ACCESS | Errno::PERM => ErrorClass::Permission,
+            Errno::SRCH => ErrorClass::ProcessLookup,
+            Errno::TIMEDOUT => ErrorClass::Timeout,
+            _ => ErrorClass::Os,
+        }
+    }
+
     /// Python's `issubclass(self, base)` among these classes: an original's
     /// `except ValueError` also catches a `JSONDecodeError`, and callers branch
     /// the way it does.
@@ -93,7 +155,18 @@ impl ErrorClass {
             ErrorClass::Permission
             | ErrorClass::NotFound
             | ErrorClass::FileExists
-            | ErrorClass::Timeout => Some(ErrorClass::Os),
+            | ErrorClass::Timeout
+            | ErrorClass::BlockingIo
+            | ErrorClass::ChildProcess
+            | ErrorClass::Connection
+            | ErrorClass::Interrupted
+            | ErrorClass::IsADirectory
+            | ErrorClass::NotADirectory
+            | ErrorClass::ProcessLookup => Some(ErrorClass::Os),
+            ErrorClass::BrokenPipe
+            | ErrorClass::ConnectionAborted
+            | ErrorClass::ConnectionRefused
+            | ErrorClass::ConnectionReset => Some(ErrorClass::Connection),
             ErrorClass::JsonDecode | ErrorClass::UnicodeDecode => Some(ErrorClass::Value),
             ErrorClass::Recursion => Some(ErrorClass::Runtime),
             ErrorClass::Indentation => Some(ErrorClass::Syntax),
@@ -101,6 +174,7 @@ impl ErrorClass {
             ErrorClass::Defined(class) => Some(class.base),
             ErrorClass::Os
             | ErrorClass::Value
+            | ErrorClass::Type
             | ErrorClass::Runtime
             | ErrorClass::TarRead
             | ErrorClass::Syntax => None,
@@ -140,6 +214,15 @@ impl Exception {
     /// A `FileExistsError` raised with a message (no errno).
     pub fn file_exists(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::FileExists, message)
+    }
+
+    /// `Path(value)` of a value that is not text: Python's `TypeError`
+    /// naming the value's type (`NoneType`, `list`, ...).
+    pub fn not_a_path(type_name: &str) -> Self {
+        Self::new(
+            ErrorClass::Type,
+            format!("expected str, bytes or os.PathLike object, not {type_name}"),
+        )
     }
 
     /// An exception of any class with a message.
@@ -224,13 +307,7 @@ impl From<io::Error> for Exception {
             };
             return Exception::new(class, err.to_string());
         };
-        let class = match rustix::io::Errno::from_raw_os_error(code) {
-            rustix::io::Errno::NOENT => ErrorClass::NotFound,
-            rustix::io::Errno::EXIST => ErrorClass::FileExists,
-            rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => ErrorClass::Permission,
-            rustix::io::Errno::TIMEDOUT | rustix::io::Errno::AGAIN => ErrorClass::Timeout,
-            _ => ErrorClass::Os,
-        };
+        let class = ErrorClass::of_errno(rustix::io::Errno::from_raw_os_error(code));
         let text = io::Error::from_raw_os_error(code).to_string();
         // Rust renders "No such file or directory (os error 2)"; Python renders
         // "[Errno 2] No such file or directory".

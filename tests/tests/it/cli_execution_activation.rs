@@ -190,3 +190,23 @@ fn help_exits_zero() {
         assert!(page.contains(operation), "{operation} missing:\n{page}");
     }
 }
+
+#[test]
+fn a_missing_path_option_is_pythons_type_error_from_path_none() {
+    // `command_layout` calls `Path(args.release_dir)` (and so on) before
+    // anything else: an option install.sh always passes, absent, is
+    // `Path(None)`, which raises TypeError.
+    for args in [
+        ["snapshot", "--root", "/nonexistent/install"].as_slice(),
+        &["previous-worker", "--root", "/nonexistent/install", "--release-dir", "/r"],
+    ] {
+        let output = run(PROGRAM, args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            text(&output.stderr),
+            "TypeError: expected str, bytes or os.PathLike object, not NoneType\n",
+            "{args:?}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}

@@ -173,7 +173,7 @@ fn an_expected_status_that_is_not_a_small_regular_file_is_refused_without_waitin
         (
             directory.to_str().unwrap().to_string(),
             format!(
-                "OSError: [Errno 21] Is a directory: '{}'",
+                "IsADirectoryError: [Errno 21] Is a directory: '{}'",
                 directory.display()
             ),
         ),

@@ -127,7 +127,7 @@ fn an_abandoned_split_receipt_must_be_dead_and_unheld() {
     assert_eq!(output.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&output.stderr)
-            .ends_with("[Errno 11] Resource temporarily unavailable\n"),
+            .ends_with("BlockingIOError: [Errno 11] Resource temporarily unavailable\n"),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -67,7 +67,7 @@ fn leaves_no_temporary_when_the_rename_fails() {
     write_file(&path.join("inside"), b"", 0o600);
     let error = atomic_write(&path, b"data", 0o600).unwrap_err();
     // Python: `[Errno 21] Is a directory: '<dir>/.target.<24 hex>.tmp' -> '<dir>/target'`.
-    assert_eq!(error.class(), ErrorClass::Os);
+    assert_eq!(error.class(), ErrorClass::IsADirectory);
     assert_eq!(error.errno(), Some(21));
     let prefix = format!(
         "[Errno 21] Is a directory: '{}/.target.",

@@ -294,7 +294,12 @@ fn ensure_refuses_unsafe_lock_files_without_creating_the_token() {
 
     make_dir(&lock, 0o700);
     let error = ensure_execution_secret(&path).unwrap_err();
-    assert_os_error(&error, ErrorClass::Os, "[Errno 21] Is a directory", &lock);
+    assert_os_error(
+        &error,
+        ErrorClass::IsADirectory,
+        "[Errno 21] Is a directory",
+        &lock,
+    );
     fs::remove_dir(&lock).unwrap();
 
     let target = runtime.join("lock-target");

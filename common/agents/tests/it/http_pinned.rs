@@ -401,6 +401,9 @@ fn a_closed_port_is_a_raw_connection_error() {
     // Python raises ConnectionRefusedError, an OSError with this text.
     assert_eq!(
         (err.class(), err.message()),
-        (ErrorClass::Os, "[Errno 111] Connection refused")
+        (
+            ErrorClass::ConnectionRefused,
+            "[Errno 111] Connection refused"
+        )
     );
 }

@@ -241,7 +241,10 @@ fn python_quirks_pass_validation_and_reach_the_socket() {
         let err = call.run().unwrap_err();
         assert_eq!(
             (err.class(), err.message()),
-            (ErrorClass::Os, "[Errno 111] Connection refused"),
+            (
+                ErrorClass::ConnectionRefused,
+                "[Errno 111] Connection refused"
+            ),
             "{}",
             call.url
         );

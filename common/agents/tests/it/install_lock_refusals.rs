@@ -371,7 +371,7 @@ fn an_unsafe_lock_directory_is_refused() {
     fs::write(lock_path(&file_root), b"x").unwrap();
     for root in [root, file_root] {
         let err = refused(&root);
-        assert_eq!(err.class(), ErrorClass::Os);
+        assert_eq!(err.class(), ErrorClass::NotADirectory);
         let message = err.message();
         let prefix = format!(
             "[Errno 20] Not a directory: '{}/.install-lock.",

@@ -8,7 +8,7 @@ use std::os::unix::fs::chown;
 use agents_common::{layout_manifest, render_service, ExecutionLayout, PlatformName};
 use agents_tests::{assert_error, link, make_dir, set_mode, with, write_file, InstallBase};
 use python_compat::{
-    json::{Json, JsonObject},
+    json::{parse_json, Json, JsonObject},
     json_object, ErrorClass,
 };
 
@@ -99,9 +99,6 @@ fn paths_must_be_absolute_without_traversal_or_symlinks() {
         Json::from("install"),
         Json::from(""),
         Json::from(format!("{}/install/../install", base.text())),
-        // Python raises TypeError from Path(5); the port keeps the path refusal.
-        Json::from(5_i64),
-        Json::Null,
     ] {
         let value = with(&layout, "install_root", bad);
         assert_error(
@@ -137,6 +134,52 @@ fn paths_must_be_absolute_without_traversal_or_symlinks() {
     );
     let value = with(&layout, "home", format!("{}/home\tx", base.text()));
     assert_error(ExecutionLayout::from_dict(&value), ErrorClass::Value, TEXT);
+}
+
+/// CPython's last traceback line for `Path(json.loads(document))`.
+fn cpython_path_of(document: &str) -> String {
+    let output = std::process::Command::new("python3")
+        .args([
+            "-B",
+            "-c",
+            "import json, sys\nfrom pathlib import Path\ntry:\n    Path(json.loads(sys.argv[1]))\n\
+             except Exception as e:\n    print('%s: %s' % (type(e).__name__, e))",
+            document,
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim_end()
+        .to_string()
+}
+
+#[test]
+fn a_path_that_is_not_text_is_pythons_type_error() {
+    let (_base, layout) = linux_base("path-types");
+    for (document, value) in [
+        ("null", Json::Null),
+        ("true", Json::Bool(true)),
+        ("5", Json::from(5_i64)),
+        (
+            "123456789012345678901234567890123456789012",
+            parse_json(b"123456789012345678901234567890123456789012").unwrap(),
+        ),
+        ("1.5", Json::Float(1.5)),
+        ("[\"/x\"]", parse_json(b"[\"/x\"]").unwrap()),
+        ("{}", Json::Object(JsonObject::new())),
+    ] {
+        for key in ["install_root", "home", "gateway_release"] {
+            let error = ExecutionLayout::from_dict(&with(&layout, key, value.clone())).unwrap_err();
+            assert_eq!(error.class(), ErrorClass::Type, "{key} = {document}");
+            assert_eq!(
+                error.python_line(),
+                cpython_path_of(document),
+                "{key} = {document}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -320,7 +320,8 @@ print(json.dumps(out))
         );
         let class = match expected.get("error").and_then(Json::as_str).unwrap() {
             "PermissionError" => ErrorClass::Permission,
-            "IsADirectoryError" | "OSError" => ErrorClass::Os,
+            "IsADirectoryError" => ErrorClass::IsADirectory,
+            "OSError" => ErrorClass::Os,
             other => panic!("unexpected original class {other}"),
         };
         assert_eq!(error.class(), class, "{status:?}");

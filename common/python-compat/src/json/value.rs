@@ -143,6 +143,19 @@ pub enum Json {
 }
 
 impl Json {
+    /// `type(value).__name__` of the Python value `json.loads` gives.
+    pub fn python_type_name(&self) -> &'static str {
+        match self {
+            Json::Null => "NoneType",
+            Json::Bool(_) => "bool",
+            Json::Int(_) | Json::BigInt(_) => "int",
+            Json::Float(_) => "float",
+            Json::Str(_) | Json::WideStr(_) => "str",
+            Json::Array(_) => "list",
+            Json::Object(_) => "dict",
+        }
+    }
+
     /// The member `key` of an object (`value.get(key)` on a dict); `None` for
     /// a missing key or when the value is not an object.
     pub fn get(&self, key: &str) -> Option<&Json> {
