@@ -74,6 +74,11 @@ impl Error {
         Exception::from_errno(errno, path).into()
     }
 
+    /// A raw OS error from an errno value, about two paths (`'from' -> 'to'`).
+    pub fn from_errno_paths(errno: rustix::io::Errno, from: &Path, to: &Path) -> Self {
+        Exception::from_errno_paths(errno, from, to).into()
+    }
+
     /// The same error, naming the condition callers branch on.
     pub fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.kind = Some(kind);

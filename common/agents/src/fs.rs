@@ -212,11 +212,8 @@ fn publish_temporary(
     write_all(&fd, data)?;
     rustix::fs::fsync(&fd)?;
     drop(fd);
-    rustix::fs::rename(temporary, path).map_err(|errno| {
-        // Python words a two-path OSError as `[Errno n] text: 'src' -> 'dst'`.
-        let both = format!("{}' -> '{}", temporary.display(), path.display());
-        Error::from_errno(errno, Path::new(&both))
-    })?;
+    rustix::fs::rename(temporary, path)
+        .map_err(|errno| Error::from_errno_paths(errno, temporary, path))?;
     fsync_directory(&python_path::parent(path))
 }
 

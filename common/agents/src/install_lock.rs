@@ -402,9 +402,7 @@ fn is_occupied(err: &io::Error) -> bool {
 
 /// A rename failure worded like Python's two-path OSError: `...: 'from' -> 'to'`.
 fn rename_error(err: &io::Error, from: &Path, to: &Path) -> Error {
-    // from_io_path quotes one path; quoting the joined pair yields Python's text.
-    let pair = format!("{}' -> '{}", from.display(), to.display());
-    Error::from_io_path(err, Path::new(&pair))
+    python_compat::Exception::from_io_paths(err, from, to).into()
 }
 
 /// Removes the drafts of owners that died before publishing them (a kill

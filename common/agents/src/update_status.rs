@@ -179,10 +179,8 @@ pub fn atomic_json(path: &Path, value: &JsonObject) -> Result<()> {
         write_all(&fd, &data)?;
         rustix::fs::fsync(&fd)?;
         drop(fd);
-        rustix::fs::rename(&temporary, path).map_err(|errno| {
-            let both = format!("{}' -> '{}", temporary.display(), path.display());
-            Error::from_errno(errno, Path::new(&both))
-        })?;
+        rustix::fs::rename(&temporary, path)
+            .map_err(|errno| Error::from_errno_paths(errno, &temporary, path))?;
         crate::fs::fsync_directory(&parent)
     })();
     // `finally: temporary.unlink(missing_ok=True)`.

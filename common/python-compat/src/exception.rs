@@ -235,16 +235,40 @@ impl Exception {
     }
 
     /// A raw OS error about `path`, classified as Python classifies errno values
-    /// and worded like Python's `str(OSError)`: `[Errno 2] No such file or directory: '/x'`.
+    /// and worded like Python's `str(OSError)`: `[Errno 2] No such file or directory: '/x'`,
+    /// the path as `repr` quotes it (a line break as `\n`, an undecodable
+    /// byte as `\udcXX`), so no path can add a line to the message.
     pub fn from_io_path(err: &io::Error, path: &Path) -> Self {
         let mut exception = Self::from(clone_io(err));
-        exception.message = format!("{}: '{}'", exception.message, path.display());
+        exception.message = format!("{}: {}", exception.message, repr_path(path));
+        exception
+    }
+
+    /// A raw OS error about two paths (a rename, a link), worded like
+    /// Python's `str(OSError)` of one: `[Errno 18] ...: 'from' -> 'to'`.
+    pub fn from_io_paths(err: &io::Error, from: &Path, to: &Path) -> Self {
+        let mut exception = Self::from(clone_io(err));
+        exception.message = format!(
+            "{}: {} -> {}",
+            exception.message,
+            repr_path(from),
+            repr_path(to)
+        );
         exception
     }
 
     /// A raw OS error from an errno value, about `path`.
     pub fn from_errno(errno: rustix::io::Errno, path: &Path) -> Self {
         Self::from_io_path(&io::Error::from_raw_os_error(errno.raw_os_error()), path)
+    }
+
+    /// A raw OS error from an errno value, about two paths.
+    pub fn from_errno_paths(errno: rustix::io::Errno, from: &Path, to: &Path) -> Self {
+        Self::from_io_paths(
+            &io::Error::from_raw_os_error(errno.raw_os_error()),
+            from,
+            to,
+        )
     }
 
     /// The Python exception class.
@@ -288,6 +312,12 @@ impl AsRef<Exception> for Exception {
     fn as_ref(&self) -> &Exception {
         self
     }
+}
+
+/// `repr(str(path))` of a path Python holds as surrogate-escaped text.
+fn repr_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    crate::text::repr_surrogateescape(path.as_os_str().as_bytes())
 }
 
 fn clone_io(err: &io::Error) -> io::Error {

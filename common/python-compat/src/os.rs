@@ -123,8 +123,7 @@ pub fn hard_link(source: &Path, destination: &Path) -> Result<()> {
 
 /// Python words a two-path OSError as `[Errno n] text: 'src' -> 'dst'`.
 fn two_path_error(errno: Errno, source: &Path, destination: &Path) -> Exception {
-    let both = format!("{}' -> '{}", source.display(), destination.display());
-    Exception::from_errno(errno, Path::new(&both))
+    Exception::from_errno_paths(errno, source, destination)
 }
 
 /// `os.unlink(path)`.

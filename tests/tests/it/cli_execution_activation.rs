@@ -198,7 +198,13 @@ fn a_missing_path_option_is_pythons_type_error_from_path_none() {
     // `Path(None)`, which raises TypeError.
     for args in [
         ["snapshot", "--root", "/nonexistent/install"].as_slice(),
-        &["previous-worker", "--root", "/nonexistent/install", "--release-dir", "/r"],
+        &[
+            "previous-worker",
+            "--root",
+            "/nonexistent/install",
+            "--release-dir",
+            "/r",
+        ],
     ] {
         let output = run(PROGRAM, args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");

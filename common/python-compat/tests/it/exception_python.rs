@@ -3,6 +3,7 @@
 //! CPython's errno table, and the last traceback line is
 //! `Class: [Errno N] text`. `python3` must be installed (it is in CI).
 
+use std::os::unix::ffi::OsStringExt as _;
 use std::process::Command;
 
 use python_compat::{ErrorClass, Exception};
@@ -62,4 +63,60 @@ fn the_connection_classes_are_connection_errors_and_all_are_os_errors() {
     }
     assert!(!ErrorClass::Connection.is_a(ErrorClass::BrokenPipe));
     assert!(!ErrorClass::IsADirectory.is_a(ErrorClass::NotADirectory));
+}
+
+/// CPython's `str(exc)` of `os.stat(path)` and of `os.rename(path, path + "2")`
+/// for a path that does not exist, given as hex bytes (surrogate-escaped, as
+/// Python holds argv words and paths).
+fn cpython_messages(path: &[u8]) -> (String, String) {
+    let hex: String = path.iter().map(|byte| format!("{byte:02x}")).collect();
+    let program = "import os, sys\n\
+        p = os.fsdecode(bytes.fromhex(sys.argv[1]))\n\
+        for call in (lambda: os.stat(p), lambda: os.rename(p, p + '2')):\n\
+        \x20   try:\n\
+        \x20       call()\n\
+        \x20   except OSError as e:\n\
+        \x20       sys.stdout.buffer.write(str(e).encode('utf-8', 'backslashreplace') + b'\\0')\n";
+    let output = Command::new("python3")
+        .args(["-B", "-c", program, &hex])
+        .output()
+        .expect("python3 runs");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut parts = text.split('\0');
+    (
+        parts.next().unwrap().to_string(),
+        parts.next().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn filenames_in_os_errors_are_quoted_as_python_quotes_them() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let missing = std::io::Error::from_raw_os_error(2);
+    for path in [
+        b"/nonexistent/plain".as_slice(),
+        b"/nonexistent/it's",
+        b"/nonexistent/both'\"",
+        b"/nonexistent/line\nbreak",
+        b"/nonexistent/tab\tand\\backslash",
+        b"/nonexistent//double",
+        b"/nonexistent/caf\xc3\xa9",
+        b"/nonexistent/\xff\xfe not utf-8",
+        b"/nonexistent/\x1b[31mescape",
+    ] {
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+        let renamed = {
+            let mut bytes = path.as_os_str().as_bytes().to_vec();
+            bytes.push(b'2');
+            std::path::PathBuf::from(std::ffi::OsString::from_vec(bytes))
+        };
+        let (stat, rename) = cpython_messages(path.as_os_str().as_bytes());
+        assert_eq!(Exception::from_io_path(&missing, path).message(), stat);
+        assert_eq!(
+            Exception::from_io_paths(&missing, path, &renamed).message(),
+            rename
+        );
+        assert!(!stat.contains('\n'), "{stat}");
+    }
 }
