@@ -555,9 +555,13 @@ pub fn resolve_user_path(path: &Path) -> Result<PathBuf> {
     )))?)
 }
 
-/// `Path(text).expanduser()` made absolute against the working directory.
+/// `Path(text).expanduser()` made absolute against the working directory;
+/// a `~` or `~user` that finds no home is pathlib's RuntimeError.
 fn expand_user_absolute(path: &Path) -> Result<Vec<u8>> {
     let expanded = python_compat::path::expanduser(path.as_os_str().as_bytes());
+    if expanded.starts_with(b"~") {
+        return Err(Error::runtime("Could not determine home directory."));
+    }
     if expanded.starts_with(b"/") {
         return Ok(expanded);
     }

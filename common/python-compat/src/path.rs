@@ -334,12 +334,10 @@ pub fn makedirs(path: &Path) -> Result<()> {
     std::fs::create_dir(path).map_err(|err| Exception::from_io_path(&err, path))
 }
 
-/// `_absolute(p)`: `os.path.abspath(os.path.expanduser(p))`: `~` and `~/...`
-/// expand from `HOME`, a relative path joins the working directory, and `..`
-/// collapses lexically (never through the filesystem).
-///
-/// `~user` is left as typed (Python would consult the password database);
-/// journals never contain it.
+/// `_absolute(p)`: `os.path.abspath(os.path.expanduser(p))`: `~`, `~/...`
+/// and `~user/...` expand as [`expanduser`] does, a relative path joins the
+/// working directory, and `..` collapses lexically (never through the
+/// filesystem).
 pub fn absolute_path(path: impl AsRef<Path>) -> PathBuf {
     let raw = path.as_ref().as_os_str().as_bytes();
     let mut text = expanduser(raw);
@@ -376,20 +374,32 @@ pub fn is_strict_ancestor(ancestor: &Path, path: &Path) -> bool {
 }
 
 /// `os.path.expanduser` of a path's bytes: `~` and `~/...` expand from
-/// `HOME` (its trailing slashes dropped); `~user` and anything else stay as
-/// typed.
+/// `HOME` (or, without `HOME`, this user's home in the password database),
+/// `~user` and `~user/...` from that user's home in the password database;
+/// trailing slashes of the home drop. An unknown user leaves the path as
+/// typed, as Python does.
 pub fn expanduser(raw: &[u8]) -> Vec<u8> {
     if !raw.starts_with(b"~") {
         return raw.to_vec();
     }
     let end = raw.iter().position(|&b| b == b'/').unwrap_or(raw.len());
-    if end != 1 {
-        return raw.to_vec();
-    }
-    let Some(home) = std::env::var_os("HOME") else {
+    let home = if end == 1 {
+        match std::env::var_os("HOME") {
+            Some(home) => Some(home.into_vec()),
+            None => password_home(None),
+        }
+    } else {
+        // A name with a NUL byte cannot be looked up (no argv word holds one).
+        let name = &raw[1..end];
+        if name.contains(&0) {
+            None
+        } else {
+            password_home(Some(name))
+        }
+    };
+    let Some(mut home) = home else {
         return raw.to_vec();
     };
-    let mut home = home.as_bytes().to_vec();
     while home.ends_with(b"/") {
         home.pop();
     }
@@ -398,6 +408,53 @@ pub fn expanduser(raw: &[u8]) -> Vec<u8> {
         home.push(b'/');
     }
     home
+}
+
+/// `pwd.getpwnam(name).pw_dir`, or `pwd.getpwuid(os.getuid()).pw_dir`
+/// without a name; `None` where the database has no such entry.
+fn password_home(name: Option<&[u8]>) -> Option<Vec<u8>> {
+    let mut buffer = vec![0 as libc::c_char; 16 * 1024];
+    loop {
+        // SAFETY: `entry` and `buffer` outlive the call; `found` is set to
+        // `&entry` or null by getpw*_r, and read only after it returns.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let status = match name {
+            Some(name) => {
+                let name = std::ffi::CString::new(name).ok()?;
+                // SAFETY: as above; `name` is NUL-terminated and lives to the end of the call.
+                unsafe {
+                    libc::getpwnam_r(
+                        name.as_ptr(),
+                        &mut entry,
+                        buffer.as_mut_ptr(),
+                        buffer.len(),
+                        &mut found,
+                    )
+                }
+            }
+            // SAFETY: as above.
+            None => unsafe {
+                libc::getpwuid_r(
+                    libc::getuid(),
+                    &mut entry,
+                    buffer.as_mut_ptr(),
+                    buffer.len(),
+                    &mut found,
+                )
+            },
+        };
+        if status == libc::ERANGE && buffer.len() < 1 << 20 {
+            buffer.resize(buffer.len() * 2, 0);
+            continue;
+        }
+        if status != 0 || found.is_null() || entry.pw_dir.is_null() {
+            return None;
+        }
+        // SAFETY: pw_dir points into `buffer`, NUL-terminated by getpw*_r.
+        let home = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+        return Some(home.to_bytes().to_vec());
+    }
 }
 
 #[cfg(test)]

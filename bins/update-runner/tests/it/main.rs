@@ -19,3 +19,4 @@ mod runner_check_release;
 mod runner_recovery_context;
 mod runner_server_health;
 mod runner_team_hub_fence;
+mod user_paths;

@@ -9,3 +9,4 @@ mod json_properties;
 mod json_python;
 mod json_refusals;
 mod json_support;
+mod path_python;

@@ -1,0 +1,82 @@
+//! `_absolute` (`os.path.abspath(os.path.expanduser(p))`) against CPython:
+//! `~`, `~/x`, `~user/x` for users the password database has and has not,
+//! with and without `HOME`. `python3` must be installed (it is in CI).
+
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
+use std::process::Command;
+
+/// CPython's `os.path.abspath(os.path.expanduser(p))` for each path, with
+/// `HOME` as given (unset for `None`), run from `/`.
+fn cpython_absolute(paths: &[&str], home: Option<&str>) -> Vec<String> {
+    let mut command = Command::new("python3");
+    command
+        .args(["-B", "-c", "import os, sys\nfor p in sys.argv[1:]:\n    print(os.path.abspath(os.path.expanduser(p)))"])
+        .args(paths)
+        .current_dir("/")
+        .env_remove("HOME");
+    if let Some(home) = home {
+        command.env("HOME", home);
+    }
+    let output = command.output().expect("python3 runs");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The port's `absolute_path` of each path in a child process with the same
+/// environment: `HOME` is the process's, so the test runs itself again.
+#[test]
+fn tilde_forms_expand_as_cpython_expands_them() {
+    const PATHS: [&str; 9] = [
+        "~",
+        "~/",
+        "~/a/../b",
+        "~root",
+        "~root/x",
+        "~nobody/y",
+        "~no-such-user-here/z",
+        "~~",
+        "a/~root",
+    ];
+    if let Ok(home) = std::env::var("PATH_PYTHON_CHILD_HOME") {
+        let home = (home != "-").then_some(home);
+        assert_eq!(std::env::var("HOME").ok(), home);
+        for path in PATHS {
+            let ours = python_compat::path::absolute_path(Path::new(path));
+            println!(
+                "\nabsolute: {}",
+                String::from_utf8_lossy(ours.as_os_str().as_bytes())
+            );
+        }
+        return;
+    }
+    for home in [Some("/home/someone//"), Some("/"), None] {
+        let expected = cpython_absolute(&PATHS, home);
+        let mut child = Command::new(std::env::current_exe().unwrap());
+        child
+            .args([
+                "--exact",
+                "path_python::tilde_forms_expand_as_cpython_expands_them",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .current_dir("/")
+            .env("PATH_PYTHON_CHILD_HOME", home.unwrap_or("-"))
+            .env_remove("HOME");
+        if let Some(home) = home {
+            child.env("HOME", home);
+        }
+        let output = child.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let printed = String::from_utf8(output.stdout).unwrap();
+        let ours: Vec<&str> = printed
+            .lines()
+            .filter_map(|line| line.strip_prefix("absolute: "))
+            .collect();
+        assert_eq!(ours, expected, "HOME={home:?}: {printed}");
+    }
+}
