@@ -216,3 +216,31 @@ fn a_missing_path_option_is_pythons_type_error_from_path_none() {
         assert!(output.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn a_lone_separator_reads_as_argparse_reads_it() {
+    let originals = agents_tests::require_originals!();
+    for args in [
+        ["--"].as_slice(),
+        &["--", "--"],
+        &["detect", "--"],
+        &["--", "detect"],
+        &["detect", "--root", "/i", "--"],
+    ] {
+        check(&originals, args);
+    }
+}
+
+#[test]
+fn an_option_given_the_separator_as_its_value_is_a_usage_error() {
+    // argparse drops `--` from `--root=--` and keeps an empty list, which the
+    // original then fails on; the port refuses it at parse time (listed in
+    // docs/design/deviations.md).
+    let output = run(PROGRAM, &["detect", "--root=--"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).ends_with("error: argument --root: expected one argument\n"),
+        "{}",
+        text(&output.stderr)
+    );
+}

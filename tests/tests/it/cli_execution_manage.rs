@@ -346,3 +346,25 @@ fn inspect_refusals_print_the_python_exception_line() {
         "a refusal changes nothing"
     );
 }
+
+#[test]
+fn a_lone_separator_leaves_the_command_missing_as_in_argparse() {
+    let originals = agents_tests::require_originals!();
+    for args in [["--"].as_slice(), &["--", "--"], &["--", "inspect"]] {
+        check(&originals, args);
+    }
+}
+
+#[test]
+fn an_option_given_the_separator_as_its_value_is_a_usage_error() {
+    // As execution-activation's: a documented deviation.
+    for args in [["inspect", "--root=--"], ["recover", "--root=--"]] {
+        let output = cli_support::run(PROGRAM, &args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            cli_support::text(&output.stderr)
+                .ends_with("error: argument --root: expected one argument\n"),
+            "{args:?}"
+        );
+    }
+}

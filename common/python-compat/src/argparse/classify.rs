@@ -302,8 +302,13 @@ pub(crate) fn canonicalize(
                 }
             },
             // A separator next to the positional word is consumed with it;
-            // before a subcommand name it is taken as the (invalid) name;
-            // anywhere else it is an unrecognized argument.
+            // before a subcommand name it is taken as the (invalid) name, and
+            // as the last word it leaves the subcommand missing (argparse's
+            // PARSER pattern needs a word after it); anywhere else it is an
+            // unrecognized argument.
+            Word::Separator
+                if awaiting_positional && !owner.subcommands.is_empty() && index == words.len() => {
+            }
             Word::Separator if awaiting_positional && !owner.subcommands.is_empty() => {
                 let names: Vec<&str> = owner.subcommands.iter().map(|sub| sub.name).collect();
                 canonical.stopped = Some((*owner, invalid_choice_message(word, &names)));
@@ -316,7 +321,7 @@ pub(crate) fn canonicalize(
             {
                 canonical.words.push(word.clone());
             }
-            Word::Separator if positional_at == Some(index - 2) => {}
+            Word::Separator if positional_at.is_some_and(|at| at + 2 == index) => {}
             Word::Separator => canonical.extras.push(word.clone()),
             Word::Positional if awaiting_positional && !owner.subcommands.is_empty() => {
                 if !owner.subcommands.iter().any(|sub| word == sub.name) {
