@@ -23,12 +23,12 @@ for part in index cache; do
 done
 targets=()
 for target in "$@"; do targets+=(--target "$target"); done
-# rustup's toolchains stay where they are (RUSTUP_HOME); the locale is one
-# this machine may lack, which is the point: the build must not care.
+# rustup's toolchains stay where they are (RUSTUP_HOME); the locale and time
+# zone differ from the build's own (C, UTC), which it must override.
 (
   umask 077
   cd "$elsewhere"
   env CARGO_HOME="$elsewhere/cargo-home" HOME="$elsewhere/home" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" \
-    TZ=Pacific/Chatham LANG=de_DE.UTF-8 LC_ALL=de_DE.UTF-8 TMPDIR="$elsewhere" \
+    TZ=Pacific/Chatham LANG=C.UTF-8 LC_ALL=C.UTF-8 TMPDIR="$elsewhere" \
     bash "$ROOT/scripts/verify-release.sh" "${targets[@]}" "$dist"
 )

@@ -58,8 +58,8 @@ else
   trap 'rm -rf -- "$scratch"' EXIT
 fi
 echo "verify-release: rebuilding ${targets[*]} from $commit"
-git clone --quiet --no-hardlinks -- "$ROOT" "$scratch/source"
-git -C "$scratch/source" checkout --quiet --detach "$commit"
+git -c init.defaultBranch=main clone --quiet --no-hardlinks -- "$ROOT" "$scratch/source"
+git -C "$scratch/source" -c advice.detachedHead=false checkout --quiet --detach "$commit"
 if ! (cd "$scratch/source" && env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR \
   bash scripts/build-release.sh --target "${targets[@]}" >"$scratch/build.log" 2>&1); then
   tail -n 20 "$scratch/build.log" >&2
