@@ -37,6 +37,8 @@
 //! - [`path`]: `os.path`/`posixpath` and `pathlib.PurePosixPath`;
 //! - [`ipaddress`], [`shlex`], [`uuid`], [`base64`]: the functions of those
 //!   modules the originals call;
+//! - [`socket`]: `socket.getaddrinfo` with `socket.gaierror`'s code, and a
+//!   failed socket operation as Python's socket layer and urllib word it;
 //! - [`http_client`]: how `http.client` reads a response (status line,
 //!   headers, `Content-Length` and chunked bodies, `IncompleteRead`) and
 //!   splits `host:port`;
@@ -47,7 +49,7 @@
 //!
 //! A Python module whose name is part of how the originals spell the call
 //! (`json.loads`, `shlex.split`, `uuid.uuid4`, `os.unlink`, `http.client`,
-//! `email.utils`) is a public module of the same name, so a reader finds the
+//! `email.utils`, `socket.getaddrinfo`) is a public module of the same name, so a reader finds the
 //! original by the path and names like `split` or `resolve` keep the
 //! meaning their module gives them. Built-in functions and methods of
 //! built-in types (`int()`, `str.strip`, `bytes.hex()`) and the exception
@@ -60,7 +62,7 @@ mod int;
 mod number;
 pub mod os;
 mod random;
-mod socket;
+pub mod socket;
 mod text;
 mod values;
 

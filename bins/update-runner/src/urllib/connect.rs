@@ -9,7 +9,7 @@
 //! `http.client`'s own exception. All of it shares the request's deadline.
 
 use std::io::{self, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::time::Instant;
 
 use super::{remaining, tls, Deadlined, Failure, Stream, Target};
@@ -129,7 +129,7 @@ pub(super) fn service_port(port: &PythonInt) -> Result<u16, Failure> {
 fn tcp(host: &str, port: &PythonInt, deadline: Instant) -> Result<TcpStream, Failure> {
     let port = service_port(port)?;
     let mut last = None;
-    let addresses = (host, port).to_socket_addrs().map_err(Failure::Connect)?;
+    let addresses = python_compat::socket::getaddrinfo(host, port).map_err(Failure::Connect)?;
     for address in addresses {
         let timeout = remaining(deadline).map_err(Failure::Connect)?;
         match TcpStream::connect_timeout(&address, timeout) {

@@ -120,3 +120,34 @@ fn filenames_in_os_errors_are_quoted_as_python_quotes_them() {
         assert!(!stat.contains('\n'), "{stat}");
     }
 }
+
+#[test]
+fn a_failed_lookup_is_pythons_gaierror_found_by_type() {
+    use python_compat::socket::{getaddrinfo, LookupFailure};
+    // `.invalid` never resolves (RFC 6761): no resolver is asked.
+    let host = "no-such-host.invalid";
+    let error = getaddrinfo(host, 80).unwrap_err();
+    let failure = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<LookupFailure>())
+        .copied()
+        .expect("a lookup failure carries its EAI code");
+    let program = "import socket, sys\ntry:\n    socket.getaddrinfo(sys.argv[1], 80, 0, socket.SOCK_STREAM)\nexcept socket.gaierror as e:\n    print('%s|%s' % (e.errno, e))";
+    let output = Command::new("python3")
+        .args(["-B", "-c", program, host])
+        .output()
+        .expect("python3 runs");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let (code, text) = printed
+        .trim_end()
+        .split_once('|')
+        .expect("python's gaierror");
+    assert_eq!(failure.code.to_string(), code);
+    assert_eq!(Exception::from_socket(error).message(), text);
+    assert!(Exception::is_connect_failure(
+        &getaddrinfo(host, 80).unwrap_err()
+    ));
+    // A name that resolves gives its addresses, in getaddrinfo's order.
+    let loopback = getaddrinfo("127.0.0.1", 8080).unwrap();
+    assert_eq!(loopback, vec!["127.0.0.1:8080".parse().unwrap()]);
+}
