@@ -365,8 +365,12 @@ fn a_stale_lock_of_a_dead_pid_is_removed_by_the_suggested_command() {
     report.assert_plan(&[("command", &["install_lock"])]);
     assert_eq!(
         report.step(1).get("argv"),
-        Some(&Json::Null),
-        "a shell line"
+        Some(&Json::from(vec![
+            Json::from("sh"),
+            Json::from("-c"),
+            Json::from(command.as_str())
+        ])),
+        "a shell line runs as sh -c <line>"
     );
 
     let followed = follow_plan(&site, doctor, &at_once, 1);

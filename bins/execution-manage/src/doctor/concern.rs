@@ -138,13 +138,13 @@ impl ConcernId {
 /// found it (the plan decides which of these are offered).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Run this exact command line; `argv` are its words when it is one
-    /// program's (none for a shell line with `&&` or `$VARIABLE`); `text`
+    /// Run this exact command line; `argv` are its words (one program's, or
+    /// `sh -c <line>` for a shell line with `&&` or `$VARIABLE`); `text`
     /// says what it does.
     Command {
         /// The line, as printed.
         command: String,
-        /// Its words, when it is one program's.
+        /// Its words: a tool runs these without a shell.
         argv: Option<Vec<String>>,
         /// What it does.
         text: String,
@@ -169,11 +169,11 @@ impl Action {
         }
     }
 
-    /// A shell line (`sh -c` runs it as printed).
+    /// A shell line: its argv is `sh -c <line>`, which runs it as printed.
     pub fn shell(command: String, text: impl Into<String>) -> Action {
         Action::Command {
+            argv: Some(vec!["sh".into(), "-c".into(), command.clone()]),
             command,
-            argv: None,
             text: text.into(),
         }
     }

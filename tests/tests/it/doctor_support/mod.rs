@@ -266,7 +266,15 @@ pub(crate) fn follow_plan(
                     report.outcome.stdout
                 );
                 let command = text(step.get("command"));
-                let outcome = run_as_printed(site, &command);
+                // A tool runs the step's argv, without a shell.
+                let argv: Vec<String> = step
+                    .get("argv")
+                    .and_then(Json::as_array)
+                    .unwrap_or_else(|| panic!("a command step without argv: {command}"))
+                    .iter()
+                    .map(|word| text(Some(word)))
+                    .collect();
+                let outcome = run_argv(site, &argv);
                 assert_eq!(outcome.code, Some(0), "{command}: {outcome:?}");
                 commands.push((command, outcome));
                 settle(site);
@@ -283,20 +291,18 @@ pub(crate) fn follow_plan(
     }
 }
 
-/// Runs a command line exactly as printed with `sh -c`, in the sandbox's
-/// environment (its `systemctl --user` manager), with the agent token a
-/// support engineer takes from the config directory's env file, and
-/// without the built helpers on `PATH`: the printed paths must exist.
-pub(crate) fn run_as_printed(site: &Site, command: &str) -> Outcome {
+/// A plan step's argv run as a tool runs it: no shell, the sandbox's
+/// environment and the agent token a `$AGENTSDOCK_AGENT_TOKEN` line reads.
+pub(crate) fn run_argv(site: &Site, argv: &[String]) -> Outcome {
     Outcome::from(
         site.sandbox
-            .command("sh")
-            .args(["-c", command])
+            .command(&argv[0])
+            .args(&argv[1..])
             .env("AGENTSDOCK_AGENT_TOKEN", site.installation.agent_token())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()
-            .expect("sh runs"),
+            .expect("the step's program runs"),
     )
 }
 
