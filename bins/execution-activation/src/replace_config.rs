@@ -93,6 +93,15 @@ pub fn replace_config_with_checkpoints(
     replace_config_on(&SystemVolumes, args, kind, source, mode, checkpoint)
 }
 
+/// The journal phases in which no configuration may change any more.
+const CLOSED_PHASES: [&str; 5] = [
+    "committing",
+    "committed",
+    "rolling-back",
+    "rolled-back",
+    "rollback-healthy",
+];
+
 /// [`replace_config_with_checkpoints`] with the host's volumes seen through
 /// `volumes`: on macOS a fresh publication binds the staging directory's
 /// volume in the journal before naming its inode.
@@ -107,15 +116,7 @@ pub fn replace_config_on(
     let root = absolute_path(&args.root);
     let (directory, mut value) = ActivationManifest::read_on(&root, true, volumes)?;
     validate_invocation(args, &value, false, None)?;
-    if [
-        "committing",
-        "committed",
-        "rolling-back",
-        "rolled-back",
-        "rollback-healthy",
-    ]
-    .contains(&value.phase())
-    {
+    if CLOSED_PHASES.contains(&value.phase()) {
         return Err(Error::runtime(
             "activation configuration cannot change in this phase",
         ));

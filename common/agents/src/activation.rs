@@ -37,7 +37,7 @@ pub use invocation::{
 };
 pub use io::{
     parent_of, read_guarded, read_owned_config, read_private_file, replace_private,
-    write_new_private, GuardedRead, ReadPolicy, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    write_new_private, ReadPolicy, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
 };
 pub use manifest::{canonical_manifest_bytes, ActivationManifest, ACTIVATION_JOURNAL_NAME};
 pub use recovery::{

@@ -118,10 +118,10 @@ pub use activation::{
     parent_of, preparation_path, read_guarded, read_owned_config, read_private_file,
     read_update_handoff, recovery_directory, recovery_evidence, recovery_service_path,
     release_matches, render_recovery_service, replace_private, validate_invocation, volume_uuid,
-    write_new_private, ActivationInvocation, ActivationManifest, ConfigMetadata, GuardedRead,
-    ReadPolicy, RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT,
-    ACTIVATION_CONTROL_LIMIT, ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY,
-    RECOVERY_OWNER_KEYS, RECOVERY_PAYLOAD, VOLUME_UUID_REPLY_SIZE,
+    write_new_private, ActivationInvocation, ActivationManifest, ConfigMetadata, ReadPolicy,
+    RecoveryService, SystemVolumes, VolumeProbe, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
+    ACTIVATION_JOURNAL_NAME, INTENT_KEYS, RECOVERY_DIRECTORY, RECOVERY_OWNER_KEYS,
+    RECOVERY_PAYLOAD, VOLUME_UUID_REPLY_SIZE,
 };
 
 // The uninstall marker.
@@ -134,8 +134,7 @@ pub use uninstall_marker::{
 // The status row.
 pub use update_status::{
     format_utc, is_ownership_lost, read_status_unlocked, runner_owns, update_status,
-    update_status_unlocked, utc_now, StatusLock, StatusPhase, MAX_STATUS_BYTES,
-    RUNNER_OWNED_ACTIVE_PHASES,
+    update_status_unlocked, utc_now, StatusLock, StatusPhase, RUNNER_OWNED_ACTIVE_PHASES,
 };
 
 // Native services.
@@ -151,9 +150,7 @@ pub use services::{
 pub use worker_control::{SealedHold, ServiceSnapshot, WorkerControl};
 
 // The handoff.
-pub use handoff::{
-    check_handoff_release, release_existing_handoff, retry_failed_handoff, HandoffCheck,
-};
+pub use handoff::{check_handoff_release, release_existing_handoff, retry_failed_handoff};
 
 /// What tests reach that is not the helpers' API, each for a reason. The
 /// test stand-ins (test worker, journal writer, fixtures, demo) use none of

@@ -276,7 +276,7 @@ impl Drop for StatusLock {
 
 /// Largest status row [`read_status_unlocked`] reads: far above any real
 /// row (a few KiB), far below what would strain memory.
-pub const MAX_STATUS_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_STATUS_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `_read_status_unlocked`: the row as an untyped map; a missing, unreadable
 /// or unparsable file, or one that is not a JSON object, reads as `{}`.
