@@ -11,20 +11,20 @@
 # (Linux counts a child's pages from before exec in its peak, so the measuring
 # parent must itself be small: a Python spawner would add its own ~13 MiB.)
 #
-# Environment: AGENTS_SEEDS_DIR (default: <repo>/../shared/seeds/extracted) locates the
+# Environment: AGENTS_ORIGINALS_DIR (or AGENTS_SEEDS_DIR; default: <repo>/../shared/seeds/extracted) locates the
 # originals; BENCH_RUNS_RUST (default 200) and BENCH_RUNS_PYTHON (default 20) set
 # the number of runs; SPEEDUP_TARGET (30) and RSS_TARGET_KIB (6144) the targets.
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-ORIGINALS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
+ORIGINALS="${AGENTS_ORIGINALS_DIR:-${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}}"
 RUNS_RUST="${BENCH_RUNS_RUST:-200}"
 RUNS_PYTHON="${BENCH_RUNS_PYTHON:-20}"
 SPEEDUP_TARGET="${SPEEDUP_TARGET:-30}"
 RSS_TARGET_KIB="${RSS_TARGET_KIB:-6144}"
 
 if [[ ! -d "$ORIGINALS" ]]; then
-  echo "bench-startup: originals not found at $ORIGINALS (set AGENTS_SEEDS_DIR)" >&2
+  echo "bench-startup: originals not found at $ORIGINALS (set AGENTS_ORIGINALS_DIR)" >&2
   exit 2
 fi
 command -v python3 >/dev/null || { echo "bench-startup: python3 is required" >&2; exit 2; }

@@ -17,14 +17,14 @@
 # costs seconds per run on either side and drowns the difference between the
 # two implementations; a single real update never starts in that state.
 #
-# Environment: AGENTS_SEEDS_DIR (default: <repo>/../shared/seeds/extracted) locates the
+# Environment: AGENTS_ORIGINALS_DIR (or AGENTS_SEEDS_DIR; default: <repo>/../shared/seeds/extracted) locates the
 # originals; BENCH_RUNS (default 3); BENCH_RUN_DIR (default /dev/shm) where the
 # runs write; SPEEDUP_TARGET (2) and RSS_TARGET_KIB (24576) set the targets;
 # BENCH_KEEP=1 keeps the work directories.
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-ORIGINALS="${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}"
+ORIGINALS="${AGENTS_ORIGINALS_DIR:-${AGENTS_SEEDS_DIR:-$ROOT/../shared/seeds/extracted}}"
 RUNS="${BENCH_RUNS:-3}"
 SPEEDUP_TARGET="${SPEEDUP_TARGET:-2}"
 RSS_TARGET_KIB="${RSS_TARGET_KIB:-24576}"
@@ -32,7 +32,7 @@ VERSION=1.2.3
 MAX_ARCHIVE_BYTES=$((200 * 1024 * 1024))
 
 fail_setup() { echo "bench-update: $*" >&2; exit 2; }
-[[ -f "$ORIGINALS/update_runner.py" ]] || fail_setup "originals not found at $ORIGINALS (set AGENTS_SEEDS_DIR)"
+[[ -f "$ORIGINALS/update_runner.py" ]] || fail_setup "originals not found at $ORIGINALS (set AGENTS_ORIGINALS_DIR)"
 command -v python3 >/dev/null || fail_setup "python3 is required"
 python3 -c 'import cryptography' 2>/dev/null || fail_setup "python3 needs the cryptography package (the original imports it)"
 [[ -x /usr/bin/time ]] || fail_setup "GNU time (/usr/bin/time) is required for peak RSS"

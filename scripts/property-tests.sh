@@ -2,7 +2,7 @@
 # The long run of the property tests: the same tests the suite runs with a
 # few hundred cases each, here with PROPTEST_CASES (default 5000) cases of
 # generated JSON, release archives, manifests and handoff files. The ones
-# compared with the Python originals need AGENTS_SEEDS_DIR (default
+# compared with the Python originals need AGENTS_ORIGINALS_DIR (default
 # ../shared/seeds/extracted), as in the suite.
 #
 #   bash scripts/property-tests.sh          # 5000 cases each

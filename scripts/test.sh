@@ -9,7 +9,7 @@
 # fails the run if any process the suite started is still alive afterwards.
 #
 # Tests that run the Python originals side by side find them through
-# AGENTS_SEEDS_DIR (default ../shared/seeds/extracted); without them they
+# AGENTS_ORIGINALS_DIR (or AGENTS_SEEDS_DIR; default ../shared/seeds/extracted); without them they
 # report SKIPPED, except under CI=true, where a skip is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

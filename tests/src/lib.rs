@@ -21,7 +21,7 @@
 //! - [`Outcome`]: how one helper run ended (exit code, stdout, stderr) and the
 //!   checks of success, one JSON line and an exact refusal.
 //! - [`Originals`] and [`require_originals!`]: the Python originals the
-//!   oracle tests run side by side (`AGENTS_SEEDS_DIR`); without them a test
+//!   oracle tests run side by side (`AGENTS_ORIGINALS_DIR`); without them a test
 //!   reports itself skipped through [`skip`] (a failure under `CI=true`).
 //! - [`upstream`]: the comparison with the originals run with the real
 //!   upstream modules (`AGENTS_UPSTREAM_DIR`, `scripts/upstream-compare.sh`).
@@ -110,7 +110,9 @@ pub use fixture::{
 pub use fixtures::{fixture_path, golden_bytes, golden_path, workspace_root};
 pub use http_client::{origin_address, send_raw, HttpRequest, HttpResponse, DEFAULT_TIMEOUT};
 pub use install_base::{link, with, InstallBase};
-pub use originals::{Originals, MISSING_ORIGINALS, ORIGINALS_DIR_ENV, ORIGINAL_FILES};
+pub use originals::{
+    Originals, MISSING_ORIGINALS, ORIGINALS_DIR_ENV, ORIGINAL_FILES, SEEDS_DIR_ENV,
+};
 pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{

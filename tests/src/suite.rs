@@ -177,9 +177,9 @@ mod tests {
 
     #[test]
     fn skips_are_counted_once_per_test_and_grouped_by_reason() {
-        let log = "SKIPPED a: Python originals not found (set AGENTS_SEEDS_DIR)\n\
-                   SKIPPED b: Python originals not found (set AGENTS_SEEDS_DIR)\n\
-                   SKIPPED a: Python originals not found (set AGENTS_SEEDS_DIR)\n\
+        let log = "SKIPPED a: Python originals not found (set AGENTS_ORIGINALS_DIR)\n\
+                   SKIPPED b: Python originals not found (set AGENTS_ORIGINALS_DIR)\n\
+                   SKIPPED a: Python originals not found (set AGENTS_ORIGINALS_DIR)\n\
                    SKIPPED c: systemd sandbox unavailable: no root\n\
                    noise\n";
         let reasons = skip_reasons(log);
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(
             summary_line(totals, &reasons),
             "tests: 7 passed, 0 failed, 3 skipped (2: Python originals not found (set \
-             AGENTS_SEEDS_DIR); 1: systemd sandbox unavailable: no root), 3 ignored"
+             AGENTS_ORIGINALS_DIR); 1: systemd sandbox unavailable: no root), 3 ignored"
         );
         assert_eq!(
             summary_line(totals, &BTreeMap::new()),

@@ -138,7 +138,7 @@ fn the_kit_adds_the_binaries_and_redirects_only_the_entry_points() {
             let size = fs::metadata(release.path(&name)).unwrap().len();
             let digest = sha256_file(&release.path(&name));
             let recorded = if entry_point.ends_with(".sh") {
-                format!("size={size} sha256={digest} ;;")
+                format!("sha256={digest} ;;")
             } else {
                 format!(", {size}, '{digest}'),")
             };

@@ -1,5 +1,5 @@
 //! The suite's skip policy and its runner, end to end: a test that needs the
-//! Python originals reports itself skipped when `AGENTS_SEEDS_DIR` names a
+//! Python originals reports itself skipped when `AGENTS_ORIGINALS_DIR` names a
 //! folder without them and fails instead under `CI=true`; `run-suite` counts
 //! such skips in its summary line and fails a run that leaves a process
 //! behind, killing it.
@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 use agents_tests::{
     binary_path, process_alive, TempDir, MISSING_ORIGINALS, ORIGINALS_DIR_ENV, ORIGINAL_FILES,
-    SKIP_LOG_ENV,
+    SEEDS_DIR_ENV, SKIP_LOG_ENV,
 };
 
 const CHILD_MARKER: &str = "AGENTS_TESTS_ORIGINALS_CHILD";
@@ -41,6 +41,7 @@ fn child(originals: &Path, ci: Option<&str>, skip_log: Option<&Path>) -> Command
         ])
         .env(CHILD_MARKER, "1")
         .env(ORIGINALS_DIR_ENV, originals)
+        .env_remove(SEEDS_DIR_ENV)
         .env_remove("CI")
         .env_remove(SKIP_LOG_ENV);
     if let Some(value) = ci {
@@ -100,6 +101,36 @@ fn under_ci_missing_originals_fail_the_test() {
         "{stderr}"
     );
     assert!(!log.exists(), "a failure is not logged as a skip");
+}
+
+#[test]
+fn the_older_variable_name_still_names_the_originals_and_the_new_one_wins() {
+    let scratch = TempDir::new("skip-policy");
+    let (complete, empty) = (
+        scratch.path().join("complete"),
+        scratch.path().join("empty"),
+    );
+    fs::create_dir(&complete).unwrap();
+    fs::create_dir(&empty).unwrap();
+    for name in ORIGINAL_FILES {
+        fs::write(complete.join(name), b"").unwrap();
+    }
+    let older = child(&empty, Some("true"), None)
+        .env_remove(ORIGINALS_DIR_ENV)
+        .env(SEEDS_DIR_ENV, &complete)
+        .output()
+        .unwrap();
+    assert!(older.status.success(), "{}", text(&older.stderr));
+    assert!(text(&older.stdout).contains(&format!("ORIGINALS {}\n", complete.display())));
+    let both = child(&empty, None, None)
+        .env(SEEDS_DIR_ENV, &complete)
+        .output()
+        .unwrap();
+    assert!(both.status.success());
+    assert!(
+        text(&both.stderr).contains(MISSING_ORIGINALS),
+        "AGENTS_ORIGINALS_DIR wins"
+    );
 }
 
 #[test]
