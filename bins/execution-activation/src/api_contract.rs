@@ -30,11 +30,32 @@ const MAX_STR_DIGITS: usize = 4300;
 /// running server cannot talk to. Ports `candidate_api_contract(candidate)`.
 pub(crate) fn candidate_api_contract(candidate: &Path) -> Result<String> {
     let source = read_owned_config(&candidate.join("agent_server.py"), ACTIVATION_CONFIG_LIMIT)?;
-    let parsed = python_source::module_constants(&source, NAME);
+    let parsed = parse_or_refuse(&source);
     for line in &parsed.warnings {
         eprintln!("{line}");
     }
     contract(parsed.outcome)
+}
+
+/// The refusal a parser bug ends the process with.
+const PARSER_FAILED: &str =
+    "RuntimeError: candidate API contract could not be read: the port's parser failed on this source";
+
+/// [`python_source::module_constants`], with any panic of the parser (a bug
+/// a hostile `agent_server.py` could reach) ending the process as every
+/// refusal does: one line on stderr and exit 1. Under `panic = "abort"` the
+/// hook runs before the abort would, so SIGABRT never happens; nothing has
+/// been written or printed yet that a half-finished exit could leave.
+fn parse_or_refuse(source: &[u8]) -> python_source::Parsed {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "{PARSER_FAILED}");
+        std::process::exit(1);
+    }));
+    let parsed = python_source::module_constants(source, NAME);
+    std::panic::set_hook(previous);
+    parsed
 }
 
 fn contract(outcome: std::result::Result<Vec<Constant>, Refusal>) -> Result<String> {

@@ -118,7 +118,16 @@ pub fn module_constants(source: &[u8], name: &str) -> Parsed {
     })
 }
 
+/// Set in a debug build's environment, the parser thread panics: the fault
+/// a parser bug would be, for the test that a helper still ends with one
+/// line and exit 1 (never SIGABRT). Release builds do not read it.
+pub const INJECTED_PANIC_ENV: &str = "PYTHON_SOURCE_TEST_PANIC";
+
 fn parse_module(source: &[u8], name: &str) -> Parsed {
+    #[cfg(debug_assertions)]
+    if std::env::var_os(INJECTED_PANIC_ENV).is_some() {
+        panic!("{INJECTED_PANIC_ENV} is set");
+    }
     let warnings: Warnings = Rc::new(RefCell::new(Vec::new()));
     let outcome = parse(source, name, &warnings);
     let warnings = warnings.borrow().clone();
@@ -192,5 +201,7 @@ fn int_literal_decimal(token: &[u8]) -> String {
     out
 }
 
+#[cfg(test)]
+mod fuzz_tests;
 #[cfg(test)]
 mod tests;

@@ -631,3 +631,46 @@ fn mutated_sources_are_refused_as_cpython_refuses_them() {
     assert!(accepted > cases.len() / 5, "accepted {accepted}");
     assert!(refused > cases.len() / 4, "refused {refused}");
 }
+
+#[test]
+fn a_parser_panic_ends_with_one_line_and_exit_1_never_sigabrt() {
+    // The debug build's injected fault stands for a parser bug a hostile
+    // source could reach; the release profile aborts on panic, and so does
+    // this test's binary if the hook is missing (the status is then 134).
+    let temp = TempDir::new("api-contract-panic");
+    let candidate = temp.path().join("candidate");
+    fs::create_dir(&candidate).unwrap();
+    write_file(
+        &candidate.join("agent_server.py"),
+        b"API_CONTRACT_VERSION = 7\n",
+        0o644,
+    );
+    let run = |inject: bool| {
+        let mut command = Command::new(binary_path("execution-activation"));
+        command
+            .args([
+                "candidate-api-contract",
+                "--root",
+                "/unused",
+                "--candidate-source",
+            ])
+            .arg(&candidate)
+            .stdin(Stdio::null());
+        if inject {
+            command.env(python_source::INJECTED_PANIC_ENV, "1");
+        } else {
+            command.env_remove(python_source::INJECTED_PANIC_ENV);
+        }
+        command.output().expect("the helper runs")
+    };
+    let healthy = run(false);
+    assert!(healthy.status.success(), "{healthy:?}");
+    assert_eq!(healthy.stdout, b"7\n");
+    let broken = run(true);
+    assert_eq!(broken.status.code(), Some(1), "{broken:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&broken.stderr),
+        "RuntimeError: candidate API contract could not be read: the port's parser failed on this source\n"
+    );
+    assert!(broken.stdout.is_empty());
+}
