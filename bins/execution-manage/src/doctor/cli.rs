@@ -27,7 +27,10 @@ pub static DOCTOR_SPEC: CommandSpec = CommandSpec {
                   exactly as printed, running doctor again after each.\n\n\
                   Exit status: 0 when every concern is healthy or absent, 1 when the plan has \
                   a step to take (a command, an instruction, or contacting engineering), 2 on \
-                  a usage error, 3 when the plan only waits for an owner that still runs.",
+                  a usage error, 3 when the plan only waits for an owner that still runs.\n\n\
+                  The words the report uses (receipt, admission lease, sealed hold, handoff, \
+                  journal, recovery owner) are explained in docs/glossary.md of the helpers' \
+                  source.",
     positional: None,
     options: &[
         OptionSpec {
