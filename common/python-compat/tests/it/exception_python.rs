@@ -4,7 +4,8 @@
 //! `Class: [Errno N] text`. `python3` must be installed (it is in CI).
 
 use std::os::unix::ffi::OsStringExt as _;
-use std::process::Command;
+
+use crate::cpython::{printed_lines, python};
 
 use python_compat::{ErrorClass, Exception};
 
@@ -18,16 +19,7 @@ fn cpython_lines() -> Vec<String> {
         ERRNOS.start(),
         ERRNOS.end() + 1
     );
-    let output = Command::new("python3")
-        .args(["-B", "-c", &program])
-        .output()
-        .expect("python3 runs");
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    printed_lines(&mut python(&program))
 }
 
 #[test]
@@ -77,10 +69,7 @@ fn cpython_messages(path: &[u8]) -> (String, String) {
         \x20       call()\n\
         \x20   except OSError as e:\n\
         \x20       sys.stdout.buffer.write(str(e).encode('utf-8', 'backslashreplace') + b'\\0')\n";
-    let output = Command::new("python3")
-        .args(["-B", "-c", program, &hex])
-        .output()
-        .expect("python3 runs");
+    let output = python(program).arg(&hex).output().expect("python3 runs");
     assert!(output.status.success(), "{output:?}");
     let text = String::from_utf8(output.stdout).unwrap();
     let mut parts = text.split('\0');
@@ -133,11 +122,7 @@ fn a_failed_lookup_is_pythons_gaierror_found_by_type() {
         .copied()
         .expect("a lookup failure carries its EAI code");
     let program = "import socket, sys\ntry:\n    socket.getaddrinfo(sys.argv[1], 80, 0, socket.SOCK_STREAM)\nexcept socket.gaierror as e:\n    print('%s|%s' % (e.errno, e))";
-    let output = Command::new("python3")
-        .args(["-B", "-c", program, host])
-        .output()
-        .expect("python3 runs");
-    let printed = String::from_utf8(output.stdout).unwrap();
+    let printed = printed_lines(python(program).arg(host)).join("\n");
     let (code, text) = printed
         .trim_end()
         .split_once('|')

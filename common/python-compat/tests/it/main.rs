@@ -2,6 +2,7 @@
 //! is a module here, so the tests link once (a test's name is
 //! `<module>::<test>`).
 
+mod cpython;
 mod exception_python;
 mod json_golden;
 mod json_model;

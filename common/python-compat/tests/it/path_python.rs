@@ -6,25 +6,21 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::process::Command;
 
+use crate::cpython::{printed_lines, python};
+
 /// CPython's `os.path.abspath(os.path.expanduser(p))` for each path, with
 /// `HOME` as given (unset for `None`), run from `/`.
 fn cpython_absolute(paths: &[&str], home: Option<&str>) -> Vec<String> {
-    let mut command = Command::new("python3");
+    let mut command =
+        python("import os, sys\nfor p in sys.argv[1:]:\n    print(os.path.abspath(os.path.expanduser(p)))");
     command
-        .args(["-B", "-c", "import os, sys\nfor p in sys.argv[1:]:\n    print(os.path.abspath(os.path.expanduser(p)))"])
         .args(paths)
         .current_dir("/")
         .env_remove("HOME");
     if let Some(home) = home {
         command.env("HOME", home);
     }
-    let output = command.output().expect("python3 runs");
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    printed_lines(&mut command)
 }
 
 /// The port's `absolute_path` of each path in a child process with the same
