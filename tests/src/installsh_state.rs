@@ -267,7 +267,8 @@ pub fn replay(sandbox: &Sandbox, port: u16, path: &Path) {
 }
 
 /// The binaries (this build's, under the kit's name for this host), the
-/// kit's launcher in each entry point, and a `.venv` whose Python is the
+/// kit's launcher in each entry point (recording each binary's size and
+/// sha256, as the kit does), and a `.venv` whose Python is the
 /// machine's, in `release`. The entry points hold no original code after
 /// the launcher (that is upstream's): where the launcher would fall back to
 /// it, they fail loudly instead.
@@ -282,12 +283,16 @@ fn complete_release(release: &Path) {
     let script = format!(
         "import sys; sys.path.insert(0, {kit:?}); import migration_kit as k\n\
          from release_platforms import BY_TARGET\n\
-         name, target = sys.argv[1], sys.argv[2]\n\
+         name, target, release = sys.argv[1], sys.argv[2], sys.argv[3]\n\
+         platform = BY_TARGET[target]\n\
+         staged = platform.staged_name(k.LAUNCHERS[name])\n\
+         data = open(release + '/' + staged, 'rb').read()\n\
+         recorded = {{staged: (len(data), k.sha256(data))}}\n\
          shell = name in k.SHELL_ENTRY_POINTS\n\
          head = k.SHEBANG_LINE if shell else k.FUTURE_LINE\n\
          tail = b'echo \"replay: no binary fits this host\" >&2; exit 70\\n' if shell \
          else b'raise SystemExit(\"replay: no binary fits this host\")\\n'\n\
-         sys.stdout.buffer.write(head + k.launcher(name, [BY_TARGET[target]]) + tail)\n",
+         sys.stdout.buffer.write(head + k.launcher(name, [platform], recorded) + tail)\n",
         kit = kit.to_string_lossy()
     );
     for (name, _) in LAUNCHERS
@@ -296,6 +301,7 @@ fn complete_release(release: &Path) {
     {
         let output = Command::new("python3")
             .args(["-B", "-c", &script, name, crate::installsh::host_target()])
+            .arg(release)
             .output()
             .expect("python3 runs");
         assert!(

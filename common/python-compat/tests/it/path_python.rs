@@ -11,12 +11,10 @@ use crate::cpython::{printed_lines, python};
 /// CPython's `os.path.abspath(os.path.expanduser(p))` for each path, with
 /// `HOME` as given (unset for `None`), run from `/`.
 fn cpython_absolute(paths: &[&str], home: Option<&str>) -> Vec<String> {
-    let mut command =
-        python("import os, sys\nfor p in sys.argv[1:]:\n    print(os.path.abspath(os.path.expanduser(p)))");
-    command
-        .args(paths)
-        .current_dir("/")
-        .env_remove("HOME");
+    let mut command = python(
+        "import os, sys\nfor p in sys.argv[1:]:\n    print(os.path.abspath(os.path.expanduser(p)))",
+    );
+    command.args(paths).current_dir("/").env_remove("HOME");
     if let Some(home) = home {
         command.env("HOME", home);
     }
