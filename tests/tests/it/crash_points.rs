@@ -215,26 +215,17 @@ fn apply_campaign_by(test: &str, scope: Scope, original: Option<&(Upstream, Path
 
 #[test]
 fn apply_migration_converges_after_a_kill_at_any_durable_call() {
-    apply_campaign(
-        "apply_migration_converges_after_a_kill_at_any_durable_call",
-        Scope::Migration,
-    );
+    apply_campaign(agents_tests::test_name!(), Scope::Migration);
 }
 
 #[test]
 fn apply_worker_converges_after_a_kill_at_any_durable_call() {
-    apply_campaign(
-        "apply_worker_converges_after_a_kill_at_any_durable_call",
-        Scope::Worker,
-    );
+    apply_campaign(agents_tests::test_name!(), Scope::Worker);
 }
 
 #[test]
 fn apply_gateway_converges_after_a_kill_at_any_durable_call() {
-    apply_campaign(
-        "apply_gateway_converges_after_a_kill_at_any_durable_call",
-        Scope::Gateway,
-    );
+    apply_campaign(agents_tests::test_name!(), Scope::Gateway);
 }
 
 /// The upstream modules the originals run under the campaign import
@@ -263,7 +254,7 @@ fn original_runtime(test: &str, modules: &[&str]) -> Option<(Upstream, agents_te
 #[test]
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_apply_converges_where_the_binary_does() {
-    let test = "an_original_apply_converges_where_the_binary_does";
+    let test = agents_tests::test_name!();
     let Some((upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
@@ -279,7 +270,7 @@ fn an_original_apply_converges_where_the_binary_does() {
 #[test]
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_recover_converges_where_the_binary_does() {
-    let test = "an_original_recover_converges_where_the_binary_does";
+    let test = agents_tests::test_name!();
     let Some((upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
@@ -401,7 +392,7 @@ fn recover_campaign_by(
 #[test]
 fn recover_of_a_published_activation_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
-        "recover_of_a_published_activation_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         Scope::Worker,
         Pending::Published,
     );
@@ -410,7 +401,7 @@ fn recover_of_a_published_activation_converges_after_a_kill_at_any_durable_call(
 #[test]
 fn recover_of_a_committed_activation_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
-        "recover_of_a_committed_activation_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         Scope::Worker,
         Pending::Committed,
     );
@@ -419,7 +410,7 @@ fn recover_of_a_committed_activation_converges_after_a_kill_at_any_durable_call(
 #[test]
 fn recover_of_a_published_gateway_activation_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
-        "recover_of_a_published_gateway_activation_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         Scope::Gateway,
         Pending::Published,
     );
@@ -428,7 +419,7 @@ fn recover_of_a_published_gateway_activation_converges_after_a_kill_at_any_durab
 #[test]
 fn recover_of_a_committed_gateway_activation_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
-        "recover_of_a_committed_gateway_activation_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         Scope::Gateway,
         Pending::Committed,
     );
@@ -437,7 +428,7 @@ fn recover_of_a_committed_gateway_activation_converges_after_a_kill_at_any_durab
 #[test]
 fn recover_of_a_published_migration_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
-        "recover_of_a_published_migration_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         Scope::Migration,
         Pending::Published,
     );
@@ -446,7 +437,7 @@ fn recover_of_a_published_migration_converges_after_a_kill_at_any_durable_call()
 #[test]
 fn recover_of_a_committed_migration_converges_after_a_kill_at_any_durable_call() {
     recover_campaign(
-        "recover_of_a_committed_migration_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         Scope::Migration,
         Pending::Committed,
     );
@@ -597,17 +588,13 @@ fn uninstall_point(
 
 #[test]
 fn split_uninstall_converges_after_a_kill_at_any_durable_call() {
-    uninstall_campaign(
-        "split_uninstall_converges_after_a_kill_at_any_durable_call",
-        "uninstall (split)",
-        false,
-    );
+    uninstall_campaign(agents_tests::test_name!(), "uninstall (split)", false);
 }
 
 #[test]
 fn split_uninstall_purging_state_converges_after_a_kill_at_any_durable_call() {
     uninstall_campaign(
-        "split_uninstall_purging_state_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         "uninstall --purge-state (split)",
         true,
     );
@@ -629,7 +616,7 @@ fn release_modules() -> Vec<&'static str> {
 #[test]
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_split_uninstall_converges_where_the_binary_does() {
-    let test = "an_original_split_uninstall_converges_where_the_binary_does";
+    let test = agents_tests::test_name!();
     let Some((_upstream, runtime)) = original_runtime(test, &release_modules()) else {
         return;
     };
@@ -779,7 +766,7 @@ fn legacy_outside(case: &LegacyCase) -> Outside {
 #[test]
 fn legacy_uninstall_converges_after_a_kill_at_any_durable_call() {
     legacy_campaign(
-        "legacy_uninstall_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         "uninstall (legacy)",
         Implementation::Port,
         false,
@@ -789,7 +776,7 @@ fn legacy_uninstall_converges_after_a_kill_at_any_durable_call() {
 #[test]
 fn legacy_uninstall_purging_state_converges_after_a_kill_at_any_durable_call() {
     legacy_campaign(
-        "legacy_uninstall_purging_state_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         "uninstall --purge-state (legacy)",
         Implementation::Port,
         true,
@@ -800,7 +787,7 @@ fn legacy_uninstall_purging_state_converges_after_a_kill_at_any_durable_call() {
 fn original_legacy_uninstall_sh_after_a_kill_at_any_durable_call() {
     let originals = agents_tests::require_originals!();
     legacy_campaign(
-        "original_legacy_uninstall_sh_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         "original uninstall.sh (legacy)",
         Implementation::Original(&originals),
         false,
@@ -811,7 +798,7 @@ fn original_legacy_uninstall_sh_after_a_kill_at_any_durable_call() {
 fn original_legacy_uninstall_sh_purging_state_after_a_kill_at_any_durable_call() {
     let originals = agents_tests::require_originals!();
     legacy_campaign(
-        "original_legacy_uninstall_sh_purging_state_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         "original uninstall.sh --purge-state (legacy)",
         Implementation::Original(&originals),
         true,
@@ -1057,11 +1044,7 @@ fn handoff_campaign_by(
 
 #[test]
 fn handoff_release_converges_after_a_kill_at_any_durable_call() {
-    handoff_campaign(
-        "handoff_release_converges_after_a_kill_at_any_durable_call",
-        "update-handoff release",
-        false,
-    );
+    handoff_campaign(agents_tests::test_name!(), "update-handoff release", false);
 }
 
 /// The original `update_handoff.py` `release` and `retry-failed` (with the
@@ -1070,7 +1053,7 @@ fn handoff_release_converges_after_a_kill_at_any_durable_call() {
 #[test]
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_handoff_converges_where_the_binary_does() {
-    let test = "an_original_handoff_converges_where_the_binary_does";
+    let test = agents_tests::test_name!();
     let Some((upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
@@ -1086,7 +1069,7 @@ fn an_original_handoff_converges_where_the_binary_does() {
 #[test]
 fn handoff_retry_failed_converges_after_a_kill_at_any_durable_call() {
     handoff_campaign(
-        "handoff_retry_failed_converges_after_a_kill_at_any_durable_call",
+        agents_tests::test_name!(),
         "update-handoff retry-failed",
         true,
     );
@@ -1214,7 +1197,7 @@ fn publish_power_cut_at_the_control_token_fsync_loses_no_token_bytes() {
 #[test]
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_publish_converges_where_the_binary_does() {
-    let test = "an_original_publish_converges_where_the_binary_does";
+    let test = agents_tests::test_name!();
     let Some((_upstream, runtime)) = original_runtime(test, &ORIGINAL_MODULES) else {
         return;
     };
@@ -1351,7 +1334,7 @@ fn interrupted_install_campaign(name: &str, tag: &str, upstream: Option<&Upstrea
 #[test]
 #[ignore = "needs the upstream modules: scripts/upstream-compare.sh runs it"]
 fn an_original_runner_converges_where_the_binary_does() {
-    let test = "an_original_runner_converges_where_the_binary_does";
+    let test = agents_tests::test_name!();
     let Some(upstream) = Upstream::require(test, &release_modules()) else {
         return;
     };
@@ -1454,7 +1437,7 @@ fn published_point(test: &str, binary: &std::path::Path, state: CrashState) -> R
 /// covers is already new. The real build converges in the same state.
 #[test]
 fn a_dropped_journal_directory_fsync_is_caught_by_the_power_cut_states() {
-    let test = "a_dropped_journal_directory_fsync_is_caught_by_the_power_cut_states";
+    let test = agents_tests::test_name!();
     if Scope::Worker.site(test).is_none() {
         return;
     }
@@ -1481,7 +1464,7 @@ fn a_dropped_journal_directory_fsync_is_caught_by_the_power_cut_states() {
 /// directories before the proof goes.
 #[test]
 fn split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink() {
-    let test = "split_uninstall_power_cut_at_the_install_root_rmdir_loses_no_unit_unlink";
+    let test = agents_tests::test_name!();
     for purge in [false, true] {
         let Some(case) = SplitCase::start(test) else {
             return;

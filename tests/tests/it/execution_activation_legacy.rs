@@ -52,9 +52,7 @@ fn dead_pid() -> u32 {
 
 #[test]
 fn an_idle_monolith_admits_and_records_the_recovery_intent() {
-    let Some(sandbox) =
-        Sandbox::start_or_skip("an_idle_monolith_admits_and_records_the_recovery_intent")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let monolith = Monolith::start(&sandbox);
@@ -89,9 +87,7 @@ fn an_idle_monolith_admits_and_records_the_recovery_intent() {
 
 #[test]
 fn an_abandoned_split_receipt_must_be_dead_and_unheld() {
-    let Some(sandbox) =
-        Sandbox::start_or_skip("an_abandoned_split_receipt_must_be_dead_and_unheld")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let monolith = Monolith::start(&sandbox);
@@ -180,9 +176,7 @@ fn signal(pid: u32, signal: rustix::process::Signal) {
 
 #[test]
 fn signals_the_installer_ignored_stay_ignored_while_the_helper_waits() {
-    let Some(sandbox) =
-        Sandbox::start_or_skip("signals_the_installer_ignored_stay_ignored_while_the_helper_waits")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let monolith = Monolith::start(&sandbox);

@@ -297,7 +297,7 @@ fn assert_units_published(roots: &Roots) {
 
 #[test]
 fn fresh_install_through_commit() {
-    let Some(sandbox) = Sandbox::start_or_skip("fresh_install_through_commit") else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -456,8 +456,7 @@ fn update_to_candidate(installer: &mut Installer) -> PathBuf {
 
 #[test]
 fn update_of_a_running_split_install_through_commit() {
-    let Some(sandbox) = Sandbox::start_or_skip("update_of_a_running_split_install_through_commit")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -482,7 +481,7 @@ fn update_of_a_running_split_install_through_commit() {
 
 #[test]
 fn rollback_after_the_candidate_started() {
-    let Some(sandbox) = Sandbox::start_or_skip("rollback_after_the_candidate_started") else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -527,8 +526,7 @@ fn rollback_after_the_candidate_started() {
 
 #[test]
 fn stop_refuses_a_worker_without_the_sealed_handoff() {
-    let Some(sandbox) = Sandbox::start_or_skip("stop_refuses_a_worker_without_the_sealed_handoff")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -638,8 +636,7 @@ fn rollback_from_the_linked_group_after_publication() {
 
 #[test]
 fn verify_refuses_mismatched_health_and_a_lost_hold() {
-    let Some(sandbox) = Sandbox::start_or_skip("verify_refuses_mismatched_health_and_a_lost_hold")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -691,8 +688,7 @@ fn verify_refuses_mismatched_health_and_a_lost_hold() {
 
 #[test]
 fn preflight_refuses_a_handoff_for_another_lease() {
-    let Some(sandbox) = Sandbox::start_or_skip("preflight_refuses_a_handoff_for_another_lease")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -783,7 +779,7 @@ fn rollback_before_quiescing(installer: &mut Installer, guarded: bool) {
 
 #[test]
 fn rollback_from_prepared_runs_only_release() {
-    let Some(sandbox) = Sandbox::start_or_skip("rollback_from_prepared_runs_only_release") else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);
@@ -792,7 +788,7 @@ fn rollback_from_prepared_runs_only_release() {
 
 #[test]
 fn rollback_from_guarded_runs_only_release() {
-    let Some(sandbox) = Sandbox::start_or_skip("rollback_from_guarded_runs_only_release") else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let mut installer = Installer::new(&sandbox);

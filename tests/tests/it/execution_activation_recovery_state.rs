@@ -44,8 +44,7 @@ fn assert_state(output: &Output, state: &str) {
 
 #[test]
 fn unarmed_only_with_the_strict_pre_takeover_proof() {
-    let Some(sandbox) = Sandbox::start_or_skip("unarmed_only_with_the_strict_pre_takeover_proof")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let (roots, id) = prepared(&sandbox);
@@ -79,7 +78,7 @@ fn unarmed_only_with_the_strict_pre_takeover_proof() {
 
 #[test]
 fn any_later_phase_requires_recovery() {
-    let Some(sandbox) = Sandbox::start_or_skip("any_later_phase_requires_recovery") else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let (roots, _id) = prepared(&sandbox);
@@ -91,8 +90,7 @@ fn any_later_phase_requires_recovery() {
 
 #[test]
 fn a_loaded_job_without_its_registration_is_refused() {
-    let Some(sandbox) = Sandbox::start_or_skip("a_loaded_job_without_its_registration_is_refused")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let (roots, id) = prepared(&sandbox);
@@ -127,8 +125,7 @@ fn a_loaded_job_without_its_registration_is_refused() {
 
 #[test]
 fn links_that_moved_before_takeover_are_refused() {
-    let Some(sandbox) = Sandbox::start_or_skip("links_that_moved_before_takeover_are_refused")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let (roots, _id) = prepared(&sandbox);

@@ -44,8 +44,7 @@ fn assert_committed(site: &Site, scope: &str, receipt: &str) {
 
 #[test]
 fn worker_apply_replaces_only_the_worker_under_a_sealed_hold() {
-    let Some(site) = Site::running("worker_apply_replaces_only_the_worker_under_a_sealed_hold")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
@@ -97,7 +96,7 @@ fn worker_apply_replaces_only_the_worker_under_a_sealed_hold() {
 
 #[test]
 fn gateway_apply_keeps_the_exact_worker_process() {
-    let Some(site) = Site::running("gateway_apply_keeps_the_exact_worker_process") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(OLD, NEW));
@@ -140,7 +139,7 @@ fn gateway_apply_keeps_the_exact_worker_process() {
 
 #[test]
 fn migration_installs_both_services_from_nothing() {
-    let Some(site) = Site::empty("migration_installs_both_services_from_nothing") else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     let new = site.layout(NEW, NEW);
@@ -166,8 +165,7 @@ fn migration_installs_both_services_from_nothing() {
 
 #[test]
 fn migration_replaces_a_running_worker_that_has_no_gateway_yet() {
-    let Some(site) = Site::empty("migration_replaces_a_running_worker_that_has_no_gateway_yet")
-    else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     // A split worker installed alone: its unit, runtime and `current`, but
@@ -219,9 +217,7 @@ fn migration_replaces_a_running_worker_that_has_no_gateway_yet() {
 
 #[test]
 fn a_failure_after_commit_leaves_the_committed_journal_for_recover() {
-    let Some(site) =
-        Site::running("a_failure_after_commit_leaves_the_committed_journal_for_recover")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let new = site.layout(NEW, OLD);

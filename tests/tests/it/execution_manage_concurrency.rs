@@ -23,7 +23,7 @@ impl Drop for Installer {
 
 #[test]
 fn of_two_concurrent_applies_exactly_one_proceeds() {
-    let Some(site) = Site::running("of_two_concurrent_applies_exactly_one_proceeds") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let new = site.layout(NEW, OLD);
@@ -75,7 +75,7 @@ fn of_two_concurrent_applies_exactly_one_proceeds() {
 
 #[test]
 fn apply_is_refused_while_install_sh_holds_the_lock() {
-    let Some(site) = Site::running("apply_is_refused_while_install_sh_holds_the_lock") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let old = site.layout(OLD, OLD);

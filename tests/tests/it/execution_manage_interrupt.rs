@@ -57,8 +57,7 @@ fn interrupt(child: &Child) {
 
 #[test]
 fn ctrl_c_releases_the_lock_and_leaves_the_journal_for_recover() {
-    let Some(site) = Site::running("ctrl_c_releases_the_lock_and_leaves_the_journal_for_recover")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let old = site.layout(OLD, OLD);
@@ -100,7 +99,7 @@ fn ctrl_c_releases_the_lock_and_leaves_the_journal_for_recover() {
 
 #[test]
 fn ctrl_c_refuses_to_release_a_lock_that_changed_owner() {
-    let Some(site) = Site::running("ctrl_c_refuses_to_release_a_lock_that_changed_owner") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let child = apply_stalled_at_seal(&site, 30.0, false);
@@ -139,7 +138,7 @@ fn ctrl_c_refuses_to_release_a_lock_that_changed_owner() {
 
 #[test]
 fn an_ignored_sigint_stays_ignored() {
-    let Some(site) = Site::running("an_ignored_sigint_stays_ignored") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let child = apply_stalled_at_seal(&site, 2.0, true);

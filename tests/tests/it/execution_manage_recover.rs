@@ -165,18 +165,12 @@ fn killed_while_holding_admission(test: &str, action: &str) {
 
 #[test]
 fn recover_after_a_kill_with_admission_acquired_restores_the_old_worker() {
-    killed_while_holding_admission(
-        "recover_after_a_kill_with_admission_acquired_restores_the_old_worker",
-        "acquire",
-    );
+    killed_while_holding_admission(agents_tests::test_name!(), "acquire");
 }
 
 #[test]
 fn recover_after_a_kill_with_admission_sealed_restores_the_old_worker() {
-    killed_while_holding_admission(
-        "recover_after_a_kill_with_admission_sealed_restores_the_old_worker",
-        "seal",
-    );
+    killed_while_holding_admission(agents_tests::test_name!(), "seal");
 }
 
 /// Waits until systemd runs a main process of `unit` other than `old_pid`.
@@ -190,9 +184,7 @@ fn wait_for_new_main_process(site: &Site, unit: &str, old_pid: u32) -> u32 {
 
 #[test]
 fn recover_after_a_kill_while_the_candidate_worker_starts_restores_the_old_worker() {
-    let Some(site) = Site::running(
-        "recover_after_a_kill_while_the_candidate_worker_starts_restores_the_old_worker",
-    ) else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
@@ -248,9 +240,7 @@ fn recover_after_a_kill_while_the_candidate_worker_starts_restores_the_old_worke
 
 #[test]
 fn recover_after_a_kill_while_the_candidate_gateway_starts_restores_the_old_gateway() {
-    let Some(site) = Site::running(
-        "recover_after_a_kill_while_the_candidate_gateway_starts_restores_the_old_gateway",
-    ) else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(OLD, NEW));
@@ -302,9 +292,7 @@ fn recover_after_a_kill_while_the_candidate_gateway_starts_restores_the_old_gate
 
 #[test]
 fn recover_after_a_kill_while_a_first_install_starts_removes_it_again() {
-    let Some(site) =
-        Site::empty("recover_after_a_kill_while_a_first_install_starts_removes_it_again")
-    else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     let new = site.layout(NEW, NEW);
@@ -375,8 +363,7 @@ fn recover_after_a_kill_while_a_first_install_starts_removes_it_again() {
 
 #[test]
 fn recover_after_a_kill_past_the_commit_finishes_the_new_release() {
-    let Some(site) = Site::running("recover_after_a_kill_past_the_commit_finishes_the_new_release")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let new = site.layout(NEW, OLD);
@@ -434,8 +421,7 @@ fn killed_after_staging(site: &Site) {
 
 #[test]
 fn recover_refuses_a_journal_whose_files_changed_outside_it() {
-    let Some(site) = Site::running("recover_refuses_a_journal_whose_files_changed_outside_it")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let old = site.layout(OLD, OLD);
@@ -476,9 +462,7 @@ fn recover_refuses_a_journal_whose_files_changed_outside_it() {
 
 #[test]
 fn recover_refuses_a_restored_server_of_another_identity_and_can_be_retried() {
-    let Some(site) =
-        Site::running("recover_refuses_a_restored_server_of_another_identity_and_can_be_retried")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let old = site.layout(OLD, OLD);
@@ -639,7 +623,7 @@ fn recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(test: &str, sc
 #[test]
 fn recover_after_a_worker_apply_killed_at_the_fsync_of_a_journal_temporary() {
     recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(
-        "recover_after_a_worker_apply_killed_at_the_fsync_of_a_journal_temporary",
+        agents_tests::test_name!(),
         "worker",
     );
 }
@@ -647,7 +631,7 @@ fn recover_after_a_worker_apply_killed_at_the_fsync_of_a_journal_temporary() {
 #[test]
 fn recover_after_a_migration_apply_killed_at_the_fsync_of_a_journal_temporary() {
     recover_after_apply_killed_at_the_fsync_of_a_journal_temporary(
-        "recover_after_a_migration_apply_killed_at_the_fsync_of_a_journal_temporary",
+        agents_tests::test_name!(),
         "migration",
     );
 }
@@ -657,7 +641,7 @@ fn recover_after_a_migration_apply_killed_at_the_fsync_of_a_journal_temporary() 
 /// left the same unrecoverable journal; `recover` again now finishes.
 #[test]
 fn recover_after_recover_killed_at_the_fsync_of_a_journal_temporary() {
-    let test = "recover_after_recover_killed_at_the_fsync_of_a_journal_temporary";
+    let test = agents_tests::test_name!();
     let Some(site) = Site::running(test) else {
         return;
     };

@@ -55,9 +55,7 @@ impl Untouched {
 
 #[test]
 fn another_operation_holding_worker_admission_refuses_before_staging() {
-    let Some(site) =
-        Site::running("another_operation_holding_worker_admission_refuses_before_staging")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let lease = site.acquire_foreign_lease("00000000-0000-4000-8000-000000000001");
@@ -80,9 +78,7 @@ fn another_operation_holding_worker_admission_refuses_before_staging() {
 
 #[test]
 fn a_worker_receipt_naming_another_process_refuses_before_any_credential() {
-    let Some(site) =
-        Site::running("a_worker_receipt_naming_another_process_refuses_before_any_credential")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -114,7 +110,7 @@ fn a_worker_receipt_naming_another_process_refuses_before_any_credential() {
 
 #[test]
 fn a_transitioning_service_refuses_before_anything() {
-    let Some(site) = Site::running("a_transitioning_service_refuses_before_anything") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let serving = site.assert_serving(&site.layout(OLD, OLD));
@@ -166,7 +162,7 @@ fn a_transitioning_service_refuses_before_anything() {
 
 #[test]
 fn a_layout_file_that_is_not_private_is_refused() {
-    let Some(site) = Site::running("a_layout_file_that_is_not_private_is_refused") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -203,7 +199,7 @@ fn a_layout_file_that_is_not_private_is_refused() {
 
 #[test]
 fn symlinked_roots_are_refused_by_every_command() {
-    let Some(site) = Site::running("symlinked_roots_are_refused_by_every_command") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -230,9 +226,7 @@ fn symlinked_roots_are_refused_by_every_command() {
 
 #[test]
 fn a_worker_change_that_also_changes_the_gateway_is_refused_at_staging() {
-    let Some(site) =
-        Site::running("a_worker_change_that_also_changes_the_gateway_is_refused_at_staging")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -249,7 +243,7 @@ fn a_worker_change_that_also_changes_the_gateway_is_refused_at_staging() {
 
 #[test]
 fn a_legacy_monolith_is_not_migrated_directly() {
-    let Some(site) = Site::empty("a_legacy_monolith_is_not_migrated_directly") else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     site.installation
@@ -289,7 +283,7 @@ fn a_legacy_monolith_is_not_migrated_directly() {
 
 #[test]
 fn nothing_to_recover_or_inspect_is_the_missing_journal() {
-    let Some(site) = Site::running("nothing_to_recover_or_inspect_is_the_missing_journal") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -313,7 +307,7 @@ fn nothing_to_recover_or_inspect_is_the_missing_journal() {
 
 #[test]
 fn usage_errors_exit_2_without_touching_anything() {
-    let Some(site) = Site::running("usage_errors_exit_2_without_touching_anything") else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -335,8 +329,7 @@ fn usage_errors_exit_2_without_touching_anything() {
 
 #[test]
 fn a_layout_for_the_other_platform_is_refused_under_the_lock() {
-    let Some(site) = Site::running("a_layout_for_the_other_platform_is_refused_under_the_lock")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let state = untouched(&site);
@@ -354,9 +347,7 @@ fn a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host() {
     // A journal staged for a macOS layout names plists; inspect reads it on
     // any host, recover needs the layout's own service manager and refuses
     // here under the lock, touching nothing.
-    let Some(site) =
-        Site::empty("a_pending_launchd_journal_is_inspected_but_recovered_only_on_its_host")
-    else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     let mut layout = site.layout(NEW, NEW);

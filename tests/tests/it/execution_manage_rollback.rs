@@ -37,9 +37,7 @@ fn assert_rolled_back(site: &Site, disk: &Disk, scope: &str) {
 
 #[test]
 fn a_worker_that_never_reaches_health_is_replaced_by_the_old_one_again() {
-    let Some(site) =
-        Site::running("a_worker_that_never_reaches_health_is_replaced_by_the_old_one_again")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
@@ -102,9 +100,7 @@ fn a_worker_that_never_reaches_health_is_replaced_by_the_old_one_again() {
 
 #[test]
 fn a_gateway_that_never_reaches_health_rolls_back_only_the_gateway() {
-    let Some(site) =
-        Site::running("a_gateway_that_never_reaches_health_rolls_back_only_the_gateway")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(OLD, NEW));
@@ -161,9 +157,7 @@ fn a_gateway_that_never_reaches_health_rolls_back_only_the_gateway() {
 
 #[test]
 fn a_worker_refusing_the_seal_before_its_stop_is_restored_under_a_new_hold() {
-    let Some(site) =
-        Site::running("a_worker_refusing_the_seal_before_its_stop_is_restored_under_a_new_hold")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
@@ -240,8 +234,7 @@ fn a_worker_refusing_the_seal_before_its_stop_is_restored_under_a_new_hold() {
 
 #[test]
 fn a_candidate_with_another_server_identity_is_never_committed() {
-    let Some(site) = Site::running("a_candidate_with_another_server_identity_is_never_committed")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
@@ -296,9 +289,7 @@ fn a_candidate_with_another_server_identity_is_never_committed() {
 
 #[test]
 fn a_failed_start_of_a_first_install_removes_everything_it_published() {
-    let Some(site) =
-        Site::empty("a_failed_start_of_a_first_install_removes_everything_it_published")
-    else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     let new = site.layout(NEW, NEW);
@@ -337,9 +328,7 @@ fn assert_untouched_services(site: &Site, before: &execution_manage_support::Ser
 
 #[test]
 fn a_busy_worker_refuses_admission_and_only_the_journal_is_retired() {
-    let Some(site) =
-        Site::running("a_busy_worker_refuses_admission_and_only_the_journal_is_retired")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let before = site.assert_serving(&site.layout(OLD, OLD));
@@ -376,8 +365,7 @@ fn a_busy_worker_refuses_admission_and_only_the_journal_is_retired() {
 
 #[test]
 fn a_sealing_refusal_before_any_stop_releases_the_acquired_hold() {
-    let Some(site) = Site::running("a_sealing_refusal_before_any_stop_releases_the_acquired_hold")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let before = site.assert_serving(&site.layout(OLD, OLD));
@@ -418,9 +406,7 @@ fn a_sealing_refusal_before_any_stop_releases_the_acquired_hold() {
 
 #[test]
 fn another_operation_winning_admission_before_the_seal_keeps_its_hold() {
-    let Some(site) =
-        Site::running("another_operation_winning_admission_before_the_seal_keeps_its_hold")
-    else {
+    let Some(site) = Site::running(agents_tests::test_name!()) else {
         return;
     };
     let before = site.assert_serving(&site.layout(OLD, OLD));
@@ -454,8 +440,7 @@ fn another_operation_winning_admission_before_the_seal_keeps_its_hold() {
 
 #[test]
 fn a_failed_migration_of_a_lone_worker_needs_the_managed_updater() {
-    let Some(site) = Site::empty("a_failed_migration_of_a_lone_worker_needs_the_managed_updater")
-    else {
+    let Some(site) = Site::empty(agents_tests::test_name!()) else {
         return;
     };
     // A split worker installed alone (no gateway, no layout manifest).

@@ -278,7 +278,7 @@ fn scenarios() -> Vec<Scenario> {
 #[test]
 #[ignore = "needs the upstream release tree; run scripts/installsh-compare.sh"]
 fn installsh_comparison() {
-    let Some(scratch) = Scratch::locate("installsh_comparison") else {
+    let Some(scratch) = Scratch::locate(agents_tests::test_name!()) else {
         return;
     };
     for scenario in scenarios() {
@@ -710,7 +710,7 @@ fn installsh_uninstall_as_recorded() {
         if !matches!(scenario.steps.last(), Some(Step::Uninstall)) {
             continue;
         }
-        let test = "installsh_uninstall_as_recorded";
+        let test = agents_tests::test_name!();
         let Some(sandbox) = Sandbox::start_or_skip(test) else {
             return;
         };

@@ -22,8 +22,7 @@ fn write_probe_unit(sandbox: &Sandbox) {
 fn manager_runs_with_private_home_and_runtime_dir() {
     let marker = Path::new("/run/systemd/system");
     let host_had_marker = marker.exists();
-    let Some(sandbox) = Sandbox::start_or_skip("manager_runs_with_private_home_and_runtime_dir")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let environment = sandbox.systemctl_ok(&["show-environment"]);
@@ -45,7 +44,7 @@ fn manager_runs_with_private_home_and_runtime_dir() {
 
 #[test]
 fn enable_start_and_show_report_real_state() {
-    let Some(sandbox) = Sandbox::start_or_skip("enable_start_and_show_report_real_state") else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let missing = sandbox.unit_state(UNIT);
@@ -96,9 +95,7 @@ fn enable_start_and_show_report_real_state() {
 
 #[test]
 fn drop_stops_the_manager_and_its_services_and_removes_the_home() {
-    let Some(sandbox) =
-        Sandbox::start_or_skip("drop_stops_the_manager_and_its_services_and_removes_the_home")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     write_probe_unit(&sandbox);
@@ -120,8 +117,8 @@ fn drop_stops_the_manager_and_its_services_and_removes_the_home() {
 #[test]
 fn sandboxes_running_the_same_unit_do_not_touch_each_other() {
     let (Some(first), Some(second)) = (
-        Sandbox::start_or_skip("sandboxes_running_the_same_unit_do_not_touch_each_other"),
-        Sandbox::start_or_skip("sandboxes_running_the_same_unit_do_not_touch_each_other"),
+        Sandbox::start_or_skip(agents_tests::test_name!()),
+        Sandbox::start_or_skip(agents_tests::test_name!()),
     ) else {
         return;
     };
@@ -160,7 +157,7 @@ fn child_needs_a_sandbox() {
     if std::env::var_os(CHILD_MARKER).is_none() {
         return; // run by hand with --ignored: nothing to probe
     }
-    if let Some(_sandbox) = Sandbox::start_or_skip("child_needs_a_sandbox") {
+    if let Some(_sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) {
         panic!("a sandbox started although unshare is not on PATH");
     }
 }

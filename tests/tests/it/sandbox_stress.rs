@@ -165,25 +165,25 @@ fn ran_in_a_child(test: &str) -> bool {
 
 #[test]
 fn many_sandboxes_start_and_stop_concurrently() {
-    const TEST: &str = "many_sandboxes_start_and_stop_concurrently";
+    let test: &str = agents_tests::test_name!();
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|err| err.into_inner());
-    if ran_in_a_child(TEST) {
+    if ran_in_a_child(test) {
         return;
     }
-    if cgroup_parents(TEST).is_none() {
+    if cgroup_parents(test).is_none() {
         return;
     }
-    stress(TEST);
+    stress(test);
 }
 
 #[test]
 fn sandboxes_start_while_a_neighbour_removes_empty_cgroups() {
-    const TEST: &str = "sandboxes_start_while_a_neighbour_removes_empty_cgroups";
+    let test: &str = agents_tests::test_name!();
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|err| err.into_inner());
-    if ran_in_a_child(TEST) {
+    if ran_in_a_child(test) {
         return;
     }
-    let Some(parents) = cgroup_parents(TEST) else {
+    let Some(parents) = cgroup_parents(test) else {
         return;
     };
     // Does what an exiting manager above the sandboxes does, limited to this
@@ -208,11 +208,11 @@ fn sandboxes_start_while_a_neighbour_removes_empty_cgroups() {
             }
         })
     };
-    let outcome = std::panic::catch_unwind(|| stress(TEST));
+    let outcome = std::panic::catch_unwind(|| stress(test));
     stop.store(true, Ordering::Relaxed);
     neighbour.join().expect("the trimming thread panicked");
     let removed = removed.load(Ordering::Relaxed);
-    eprintln!("{TEST}: the neighbour removed {removed} empty sandbox cgroups");
+    eprintln!("{test}: the neighbour removed {removed} empty sandbox cgroups");
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }

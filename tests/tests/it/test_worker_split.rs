@@ -84,9 +84,7 @@ const OPERATION: &str = "85efcaaf-5f93-5352-b00d-95a2551e6a7c";
 
 #[test]
 fn systemd_started_services_answer_pinned_health_as_their_main_pids() {
-    let Some(split) =
-        running_split("systemd_started_services_answer_pinned_health_as_their_main_pids")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let worker = split.sandbox.unit_state(WORKER_UNIT);
@@ -162,8 +160,7 @@ fn systemd_started_services_answer_pinned_health_as_their_main_pids() {
 
 #[test]
 fn receipts_are_python_json_lines_written_after_listening() {
-    let Some(split) = running_split("receipts_are_python_json_lines_written_after_listening")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let runtime = split.installation.runtime_dir();
@@ -215,7 +212,7 @@ fn receipts_are_python_json_lines_written_after_listening() {
 
 #[test]
 fn lease_acquire_seal_release_over_real_http() {
-    let Some(split) = running_split("lease_acquire_seal_release_over_real_http") else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let pid = split.services.worker_pid;
@@ -365,7 +362,7 @@ fn lease_acquire_seal_release_over_real_http() {
 
 #[test]
 fn control_refusals_follow_the_upstream_table() {
-    let Some(split) = running_split("control_refusals_follow_the_upstream_table") else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let callback = split.services.callback();
@@ -516,8 +513,7 @@ fn control_refusals_follow_the_upstream_table() {
 
 #[test]
 fn a_pending_worker_activation_holds_the_restarted_worker() {
-    let Some(split) = running_split("a_pending_worker_activation_holds_the_restarted_worker")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let candidate = split.installation.add_release("2.0.0");
@@ -590,8 +586,7 @@ fn a_pending_worker_activation_holds_the_restarted_worker() {
 
 #[test]
 fn stopping_removes_the_receipt_and_teardown_leaves_no_process() {
-    let Some(split) = running_split("stopping_removes_the_receipt_and_teardown_leaves_no_process")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let runtime = split.installation.runtime_dir();
@@ -622,9 +617,7 @@ fn stopping_removes_the_receipt_and_teardown_leaves_no_process() {
 
 #[test]
 fn the_worker_holds_the_state_owner_lock_and_refuses_a_second_instance() {
-    let Some(split) =
-        running_split("the_worker_holds_the_state_owner_lock_and_refuses_a_second_instance")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let lock =
@@ -660,9 +653,7 @@ fn the_worker_holds_the_state_owner_lock_and_refuses_a_second_instance() {
 
 #[test]
 fn a_legacy_monolith_serves_public_health_without_receipts() {
-    let Some(sandbox) =
-        Sandbox::start_or_skip("a_legacy_monolith_serves_public_health_without_receipts")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let installation = Installation::in_sandbox(&sandbox);

@@ -95,7 +95,7 @@ fn lease_id(reply: &Json) -> String {
 
 #[test]
 fn busy_lying_and_refusing_workers() {
-    let Some(split) = running_split("busy_lying_and_refusing_workers") else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     // Busy: the counters are reported and obeyed.
@@ -184,8 +184,7 @@ fn busy_lying_and_refusing_workers() {
 
 #[test]
 fn a_stalled_reply_outlasts_the_client_but_not_other_requests() {
-    let Some(split) = running_split("a_stalled_reply_outlasts_the_client_but_not_other_requests")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     split.installation.set_switches(
@@ -220,8 +219,7 @@ fn a_stalled_reply_outlasts_the_client_but_not_other_requests() {
 
 #[test]
 fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
-    let Some(split) = running_split("dying_workers_leave_their_receipt_and_systemd_restarts_them")
-    else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     // Die after the seal took effect, before replying, with status 3.
@@ -326,9 +324,7 @@ fn delayed_receipts_other_versions_and_health_switches() {
         version: Some("9.9.9".to_string()),
         ..Switches::default()
     };
-    let Some(sandbox) =
-        Sandbox::start_or_skip("delayed_receipts_other_versions_and_health_switches")
-    else {
+    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
         return;
     };
     let installation = Installation::in_sandbox(&sandbox);
@@ -417,7 +413,7 @@ fn delayed_receipts_other_versions_and_health_switches() {
 
 #[test]
 fn the_request_log_records_what_arrived_without_secrets() {
-    let Some(split) = running_split("the_request_log_records_what_arrived_without_secrets") else {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
         return;
     };
     let callback = split.services.callback();

@@ -168,7 +168,7 @@ fn assert_service_untouched(ran: &Ran) {
 
 #[test]
 fn yes_without_a_terminal_stops_the_service_and_keeps_state() {
-    let test = "yes_without_a_terminal_stops_the_service_and_keeps_state";
+    let test = agents_tests::test_name!();
     let Some(runs) = side_by_side(test, with_service(), &["--yes"], Input::Null) else {
         return;
     };
@@ -207,12 +207,8 @@ fn team_hub_state_gets_its_notice() {
         team_hub: true,
         ..with_service()
     };
-    let Some(runs) = side_by_side(
-        "team_hub_state_gets_its_notice",
-        options,
-        &["--yes"],
-        Input::Null,
-    ) else {
+    let Some(runs) = side_by_side(agents_tests::test_name!(), options, &["--yes"], Input::Null)
+    else {
         return;
     };
     for ran in &runs {
@@ -235,7 +231,7 @@ fn team_hub_state_gets_its_notice() {
 
 #[test]
 fn no_terminal_without_yes_is_refused_and_changes_nothing() {
-    let test = "no_terminal_without_yes_is_refused_and_changes_nothing";
+    let test = agents_tests::test_name!();
     let Some(runs) = side_by_side(test, with_service(), &[], Input::Null) else {
         return;
     };
@@ -261,7 +257,7 @@ fn purge_without_a_terminal_is_refused_even_with_yes() {
         legacy_alias: true,
         ..with_service()
     };
-    let test = "purge_without_a_terminal_is_refused_even_with_yes";
+    let test = agents_tests::test_name!();
     let Some(runs) = side_by_side(test, options, &["--yes", "--purge-state"], Input::Null) else {
         return;
     };
@@ -298,7 +294,7 @@ fn full_success_lines(roots: &LegacyRoots) -> Vec<String> {
 
 #[test]
 fn unsafe_or_overlapping_roots_exit_2_and_keep_everything() {
-    let test = "unsafe_or_overlapping_roots_exit_2_and_keep_everything";
+    let test = agents_tests::test_name!();
     let home_as_install = |case: &LegacyCase| {
         vec![(
             "AGENTS_SERVER_INSTALL_DIR".into(),
@@ -342,7 +338,7 @@ fn unsafe_or_overlapping_roots_exit_2_and_keep_everything() {
 
 #[test]
 fn help_and_unknown_options_change_nothing() {
-    let test = "help_and_unknown_options_change_nothing";
+    let test = agents_tests::test_name!();
     for (args, code) in [(&["--yes", "--help"][..], 0), (&["--yes", "--force"], 2)] {
         let Some(runs) = side_by_side(test, with_service(), args, Input::Null) else {
             return;
@@ -367,7 +363,7 @@ fn help_and_unknown_options_change_nothing() {
 
 #[test]
 fn a_live_lock_owner_is_refused() {
-    let test = "a_live_lock_owner_is_refused";
+    let test = agents_tests::test_name!();
     let owner = std::process::id();
     let plant = move |case: &LegacyCase| {
         let lock = case.roots.install.join(".install-lock");
@@ -401,7 +397,7 @@ fn a_live_lock_owner_is_refused() {
 
 #[test]
 fn a_dead_lock_owner_is_taken_over() {
-    let test = "a_dead_lock_owner_is_taken_over";
+    let test = agents_tests::test_name!();
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let dead = gone.id();
     gone.wait().unwrap();
@@ -448,7 +444,7 @@ fn a_dead_lock_owner_is_taken_over() {
 
 #[test]
 fn a_pending_split_transaction_is_refused_before_the_lock() {
-    let test = "a_pending_split_transaction_is_refused_before_the_lock";
+    let test = agents_tests::test_name!();
     let plant = |case: &LegacyCase| {
         // A dangling symlink counts as present.
         std::os::unix::fs::symlink("missing", case.roots.install.join(".execution-transaction"))
@@ -480,7 +476,7 @@ fn a_service_that_refuses_to_stop_keeps_every_file() {
         unstoppable: true,
         ..with_service()
     };
-    let test = "a_service_that_refuses_to_stop_keeps_every_file";
+    let test = agents_tests::test_name!();
     let Some(runs) = side_by_side(test, options, &["--yes"], Input::Null) else {
         return;
     };
@@ -513,7 +509,7 @@ fn a_service_that_refuses_to_stop_keeps_every_file() {
 
 #[test]
 fn without_a_service_manager_no_file_is_removed() {
-    let test = "without_a_service_manager_no_file_is_removed";
+    let test = agents_tests::test_name!();
     let elsewhere = |_case: &LegacyCase| {
         vec![(
             "XDG_RUNTIME_DIR".into(),
@@ -540,7 +536,7 @@ fn without_a_service_manager_no_file_is_removed() {
 
 #[test]
 fn without_a_unit_nothing_is_stopped() {
-    let test = "without_a_unit_nothing_is_stopped";
+    let test = agents_tests::test_name!();
     let Some(runs) = side_by_side(test, LegacyOptions::default(), &["--yes"], Input::Null) else {
         return;
     };
@@ -556,7 +552,7 @@ fn without_a_unit_nothing_is_stopped() {
 
 #[test]
 fn the_prompt_accepts_only_the_scripts_yes_words() {
-    let test = "the_prompt_accepts_only_the_scripts_yes_words";
+    let test = agents_tests::test_name!();
     for (typed, accepted) in [
         (&b"y\n"[..], true),
         (b"YES\n", true),
@@ -595,7 +591,7 @@ fn the_prompt_accepts_only_the_scripts_yes_words() {
 
 #[test]
 fn purging_needs_the_exact_state_path_typed_at_the_terminal() {
-    let test = "purging_needs_the_exact_state_path_typed_at_the_terminal";
+    let test = agents_tests::test_name!();
     let options = LegacyOptions {
         legacy_alias: true,
         team_hub: true,
@@ -704,7 +700,7 @@ fn at_the_proceed_prompt(
 
 #[test]
 fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
-    let test = "a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock";
+    let test = agents_tests::test_name!();
     compare(test, |implementation| {
         let (case, before, running) = at_the_proceed_prompt(test, implementation, &[])?;
         running.signal(rustix::process::Signal::TERM);
@@ -723,7 +719,7 @@ fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
 
 #[test]
 fn termination_signals_ignored_by_the_caller_stay_ignored() {
-    let test = "termination_signals_ignored_by_the_caller_stay_ignored";
+    let test = agents_tests::test_name!();
     compare(test, |implementation| {
         let (case, before, running) = at_the_proceed_prompt(
             test,
@@ -757,7 +753,7 @@ fn termination_signals_ignored_by_the_caller_stay_ignored() {
 
 #[test]
 fn a_missing_install_root_is_created_for_the_lock_and_removed() {
-    let test = "a_missing_install_root_is_created_for_the_lock_and_removed";
+    let test = agents_tests::test_name!();
     let remove_install = |case: &LegacyCase| {
         std::fs::remove_dir_all(&case.roots.install).unwrap();
     };
@@ -893,7 +889,7 @@ fn assert_darwin_removed(ran: &DarwinRan) {
 
 #[test]
 fn darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go() {
-    let test = "darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go";
+    let test = agents_tests::test_name!();
     let Some(runs) = darwin_side_by_side(test, DarwinHost::default()) else {
         return;
     };
@@ -919,7 +915,7 @@ fn darwin_a_loaded_agent_is_booted_out_then_its_plist_logs_and_files_go() {
 
 #[test]
 fn darwin_without_a_loaded_agent_only_files_are_removed() {
-    let test = "darwin_without_a_loaded_agent_only_files_are_removed";
+    let test = agents_tests::test_name!();
     let host = DarwinHost {
         loaded: false,
         ..DarwinHost::default()
@@ -938,7 +934,7 @@ fn darwin_without_a_loaded_agent_only_files_are_removed() {
 #[test]
 fn darwin_an_agent_gone_before_its_bootout_is_not_a_failure() {
     // `Boot-out failed: 3: No such process`, and print no longer finds it.
-    let test = "darwin_an_agent_gone_before_its_bootout_is_not_a_failure";
+    let test = agents_tests::test_name!();
     let host = DarwinHost {
         bootout: Bootout::AlreadyGone,
         ..DarwinHost::default()
@@ -961,7 +957,7 @@ fn darwin_an_agent_gone_before_its_bootout_is_not_a_failure() {
 #[test]
 fn darwin_a_refused_bootout_keeps_every_file() {
     // `Boot-out failed: 5: Input/output error` and the agent still loaded.
-    let test = "darwin_a_refused_bootout_keeps_every_file";
+    let test = agents_tests::test_name!();
     let host = DarwinHost {
         bootout: Bootout::Refused,
         ..DarwinHost::default()
@@ -989,7 +985,7 @@ fn darwin_a_refused_bootout_keeps_every_file() {
 fn darwin_an_agent_that_never_unloads_keeps_every_file() {
     // The bootout is accepted, yet launchd keeps printing the agent: 50
     // polls 0.1 s apart, then the refusal.
-    let test = "darwin_an_agent_that_never_unloads_keeps_every_file";
+    let test = agents_tests::test_name!();
     let host = DarwinHost {
         bootout: Bootout::Ignored,
         ..DarwinHost::default()
@@ -1012,7 +1008,7 @@ fn darwin_an_agent_that_never_unloads_keeps_every_file() {
 
 #[test]
 fn darwin_another_kernel_is_refused_after_the_prompt() {
-    let test = "darwin_another_kernel_is_refused_after_the_prompt";
+    let test = agents_tests::test_name!();
     let host = DarwinHost {
         os_name: "FreeBSD",
         ..DarwinHost::default()
@@ -1035,7 +1031,7 @@ fn darwin_another_kernel_is_refused_after_the_prompt() {
 #[test]
 fn a_failing_uname_ends_the_run_before_anything() {
     // `OS_NAME="$(uname -s)"` is the script's first command, under set -e.
-    let test = "a_failing_uname_ends_the_run_before_anything";
+    let test = agents_tests::test_name!();
     let host = DarwinHost {
         uname_status: 3,
         ..DarwinHost::default()

@@ -16,7 +16,7 @@ fn refusal(message: &str) -> String {
 
 #[test]
 fn an_idle_pair_is_removed_and_state_kept() {
-    let Some(case) = SplitCase::start("an_idle_pair_is_removed_and_state_kept") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let state_before = case.state_files();
@@ -33,7 +33,7 @@ fn an_idle_pair_is_removed_and_state_kept() {
 
 #[test]
 fn the_script_form_hands_the_split_layout_over() {
-    let Some(case) = SplitCase::start("the_script_form_hands_the_split_layout_over") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let env = case.script_env();
@@ -44,7 +44,7 @@ fn the_script_form_hands_the_split_layout_over() {
 
 #[test]
 fn purging_removes_state_and_only_the_alias_that_names_it() {
-    let test = "purging_removes_state_and_only_the_alias_that_names_it";
+    let test = agents_tests::test_name!();
     let unrelated = agents_tests::TempDir::new("uninstall-unrelated");
     agents_tests::write_file_making_parents(
         &unrelated.path().join("keep.txt"),
@@ -85,7 +85,7 @@ fn purging_removes_state_and_only_the_alias_that_names_it() {
 
 #[test]
 fn an_alias_to_another_directory_survives_a_purge() {
-    let test = "an_alias_to_another_directory_survives_a_purge";
+    let test = agents_tests::test_name!();
     let other = agents_tests::TempDir::new("uninstall-other-state");
     let Some(case) = SplitCase::start_with(test, |installation| {
         std::os::unix::fs::symlink(other.path(), installation.home.join(".zenithbot-agent"))
@@ -105,7 +105,7 @@ fn an_alias_to_another_directory_survives_a_purge() {
 
 #[test]
 fn group_writable_directories_inside_a_release_are_removable() {
-    let test = "group_writable_directories_inside_a_release_are_removable";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start_with(test, |installation| {
         for dir in ["__pycache__", ".venv/lib"] {
             agents_tests::make_dirs(&installation.release_dir("1.0.0").join(dir), 0o775);
@@ -139,7 +139,7 @@ fn assert_kept(case: &SplitCase, message: &str) {
 
 #[test]
 fn roots_that_are_not_private_are_refused() {
-    let Some(case) = SplitCase::start("roots_that_are_not_private_are_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     for (root, mode) in [
@@ -161,7 +161,7 @@ fn roots_that_are_not_private_are_refused() {
 
 #[test]
 fn a_foreign_directory_in_a_removal_tree_is_refused() {
-    let Some(case) = SplitCase::start("a_foreign_directory_in_a_removal_tree_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let venv = case.installation.release_dir("1.1.0").join(".venv");
@@ -180,7 +180,7 @@ fn a_foreign_directory_in_a_removal_tree_is_refused() {
 
 #[test]
 fn a_busy_worker_or_a_foreign_lease_is_refused() {
-    let Some(case) = SplitCase::start("a_busy_worker_or_a_foreign_lease_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     case.switches(
@@ -237,7 +237,7 @@ fn a_busy_worker_or_a_foreign_lease_is_refused() {
 
 #[test]
 fn a_pending_update_is_refused() {
-    let Some(case) = SplitCase::start("a_pending_update_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let status = case
@@ -264,7 +264,7 @@ fn a_pending_update_is_refused() {
 
 #[test]
 fn a_foreign_unit_or_moved_current_is_refused() {
-    let Some(case) = SplitCase::start("a_foreign_unit_or_moved_current_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let unit = case.sandbox.unit_dir().join(GATEWAY_UNIT);
@@ -292,7 +292,7 @@ fn a_foreign_unit_or_moved_current_is_refused() {
 
 #[test]
 fn a_busy_preparation_runner_is_refused() {
-    let Some(case) = SplitCase::start("a_busy_preparation_runner_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let preparation = case
@@ -337,7 +337,7 @@ fn a_busy_preparation_runner_is_refused() {
 
 #[test]
 fn a_stopped_worker_without_an_intent_is_refused() {
-    let Some(case) = SplitCase::start("a_stopped_worker_without_an_intent_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     case.sandbox.systemctl_ok(&["stop", WORKER_UNIT]);
@@ -414,7 +414,7 @@ fn retry_until_removed(case: &SplitCase) {
 
 #[test]
 fn a_failing_worker_stop_gives_everything_back() {
-    let test = "a_failing_worker_stop_gives_everything_back";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start_with(test, |installation| {
         // A drop-in (the unit file itself stays exactly as rendered).
         let dropin = installation
@@ -459,7 +459,7 @@ fn a_failing_worker_stop_gives_everything_back() {
 
 #[test]
 fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
-    let test = "a_held_state_lease_keeps_everything_and_a_retry_finishes";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -552,7 +552,7 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
 
 #[test]
 fn a_lost_seal_reply_is_adopted_and_released() {
-    let Some(case) = SplitCase::start("a_lost_seal_reply_is_adopted_and_released") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     // The seal takes effect, but its reply comes after the 5 s client timeout.
@@ -576,7 +576,7 @@ fn a_lost_seal_reply_is_adopted_and_released() {
 
 #[test]
 fn a_refused_hold_withdraws_the_intent() {
-    let Some(case) = SplitCase::start("a_refused_hold_withdraws_the_intent") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     for (refused, actions) in [
@@ -607,7 +607,7 @@ fn a_refused_hold_withdraws_the_intent() {
 
 #[test]
 fn a_pending_update_after_the_seal_releases_the_hold() {
-    let test = "a_pending_update_after_the_seal_releases_the_hold";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -640,7 +640,7 @@ fn a_pending_update_after_the_seal_releases_the_hold() {
 
 #[test]
 fn sigkill_while_requesting_the_hold_then_a_retry_finishes() {
-    let test = "sigkill_while_requesting_the_hold_then_a_retry_finishes";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -666,7 +666,7 @@ fn sigkill_while_requesting_the_hold_then_a_retry_finishes() {
 
 #[test]
 fn sigkill_after_sealing_then_a_retry_finishes() {
-    let Some(case) = SplitCase::start("sigkill_after_sealing_then_a_retry_finishes") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let running = case.start_run();
@@ -716,7 +716,7 @@ fn kill_between_the_two_stops(case: &SplitCase) {
 
 #[test]
 fn sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes() {
-    let test = "sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -727,7 +727,7 @@ fn sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes() {
 
 #[test]
 fn a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall() {
-    let test = "a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -772,7 +772,7 @@ fn assert_died_of_interrupt(outcome: &Outcome) {
 
 #[test]
 fn an_interrupt_at_the_prompt_changes_nothing() {
-    let Some(case) = SplitCase::start("an_interrupt_at_the_prompt_changes_nothing") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let before = case.kept_tree();
@@ -788,7 +788,7 @@ fn an_interrupt_at_the_prompt_changes_nothing() {
 
 #[test]
 fn an_interrupt_the_caller_ignored_stays_ignored() {
-    let Some(case) = SplitCase::start("an_interrupt_the_caller_ignored_stays_ignored") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let before = case.kept_tree();
@@ -819,7 +819,7 @@ fn an_interrupt_the_caller_ignored_stays_ignored() {
 
 #[test]
 fn an_interrupt_after_the_hold_releases_it_before_dying() {
-    let test = "an_interrupt_after_the_hold_releases_it_before_dying";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -847,7 +847,7 @@ fn an_interrupt_after_the_hold_releases_it_before_dying() {
 
 #[test]
 fn a_prepared_intent_with_both_services_stopped_is_finished() {
-    let test = "a_prepared_intent_with_both_services_stopped_is_finished";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -874,7 +874,7 @@ fn a_prepared_intent_with_both_services_stopped_is_finished() {
 
 #[test]
 fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
-    let test = "a_worker_restarted_during_the_seal_is_finished_by_a_retry";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start(test) else {
         return;
     };
@@ -907,7 +907,7 @@ fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
 
 #[test]
 fn a_mount_inside_a_removal_tree_is_refused() {
-    let test = "a_mount_inside_a_removal_tree_is_refused";
+    let test = agents_tests::test_name!();
     let Some(case) = SplitCase::start_with(test, |installation| {
         agents_tests::make_dirs(
             &installation.release_dir("1.0.0").join("__pycache__"),
@@ -1057,7 +1057,7 @@ fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
 
 #[test]
 fn retired_recovery_owners_do_not_block_the_uninstall() {
-    let Some(case) = SplitCase::start("retired_recovery_owners_do_not_block_the_uninstall") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     for name in [OWNER, "activation-fedcba9876543210fedcba98"] {
@@ -1071,7 +1071,7 @@ fn retired_recovery_owners_do_not_block_the_uninstall() {
 
 #[test]
 fn an_unretired_recovery_owner_keeps_everything() {
-    let Some(case) = SplitCase::start("an_unretired_recovery_owner_keeps_everything") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let directory = arm_recovery_owner(&case, OWNER);
@@ -1117,9 +1117,7 @@ fn a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl() {
     // An owner armed for a macOS home names a launchd job: its plist under
     // ~/Library/LaunchAgents and `/bin/launchctl print` (an absolute path,
     // which this Linux host does not have, as the original finds too).
-    let Some(case) =
-        SplitCase::start("a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl")
-    else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let directory = arm_recovery_owner_on(&case, OWNER, Platform::Darwin);
@@ -1163,7 +1161,7 @@ fn a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl() {
 
 #[test]
 fn malformed_recovery_evidence_is_refused() {
-    let Some(case) = SplitCase::start("malformed_recovery_evidence_is_refused") else {
+    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
         return;
     };
     let directory = arm_recovery_owner(&case, OWNER);
@@ -1294,7 +1292,7 @@ fn a_rerun_finishes_an_interrupted_removal(
 #[test]
 fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_of_the_worker_unit() {
     a_rerun_finishes_an_interrupted_removal(
-        "a_rerun_finishes_an_uninstall_killed_at_the_unlink_of_the_worker_unit",
+        agents_tests::test_name!(),
         |calls| {
             calls
                 .iter()
@@ -1330,7 +1328,7 @@ fn after_unlink_of(calls: &[agents_tests::crash_points::DurableCall], name: &str
 #[test]
 fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_a_release_lost_execution_service_py() {
     a_rerun_finishes_an_interrupted_removal(
-        "a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_a_release_lost_execution_service_py",
+        agents_tests::test_name!(),
         |calls| after_unlink_of(calls, "/execution_service.py"),
         |case| {
             let releases = case.installation.install_root.join("releases");
@@ -1350,7 +1348,7 @@ fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_a_release_lost_execu
 #[test]
 fn a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_releases_1_0_0_version() {
     a_rerun_finishes_an_interrupted_removal(
-        "a_rerun_finishes_an_uninstall_killed_at_the_unlink_after_releases_1_0_0_version",
+        agents_tests::test_name!(),
         |calls| after_unlink_of(calls, "/releases/1.0.0/VERSION"),
         |case| {
             let release = case.installation.install_root.join("releases/1.0.0");

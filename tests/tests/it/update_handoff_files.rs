@@ -25,7 +25,7 @@ fn assert_refused_before_any_request(case: &Case, what: &str, refusal: &str) {
 
 #[test]
 fn unsafe_or_malformed_handoff_files_are_refused() {
-    let Some(case) = Case::start("unsafe_or_malformed_handoff_files_are_refused") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let path = case.handoff_path();
@@ -151,7 +151,7 @@ fn unsafe_or_malformed_handoff_files_are_refused() {
 
 #[test]
 fn handoffs_outside_their_preparation_directory_are_refused() {
-    let Some(case) = Case::start("handoffs_outside_their_preparation_directory_are_refused") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let root = case.installation.install_root.clone();
@@ -246,7 +246,7 @@ fn handoffs_outside_their_preparation_directory_are_refused() {
 
 #[test]
 fn the_installed_layout_must_be_present_and_unchanged() {
-    let Some(case) = Case::start("the_installed_layout_must_be_present_and_unchanged") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let manifest = case.layout.manifest_path();
@@ -298,8 +298,7 @@ fn a_layout_installed_for_macos_is_refused_before_any_request() {
     // update_handoff builds NativeServices(layout) under the lock, after the
     // handoff and the installed layout are read: a launchd layout is
     // refused on this Linux host before the worker is asked anything.
-    let Some(case) = Case::start("a_layout_installed_for_macos_is_refused_before_any_request")
-    else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let manifest = case.layout.manifest_path();

@@ -33,7 +33,7 @@ fn release_changed_during_health(case: &Case, own: usize, change: impl FnOnce())
 
 #[test]
 fn lease_changes_after_health_are_caught() {
-    let Some(case) = Case::start("lease_changes_after_health_are_caught") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let exact = "RuntimeError: worker no longer holds the exact sealed handoff";
@@ -57,7 +57,7 @@ fn lease_changes_after_health_are_caught() {
 
 #[test]
 fn local_provenance_changes_after_health_are_caught() {
-    let Some(case) = Case::start("local_provenance_changes_after_health_are_caught") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let root = case.installation.install_root.clone();
@@ -123,7 +123,7 @@ fn local_provenance_changes_after_health_are_caught() {
 
 #[test]
 fn worker_receipt_changes_after_health_are_caught() {
-    let Some(case) = Case::start("worker_receipt_changes_after_health_are_caught") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let receipt = case.worker_receipt();
@@ -163,7 +163,7 @@ fn worker_receipt_changes_after_health_are_caught() {
 
 #[test]
 fn a_worker_restarted_after_health_is_refused() {
-    let Some(case) = Case::start("a_worker_restarted_after_health_is_refused") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     // The worker exits right after its health reply; systemd restarts it
@@ -214,7 +214,7 @@ fn a_worker_restarted_after_health_is_refused() {
 
 #[test]
 fn a_release_reply_that_never_arrives_is_an_error() {
-    let Some(case) = Case::start("a_release_reply_that_never_arrives_is_an_error") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     // The worker takes the release, then its reply is held past the
@@ -239,7 +239,7 @@ fn a_release_reply_that_never_arrives_is_an_error() {
 
 #[test]
 fn a_worker_dying_on_the_release_is_an_error() {
-    let Some(case) = Case::start("a_worker_dying_on_the_release_is_an_error") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     case.switch(Switches {

@@ -16,7 +16,7 @@ use update_handoff_support::{Case, FOREIGN_OPERATION, HEALTH, MAINTENANCE, OPERA
 
 #[test]
 fn releases_the_exact_sealed_handoff_once() {
-    let Some(case) = Case::start("releases_the_exact_sealed_handoff_once") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let handoff_before = fs::metadata(case.handoff_path()).unwrap();
@@ -83,7 +83,7 @@ fn releases_the_exact_sealed_handoff_once() {
 
 #[test]
 fn activation_journals_and_uninstall_intents_own_recovery() {
-    let Some(case) = Case::start("activation_journals_and_uninstall_intents_own_recovery") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let root = case.installation.install_root.clone();
@@ -129,7 +129,7 @@ fn activation_journals_and_uninstall_intents_own_recovery() {
 
 #[test]
 fn an_idle_worker_is_required() {
-    let Some(case) = Case::start("an_idle_worker_is_required") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let mark = case.mark();
@@ -146,7 +146,7 @@ fn an_idle_worker_is_required() {
 
 #[test]
 fn a_worker_that_no_longer_matches_the_handoff_is_refused() {
-    let Some(case) = Case::start("a_worker_that_no_longer_matches_the_handoff_is_refused") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let refused = |what: &str, refusal: &str| {
@@ -229,7 +229,7 @@ fn a_worker_that_no_longer_matches_the_handoff_is_refused() {
 
 #[test]
 fn a_stopped_worker_cannot_release() {
-    let Some(case) = Case::start("a_stopped_worker_cannot_release") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let receipt = case.worker_receipt();
@@ -248,7 +248,7 @@ fn a_stopped_worker_cannot_release() {
 
 #[test]
 fn a_live_installer_lock_is_refused_and_a_dead_one_reaped() {
-    let Some(case) = Case::start("a_live_installer_lock_is_refused_and_a_dead_one_reaped") else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let root = &case.installation.install_root;

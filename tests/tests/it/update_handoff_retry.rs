@@ -67,7 +67,7 @@ fn retry_changed_during_health(
 
 #[test]
 fn a_refused_release_is_retried_once_then_acknowledged() {
-    let Some(case) = failed_case("a_refused_release_is_retried_once_then_acknowledged") else {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
         return;
     };
     let before = evidence(&case);
@@ -117,8 +117,7 @@ fn a_refused_release_is_retried_once_then_acknowledged() {
 
 #[test]
 fn a_lost_release_reply_is_acknowledged_while_the_worker_is_busy() {
-    let Some(case) = Case::start("a_lost_release_reply_is_acknowledged_while_the_worker_is_busy")
-    else {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     case.switch(Switches {
@@ -145,7 +144,7 @@ fn a_lost_release_reply_is_acknowledged_while_the_worker_is_busy() {
 
 #[test]
 fn only_the_exact_saved_failed_status_is_retried() {
-    let Some(case) = failed_case("only_the_exact_saved_failed_status_is_retried") else {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
         return;
     };
     let not_failed = "ValueError: status does not own a failed preinstaller handoff";
@@ -255,7 +254,7 @@ fn only_the_exact_saved_failed_status_is_retried() {
 
 #[test]
 fn the_status_file_must_be_the_installed_private_one() {
-    let Some(case) = failed_case("the_status_file_must_be_the_installed_private_one") else {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
         return;
     };
     let status_path = case.status_path();
@@ -317,7 +316,7 @@ fn the_status_file_must_be_the_installed_private_one() {
 
 #[test]
 fn changes_between_the_two_reads_of_a_retry_are_caught() {
-    let Some(case) = failed_case("changes_between_the_two_reads_of_a_retry_are_caught") else {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
         return;
     };
     let expected = case.failed_status();
@@ -362,9 +361,7 @@ fn changes_between_the_two_reads_of_a_retry_are_caught() {
 
 #[test]
 fn an_unheld_replacement_worker_is_acknowledged_under_exclusive_state_ownership() {
-    let Some(case) =
-        failed_case("an_unheld_replacement_worker_is_acknowledged_under_exclusive_state_ownership")
-    else {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
         return;
     };
     let expected = case.failed_status();
@@ -399,9 +396,7 @@ fn an_unheld_replacement_worker_is_acknowledged_under_exclusive_state_ownership(
 
 #[test]
 fn a_replacement_needs_the_same_exclusive_state_owner_lock_throughout() {
-    let Some(case) =
-        failed_case("a_replacement_needs_the_same_exclusive_state_owner_lock_throughout")
-    else {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
         return;
     };
     let expected = case.failed_status();

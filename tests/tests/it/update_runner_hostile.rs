@@ -122,7 +122,7 @@ type ResponseOf = Box<dyn Fn(&[u8]) -> (Vec<u8>, Vec<u8>)>;
 
 #[test]
 fn release_host_http_edge_cases_end_as_the_original_ends() {
-    if measured_alone("release_host_http_edge_cases_end_as_the_original_ends") {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     let originals = agents_tests::require_originals!();
@@ -214,7 +214,7 @@ fn release_host_http_edge_cases_end_as_the_original_ends() {
 
 #[test]
 fn header_lines_that_would_switch_minreqs_budget_off_stay_bounded() {
-    if measured_alone("header_lines_that_would_switch_minreqs_budget_off_stay_bounded") {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     // Each line is 65535 bytes ending in a bare \n: minreq's header budget
@@ -242,7 +242,7 @@ fn header_lines_that_would_switch_minreqs_budget_off_stay_bounded() {
 
 #[test]
 fn an_endless_chunk_of_health_is_refused_at_its_limit() {
-    if measured_alone("an_endless_chunk_of_health_is_refused_at_its_limit") {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     let originals = agents_tests::require_originals!();
@@ -271,7 +271,7 @@ fn an_endless_chunk_of_health_is_refused_at_its_limit() {
 
 #[test]
 fn a_trickling_health_endpoint_cannot_hold_the_runner() {
-    if measured_alone("a_trickling_health_endpoint_cannot_hold_the_runner") {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     // The original waits for ever here (urllib's timeout bounds each read, and
@@ -331,9 +331,7 @@ type ArchiveOf = Box<dyn Fn(&Fixture) -> Vec<u8>>;
 
 #[test]
 fn archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing() {
-    if measured_alone(
-        "archives_past_the_extraction_budget_fail_the_update_quickly_and_leave_nothing",
-    ) {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     // The original has no budget: it writes a terabyte-sized sparse file or
@@ -402,9 +400,7 @@ fn sparse_file(path: &std::path::Path, size: u64) {
 
 #[test]
 fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_removed() {
-    if measured_alone(
-        "a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_removed",
-    ) {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     // The original resolves a symlinked credential and deletes the file it
@@ -464,9 +460,7 @@ fn a_credential_that_is_not_a_small_regular_file_is_refused_and_only_its_entry_r
 
 #[test]
 fn a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waiting() {
-    if measured_alone(
-        "a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waiting",
-    ) {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     let (mut fixture, _) = pinned("hostile-public-key");
@@ -500,8 +494,7 @@ fn a_public_key_that_is_not_a_small_regular_file_fails_the_update_without_waitin
 
 #[test]
 fn a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting() {
-    if measured_alone("a_status_file_that_is_not_a_small_regular_file_ends_the_run_without_waiting")
-    {
+    if measured_alone(agents_tests::test_name!()) {
         return;
     }
     let (mut fixture, _) = pinned("hostile-status");

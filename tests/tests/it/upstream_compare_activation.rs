@@ -229,18 +229,13 @@ fn named_scenarios() -> Vec<(String, Scenario)> {
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn legacy_preflight_stop_and_recovery_intent() {
-    compare_scenarios(
-        "legacy_preflight_stop_and_recovery_intent",
-        named_scenarios(),
-        run_side,
-    );
+    compare_scenarios(agents_tests::test_name!(), named_scenarios(), run_side);
 }
 
 /// The binary still does what the original did in every scenario
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn legacy_preflight_stop_and_recovery_intent_as_recorded() {
-    let upstream =
-        Upstream::port_only_in_sandbox("legacy_preflight_stop_and_recovery_intent_as_recorded");
+    let upstream = Upstream::port_only_in_sandbox(agents_tests::test_name!());
     check_scenarios_recorded(upstream, named_scenarios(), run_side);
 }

@@ -270,7 +270,7 @@ fn named_scenarios() -> Vec<(String, Scenario)> {
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn release_and_retry_failed() {
     compare_scenarios(
-        "release_and_retry_failed",
+        agents_tests::test_name!(),
         named_scenarios(),
         |upstream, side, scenario, port| run_side(upstream, side, *scenario, port),
     );
@@ -280,7 +280,7 @@ fn release_and_retry_failed() {
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn release_and_retry_failed_as_recorded() {
-    let upstream = Upstream::port_only_in_sandbox("release_and_retry_failed_as_recorded");
+    let upstream = Upstream::port_only_in_sandbox(agents_tests::test_name!());
     check_scenarios_recorded(
         upstream,
         named_scenarios(),

@@ -200,7 +200,7 @@ fn named_scenarios() -> Vec<(String, (Before, KillPoint))> {
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn apply_killed_at_each_step_then_recovered() {
     compare_scenarios(
-        "apply_killed_at_each_step_then_recovered",
+        agents_tests::test_name!(),
         named_scenarios(),
         |upstream, side, (before, point), port| run_side(upstream, side, (*before, point), port),
     );
@@ -210,7 +210,7 @@ fn apply_killed_at_each_step_then_recovered() {
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn apply_killed_at_each_step_as_recorded() {
-    let upstream = Upstream::port_only_in_sandbox("apply_killed_at_each_step_as_recorded");
+    let upstream = Upstream::port_only_in_sandbox(agents_tests::test_name!());
     check_scenarios_recorded(
         upstream,
         named_scenarios(),

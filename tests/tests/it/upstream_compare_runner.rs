@@ -108,7 +108,7 @@ fn prepared_cases() -> Vec<PreparedCase> {
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn prepared_receipt_updates() {
-    let Some(upstream) = Upstream::locate("prepared_receipt_updates") else {
+    let Some(upstream) = Upstream::locate(agents_tests::test_name!()) else {
         return;
     };
     for (scenario, make) in prepared_cases() {
@@ -309,7 +309,11 @@ fn recover_by(upstream: &Upstream, side: upstream::Side, case: &RecoveryCase, _:
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn recover_only() {
-    compare_scenarios("recover_only", named_recovery_cases(), recover_by);
+    compare_scenarios(
+        agents_tests::test_name!(),
+        named_recovery_cases(),
+        recover_by,
+    );
 }
 
 /// The binary still does what the original did in every `--recover-only`

@@ -238,17 +238,13 @@ fn named_scenarios() -> Vec<(String, Scenario)> {
 #[test]
 #[ignore = "compares with upstream: run by scripts/upstream-compare.sh"]
 fn uninstall_of_a_split_layout_interrupted_and_rerun() {
-    compare_scenarios(
-        "uninstall_of_a_split_layout_interrupted_and_rerun",
-        named_scenarios(),
-        run_side,
-    );
+    compare_scenarios(agents_tests::test_name!(), named_scenarios(), run_side);
 }
 
 /// The binary still does what the original did in every scenario
 /// (`tests/fixtures/upstream/`, recorded by the comparison above).
 #[test]
 fn uninstall_of_a_split_layout_as_recorded() {
-    let upstream = Upstream::port_only_in_sandbox("uninstall_of_a_split_layout_as_recorded");
+    let upstream = Upstream::port_only_in_sandbox(agents_tests::test_name!());
     check_scenarios_recorded(upstream, named_scenarios(), run_side);
 }

@@ -1336,7 +1336,7 @@ fn the_production_probe_refuses_off_darwin_and_runs_with_a_clean_environment() {
     // The leak probe is in this process's environment: set it only in a child
     // running this test alone, not under the other tests of the binary.
     if !agents_tests::running_alone() {
-        let test = "the_production_probe_refuses_off_darwin_and_runs_with_a_clean_environment";
+        let test = agents_tests::test_name!();
         let output = agents_tests::alone(module_path!(), test)
             .env("AGENTS_LEGACY_PROBE_LEAK", "1")
             .output()

@@ -73,7 +73,7 @@ fn installer_runs_in_its_own_session_with_a_scrubbed_environment() {
     let status = Command::new(std::env::current_exe().unwrap())
         .arg(agents_tests::test_name(
             module_path!(),
-            "installer_runs_in_its_own_session_with_a_scrubbed_environment",
+            agents_tests::test_name!(),
         ))
         .args(["--exact", "--test-threads=1"])
         .env_clear()

@@ -16,7 +16,7 @@ const ZONE: &str = "EST5EDT,M3.2.0,M11.1.0";
 fn naive_retry_after_dates_are_local_time_like_the_original() {
     let originals = agents_tests::require_originals!();
     if !agents_tests::running_alone() {
-        let test = "naive_retry_after_dates_are_local_time_like_the_original";
+        let test = agents_tests::test_name!();
         let output = agents_tests::alone(module_path!(), test)
             .env("TZ", ZONE)
             .output()

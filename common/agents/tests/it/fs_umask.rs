@@ -11,7 +11,7 @@ use rustix::fs::Mode;
 #[test]
 fn atomic_write_mode_is_independent_of_the_umask() {
     if !agents_tests::running_alone() {
-        let test = "atomic_write_mode_is_independent_of_the_umask";
+        let test = agents_tests::test_name!();
         let output = agents_tests::alone(module_path!(), test).output().unwrap();
         agents_tests::assert_passed_alone(&output);
         return;
