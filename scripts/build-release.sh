@@ -128,6 +128,16 @@ remap() {
 remap "$WORKSPACE" /agents-helpers
 remap "$TARGET_DIR" /agents-helpers/target
 remap "$cargo_home" /cargo
+# The registry's unpacked sources sit in a folder named after the registry's
+# host, which no shipped binary may name: `cargo metadata` unpacks every
+# locked package first, so the folders are known before the build.
+while IFS= read -r folder; do
+  if [[ -n "$folder" ]]; then remap "$folder" /cargo/registry/src/registry; fi
+done < <(cargo metadata --format-version 1 --locked \
+  | python3 -c 'import json, os, sys
+folders = {os.path.dirname(os.path.dirname(p["manifest_path"])) for p in json.load(sys.stdin)["packages"]
+           if (p["source"] or "").startswith(("registry+", "sparse+"))}
+print("\n".join(sorted(folders)))')
 remap "$std_source" "/rustc/$RELEASE_RUSTC_COMMIT"
 CARGO_ENCODED_RUSTFLAGS="$(IFS=$'\x1f'; echo "${remaps[*]}")"
 export CARGO_ENCODED_RUSTFLAGS

@@ -323,3 +323,45 @@ fn the_release_check_refuses_a_broken_signature_and_a_binary_without_its_list() 
         "{stderr}"
     );
 }
+
+#[test]
+fn no_release_binary_names_a_path_of_the_machine_that_built_it() {
+    let Some(dist) = release_dist(agents_tests::test_name!()) else {
+        return;
+    };
+    let home = std::env::var("HOME").unwrap_or_default();
+    let cargo_home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{home}/.cargo"));
+    let workspace = workspace().canonicalize().unwrap();
+    let machine_paths = [
+        workspace.to_str().unwrap().to_string(),
+        cargo_home,
+        "/usr/lib/rustlib/src".to_string(),
+    ];
+    for target in [ELF_TARGET, MACHO_TARGET] {
+        for helper in HELPERS {
+            let data = fs::read(dist.join(target).join(helper)).unwrap();
+            for path in &machine_paths {
+                assert!(
+                    !data.windows(path.len()).any(|window| window == path.as_bytes()),
+                    "{target}/{helper} names {path}"
+                );
+            }
+            // The registry's sources appear under one fixed folder name,
+            // never the folder cargo names after the registry's host.
+            let prefix = b"/cargo/registry/src/";
+            for at in (0..data.len().saturating_sub(prefix.len()))
+                .filter(|&at| data[at..].starts_with(prefix))
+            {
+                assert!(
+                    data[at + prefix.len()..].starts_with(b"registry/"),
+                    "{target}/{helper}: {}",
+                    String::from_utf8_lossy(&data[at..(at + 80).min(data.len())])
+                );
+            }
+            assert!(
+                data.windows(prefix.len()).any(|window| window == prefix),
+                "{target}/{helper}: the remapped registry paths are there to check"
+            );
+        }
+    }
+}
