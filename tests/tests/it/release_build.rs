@@ -342,7 +342,9 @@ fn no_release_binary_names_a_path_of_the_machine_that_built_it() {
             let data = fs::read(dist.join(target).join(helper)).unwrap();
             for path in &machine_paths {
                 assert!(
-                    !data.windows(path.len()).any(|window| window == path.as_bytes()),
+                    !data
+                        .windows(path.len())
+                        .any(|window| window == path.as_bytes()),
                     "{target}/{helper} names {path}"
                 );
             }
