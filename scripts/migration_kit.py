@@ -128,10 +128,14 @@ if __name__ == "__main__":
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), binary + "-" + tag)
         try:
             import hashlib
+            import stat
 
             digest = hashlib.sha256()
-            with open(path, "rb") as stream:
-                if os.fstat(stream.fileno()).st_size != size:
+            # Non-blocking, so a FIFO in the binary's place cannot hang the open.
+            flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+            with os.fdopen(os.open(path, flags), "rb") as stream:
+                info = os.fstat(stream.fileno())
+                if not stat.S_ISREG(info.st_mode) or info.st_size != size:
                     return
                 head = stream.read(65536)
                 block = head

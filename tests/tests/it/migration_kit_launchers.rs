@@ -962,6 +962,8 @@ enum Damage {
     Truncated,
     /// One byte changed in the middle: same size, same header.
     OneByteChanged,
+    /// A FIFO in the binary's place: opening it must not wait for a writer.
+    Fifo,
 }
 
 impl Damage {
@@ -993,6 +995,14 @@ impl Damage {
                 let mut bytes = fs::read(path).unwrap();
                 bytes.truncate(1000);
                 replace(bytes)
+            }
+            Damage::Fifo => {
+                fs::remove_file(path).unwrap();
+                let made = std::process::Command::new("mkfifo")
+                    .arg(path)
+                    .status()
+                    .unwrap();
+                assert!(made.success(), "mkfifo {}", path.display());
             }
             Damage::OneByteChanged => {
                 let mut bytes = fs::read(path).unwrap();
@@ -1163,6 +1173,7 @@ fn every_fallback_runs_the_original_with_the_originals_result() {
         Damage::Unloadable,
         Damage::Truncated,
         Damage::OneByteChanged,
+        Damage::Fifo,
     ] {
         let runtime = Runtime::new(&originals);
         damage_host_binaries(&runtime, damage);
