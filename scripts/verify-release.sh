@@ -58,7 +58,7 @@ else
   trap 'rm -rf -- "$scratch"' EXIT
 fi
 echo "verify-release: rebuilding ${targets[*]} from $commit"
-git -c init.defaultBranch=main clone --quiet --no-hardlinks -- "$ROOT" "$scratch/source"
+git -c init.defaultBranch=main -c advice.detachedHead=false clone --quiet --no-hardlinks -- "$ROOT" "$scratch/source"
 git -C "$scratch/source" -c advice.detachedHead=false checkout --quiet --detach "$commit"
 if ! (cd "$scratch/source" && env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR \
   bash scripts/build-release.sh --target "${targets[@]}" >"$scratch/build.log" 2>&1); then
