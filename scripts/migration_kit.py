@@ -434,9 +434,10 @@ def binary_writes(release, dist, platforms):
             target = os.path.join(release, name)
             if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
                 raise Refusal("%s exists and is not a regular file" % target)
-            writes.append((name, data, 0o755, "binary    %s  sha256 %s" % (name, sha256(data))))
+            digest = sha256(data)
+            writes.append((name, data, 0o755, "binary    %s  sha256 %s" % (name, digest)))
             entries[name] = {"built_as": "%s/%s" % (platform.target, binary), "mode": "0755",
-                             "sha256": sha256(data), "size": len(data)}
+                             "sha256": digest, "size": len(data)}
         manifest[platform.tag] = {"target": platform.target, "requires": "%s %s, %s" % (
             platform.system, platform.machine, platform.requirement()), "binaries": entries}
     staged = {name for name, _data, _mode, _summary in writes}
@@ -499,7 +500,8 @@ def plan(release, dist):
     platforms = dist_platforms(dist)
     writes, manifest_platforms = binary_writes(release, dist, platforms)
     staged_binaries = [name for name, _data, _mode, _summary in writes]
-    recorded = {name: (len(data), sha256(data)) for name, data, _mode, _summary in writes}
+    recorded = {name: (entry["size"], entry["sha256"]) for platform in manifest_platforms.values()
+                for name, entry in platform["binaries"].items()}
     carried, provenance = provenance_writes(dist, platforms)
     writes += carried
     launcher_writes, files = entry_point_writes(release, platforms, recorded)

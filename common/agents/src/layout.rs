@@ -352,8 +352,8 @@ pub fn active_worker_release(root: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(layout.worker_release))
 }
 
-/// `_path` of a serialized path field. Python's `Path()` raises `TypeError`
-/// for a non-string; the port reports the path refusal instead.
+/// `_path` of a serialized path field: `Path()` of a value that is not text
+/// raises `TypeError` naming its type, as Python's does.
 fn layout_path(value: Option<&Json>) -> Result<PathBuf> {
     match value {
         Some(Json::Str(text)) => normalize_path(Path::new(text)),

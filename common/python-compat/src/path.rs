@@ -389,13 +389,7 @@ pub fn expanduser(raw: &[u8]) -> Vec<u8> {
             None => password_home(None),
         }
     } else {
-        // A name with a NUL byte cannot be looked up (no argv word holds one).
-        let name = &raw[1..end];
-        if name.contains(&0) {
-            None
-        } else {
-            password_home(Some(name))
-        }
+        password_home(Some(&raw[1..end]))
     };
     let Some(mut home) = home else {
         return raw.to_vec();
@@ -411,7 +405,8 @@ pub fn expanduser(raw: &[u8]) -> Vec<u8> {
 }
 
 /// `pwd.getpwnam(name).pw_dir`, or `pwd.getpwuid(os.getuid()).pw_dir`
-/// without a name; `None` where the database has no such entry.
+/// without a name; `None` where the database has no such entry (or the name
+/// holds a NUL byte, which no entry can).
 fn password_home(name: Option<&[u8]>) -> Option<Vec<u8>> {
     let mut buffer = vec![0 as libc::c_char; 16 * 1024];
     loop {
