@@ -6,7 +6,7 @@
 //! in `server-update.json`.
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::legacy_runner::{
     verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
@@ -19,7 +19,7 @@ use agents_common::{
 };
 use python_compat::{
     json::{parse_json, Json, JsonObject},
-    path::pure_path_text,
+    path::pure_path,
     truthy,
 };
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
@@ -279,7 +279,7 @@ fn admitted_update_id_with(
 
 /// The arguments `verify_legacy_runner` reads, as `Path(...)` sees them.
 fn legacy_claim(args: &Args) -> LegacyRunnerClaim {
-    let path = |value: &Path| PathBuf::from(pure_path_text(value));
+    let path = |value: &Path| pure_path(value);
     LegacyRunnerClaim {
         platform: args.platform.as_ref().and_then(PlatformName::supported),
         managed_update_id: args.managed_update_id.clone(),

@@ -12,7 +12,7 @@ use agents_common::{
 };
 use python_compat::{
     json::{Json, JsonObject},
-    path::pure_path_text,
+    path::{pure_path, pure_path_text},
     ErrorClass,
 };
 
@@ -23,7 +23,8 @@ use crate::environment::runtime_environment;
 /// option is Python's `TypeError` from `Path(None)`.
 fn path_arg(value: Option<&PathBuf>) -> Result<PathBuf> {
     match value {
-        Some(path) => Ok(PathBuf::from(pure_path_text(path))),
+        // The bytes as given: a lossy spelling would name another path.
+        Some(path) => Ok(pure_path(path)),
         None => Err(python_compat::Exception::not_a_path("NoneType").into()),
     }
 }

@@ -244,3 +244,53 @@ fn an_option_given_the_separator_as_its_value_is_a_usage_error() {
         text(&output.stderr)
     );
 }
+
+#[test]
+fn a_path_that_is_not_utf8_is_used_as_given_and_shown_as_python_shows_it() {
+    // `Path(args.root)` keeps the bytes (surrogate escapes): the port once
+    // respelled them lossily, naming another path (found by the generative
+    // campaign, scenario generated-1-261).
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt as _;
+    let root = OsString::from_vec(b"/nonexistent/install\xff".to_vec());
+    let mut args: Vec<OsString> = vec!["durability".into(), "--root".into(), root];
+    for (option, value) in [
+        ("--config-root", "/nonexistent/config"),
+        ("--state-root", "/nonexistent/state"),
+        ("--home", "/nonexistent/home"),
+        ("--platform", "Linux"),
+        ("--release-dir", "/nonexistent/release"),
+    ] {
+        args.extend([option.into(), value.into()]);
+    }
+    let output = run(PROGRAM, &args);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stderr),
+        "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/install\\udcff'\n"
+    );
+}
+
+#[test]
+fn unrecognized_words_that_are_not_utf8_show_as_python_shows_them() {
+    // stderr writes the surrogate escapes as `\udcXX` (found by the
+    // generative campaign, scenario generated-1-866).
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt as _;
+    let originals = agents_tests::require_originals!();
+    let odd = OsString::from_vec(b"/state\xff".to_vec());
+    for args in [
+        vec![
+            "snapshot".into(),
+            "--root".into(),
+            "/i".into(),
+            "--".into(),
+            "--state-root".into(),
+            odd.clone(),
+        ],
+        vec!["detect".into(), "--root".into(), "/i".into(), odd.clone()],
+    ] {
+        let args: Vec<OsString> = args;
+        cli_support::assert_same_as_original(&originals, PROGRAM, ORIGINAL, &args);
+    }
+}
