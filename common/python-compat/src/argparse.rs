@@ -368,14 +368,14 @@ impl Program<'_> {
 
 /// `os.path.basename(sys.argv[0])`: what follows the last `/` (empty after a
 /// trailing one), the spec's own name when the process has no argv[0].
-/// `os.path.basename(sys.argv[0])`, undecodable bytes replaced.
+/// `os.path.basename(sys.argv[0])`, as stderr shows its undecodable bytes.
 fn program_name(argv0: &OsStr) -> String {
     let bytes = argv0.as_encoded_bytes();
     let start = bytes
         .iter()
         .rposition(|byte| *byte == b'/')
         .map_or(0, |at| at + 1);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
+    crate::text::display_surrogateescape(&bytes[start..])
 }
 
 fn context_text(error: &clap::Error, kind: ContextKind) -> String {
@@ -543,7 +543,7 @@ fn parse_words<S: AsRef<OsStr>>(
         let extras: Vec<String> = canonical
             .extras
             .iter()
-            .map(|word| word.to_string_lossy().into_owned())
+            .map(|word| crate::text::display_surrogateescape(word.as_encoded_bytes()))
             .collect();
         let message = format!("unrecognized arguments: {}", extras.join(" "));
         return Err(program.usage_error(top, &message));

@@ -169,6 +169,21 @@ pub fn repr_surrogateescape(bytes: &[u8]) -> String {
     repr_code_points(&points)
 }
 
+/// How Python's `sys.stderr` writes text decoded from these bytes with
+/// `surrogateescape` (an argv word, a path): valid UTF-8 as it is, each
+/// undecodable byte as the escape `backslashreplace` gives its lone
+/// surrogate, `\udcXX`.
+pub(crate) fn display_surrogateescape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for &byte in chunk.invalid() {
+            out.push_str(&format!("\\udc{byte:02x}"));
+        }
+    }
+    out
+}
+
 /// Python's `repr()` of a string given as code points, lone surrogates
 /// included (printed as `\udXXX`, as Python prints them).
 pub(crate) fn repr_code_points(points: &[u32]) -> String {
