@@ -136,8 +136,7 @@ pub fn flush_activation_on(
 /// directory of an owned tree on one device; a link may leave the tree only
 /// as `.venv/bin/python*`, whose interpreter then gets its own barrier.
 pub(crate) fn flush_tree(root: &Path, dependency_prefix: bool, sync: &dyn FullSync) -> Result<()> {
-    let resolved =
-        std::fs::canonicalize(root).map_err(|error| Error::from_io_path(&error, root))?;
+    let resolved = python_compat::path::resolve_strict(root)?;
     if !root.has_root() || !same_path(&resolved, root) {
         return Err(Error::value(
             "durability tree must have no linked ancestors",
@@ -293,8 +292,7 @@ impl Walk<'_> {
     fn check_link(&mut self, directory: &OwnedFd, name: &OsStr, child: &Path) -> Result<()> {
         let target = rustix::fs::readlinkat(directory, name, Vec::new())
             .map_err(|errno| Error::from_errno(errno, child))?;
-        let resolved =
-            std::fs::canonicalize(child).map_err(|error| Error::from_io_path(&error, child))?;
+        let resolved = python_compat::path::resolve_strict(child)?;
         let inside = resolved.starts_with(self.root) && resolved.as_path() != self.root;
         if !inside {
             let relative: Vec<&OsStr> = child

@@ -215,8 +215,7 @@ impl ExecutionTransaction {
         }
         if let Json::Str(before) = field(&value, "current_before") {
             let target = root.join(before);
-            let resolved =
-                std::fs::canonicalize(&target).map_err(|err| Error::from_io_path(&err, &target))?;
+            let resolved = python_compat::path::resolve_strict(&target)?;
             if resolved.parent() != Some(root.join("releases").as_path()) {
                 return Err(Error::value(
                     "previous execution current escaped release root",
@@ -457,8 +456,7 @@ pub(crate) fn current_target(layout: &ExecutionLayout) -> Result<Option<String>>
             "execution current must be an owned release symlink",
         ));
     }
-    let target =
-        std::fs::canonicalize(&current).map_err(|err| Error::from_io_path(&err, &current))?;
+    let target = python_compat::path::resolve_strict(&current)?;
     if target.parent() != Some(layout.install_root.join("releases").as_path()) {
         return Err(Error::permission(
             "execution current must point into retained releases",

@@ -130,9 +130,8 @@ pub fn installed_service_files(layout: &ExecutionLayout) -> Result<ServiceFiles>
     let current = layout.current();
     let is_link =
         std::fs::symlink_metadata(&current).is_ok_and(|meta| meta.file_type().is_symlink());
-    let target_matches = is_link
-        && std::fs::canonicalize(&current).map_err(|err| Error::from_io_path(&err, &current))?
-            == layout.gateway_release;
+    let target_matches =
+        is_link && python_compat::path::resolve_strict(&current)? == layout.gateway_release;
     if !target_matches {
         return Err(Error::runtime(
             "gateway current link no longer matches its installed generation",

@@ -101,7 +101,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
         return Err(Exception::value("embedded null byte"));
     }
     let mut seen = HashMap::new();
-    let (joined, _) = join_realpath(b"", bytes, &mut seen)?;
+    let (joined, _) = join_realpath(b"", bytes, &mut seen, Strictness::Lenient)?;
     let resolved = pure_path(&from_bytes(normpath(&joined)));
     if let Err(rustix::io::Errno::LOOP) = rustix::fs::stat(&resolved) {
         return Err(Exception::runtime(format!(
@@ -110,6 +110,40 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
         )));
     }
     Ok(resolved)
+}
+
+/// `Path.resolve(strict=True)` of Python 3.11: `os.path.realpath(path,
+/// strict=True)`, which `lstat`s each component in turn and follows each
+/// symlink where it stands, so a failure names the component that failed (a
+/// dangling link's missing target, not the link itself); a symlink loop is
+/// `RuntimeError("Symlink loop from '<component>'")`. The result is absolute.
+pub fn resolve_strict(path: &Path) -> Result<PathBuf> {
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.contains(&0) {
+        return Err(Exception::value("embedded null byte"));
+    }
+    let mut seen = HashMap::new();
+    let (joined, _) = join_realpath(b"", bytes, &mut seen, Strictness::Strict)?;
+    Ok(absolute_path(from_bytes(joined)))
+}
+
+/// `realpath`'s `strict`: whether a component that cannot be examined raises.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strictness {
+    Lenient,
+    Strict,
+}
+
+/// The error `pathlib.resolve(strict=True)` raises for `newpath`: its
+/// `OSError`, or the `RuntimeError` it makes of `ELOOP`.
+fn strict_failure(errno: Errno, newpath: &Path) -> Exception {
+    if errno == Errno::LOOP {
+        return Exception::runtime(format!(
+            "Symlink loop from {}",
+            repr_surrogateescape(newpath.as_os_str().as_bytes())
+        ));
+    }
+    Exception::from_errno(errno, newpath)
 }
 
 fn split_root(bytes: &[u8]) -> (&[u8], &[u8]) {
@@ -189,10 +223,16 @@ pub(crate) fn normpath(path: &[u8]) -> Vec<u8> {
 
 type Seen = HashMap<Vec<u8>, Option<Vec<u8>>>;
 
-/// `posixpath._joinrealpath(path, rest, strict=False, seen)`: resolves each
-/// existing symlink once, treats lstat failures as "not a link", and on a loop
-/// returns the unresolved remainder with `ok = false`.
-fn join_realpath(path: &[u8], rest: &[u8], seen: &mut Seen) -> Result<(Vec<u8>, bool)> {
+/// `posixpath._joinrealpath(path, rest, strict, seen)`: resolves each
+/// existing symlink once; lenient, it treats lstat failures as "not a link"
+/// and on a loop returns the unresolved remainder with `ok = false`; strict,
+/// it raises both ([`strict_failure`]).
+fn join_realpath(
+    path: &[u8],
+    rest: &[u8],
+    seen: &mut Seen,
+    strictness: Strictness,
+) -> Result<(Vec<u8>, bool)> {
     let mut path = path.to_vec();
     let mut rest = rest;
     if rest.starts_with(b"/") {
@@ -223,9 +263,13 @@ fn join_realpath(path: &[u8], rest: &[u8], seen: &mut Seen) -> Result<(Vec<u8>, 
         }
         let newpath = join(&path, name);
         let newpath_os = from_bytes(newpath.clone());
-        let is_link = rustix::fs::lstat(&newpath_os)
-            .map(|info| rustix::fs::FileType::from_raw_mode(info.st_mode).is_symlink())
-            .unwrap_or(false);
+        let is_link = match rustix::fs::lstat(&newpath_os) {
+            Ok(info) => rustix::fs::FileType::from_raw_mode(info.st_mode).is_symlink(),
+            Err(errno) if strictness == Strictness::Strict => {
+                return Err(strict_failure(errno, &newpath_os))
+            }
+            Err(_) => false,
+        };
         if !is_link {
             path = newpath;
             continue;
@@ -236,13 +280,18 @@ fn join_realpath(path: &[u8], rest: &[u8], seen: &mut Seen) -> Result<(Vec<u8>, 
                     path = resolved.clone();
                     continue;
                 }
+                None if strictness == Strictness::Strict => {
+                    // `os.stat(newpath)` names the loop.
+                    let errno = rustix::fs::stat(&newpath_os).err().unwrap_or(Errno::LOOP);
+                    return Err(strict_failure(errno, &newpath_os));
+                }
                 None => return Ok((join(&newpath, rest), false)),
             }
         }
         seen.insert(newpath.clone(), None);
         let target = rustix::fs::readlink(&newpath_os, Vec::new())
             .map_err(|errno| Exception::from_errno(errno, &newpath_os))?;
-        let (resolved, ok) = join_realpath(&path, target.as_bytes(), seen)?;
+        let (resolved, ok) = join_realpath(&path, target.as_bytes(), seen, strictness)?;
         if !ok {
             return Ok((join(&resolved, rest), false));
         }

@@ -75,7 +75,7 @@ pub(super) fn is_canonical(path: &Path) -> Result<bool> {
 
 /// `Path.resolve(strict=True)`: every component must exist.
 pub(super) fn resolve_strict(path: &Path) -> Result<PathBuf> {
-    std::fs::canonicalize(path).map_err(|error| Error::from_io_path(&error, path))
+    Ok(python_compat::path::resolve_strict(path)?)
 }
 
 /// `_directory(path, private=...)`: a canonical directory of this uid

@@ -370,7 +370,7 @@ fn unresolved_interpreter() -> Error {
 /// `_interpreter_digest(path)`: SHA-256 of a resolved executable owned by
 /// root or this uid, not writable by group or others, unchanged while read.
 fn interpreter_digest(path: &Path) -> Result<String> {
-    let resolved = fs::canonicalize(path).map_err(|err| Error::from_io_path(&err, path))?;
+    let resolved = python_compat::path::resolve_strict(path)?;
     if !path.is_absolute() || resolved != path {
         return Err(unresolved_interpreter());
     }

@@ -430,8 +430,7 @@ impl TreeWalk<'_> {
             }
             let target =
                 std::fs::read_link(child).map_err(|err| Error::from_io_path(&err, child))?;
-            let resolved =
-                std::fs::canonicalize(child).map_err(|err| Error::from_io_path(&err, child))?;
+            let resolved = python_compat::path::resolve_strict(child)?;
             let inside = resolved.starts_with(self.candidate) && resolved != self.candidate;
             let content = if resolved.is_dir() {
                 if !inside {

@@ -74,3 +74,56 @@ fn tilde_forms_expand_as_cpython_expands_them() {
         assert_eq!(ours, expected, "HOME={home:?}: {printed}");
     }
 }
+
+/// `Path(p).resolve(strict=True)` against CPython on a tree of links: the
+/// resolved path, or the last traceback line naming the component that
+/// failed (a dangling link's missing target, a file used as a folder, a
+/// loop as `RuntimeError`).
+#[test]
+fn strict_resolution_names_the_component_that_failed_as_cpython_does() {
+    use std::os::unix::fs::symlink;
+    let base = std::env::temp_dir().join(format!("resolve-strict-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("real/inner")).unwrap();
+    std::fs::write(base.join("real/file"), b"").unwrap();
+    symlink(base.join("real"), base.join("good")).unwrap();
+    symlink(base.join("missing/deeper"), base.join("dangling")).unwrap();
+    symlink("real/inner/../file", base.join("relative")).unwrap();
+    symlink(base.join("loop-b"), base.join("loop-a")).unwrap();
+    symlink(base.join("loop-a"), base.join("loop-b")).unwrap();
+    symlink(base.join("dangling"), base.join("chain")).unwrap();
+    let paths: Vec<String> = [
+        "good/inner",
+        "dangling",
+        "chain/x",
+        "relative",
+        "real/file/x",
+        "loop-a",
+        "good/../real/file",
+        "absent/x",
+    ]
+    .iter()
+    .map(|name| base.join(name).to_string_lossy().into_owned())
+    .collect();
+    let mut command = python(
+        "import pathlib, sys, traceback\n\
+         for p in sys.argv[1:]:\n\
+         \x20   try:\n\
+         \x20       print(pathlib.Path(p).resolve(strict=True))\n\
+         \x20   except Exception as error:\n\
+         \x20       print(traceback.format_exception_only(error)[-1].strip())",
+    );
+    command.args(&paths);
+    let expected = printed_lines(&mut command);
+    let ours: Vec<String> = paths
+        .iter()
+        .map(
+            |path| match python_compat::path::resolve_strict(Path::new(path)) {
+                Ok(resolved) => resolved.to_string_lossy().into_owned(),
+                Err(error) => error.python_line(),
+            },
+        )
+        .collect();
+    std::fs::remove_dir_all(&base).unwrap();
+    assert_eq!(ours, expected);
+}
