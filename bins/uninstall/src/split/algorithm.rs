@@ -275,6 +275,12 @@ impl Uninstall<'_> {
     /// anything else, which the normal path handles (or refuses).
     fn interrupted_removal(&self) -> Result<Option<Interrupted>> {
         no_activation(self.root)?;
+        // What cannot be proven here is the normal path's to refuse, in the
+        // original's order (an unreadable intent after the roots' checks).
+        Ok(self.proven_interrupted_removal().unwrap_or(None))
+    }
+
+    fn proven_interrupted_removal(&self) -> Result<Option<Interrupted>> {
         let Some(intent) = read_interrupted_removal(self.root)? else {
             return Ok(None);
         };
