@@ -8,10 +8,6 @@
 //! validation step, message, byte of the canonical encoding and fsync/rename
 //! order follows the Python module: a journal either side writes is read the
 //! same way by the other.
-//!
-//! Deliberate deviation (hostile input only): Python raises `TypeError` for
-//! an unhashable value in a membership test (`phase` holding a dict); the
-//! port reports the field's refusal message.
 
 // `stat` field types differ between platforms (u64 on Linux x86_64, i32
 // st_dev on macOS); the casts that are no-ops here are not elsewhere.

@@ -9,10 +9,6 @@
 //! The Python worker reads it at startup (to keep its hold across a restart),
 //! so its keys, value rules and bytes (sorted, indent-2 JSON plus a newline,
 //! mode 0600) are exactly Python's.
-//!
-//! Deviations from Python, on hostile marker content only:
-//! - an unhashable `phase` (a list or object) is refused as a mismatch, where
-//!   Python's set membership raises `TypeError`.
 
 use std::path::Path;
 
@@ -235,9 +231,7 @@ fn read_intent_fields(
         && matches!(field("purge_state"), Json::Bool(_))
         && field("root").as_str() == Some(text(root).as_str())
         && releases_match(&intent)
-        && field("phase")
-            .as_str()
-            .is_some_and(|phase| UNINSTALL_PHASES.contains(&phase))
+        && python_compat::in_str_set(Some(field("phase")), &UNINSTALL_PHASES)?
         && field("server_identity")
             .as_str()
             .is_some_and(is_server_identity);

@@ -89,6 +89,11 @@ pub struct DefinedClass {
     pub base: ErrorClass,
 }
 
+/// Set in a debug build's environment, [`Exception::python_line`] names a
+/// `FileNotFoundError` `OSError` (a deliberately wrong class, for the test
+/// that the generative campaign reports it).
+pub const INJECTED_WRONG_CLASS_ENV: &str = "PYTHON_COMPAT_TEST_WRONG_CLASS";
+
 impl ErrorClass {
     /// The Python class name, as the last line of a Python traceback shows it.
     pub fn python_name(self) -> &'static str {
@@ -304,7 +309,21 @@ impl Exception {
 
     /// The last line of the Python traceback (`RuntimeError: message`).
     pub fn python_line(&self) -> String {
-        format!("{}: {}", self.class.python_name(), self.message)
+        format!("{}: {}", self.shown_class(), self.message)
+    }
+
+    /// The class name the line shows. In a debug build told to by
+    /// [`INJECTED_WRONG_CLASS_ENV`], `FileNotFoundError` shows as `OSError`:
+    /// the fault the generative campaign's own test must catch. Release
+    /// builds do not read the variable.
+    fn shown_class(&self) -> &'static str {
+        #[cfg(debug_assertions)]
+        if self.class == ErrorClass::NotFound
+            && std::env::var_os(INJECTED_WRONG_CLASS_ENV).is_some()
+        {
+            return ErrorClass::Os.python_name();
+        }
+        self.class.python_name()
     }
 }
 

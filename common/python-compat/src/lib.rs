@@ -76,7 +76,9 @@ pub mod path;
 pub mod shlex;
 pub mod uuid;
 
-pub use exception::{exit_status, DefinedClass, ErrorClass, Exception, Result};
+pub use exception::{
+    exit_status, DefinedClass, ErrorClass, Exception, Result, INJECTED_WRONG_CLASS_ENV,
+};
 pub use hex::{hex, is_lower_hex, is_prefixed_hex};
 pub use int::{int_hex, python_int, PythonInt};
 pub use number::{float, format_g, header_int};
@@ -85,4 +87,6 @@ pub use text::{
     decode_ascii, decode_latin1, decode_utf8, is_space, repr, repr_list, repr_surrogateescape,
     split_whitespace, splitlines, strip, strip_bytes, text_mode,
 };
-pub use values::{equals_bool, loose_int, member_truthy, str_or_empty, strict_int, to_str, truthy};
+pub use values::{
+    equals_bool, in_str_set, loose_int, member_truthy, str_or_empty, strict_int, to_str, truthy,
+};

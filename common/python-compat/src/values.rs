@@ -115,3 +115,22 @@ mod tests {
         assert_eq!(to_str(&Json::Bool(true)), "True");
     }
 }
+
+/// Python's `value in {"a", "b", ...}` (a set of strings) for a JSON value:
+/// a string is a member when it equals one, other hashable values never
+/// are, and a list or an object raises `TypeError: unhashable type`, as the
+/// set's hashing does before any comparison. `None` (a missing key read
+/// with `.get`) is Python's `None`.
+pub fn in_str_set(value: Option<&Json>, members: &[&str]) -> crate::Result<bool> {
+    match value {
+        Some(Json::Array(_) | Json::Object(_)) => Err(crate::Exception::new(
+            crate::ErrorClass::Type,
+            format!(
+                "unhashable type: '{}'",
+                value.map_or("NoneType", Json::python_type_name)
+            ),
+        )),
+        Some(Json::Str(text)) => Ok(members.contains(&text.as_str())),
+        _ => Ok(false),
+    }
+}

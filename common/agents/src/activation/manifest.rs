@@ -375,13 +375,13 @@ fn check_format_and_keys(value: &JsonObject) -> Result<ManifestFormat> {
 /// The phase, and the rollback origin a rollback phase needs.
 fn check_phase(value: &JsonObject) -> Result<()> {
     let get = |key: &str| value.get(key);
-    if !is_one_of(get("phase"), &PHASES) {
+    if !is_one_of(get("phase"), &PHASES)? {
         return Err(invalid("phase is invalid"));
     }
     let phase = get("phase").and_then(Json::as_str).unwrap_or_default();
     let rollback_from = get("rollback_from").unwrap_or(&Json::Null);
     if !rollback_from.is_null()
-        && (!is_one_of(Some(rollback_from), &PHASES)
+        && (!is_one_of(Some(rollback_from), &PHASES)?
             || is_one_of(
                 Some(rollback_from),
                 &[
@@ -391,7 +391,7 @@ fn check_phase(value: &JsonObject) -> Result<()> {
                     "committing",
                     "committed",
                 ],
-            )
+            )?
             || !ROLLBACK_PHASES.contains(&phase))
     {
         return Err(invalid("rollback origin is invalid"));
@@ -433,9 +433,9 @@ fn check_identity_and_links(value: &JsonObject, kinds: &[&str]) -> Result<String
         let item = field(name);
         let target = item.get("target").and_then(Json::as_str);
         if !has_exact_keys(Some(item), &["kind", "target"])
-            || !is_one_of(item.get("kind"), &["missing", "symlink", "directory"])
+            || !is_one_of(item.get("kind"), &["missing", "symlink", "directory"])?
             || target.is_none_or(|text| text.contains(['\n', '\r', '\0']))
-            || (name == "previous" && is_one_of(item.get("kind"), &["directory"]))
+            || (name == "previous" && item.get("kind").and_then(Json::as_str) == Some("directory"))
         {
             return Err(invalid("link state is invalid"));
         }
@@ -485,13 +485,13 @@ fn check_backups(value: &JsonObject, kinds: &[&str], directory: &Path) -> Result
 fn check_services_and_binding(value: &JsonObject) -> Result<()> {
     let get = |key: &str| value.get(key);
     let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
-    if !is_one_of(get("service_state"), &SERVICE_STATES) {
+    if !is_one_of(get("service_state"), &SERVICE_STATES)? {
         return Err(invalid("service state is invalid"));
     }
     if field("service_enabled").as_bool().is_none() {
         return Err(invalid("service enablement is invalid"));
     }
-    if !is_one_of(get("legacy_service_state"), &SERVICE_STATES) {
+    if !is_one_of(get("legacy_service_state"), &SERVICE_STATES)? {
         return Err(invalid("legacy service state is invalid"));
     }
     if field("legacy_service_enabled").as_bool().is_none() {
@@ -516,7 +516,7 @@ fn check_services_and_binding(value: &JsonObject) -> Result<()> {
             "host-reactivation",
             "failed-host-repair",
         ],
-    ) {
+    )? {
         return Err(invalid("intent is invalid"));
     }
     let client_binding_ok = field("client_binding").as_str().is_some_and(|text| {
@@ -712,7 +712,7 @@ fn validate_execution(root: &Path, value: &JsonObject) -> Result<()> {
         || super::io::file_name(&runtime) != b"execution"
         || same_path(root, &runtime_parent)
         || is_strict_ancestor(Path::new(&pure_path_text(root)), &runtime_parent)
-        || !is_one_of(execution.get("gateway_state"), &SERVICE_STATES)
+        || !is_one_of(execution.get("gateway_state"), &SERVICE_STATES)?
         || member("gateway_enabled").as_bool().is_none()
         || strict_int(execution.get("api_contract")).is_none_or(|contract| contract < 0)
     {
@@ -816,7 +816,7 @@ fn validate_hub(hub: &Json, intent: &str) -> Result<()> {
         || !snapshot_name
             .strip_prefix("snapshot_")
             .is_some_and(|rest| pattern(rest, None, |b| alnum(b) || b == b'_', 1, usize::MAX))
-        || !is_one_of(hub.get("kind"), &["server-update", "host-reactivation"])
+        || !is_one_of(hub.get("kind"), &["server-update", "host-reactivation"])?
         || !text("hub_id")
             .is_some_and(|id| pattern(id, None, |b| alnum(b) || b"_.:-".contains(&b), 8, 240))
         || !text("host_identity").is_some_and(|id| {

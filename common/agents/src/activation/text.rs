@@ -21,11 +21,10 @@ pub(crate) fn safe_text<'a>(value: &'a Json, name: &str, maximum: usize) -> Resu
     }
 }
 
-/// `value in {"a", "b", ...}` for string members.
-pub(crate) fn is_one_of(value: Option<&Json>, members: &[&str]) -> bool {
-    value
-        .and_then(Json::as_str)
-        .is_some_and(|text| members.contains(&text))
+/// `value in {"a", "b", ...}` for string members: a list or an object is
+/// Python's `TypeError: unhashable type`.
+pub(crate) fn is_one_of(value: Option<&Json>, members: &[&str]) -> Result<bool> {
+    Ok(python_compat::in_str_set(value, members)?)
 }
 
 /// The key set of an object equals `keys` exactly (`set(d) == {...}`).

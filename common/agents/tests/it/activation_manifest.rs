@@ -658,3 +658,26 @@ fn undecodable_manifests_are_invalid() {
         );
     }
 }
+
+/// `value.get(key) not in {...}` hashes the value first: a list or an object
+/// in a field the journal checks against a set of strings is Python's
+/// `TypeError` (found by the generative campaign, generated-1-711), where a
+/// string outside the set is the field's own refusal.
+#[test]
+fn an_unhashable_value_in_a_set_checked_field_is_pythons_type_error() {
+    for (key, item, class) in [
+        ("intent", Json::Object(JsonObject::new()), "dict"),
+        ("phase", Json::Array(Vec::new()), "list"),
+        ("service_state", Json::Object(JsonObject::new()), "dict"),
+    ] {
+        let (install, _id) = fresh("unhashable");
+        install.edit_manifest(|value| {
+            value.insert(key, item.clone());
+        });
+        assert_error(
+            ActivationManifest::read(&install.root(), true),
+            ErrorClass::Type,
+            &format!("unhashable type: '{class}'"),
+        );
+    }
+}
