@@ -602,7 +602,11 @@ pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
     // its target, and blocks on a FIFO: only a small regular file is read,
     // and only the entry at the given path is removed.
     let read = match read_regular_file(&token_path, MAX_CREDENTIAL_BYTES, Leaf::Refuse) {
-        Ok(BoundedRead::Contents(data)) => parse_json(&data).map_err(Error::from),
+        // `json.loads(path.read_text())`: strict UTF-8 text, so a byte
+        // order mark is refused, where `json.loads(bytes)` would skip it.
+        Ok(BoundedRead::Contents(data)) => python_compat::text_mode(&data)
+            .and_then(|text| python_compat::json::parse_json_str(&text))
+            .map_err(Error::from),
         Ok(BoundedRead::NotRegular) => Err(Error::runtime(
             "server update health credential is not a regular file",
         )),

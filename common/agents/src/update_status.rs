@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::fs::{read_regular_file, BoundedRead, Leaf};
 use python_compat::{
     decode_utf8,
-    json::{encode_indented, parse_json, Json, JsonObject},
+    json::{encode_indented, parse_json_str, Json, JsonObject},
     DefinedClass, ErrorClass,
 };
 
@@ -296,13 +296,13 @@ pub fn read_status_unlocked(path: &Path) -> Result<JsonObject> {
         }
     };
     let text = decode_utf8(&bytes)?;
-    // json.loads(str) refuses a byte-order mark (parse_json accepts it in bytes).
-    if text.starts_with('\u{feff}') {
-        return Ok(JsonObject::new());
-    }
-    match parse_json(text.as_bytes()) {
+    // `except (FileNotFoundError, json.JSONDecodeError, OSError)`: a
+    // `RecursionError` or an integer past Python's digit limit still raises.
+    match parse_json_str(text) {
         Ok(Json::Object(object)) => Ok(object),
-        _ => Ok(JsonObject::new()),
+        Ok(_) => Ok(JsonObject::new()),
+        Err(err) if err.class() == ErrorClass::JsonDecode => Ok(JsonObject::new()),
+        Err(err) => Err(err.into()),
     }
 }
 

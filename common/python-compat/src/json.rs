@@ -15,6 +15,6 @@ mod encode;
 mod text;
 mod value;
 
-pub use decode::{parse_json, parse_json_unique};
+pub use decode::{parse_json, parse_json_str, parse_json_unique};
 pub use encode::{encode_compact, encode_compact_sorted, encode_indented, encode_line};
 pub use value::{BigInt, Json, JsonObject, WideStr};

@@ -36,7 +36,7 @@ use super::{MAX_ARCHIVE_BYTES, NPM_PACKAGE_NAME};
 use agents_common::{Error, Result};
 use python_compat::{
     hex,
-    json::{parse_json, Json},
+    json::{parse_json_str, Json},
     repr, ErrorClass,
 };
 
@@ -725,7 +725,7 @@ fn npm_layout(destination: &Path, version: &str) -> Result<PathBuf> {
     let package = destination.join("package");
     let metadata_path = package.join("package.json");
     let metadata_text = read_text(&metadata_path)?;
-    let metadata = parse_json(metadata_text.as_bytes())?;
+    let metadata = parse_json_str(&metadata_text)?;
     let source = package.join("server");
     let identity_matches = metadata.get("name").and_then(Json::as_str) == Some(NPM_PACKAGE_NAME)
         && metadata.get("version").and_then(Json::as_str) == Some(version)

@@ -1202,8 +1202,16 @@ except Exception as exc:
 fn credential_files_are_consumed_like_the_original() {
     let originals = agents_tests::require_originals!();
     let directory = TempDir::new("runner-token");
-    let cases: [(&str, Option<&[u8]>); 8] = [
+    let cases: [(&str, Option<&[u8]>); 11] = [
         ("token", Some(b"{\"token\": \"secret-1\"}")),
+        // `read_text()` then `json.loads(str)`: a byte order mark is refused
+        // (the generative campaign, generated-1-2159), CRLF is white space.
+        (
+            "byte order mark",
+            Some(b"\xef\xbb\xbf{\"token\": \"secret-1\"}"),
+        ),
+        ("crlf", Some(b"{\"token\":\r\n \"secret-1\"}\r\n")),
+        ("not utf-8", Some(b"{\"token\": \"\xff\"}")),
         ("numeric token", Some(b"{\"token\": 5}")),
         ("empty token", Some(b"{\"token\": \"\"}")),
         ("no token key", Some(b"{}")),

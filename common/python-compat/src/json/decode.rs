@@ -37,10 +37,29 @@ pub fn parse_json_unique(data: &[u8], duplicate_message: &str) -> Result<Json> {
     parse(data, Some(duplicate_message))
 }
 
+/// `json.loads(text)` of text Python already decoded (`Path.read_text()`):
+/// no encoding is detected, and a leading U+FEFF is refused as `json`
+/// refuses it in a `str` ("Unexpected UTF-8 BOM"), where bytes would skip it.
+pub fn parse_json_str(text: &str) -> Result<Json> {
+    let points: Vec<u32> = text.chars().map(u32::from).collect();
+    if points.first() == Some(&0xfeff) {
+        let scanner = Scanner {
+            text: &points,
+            duplicate_message: None,
+        };
+        return Err(scanner.error("Unexpected UTF-8 BOM (decode using utf-8-sig)", 0));
+    }
+    scan_document(&points, None)
+}
+
 fn parse(data: &[u8], duplicate_message: Option<&str>) -> Result<Json> {
     let text = decode_document(data)?;
+    scan_document(&text, duplicate_message)
+}
+
+fn scan_document(text: &[u32], duplicate_message: Option<&str>) -> Result<Json> {
     let mut scanner = Scanner {
-        text: &text,
+        text,
         duplicate_message,
     };
     // JSONDecoder.decode: skip whitespace, one value, skip whitespace, end.
