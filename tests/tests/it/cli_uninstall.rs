@@ -294,3 +294,37 @@ fn home_must_resolve() {
     );
     assert_eq!(text(&ours.stderr), "uninstall: HOME: unbound variable\n");
 }
+
+/// `execution_uninstall.main` catches `OSError`, `ValueError` and
+/// `RuntimeError` only: a layout whose `install_root` is a number is
+/// `Path(7)`'s `TypeError`, which ends in a traceback (found by the
+/// generative campaign, generated-1-6663).
+#[test]
+fn a_layout_path_that_is_a_number_is_pythons_type_error() {
+    let install = agents_tests::journal_writer::Install::new("uninstall-type-error");
+    install.release("1.0.0");
+    install.install_split("1.0.0");
+    let manifest_path = install.root().join("execution-layout.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["layout"]["install_root"] = serde_json::Value::from(7);
+    fs::write(
+        &manifest_path,
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    let output = Command::new(binary_path(PROGRAM))
+        .arg("--yes")
+        .env("HOME", install.home())
+        .env("AGENTS_SERVER_INSTALL_DIR", install.root())
+        .env("AGENTS_SERVER_CONFIG_DIR", install.config_root())
+        .env("AGENTSDOCK_STATE_DIR", install.state_root())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stderr),
+        "TypeError: expected str, bytes or os.PathLike object, not int\n"
+    );
+    assert!(manifest_path.exists(), "nothing removed");
+}

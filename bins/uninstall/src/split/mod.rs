@@ -3,7 +3,9 @@
 //! Provenance is checked before any prompt; the purge guard (typed state
 //! path at a terminal, never bypassed by `--yes`) comes before the `[y/N]`
 //! confirmation; every failure is one `Cannot uninstall the separate
-//! gateway/execution layout: <message>` line on stderr and status 1.
+//! gateway/execution layout: <message>` line on stderr and status 1, except
+//! those `main` does not catch (a `TypeError`), whose traceback's last line
+//! it is.
 //!
 //! Python's `input()` is followed: the prompt goes to stderr when stdin and
 //! stdout are both terminals, else to stdout; only the newline is stripped.
@@ -21,6 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use agents_common::{
     installed_layout, no_activation, normalize_path, read_interrupted_removal, Error,
 };
+use python_compat::ErrorClass;
 
 pub(crate) use algorithm::{uninstall, Failure, Paths};
 pub(crate) use native::native_services;
@@ -71,6 +74,13 @@ pub(crate) fn main(args: &SplitArgs) -> u8 {
             say(&[b"Persistent chat terminals remain independent and were not stopped."]);
             0
         }
+        // `except (OSError, ValueError, RuntimeError)`: anything else (a
+        // `TypeError` of a layout field that is no path) ends in Python's
+        // traceback, whose last line is the exception's.
+        Err(NoAnswer::Error(error)) if !reported_by_main(&error) => {
+            warn(&[error.python_line().as_bytes()]);
+            1
+        }
         Err(NoAnswer::Error(error)) => {
             warn(&[
                 b"Cannot uninstall the separate gateway/execution layout: ",
@@ -87,6 +97,14 @@ pub(crate) fn main(args: &SplitArgs) -> u8 {
             signals::die_of_interrupt()
         }
     }
+}
+
+/// Whether `execution_uninstall.main` catches the error to print its one
+/// `Cannot uninstall ...` line.
+fn reported_by_main(error: &Error) -> bool {
+    [ErrorClass::Os, ErrorClass::Value, ErrorClass::Runtime]
+        .into_iter()
+        .any(|class| error.is_a(class))
 }
 
 /// Provenance, then the purge guard, then the confirmation. An uninstall
