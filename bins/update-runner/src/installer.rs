@@ -380,7 +380,7 @@ fn spawn_installer(run: &InstallerRun, log: &File) -> Result<Child> {
             format!(
                 "{}: PosixPath('{}')",
                 without_path.message(),
-                run.cwd.display()
+                python_compat::path::shown(&run.cwd)
             ),
         )
     })

@@ -71,7 +71,7 @@ pub fn normalize_path(path: &Path) -> Result<PathBuf> {
     if python_path::resolve(&result)?.as_os_str() != result.as_os_str() {
         return Err(Error::value(format!(
             "execution path contains a symlink: {}",
-            result.display()
+            python_compat::path::shown(&result)
         )));
     }
     let Some(text) = result.to_str() else {
@@ -92,14 +92,14 @@ pub fn owned_directory(path: &Path, private: bool) -> Result<()> {
     if !is_type(&info, FileType::Directory) || info.st_uid != current_uid() {
         return Err(Error::permission(format!(
             "execution directory is not an owned directory: {}",
-            path.display()
+            python_compat::path::shown(&path)
         )));
     }
     let mode = permission_bits(&info);
     if mode & 0o022 != 0 || (private && mode != 0o700) {
         return Err(Error::permission(format!(
             "execution directory permissions are unsafe: {}",
-            path.display()
+            python_compat::path::shown(&path)
         )));
     }
     Ok(())
@@ -159,7 +159,7 @@ pub fn read_file(path: &Path, private: bool) -> Result<(Vec<u8>, u32)> {
     {
         return Err(Error::permission(format!(
             "execution configuration is unsafe: {}",
-            path.display()
+            python_compat::path::shown(&path)
         )));
     }
     let data = read_up_to(&fd, MAX_CONFIG_BYTES as usize + 1)?;

@@ -403,6 +403,12 @@ pub fn absolute_path(path: impl AsRef<Path>) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(&normpath(&text)))
 }
 
+/// `str(path)` as Python's stderr writes it inside a message (`f"...{path}"`):
+/// UTF-8 as it is, each undecodable byte as `\udcXX`.
+pub fn shown(path: &Path) -> String {
+    crate::text::display_surrogateescape(path.as_os_str().as_bytes())
+}
+
 /// `str(Path(p))`: repeated slashes and `.` segments drop, a trailing slash
 /// drops, `..` stays, exactly two leading slashes stay.
 pub fn pure_path_text(path: impl AsRef<Path>) -> String {

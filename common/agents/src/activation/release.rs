@@ -87,7 +87,7 @@ pub(super) fn link_state(path: &Path, allow_directory: bool) -> Result<Json> {
     }
     Err(Error::runtime(format!(
         "activation path is not supported: {}",
-        path.display()
+        python_compat::path::shown(&path)
     )))
 }
 

@@ -81,15 +81,15 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) -> Option<Arma
         owner: format!("{}\n", std::process::id()).into_bytes(),
         directory_not_owned: line(format!(
             "PermissionError: execution directory is not an owned directory: {}",
-            lock.display()
+            python_compat::path::shown(&lock)
         )),
         directory_unsafe: line(format!(
             "PermissionError: execution directory permissions are unsafe: {}",
-            lock.display()
+            python_compat::path::shown(&lock)
         )),
         owner_unsafe: line(format!(
             "PermissionError: execution configuration is unsafe: {}",
-            lock.join("pid").display()
+            python_compat::path::shown(&lock.join("pid"))
         )),
     }));
     if ARMED
