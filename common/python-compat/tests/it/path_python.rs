@@ -127,3 +127,25 @@ fn strict_resolution_names_the_component_that_failed_as_cpython_does() {
     std::fs::remove_dir_all(&base).unwrap();
     assert_eq!(ours, expected);
 }
+
+/// A path inside a message (`f"...{path}"`) as CPython's stderr writes it:
+/// undecodable bytes as `\udcXX`, the rest as it is.
+#[test]
+fn a_path_in_a_message_shows_as_cpython_writes_it() {
+    use std::os::unix::ffi::OsStrExt as _;
+    for raw in [
+        &b"/plain/path"[..],
+        b"/caf\xc3\xa9/x",
+        b"/odd\xff/y\xfe",
+        b"/\xe2\x82",
+    ] {
+        let path = Path::new(std::ffi::OsStr::from_bytes(raw));
+        let output = python("import sys\nsys.stderr.write(f'x: {sys.argv[1]}\\n')")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let ours = format!("x: {}\n", python_compat::path::shown(path));
+        assert_eq!(String::from_utf8_lossy(&output.stderr), ours, "{raw:?}");
+    }
+}
