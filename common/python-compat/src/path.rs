@@ -95,13 +95,7 @@ pub fn has_traversal(path: &Path) -> bool {
 /// strictness, then a `stat` of the result whose only consequence is turning
 /// `ELOOP` into `RuntimeError("Symlink loop from '<result>'")`.
 pub fn resolve(path: &Path) -> Result<PathBuf> {
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.contains(&0) {
-        // Python's first lstat of the component that holds the byte refuses it.
-        return Err(Exception::value("embedded null byte"));
-    }
-    let mut seen = HashMap::new();
-    let (joined, _) = join_realpath(b"", bytes, &mut seen, Strictness::Lenient)?;
+    let joined = realpath(path, Strictness::Lenient)?;
     let resolved = pure_path(&from_bytes(normpath(&joined)));
     if let Err(rustix::io::Errno::LOOP) = rustix::fs::stat(&resolved) {
         return Err(Exception::runtime(format!(
@@ -118,13 +112,18 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
 /// dangling link's missing target, not the link itself); a symlink loop is
 /// `RuntimeError("Symlink loop from '<component>'")`. The result is absolute.
 pub fn resolve_strict(path: &Path) -> Result<PathBuf> {
+    Ok(absolute_path(from_bytes(realpath(path, Strictness::Strict)?)))
+}
+
+/// `posixpath.realpath`'s walk of `path` (before `abspath`).
+fn realpath(path: &Path, strictness: Strictness) -> Result<Vec<u8>> {
     let bytes = path.as_os_str().as_bytes();
     if bytes.contains(&0) {
+        // Python's first lstat of the component that holds the byte refuses it.
         return Err(Exception::value("embedded null byte"));
     }
     let mut seen = HashMap::new();
-    let (joined, _) = join_realpath(b"", bytes, &mut seen, Strictness::Strict)?;
-    Ok(absolute_path(from_bytes(joined)))
+    Ok(join_realpath(b"", bytes, &mut seen, strictness)?.0)
 }
 
 /// `realpath`'s `strict`: whether a component that cannot be examined raises.
