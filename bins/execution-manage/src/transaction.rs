@@ -680,7 +680,7 @@ fn hex_digest(data: &[u8]) -> String {
 fn snapshot_layout(item: &Json) -> Result<ExecutionLayout> {
     let data = decode_base64(item.get("data").and_then(Json::as_str))?;
     let previous = parse_json(&data)?;
-    ExecutionLayout::from_dict(previous.get("layout").unwrap_or(&Json::Null))
+    ExecutionLayout::from_dict(previous.subscript("layout")?)
 }
 
 fn snapshot_data(item: &Json) -> Result<Vec<u8>> {

@@ -56,6 +56,8 @@ pub enum ErrorClass {
     Value,
     /// `TypeError`: a value of the wrong type, such as `Path(None)`.
     Type,
+    /// `KeyError`: `value[key]` of a dict without the key.
+    Key,
     /// `json.JSONDecodeError` (a `ValueError`): a document that does not parse.
     JsonDecode,
     /// `UnicodeDecodeError` (a `ValueError`): bytes that are not text.
@@ -116,6 +118,7 @@ impl ErrorClass {
             ErrorClass::ProcessLookup => "ProcessLookupError",
             ErrorClass::Value => "ValueError",
             ErrorClass::Type => "TypeError",
+            ErrorClass::Key => "KeyError",
             ErrorClass::JsonDecode => "json.decoder.JSONDecodeError",
             ErrorClass::UnicodeDecode => "UnicodeDecodeError",
             ErrorClass::Runtime => "RuntimeError",
@@ -180,6 +183,7 @@ impl ErrorClass {
             ErrorClass::Os
             | ErrorClass::Value
             | ErrorClass::Type
+            | ErrorClass::Key
             | ErrorClass::Runtime
             | ErrorClass::TarRead
             | ErrorClass::Syntax => None,

@@ -156,6 +156,29 @@ impl Json {
         }
     }
 
+    /// `value[key]` with a string key, as Python evaluates it on what
+    /// `json.loads` gives: a dict's member, `KeyError` (the key's `repr`) for
+    /// a missing one, and `TypeError` for a list, a string or a scalar.
+    pub fn subscript(&self, key: &str) -> crate::Result<&Json> {
+        use crate::{ErrorClass, Exception};
+        let type_error = |message: String| Exception::new(ErrorClass::Type, message);
+        match self {
+            Json::Object(object) => object
+                .get(key)
+                .ok_or_else(|| Exception::new(ErrorClass::Key, crate::repr(key))),
+            Json::Array(_) => Err(type_error(
+                "list indices must be integers or slices, not str".to_string(),
+            )),
+            Json::Str(_) | Json::WideStr(_) => Err(type_error(
+                "string indices must be integers, not 'str'".to_string(),
+            )),
+            scalar => Err(type_error(format!(
+                "'{}' object is not subscriptable",
+                scalar.python_type_name()
+            ))),
+        }
+    }
+
     /// The member `key` of an object (`value.get(key)` on a dict); `None` for
     /// a missing key or when the value is not an object.
     pub fn get(&self, key: &str) -> Option<&Json> {

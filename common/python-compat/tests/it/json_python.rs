@@ -620,3 +620,46 @@ fn mutated_documents_get_pythons_outcome() {
     let [ok, errors, _] = compare_outcomes(&cases);
     assert!(ok > 500 && errors > 1000, "{ok} {errors}");
 }
+
+/// `value["layout"]` on each kind of value `json.loads` gives, as CPython
+/// raises it.
+#[test]
+fn subscripting_a_loaded_value_fails_as_cpython_does() {
+    let documents = [
+        "{}",
+        "[]",
+        "\"s\"",
+        "1",
+        "1.5",
+        "true",
+        "null",
+        "{\"layout\": 7}",
+    ];
+    let mut command = std::process::Command::new("python3");
+    command.args([
+        "-B",
+        "-c",
+        "import json, sys\nfor d in sys.argv[1:]:\n    try:\n        print('ok', json.dumps(json.loads(d)['layout']))\n    except Exception as e:\n        print(f'{type(e).__name__}: {e}')",
+    ]);
+    command.args(documents);
+    let output = command.output().expect("python3 runs");
+    let expected: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let ours: Vec<String> = documents
+        .iter()
+        .map(|document| {
+            let value = python_compat::json::parse_json(document.as_bytes()).unwrap();
+            match value.subscript("layout") {
+                Ok(item) => format!(
+                    "ok {}",
+                    String::from_utf8(python_compat::json::encode_compact(item).unwrap()).unwrap()
+                ),
+                Err(error) => error.python_line(),
+            }
+        })
+        .collect();
+    assert_eq!(ours, expected);
+}
