@@ -590,14 +590,16 @@ pub const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
 /// (`{"token": ...}`) and remove the file whatever happens, so the token
 /// never outlives this runner. No path (or a blank one) means no credential.
 pub fn consume_auth_token_file(path: Option<&Path>) -> Result<String> {
-    let text = path
-        .map(|path| path.as_os_str().to_string_lossy().into_owned())
+    // `str(path or "").strip()` of the surrogate-escaped argument: the bytes
+    // as given, never a lossy respelling that would name another file.
+    let raw = path
+        .map(|path| path.as_os_str().as_bytes())
         .unwrap_or_default();
-    let clean = strip(&text);
+    let clean = python_compat::strip_bytes(raw);
     if clean.is_empty() {
         return Ok(String::new());
     }
-    let token_path = resolve_user_parent(Path::new(clean))?;
+    let token_path = resolve_user_parent(Path::new(OsStr::from_bytes(clean)))?;
     // Stricter than the original, which follows a symlink here and then deletes
     // its target, and blocks on a FIFO: only a small regular file is read,
     // and only the entry at the given path is removed.

@@ -1268,3 +1268,19 @@ fn credential_files_are_consumed_like_the_original() {
     }
     assert_eq!(consume_auth_token_file(None).unwrap(), "");
 }
+
+/// The credential path is used with its bytes as given: one that is not
+/// UTF-8 names that file, not a lossy respelling of it (the generative
+/// campaign, generated-1-8204).
+#[test]
+fn a_credential_path_that_is_not_utf8_is_read_and_removed_as_given() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let directory = TempDir::new("runner-token-bytes");
+    let mut raw = directory.path().as_os_str().as_bytes().to_vec();
+    raw.extend_from_slice(b"/token-\xff.json");
+    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&raw));
+    std::fs::write(&path, b"{\"token\": \"secret-1\"}").unwrap();
+    let token = consume_auth_token_file(Some(&path)).expect("the credential is read");
+    assert_eq!(token, "secret-1");
+    assert!(!path.exists(), "the credential is removed");
+}
