@@ -253,7 +253,7 @@ fn ensure_private_directory(path: &Path) -> Result<()> {
     if !is_type(&info, FileType::Directory) || info.st_uid != current_uid() {
         return Err(Error::permission(format!(
             "Team Hub data path must be an owner-controlled directory: {}",
-            python_compat::path::shown(&path)
+            python_compat::path::shown(path)
         )));
     }
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
@@ -261,7 +261,7 @@ fn ensure_private_directory(path: &Path) -> Result<()> {
     if hardened.st_mode & 0o7777 != 0o700 || hardened.st_uid != current_uid() {
         return Err(Error::permission(format!(
             "Team Hub data directory must have mode 0700: {}",
-            python_compat::path::shown(&path)
+            python_compat::path::shown(path)
         )));
     }
     Ok(())

@@ -99,23 +99,6 @@ pub fn equals_bool(value: &Json, expected: bool) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn python_int_and_truth_rules() {
-        assert_eq!(loose_int(Some(&Json::Bool(true))), Some(1));
-        assert_eq!(strict_int(Some(&Json::Bool(true))), None);
-        assert!(!member_truthy(Some(&Json::Object(Default::default()))));
-        assert!(member_truthy(Some(&Json::from("x"))));
-        assert!(!member_truthy(None));
-        assert_eq!(str_or_empty(&Json::Int(0)), "");
-        assert_eq!(str_or_empty(&Json::from("x")), "x");
-        assert_eq!(to_str(&Json::Bool(true)), "True");
-    }
-}
-
 /// Python's `value in {"a", "b", ...}` (a set of strings) for a JSON value:
 /// a string is a member when it equals one, other hashable values never
 /// are, and a list or an object raises `TypeError: unhashable type`, as the
@@ -132,5 +115,22 @@ pub fn in_str_set(value: Option<&Json>, members: &[&str]) -> crate::Result<bool>
         )),
         Some(Json::Str(text)) => Ok(members.contains(&text.as_str())),
         _ => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_int_and_truth_rules() {
+        assert_eq!(loose_int(Some(&Json::Bool(true))), Some(1));
+        assert_eq!(strict_int(Some(&Json::Bool(true))), None);
+        assert!(!member_truthy(Some(&Json::Object(Default::default()))));
+        assert!(member_truthy(Some(&Json::from("x"))));
+        assert!(!member_truthy(None));
+        assert_eq!(str_or_empty(&Json::Int(0)), "");
+        assert_eq!(str_or_empty(&Json::from("x")), "x");
+        assert_eq!(to_str(&Json::Bool(true)), "True");
     }
 }

@@ -87,7 +87,7 @@ pub(super) fn link_state(path: &Path, allow_directory: bool) -> Result<Json> {
     }
     Err(Error::runtime(format!(
         "activation path is not supported: {}",
-        python_compat::path::shown(&path)
+        python_compat::path::shown(path)
     )))
 }
 

@@ -81,11 +81,11 @@ pub(super) fn arm(root: &Path, lock: &Path, identity: (u64, u64)) -> Option<Arma
         owner: format!("{}\n", std::process::id()).into_bytes(),
         directory_not_owned: line(format!(
             "PermissionError: execution directory is not an owned directory: {}",
-            python_compat::path::shown(&lock)
+            python_compat::path::shown(lock)
         )),
         directory_unsafe: line(format!(
             "PermissionError: execution directory permissions are unsafe: {}",
-            python_compat::path::shown(&lock)
+            python_compat::path::shown(lock)
         )),
         owner_unsafe: line(format!(
             "PermissionError: execution configuration is unsafe: {}",
