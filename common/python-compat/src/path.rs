@@ -112,7 +112,10 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
 /// dangling link's missing target, not the link itself); a symlink loop is
 /// `RuntimeError("Symlink loop from '<component>'")`. The result is absolute.
 pub fn resolve_strict(path: &Path) -> Result<PathBuf> {
-    Ok(absolute_path(from_bytes(realpath(path, Strictness::Strict)?)))
+    Ok(absolute_path(from_bytes(realpath(
+        path,
+        Strictness::Strict,
+    )?)))
 }
 
 /// `posixpath.realpath`'s walk of `path` (before `abspath`).
