@@ -130,19 +130,23 @@ fn run_script(words: &[OsString]) -> u8 {
             return 2;
         }
     };
-    // The split layout is handed over while its manifest is there, and also
-    // while only the retained intent of a split uninstall is (one killed at
-    // the very end of its removal); uninstall.sh would run its legacy path
-    // there.
-    let split = [
-        agents_common::LAYOUT_NAME,
-        agents_common::UNINSTALL_INTENT_NAME,
-    ]
-    .iter()
-    .any(|name| {
-        std::fs::symlink_metadata(roots.install.join(name))
-            .is_ok_and(|meta| meta.file_type().is_file())
-    });
+    // The split layout is handed over while its manifest is a regular file
+    // (uninstall.sh's `-f` and not `-L`), and also once the manifest is gone
+    // but the retained intent proves a split removal that was killed at its
+    // very end; uninstall.sh would run its legacy path there. Anything else
+    // (a FIFO in the manifest's place, an intent that proves nothing) goes
+    // the original's way.
+    let manifest = std::fs::symlink_metadata(roots.install.join(agents_common::LAYOUT_NAME));
+    let split = match manifest {
+        Ok(meta) => meta.file_type().is_file(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            matches!(
+                agents_common::read_interrupted_removal(&roots.install),
+                Ok(Some(_))
+            )
+        }
+        Err(_) => false,
+    };
     if split {
         return hand_over(&roots, assume_yes, purge_state);
     }

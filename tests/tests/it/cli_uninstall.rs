@@ -328,3 +328,35 @@ fn a_layout_path_that_is_a_number_is_pythons_type_error() {
     );
     assert!(manifest_path.exists(), "nothing removed");
 }
+
+/// uninstall.sh hands over to the split uninstall only for a manifest that
+/// is a regular file (`-f` and not `-L`); with a FIFO in its place and an
+/// intent that proves no interrupted removal, the legacy path refuses the
+/// split installation (the generative campaign, generated-1-5398).
+#[test]
+fn a_fifo_in_the_manifests_place_is_not_a_split_layout() {
+    let install = agents_tests::journal_writer::Install::new("uninstall-fifo-layout");
+    install.release("1.0.0");
+    install.install_split("1.0.0");
+    let manifest = install.root().join("execution-layout.json");
+    fs::remove_file(&manifest).unwrap();
+    agents_tests::make_fifo(&manifest);
+    fs::write(install.root().join(".execution-uninstall.json"), b"{}\n").unwrap();
+    let output = Command::new(binary_path(PROGRAM))
+        .arg("--yes")
+        .env("HOME", install.home())
+        .env("AGENTS_SERVER_INSTALL_DIR", install.root())
+        .env("AGENTS_SERVER_CONFIG_DIR", install.config_root())
+        .env("AGENTSDOCK_STATE_DIR", install.state_root())
+        .output()
+        .unwrap();
+    assert_ne!(output.status.code(), Some(0));
+    assert!(
+        text(&output.stderr).ends_with(
+            "Use the execution-aware managed lifecycle; the pinned worker has not been changed.\n"
+        ),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(install.root().join("current").exists(), "nothing removed");
+}
