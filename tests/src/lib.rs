@@ -65,6 +65,7 @@ mod files;
 mod fixture;
 mod fixtures;
 pub mod forward_proxy;
+pub mod generative;
 mod http_client;
 mod install_base;
 pub mod install_lock_fixtures;

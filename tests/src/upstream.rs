@@ -233,9 +233,11 @@ impl Upstream {
 
 /// `update_handoff` has no command line (the server imports its functions):
 /// this driver gives the original `update-handoff`'s, printing the result as one
-/// sorted JSON line, or `Class: message` on stderr and exit 1.
+/// sorted JSON line, or the last line a traceback would show (`Class:
+/// message`, the class qualified by its module unless a builtin) on stderr
+/// and exit 1.
 const HANDOFF_DRIVER: &str = r#"
-import json, os, sys
+import json, os, sys, traceback
 sys.path.insert(0, os.environ["ORIGINAL_RUNTIME"])
 import update_handoff
 arguments = sys.argv[1:]
@@ -248,7 +250,7 @@ try:
         expected = json.loads(sys.stdin.read() if source == "-" else open(source, "rb").read())
         result = update_handoff.retry_failed_handoff(options["--root"], options["--status-file"], expected)
 except Exception as error:
-    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    print(traceback.format_exception_only(error)[-1].rstrip("\n"), file=sys.stderr)
     raise SystemExit(1)
 print(json.dumps(result, sort_keys=True))
 "#;
@@ -287,6 +289,8 @@ pub enum Helper {
     Uninstall,
     /// `update_handoff.py` (through a driver) / `update-handoff`.
     UpdateHandoff,
+    /// `update_runner.py` / `update-runner`.
+    UpdateRunner,
 }
 
 impl Helper {
@@ -296,15 +300,18 @@ impl Helper {
             Helper::ExecutionActivation => "execution-activation",
             Helper::Uninstall => "uninstall",
             Helper::UpdateHandoff => "update-handoff",
+            Helper::UpdateRunner => "update-runner",
         }
     }
 
-    fn source(self) -> &'static str {
+    /// The original's file name.
+    pub fn source(self) -> &'static str {
         match self {
             Helper::ExecutionManage => "execution_manage.py",
             Helper::ExecutionActivation => "execution_activation.py",
             Helper::Uninstall => "uninstall.sh",
             Helper::UpdateHandoff => "update_handoff.py",
+            Helper::UpdateRunner => "update_runner.py",
         }
     }
 }
