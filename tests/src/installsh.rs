@@ -271,6 +271,7 @@ pub struct Host<'a> {
     pub port: u16,
     /// Every `systemctl` call, stallable (see [`SystemctlTrace`]).
     pub trace: SystemctlTrace,
+    exec_times: bool,
 }
 
 impl<'a> Host<'a> {
@@ -304,7 +305,17 @@ impl<'a> Host<'a> {
             sandbox,
             port,
             trace,
+            exec_times: false,
         }
+    }
+
+    /// The same host, its exec log timed: each line starts with the
+    /// seconds since the epoch (`strace -ttt`), and strace stops the traced
+    /// processes only at the calls it logs (`--seccomp-bpf`), so timing
+    /// what runs costs little. The comparisons' facets read untimed logs.
+    pub fn timed(mut self) -> Host<'a> {
+        self.exec_times = true;
+        self
     }
 
     /// `<base>/install`, `<base>/config`, `<base>/state`.
@@ -354,6 +365,9 @@ impl<'a> Host<'a> {
     /// PATH, from the sandbox base, piped, in its own process group.
     fn traced(&self, program: &str) -> Command {
         let mut command = self.sandbox.command("strace");
+        if self.exec_times {
+            command.args(["-ttt", "--seccomp-bpf"]);
+        }
         command
             .args([
                 "-f",

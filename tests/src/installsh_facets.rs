@@ -600,6 +600,62 @@ pub fn helper_calls(observed: &mut Observed, label: &str, log: &Path, normalizer
     observed.record(&format!("{label} helper calls"), lines.join("\n"));
 }
 
+/// One helper call of a timed exec log ([`crate::installsh::Host::timed`]):
+/// its words, and the seconds from its exec to its exit (`None` for a call
+/// still running, or killed, when the log ended).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedCall {
+    /// The words from the helper's script on, as [`helper_calls`] shows them.
+    pub words: String,
+    /// Seconds from the helper's exec to its process's exit.
+    pub seconds: Option<f64>,
+}
+
+/// The helper calls of a timed exec log, in order (a binary the launcher
+/// execs in the same process is the same call, timed from the launcher's
+/// start).
+pub fn timed_helper_calls(log: &Path) -> Vec<TimedCall> {
+    let text_log = fs::read_to_string(log).unwrap_or_default();
+    let mut calls: Vec<(u32, String, f64, Option<f64>)> = Vec::new();
+    for line in text_log.lines() {
+        // strace pads the PID column.
+        let Some((pid, rest)) = line.trim_start().split_once(' ') else {
+            continue;
+        };
+        let Some((time, rest)) = rest.trim_start().split_once(' ') else {
+            continue;
+        };
+        let (Ok(pid), Ok(time)) = (pid.parse::<u32>(), time.parse::<f64>()) else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        if rest.starts_with("+++ exited with ") || rest.starts_with("+++ killed by ") {
+            if let Some(call) = calls.iter_mut().rev().find(|call| call.0 == pid) {
+                call.3.get_or_insert(time);
+            }
+            continue;
+        }
+        let Some(words) = exec_arguments(rest).and_then(|arguments| helper_words(&arguments))
+        else {
+            continue;
+        };
+        if calls
+            .last()
+            .is_some_and(|call| call.0 == pid && call.3.is_none())
+        {
+            continue;
+        }
+        calls.push((pid, words.join(" "), time, None));
+    }
+    calls
+        .into_iter()
+        .map(|(_, words, start, end)| TimedCall {
+            words,
+            seconds: end.map(|end| end - start),
+        })
+        .collect()
+}
+
 /// The argument vector of a successful `execve(...) = 0` line.
 fn exec_arguments(rest: &str) -> Option<Vec<String>> {
     let rest = rest.strip_prefix("execve(")?;

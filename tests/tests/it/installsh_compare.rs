@@ -26,14 +26,14 @@ use agents_tests::{free_port, try_poll_until, Sandbox};
 /// `systemctl` call with exactly the arguments `call` is held (counted from
 /// the first call with exactly the arguments `after`, if given).
 #[derive(Debug, Clone, Copy)]
-struct Point {
+pub(crate) struct Point {
     after: Option<&'static str>,
     call: &'static str,
     occurrence: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kill {
+pub(crate) enum Kill {
     /// SIGKILL to install.sh's whole process group (a crash).
     Group,
     /// SIGTERM to install.sh alone (its trap runs once the held call returns,
@@ -42,7 +42,7 @@ enum Kill {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Step {
+pub(crate) enum Step {
     /// install.sh of a release with extra arguments.
     Install(Release, &'static [&'static str]),
     /// A step's install.sh, interrupted at a point by a signal.
@@ -98,7 +98,7 @@ struct Scenario {
     steps: &'static [Step],
 }
 
-const NONE: &[&str] = &[];
+pub(crate) const NONE: &[&str] = &[];
 
 /// While a fresh install enables the worker.
 const ENABLING: Point = Point {
@@ -345,7 +345,7 @@ fn run(scratch: &Scratch, side: Side, scenario: &Scenario, port: u16) -> Observe
 
 /// The command of a step (not yet started); a managed update first seals
 /// the running worker. `transaction`: the last activation journal's id seen.
-fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
+pub(crate) fn command(host: &Host<'_>, step: &Step, transaction: &str) -> Command {
     let release_script =
         |release: &Release| host.sandbox.base().join(release.folder).join("install.sh");
     match step {

@@ -28,6 +28,7 @@ mod execution_manage_refusals;
 mod execution_manage_rollback;
 mod execution_manage_support;
 mod generative_compare;
+mod installsh_bench;
 mod installsh_compare;
 mod migration_kit;
 mod migration_kit_launchers;
