@@ -351,7 +351,7 @@ impl Damage {
         match &self.kind {
             DamageKind::Remove => remove(&path),
             DamageKind::Truncate(permille) => rewrite(&path, |data| {
-                data.truncate(data.len() * usize::from(*permille) / 1000);
+                data.truncate(cut_at(data, *permille));
             }),
             DamageKind::Empty => replace_with_file(&path, b""),
             DamageKind::Folder => {
@@ -389,6 +389,21 @@ impl Damage {
             DamageKind::LockPid(_) | DamageKind::CreateFile | DamageKind::Folder
         )
     }
+}
+
+/// Where a truncation to `permille` of a file cuts: just before the
+/// separator (`,` or a line break) at that fraction of the file's
+/// separators, so the cut does not move with the digits of the inodes and
+/// devices a journal records (which differ from build to build); a file
+/// without separators is cut at that fraction of its bytes.
+fn cut_at(data: &[u8], permille: u16) -> usize {
+    let separators: Vec<usize> = (0..data.len())
+        .filter(|&at| data[at] == b',' || data[at] == b'\n')
+        .collect();
+    if separators.is_empty() {
+        return data.len() * usize::from(permille) / 1000;
+    }
+    separators[separators.len() * usize::from(permille) / 1000]
 }
 
 fn edit_bytes(kind: &DamageKind, data: &mut Vec<u8>) {

@@ -91,7 +91,7 @@ impl Bench {
         let output = work.join("output");
         fs::create_dir_all(&output).expect("the output folder");
         let systemctl = SystemctlTrace::install(&work.join("systemctl"));
-        let base = sandbox.base().join("g");
+        let base = scenario_base();
         Bench {
             releases: release_host(base.join(state::SERVED)),
             base,
@@ -257,7 +257,9 @@ impl Bench {
 
 impl Drop for Bench {
     fn drop(&mut self) {
-        remove_tree(&self.base);
+        if let Some(parent) = self.base.parent() {
+            remove_tree(parent);
+        }
     }
 }
 
@@ -299,6 +301,21 @@ fn release_host(served: PathBuf) -> TestServer {
             Err(_) => Reply::status(404, "Not Found"),
         }
     })
+}
+
+/// Where scenarios are built: the same path in every run (the first free
+/// of `/tmp/agents-generative-00` to `-99`, taken by creating it), so a
+/// damage that cuts a file holding the path at a fraction of its length
+/// leaves the same bytes at recording and at replay; a random or PID-named
+/// folder would leave a different partial name each time.
+fn scenario_base() -> PathBuf {
+    for slot in 0..100 {
+        let base = PathBuf::from(format!("/tmp/agents-generative-{slot:02}"));
+        if std::fs::create_dir(&base).is_ok() {
+            return base.join("g");
+        }
+    }
+    panic!("/tmp/agents-generative-00 to -99 are all taken: remove the stale ones");
 }
 
 /// The words with `{placeholders}` replaced by the paths under `base` (and

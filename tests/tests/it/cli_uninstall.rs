@@ -313,14 +313,7 @@ fn a_layout_path_that_is_a_number_is_pythons_type_error() {
         serde_json::to_vec_pretty(&manifest).unwrap(),
     )
     .unwrap();
-    let output = Command::new(binary_path(PROGRAM))
-        .arg("--yes")
-        .env("HOME", install.home())
-        .env("AGENTS_SERVER_INSTALL_DIR", install.root())
-        .env("AGENTS_SERVER_CONFIG_DIR", install.config_root())
-        .env("AGENTSDOCK_STATE_DIR", install.state_root())
-        .output()
-        .unwrap();
+    let output = uninstall_yes(&install);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         text(&output.stderr),
@@ -342,14 +335,7 @@ fn a_fifo_in_the_manifests_place_is_not_a_split_layout() {
     fs::remove_file(&manifest).unwrap();
     agents_tests::make_fifo(&manifest);
     fs::write(install.root().join(".execution-uninstall.json"), b"{}\n").unwrap();
-    let output = Command::new(binary_path(PROGRAM))
-        .arg("--yes")
-        .env("HOME", install.home())
-        .env("AGENTS_SERVER_INSTALL_DIR", install.root())
-        .env("AGENTS_SERVER_CONFIG_DIR", install.config_root())
-        .env("AGENTSDOCK_STATE_DIR", install.state_root())
-        .output()
-        .unwrap();
+    let output = uninstall_yes(&install);
     assert_ne!(output.status.code(), Some(0));
     assert!(
         text(&output.stderr).ends_with(
@@ -359,4 +345,16 @@ fn a_fifo_in_the_manifests_place_is_not_a_split_layout() {
         text(&output.stderr)
     );
     assert!(install.root().join("current").exists(), "nothing removed");
+}
+
+/// `uninstall --yes` on the installation's roots, its home as `HOME`.
+fn uninstall_yes(install: &agents_tests::journal_writer::Install) -> Output {
+    Command::new(binary_path(PROGRAM))
+        .arg("--yes")
+        .env("HOME", install.home())
+        .env("AGENTS_SERVER_INSTALL_DIR", install.root())
+        .env("AGENTS_SERVER_CONFIG_DIR", install.config_root())
+        .env("AGENTSDOCK_STATE_DIR", install.state_root())
+        .output()
+        .unwrap()
 }
