@@ -106,12 +106,9 @@ pub fn equals_bool(value: &Json, expected: bool) -> bool {
 /// with `.get`) is Python's `None`.
 pub fn in_str_set(value: Option<&Json>, members: &[&str]) -> crate::Result<bool> {
     match value {
-        Some(Json::Array(_) | Json::Object(_)) => Err(crate::Exception::new(
+        Some(item @ (Json::Array(_) | Json::Object(_))) => Err(crate::Exception::new(
             crate::ErrorClass::Type,
-            format!(
-                "unhashable type: '{}'",
-                value.map_or("NoneType", Json::python_type_name)
-            ),
+            format!("unhashable type: '{}'", item.python_type_name()),
         )),
         Some(Json::Str(text)) => Ok(members.contains(&text.as_str())),
         _ => Ok(false),

@@ -11,12 +11,12 @@ use super::config::{config_kinds, config_modes, config_staging_paths};
 use super::io::{
     is_owned_safe_directory, read_private_file, ACTIVATION_CONFIG_LIMIT, ACTIVATION_CONTROL_LIMIT,
 };
-use super::text::{has_exact_keys, is_one_of, safe_text};
+use super::text::{has_exact_keys, safe_text};
 use super::volume::{rebase_volume_bindings, SystemVolumes, VolumeProbe};
 use crate::error::{Error, Result};
 use crate::fs::fsync_directory_nofollow;
 use python_compat::{
-    hex,
+    hex, in_str_set,
     ipaddress::ip_address,
     is_lower_hex, is_prefixed_hex,
     json::{encode_compact_sorted, parse_json, Json, JsonObject},
@@ -375,14 +375,14 @@ fn check_format_and_keys(value: &JsonObject) -> Result<ManifestFormat> {
 /// The phase, and the rollback origin a rollback phase needs.
 fn check_phase(value: &JsonObject) -> Result<()> {
     let get = |key: &str| value.get(key);
-    if !is_one_of(get("phase"), &PHASES)? {
+    if !in_str_set(get("phase"), &PHASES)? {
         return Err(invalid("phase is invalid"));
     }
     let phase = get("phase").and_then(Json::as_str).unwrap_or_default();
     let rollback_from = get("rollback_from").unwrap_or(&Json::Null);
     if !rollback_from.is_null()
-        && (!is_one_of(Some(rollback_from), &PHASES)?
-            || is_one_of(
+        && (!in_str_set(Some(rollback_from), &PHASES)?
+            || in_str_set(
                 Some(rollback_from),
                 &[
                     "rolling-back",
@@ -433,7 +433,7 @@ fn check_identity_and_links(value: &JsonObject, kinds: &[&str]) -> Result<String
         let item = field(name);
         let target = item.get("target").and_then(Json::as_str);
         if !has_exact_keys(Some(item), &["kind", "target"])
-            || !is_one_of(item.get("kind"), &["missing", "symlink", "directory"])?
+            || !in_str_set(item.get("kind"), &["missing", "symlink", "directory"])?
             || target.is_none_or(|text| text.contains(['\n', '\r', '\0']))
             || (name == "previous" && item.get("kind").and_then(Json::as_str) == Some("directory"))
         {
@@ -485,13 +485,13 @@ fn check_backups(value: &JsonObject, kinds: &[&str], directory: &Path) -> Result
 fn check_services_and_binding(value: &JsonObject) -> Result<()> {
     let get = |key: &str| value.get(key);
     let field = |key: &str| value.get(key).unwrap_or(&Json::Null);
-    if !is_one_of(get("service_state"), &SERVICE_STATES)? {
+    if !in_str_set(get("service_state"), &SERVICE_STATES)? {
         return Err(invalid("service state is invalid"));
     }
     if field("service_enabled").as_bool().is_none() {
         return Err(invalid("service enablement is invalid"));
     }
-    if !is_one_of(get("legacy_service_state"), &SERVICE_STATES)? {
+    if !in_str_set(get("legacy_service_state"), &SERVICE_STATES)? {
         return Err(invalid("legacy service state is invalid"));
     }
     if field("legacy_service_enabled").as_bool().is_none() {
@@ -508,7 +508,7 @@ fn check_services_and_binding(value: &JsonObject) -> Result<()> {
             Some(_) => {}
         }
     }
-    if !is_one_of(
+    if !in_str_set(
         get("intent"),
         &[
             "ordinary",
@@ -712,7 +712,7 @@ fn validate_execution(root: &Path, value: &JsonObject) -> Result<()> {
         || super::io::file_name(&runtime) != b"execution"
         || same_path(root, &runtime_parent)
         || is_strict_ancestor(Path::new(&pure_path_text(root)), &runtime_parent)
-        || !is_one_of(execution.get("gateway_state"), &SERVICE_STATES)?
+        || !in_str_set(execution.get("gateway_state"), &SERVICE_STATES)?
         || member("gateway_enabled").as_bool().is_none()
         || strict_int(execution.get("api_contract")).is_none_or(|contract| contract < 0)
     {
@@ -816,7 +816,7 @@ fn validate_hub(hub: &Json, intent: &str) -> Result<()> {
         || !snapshot_name
             .strip_prefix("snapshot_")
             .is_some_and(|rest| pattern(rest, None, |b| alnum(b) || b == b'_', 1, usize::MAX))
-        || !is_one_of(hub.get("kind"), &["server-update", "host-reactivation"])?
+        || !in_str_set(hub.get("kind"), &["server-update", "host-reactivation"])?
         || !text("hub_id")
             .is_some_and(|id| pattern(id, None, |b| alnum(b) || b"_.:-".contains(&b), 8, 240))
         || !text("host_identity").is_some_and(|id| {

@@ -1,5 +1,5 @@
-//! Small value checks shared by the journal validators: `_safe_text`,
-//! membership and exact key sets.
+//! Small value checks shared by the journal validators: `_safe_text` and
+//! exact key sets (membership is `python_compat::in_str_set`).
 
 use crate::error::{Error, Result};
 use python_compat::json::Json;
@@ -19,12 +19,6 @@ pub(crate) fn safe_text<'a>(value: &'a Json, name: &str, maximum: usize) -> Resu
             "activation transaction {name} is invalid"
         ))),
     }
-}
-
-/// `value in {"a", "b", ...}` for string members: a list or an object is
-/// Python's `TypeError: unhashable type`.
-pub(crate) fn is_one_of(value: Option<&Json>, members: &[&str]) -> Result<bool> {
-    Ok(python_compat::in_str_set(value, members)?)
 }
 
 /// The key set of an object equals `keys` exactly (`set(d) == {...}`).
