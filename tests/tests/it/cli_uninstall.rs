@@ -301,9 +301,7 @@ fn home_must_resolve() {
 /// generative campaign, generated-1-6663).
 #[test]
 fn a_layout_path_that_is_a_number_is_pythons_type_error() {
-    let install = agents_tests::journal_writer::Install::new("uninstall-type-error");
-    install.release("1.0.0");
-    install.install_split("1.0.0");
+    let install = split_install("uninstall-type-error");
     let manifest_path = install.root().join("execution-layout.json");
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&fs::read(&manifest_path).unwrap()).unwrap();
@@ -313,13 +311,14 @@ fn a_layout_path_that_is_a_number_is_pythons_type_error() {
         serde_json::to_vec_pretty(&manifest).unwrap(),
     )
     .unwrap();
+    let before = tree_of(&install);
     let output = uninstall_yes(&install);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         text(&output.stderr),
         "TypeError: expected str, bytes or os.PathLike object, not int\n"
     );
-    assert!(manifest_path.exists(), "nothing removed");
+    assert_eq!(tree_of(&install), before, "nothing changed");
 }
 
 /// uninstall.sh hands over to the split uninstall only for a manifest that
@@ -328,13 +327,12 @@ fn a_layout_path_that_is_a_number_is_pythons_type_error() {
 /// split installation (the generative campaign, generated-1-5398).
 #[test]
 fn a_fifo_in_the_manifests_place_is_not_a_split_layout() {
-    let install = agents_tests::journal_writer::Install::new("uninstall-fifo-layout");
-    install.release("1.0.0");
-    install.install_split("1.0.0");
+    let install = split_install("uninstall-fifo-layout");
     let manifest = install.root().join("execution-layout.json");
     fs::remove_file(&manifest).unwrap();
     agents_tests::make_fifo(&manifest);
     fs::write(install.root().join(".execution-uninstall.json"), b"{}\n").unwrap();
+    let before = tree_of(&install);
     let output = uninstall_yes(&install);
     assert_ne!(output.status.code(), Some(0));
     assert!(
@@ -344,7 +342,7 @@ fn a_fifo_in_the_manifests_place_is_not_a_split_layout() {
         "{}",
         text(&output.stderr)
     );
-    assert!(install.root().join("current").exists(), "nothing removed");
+    assert_eq!(tree_of(&install), before, "nothing changed");
 }
 
 /// `uninstall --yes` on the installation's roots, its home as `HOME`.
@@ -357,4 +355,35 @@ fn uninstall_yes(install: &agents_tests::journal_writer::Install) -> Output {
         .env("AGENTSDOCK_STATE_DIR", install.state_root())
         .output()
         .unwrap()
+}
+
+/// A finished split installation of 1.0.0, as the journal writer lays it out.
+fn split_install(tag: &str) -> agents_tests::journal_writer::Install {
+    let install = agents_tests::journal_writer::Install::new(tag);
+    install.release("1.0.0");
+    install.install_split("1.0.0");
+    install
+}
+
+/// The roots' and the unit folder's entries, and the manifest's bytes where
+/// it is a regular file: what a refused uninstall must leave as it was.
+fn tree_of(install: &agents_tests::journal_writer::Install) -> Vec<String> {
+    let mut tree = Vec::new();
+    for folder in [
+        install.root(),
+        install.config_root(),
+        install.state_root(),
+        install.unit_dir(),
+    ] {
+        tree.push(format!(
+            "{}: {:?}",
+            folder.display(),
+            agents_tests::entries(&folder)
+        ));
+    }
+    let manifest = install.root().join("execution-layout.json");
+    if fs::symlink_metadata(&manifest).is_ok_and(|info| info.is_file()) {
+        tree.push(String::from_utf8_lossy(&fs::read(&manifest).unwrap()).into_owned());
+    }
+    tree
 }
