@@ -8,10 +8,11 @@
 
 use crate::migration_kit_support;
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -1019,6 +1020,14 @@ impl Damage {
 /// outcome differs between them (so it proves which one ran), and the
 /// outcomes with this runtime's private directory written `<temp>`.
 fn probes(runtime: &Runtime) -> Vec<(&'static str, bool, Outcome)> {
+    probes_with(runtime, &[])
+}
+
+/// [`probes`], each run with `extra` added to its environment.
+fn probes_with(
+    runtime: &Runtime,
+    extra: &[(OsString, OsString)],
+) -> Vec<(&'static str, bool, Outcome)> {
     let scratch = |name: &str| {
         let path = runtime.scratch(name);
         fs::create_dir_all(&path).unwrap();
@@ -1089,7 +1098,7 @@ fn probes(runtime: &Runtime) -> Vec<(&'static str, bool, Outcome)> {
     ];
     runs.iter_mut()
         .map(|(what, tells, command)| {
-            let mut outcome = Outcome::of(command);
+            let mut outcome = Outcome::of(command.envs(extra.iter().cloned()));
             outcome.stderr = as_published(runtime, &outcome.stderr);
             outcome.stdout = outcome.stdout.replace(&temp, "<temp>");
             outcome.stderr = outcome.stderr.replace(&temp, "<temp>");
@@ -1200,4 +1209,65 @@ fn a_release_without_a_binary_for_this_host_answers_as_an_unmigrated_one() {
         .join(staged("uninstall", HOST_TARGET))
         .exists());
     assert_eq!(probes(&runtime), unmigrated);
+}
+
+/// A path that is not UTF-8 reaches Python as surrogate escapes, which the
+/// original writes on into its journals and the binaries refuse: wherever an
+/// argument or the environment holds such bytes, the migrated release must
+/// answer as the unmigrated one, and the binary alone must not.
+#[test]
+fn arguments_or_an_environment_that_are_not_utf8_run_the_original() {
+    let originals = agents_tests::require_originals!();
+    let unmigrated = Runtime::staged(&originals, None);
+    let migrated = Runtime::new(&originals);
+    let not_utf8 = [(
+        OsString::from("AGENTS_NOT_UTF8"),
+        OsString::from_vec(b"/tmp/\xff".to_vec()),
+    )];
+    let plain = probes(&migrated);
+    let expected = probes_with(&unmigrated, &not_utf8);
+    for (((what, tells, original), (_, _, binary)), (_, _, launched)) in expected
+        .iter()
+        .zip(&plain)
+        .zip(probes_with(&migrated, &not_utf8))
+    {
+        if *tells {
+            assert_ne!(original, binary, "{what}: the probe tells them apart");
+        }
+        assert_eq!(
+            &launched, original,
+            "{what} with an environment that is not UTF-8"
+        );
+    }
+
+    let detect = |runtime: &Runtime| -> [OsString; 3] {
+        let mut root = runtime.scratch("legacy-root").into_os_string().into_vec();
+        root.push(0xff);
+        let root = OsString::from_vec(root);
+        fs::create_dir_all(&root).unwrap();
+        [OsString::from("detect"), OsString::from("--root"), root]
+    };
+    let args = detect(&unmigrated);
+    let original = Outcome::of(&mut unmigrated.script("execution_activation.py", &refs(&args)));
+    let args = detect(&migrated);
+    let launched = Outcome::of(&mut migrated.script("execution_activation.py", &refs(&args)));
+    let binary = Outcome::of(&mut migrated.binary(
+        &migrated.stage,
+        "execution-activation",
+        "execution_activation.py",
+        &refs(&args),
+    ));
+    let shown = |mut outcome: Outcome, runtime: &Runtime| {
+        let temp = runtime.release.temp().to_str().unwrap();
+        outcome.stderr = as_published(runtime, &outcome.stderr).replace(temp, "<temp>");
+        outcome
+    };
+    // The fake release's upstream modules are stand-ins, so the original gets
+    // no further than they let it; the binary refuses the path itself.
+    let original = shown(original, &unmigrated);
+    let refusal = "configuration text must be nonempty and contain no control characters";
+    assert!(!original.stderr.contains(refusal), "{original:?}");
+    assert_eq!(shown(launched, &migrated), original);
+    let binary = shown(binary, &migrated);
+    assert!(binary.stderr.contains(refusal), "{binary:?}");
 }
