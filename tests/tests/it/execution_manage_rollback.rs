@@ -12,16 +12,36 @@
 
 use crate::execution_manage_support;
 
-use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
-use agents_tests::{RequestMatch, Role, Stall, Switches};
-use execution_manage_support::{control_requests, finish, instances, Disk, Site, NEW, OLD, STATUS};
+use agents_common::{ExecutionLayout, GATEWAY_UNIT, WORKER_UNIT};
+use agents_tests::{Outcome, RequestMatch, RequestRecord, Role, Stall, Switches};
+use execution_manage_support::{
+    control_requests, finish, instances, Disk, Serving, Site, NEW, OLD, STATUS,
+};
 use python_compat::json::Json;
 
-fn stall(action: &str, seconds: f64) -> Option<Stall> {
-    Some(Stall {
-        on: RequestMatch::maintenance(action),
-        seconds,
-    })
+const NO_HEALTH: &str = "RuntimeError: execution components did not reach authenticated health";
+const INVALID_RESPONSE: &str = "RuntimeError: pinned HTTP response is invalid";
+
+/// Switches that hold back the worker's reply to maintenance `action`.
+fn stalling(action: &str, seconds: f64) -> Switches {
+    Switches {
+        stall: Some(Stall {
+            on: RequestMatch::maintenance(action),
+            seconds,
+        }),
+        ..Switches::default()
+    }
+}
+
+/// Switches that hold back the worker's status replies (the preflight's).
+fn stalling_status() -> Switches {
+    Switches {
+        stall: Some(Stall {
+            on: RequestMatch::path(STATUS),
+            seconds: 1.0,
+        }),
+        ..Switches::default()
+    }
 }
 
 /// Everything is as it was before the failed apply, the journal is retired
@@ -35,39 +55,122 @@ fn assert_rolled_back(site: &Site, disk: &Disk, scope: &str) {
     site.assert_unlocked();
 }
 
+/// A running [`OLD`] pair about to be asked to apply a candidate: what each
+/// test here starts from and compares its end with.
+struct Attempt {
+    site: Site,
+    /// The candidate layout.
+    new: ExecutionLayout,
+    /// Who served before the apply.
+    before: Serving,
+    /// Files, `current` and enablement before the apply.
+    disk: Disk,
+    /// The worker's request log before the apply.
+    mark: usize,
+}
+
+impl Attempt {
+    /// [`Site::running`] with the candidate running releases `worker` and
+    /// `gateway`; `None` where no sandbox can run (the test skips).
+    fn start(test: &str, worker: &str, gateway: &str) -> Option<Attempt> {
+        let site = Site::running(test)?;
+        let new = site.layout(worker, gateway);
+        let before = site.assert_serving(&site.layout(OLD, OLD));
+        let disk = site.disk();
+        let mark = site.request_mark(Role::Worker);
+        Some(Attempt {
+            site,
+            new,
+            before,
+            disk,
+            mark,
+        })
+    }
+
+    fn switch_worker(&self, switches: Switches) {
+        self.site.switch(Role::Worker, switches);
+    }
+
+    /// `apply` of the candidate for `scope`, in the background.
+    fn spawn_apply(&self, scope: &str) -> std::process::Child {
+        self.site.spawn_apply(&self.new, scope)
+    }
+
+    /// `apply` of the candidate for `scope`, to its end.
+    fn apply(&self, scope: &str) -> Outcome {
+        self.site.apply(&self.new, scope)
+    }
+
+    /// Waits until the worker logged, since the apply began, a request that
+    /// `accept` takes (`what` names it in a timeout).
+    fn wait_for(&self, what: &str, accept: impl Fn(&RequestRecord) -> bool) {
+        self.site
+            .wait_for_request(Role::Worker, self.mark, what, accept);
+    }
+
+    /// Waits until the worker holds back its reply to a `seal`.
+    fn wait_for_stalled_seal(&self, what: &str) {
+        self.wait_for(what, |record| {
+            record.action.as_deref() == Some("seal") && record.outcome == "stalled"
+        });
+    }
+
+    /// The worker's requests since the apply began.
+    fn records(&self) -> Vec<RequestRecord> {
+        self.site.requests_since(Role::Worker, self.mark)
+    }
+
+    /// A rollback's end: `outcome` refused with `line`, the old pair serving
+    /// again (who, returned) and everything restored under a rolled-back
+    /// journal of `scope`.
+    fn assert_rolled_back(&self, outcome: Outcome, line: &str, scope: &str) -> Serving {
+        outcome.assert_refused(line);
+        let after = self.site.assert_serving(&self.site.layout(OLD, OLD));
+        assert_rolled_back(&self.site, &self.disk, scope);
+        after
+    }
+
+    /// A failure before any service changed: the very same processes keep
+    /// running, only the journal is rolled back and retired, nobody holds
+    /// worker admission.
+    fn assert_only_the_journal_retired(&self) {
+        assert_eq!(
+            &self.site.assert_serving(&self.site.layout(OLD, OLD)),
+            &self.before
+        );
+        assert_rolled_back(&self.site, &self.disk, "worker");
+    }
+}
+
 #[test]
 fn a_worker_that_never_reaches_health_is_replaced_by_the_old_one_again() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), NEW, OLD) else {
         return;
     };
-    let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
-    let before = site.assert_serving(&old);
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
     // Every worker now reports a version that is no release: the candidate
     // never matches the requested release.
-    site.switch(
-        Role::Worker,
-        Switches {
-            version: Some("9.9.9".to_string()),
-            ..Switches::default()
-        },
-    );
-    let child = site.spawn_apply(&new, "worker");
+    attempt.switch_worker(Switches {
+        version: Some("9.9.9".to_string()),
+        ..Switches::default()
+    });
+    let child = attempt.spawn_apply("worker");
     // `rolled-back` persists until the restored worker proves its health,
     // so the old generation is healthy again from here on.
-    site.wait_for_phase(&["rolling-back", "rolled-back"]);
-    site.switch(Role::Worker, Switches::default());
+    attempt
+        .site
+        .wait_for_phase(&["rolling-back", "rolled-back"]);
+    attempt.switch_worker(Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_refused("RuntimeError: execution components did not reach authenticated health");
-    let after = site.assert_serving(&old);
+    let (before, after) = (
+        &attempt.before,
+        attempt.assert_rolled_back(outcome, NO_HEALTH, "worker"),
+    );
     assert_eq!(
         after.gateway_pid, before.gateway_pid,
         "the gateway kept running"
     );
-    assert_rolled_back(&site, &disk, "worker");
-    let records = site.requests_since(Role::Worker, mark);
+    let records = attempt.records();
     let [old_worker, candidate, restored] = <[String; 3]>::try_from(instances(&records))
         .expect("old worker, candidate, restored old worker");
     assert_eq!(
@@ -95,48 +198,39 @@ fn a_worker_that_never_reaches_health_is_replaced_by_the_old_one_again() {
         control_requests(&records, &restored),
         ["GET status", "POST release"]
     );
-    assert_eq!(site.worker_lease(), Json::Null);
+    assert_eq!(attempt.site.worker_lease(), Json::Null);
 }
 
 #[test]
 fn a_gateway_that_never_reaches_health_rolls_back_only_the_gateway() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), OLD, NEW) else {
         return;
     };
-    let (old, new) = (site.layout(OLD, OLD), site.layout(OLD, NEW));
-    let before = site.assert_serving(&old);
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
     // The preflight needs the old gateway's health: the gateway is told to
     // fail health only while the preflight's worker status is held back.
-    site.switch(
-        Role::Worker,
-        Switches {
-            stall: Some(Stall {
-                on: RequestMatch::path(STATUS),
-                seconds: 1.0,
-            }),
-            ..Switches::default()
-        },
-    );
-    let child = site.spawn_apply(&new, "gateway");
-    site.wait_for_request(Role::Worker, mark, "the preflight status", |record| {
+    attempt.switch_worker(stalling_status());
+    let child = attempt.spawn_apply("gateway");
+    attempt.wait_for("the preflight status", |record| {
         record.path == STATUS && record.outcome == "stalled"
     });
-    site.switch(
+    attempt.site.switch(
         Role::Gateway,
         Switches {
             health_status: Some(503),
             ..Switches::default()
         },
     );
-    site.switch(Role::Worker, Switches::default());
-    site.wait_for_phase(&["rolling-back", "rolled-back"]);
-    site.switch(Role::Gateway, Switches::default());
+    attempt.switch_worker(Switches::default());
+    attempt
+        .site
+        .wait_for_phase(&["rolling-back", "rolled-back"]);
+    attempt.site.switch(Role::Gateway, Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_refused("RuntimeError: execution components did not reach authenticated health");
-    let after = site.assert_serving(&old);
+    let (before, after) = (
+        &attempt.before,
+        attempt.assert_rolled_back(outcome, NO_HEALTH, "gateway"),
+    );
     assert_eq!(
         (after.worker_pid, &after.worker_instance_id),
         (before.worker_pid, &before.worker_instance_id),
@@ -146,58 +240,41 @@ fn a_gateway_that_never_reaches_health_rolls_back_only_the_gateway() {
         after.gateway_pid, before.gateway_pid,
         "the old gateway was restarted"
     );
-    assert_rolled_back(&site, &disk, "gateway");
-    let records = site.requests_since(Role::Worker, mark);
     assert_eq!(
-        control_requests(&records, &before.worker_instance_id),
+        control_requests(&attempt.records(), &before.worker_instance_id),
         ["GET status"]
     );
-    assert_eq!(site.worker_lease(), Json::Null);
+    assert_eq!(attempt.site.worker_lease(), Json::Null);
 }
 
 #[test]
 fn a_worker_refusing_the_seal_before_its_stop_is_restored_under_a_new_hold() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), NEW, OLD) else {
         return;
     };
-    let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
-    let before = site.assert_serving(&old);
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
     // The first seal (before any stop) succeeds but its reply is held back;
     // meanwhile the worker is told to refuse the next seal, the one
     // `_stop_worker` needs right before stopping, and to hold that refusal
     // back too until the test has made the worker cooperative again.
-    site.switch(
-        Role::Worker,
-        Switches {
-            stall: stall("seal", 1.5),
-            ..Switches::default()
-        },
-    );
-    let child = site.spawn_apply(&new, "worker");
-    site.wait_for_request(Role::Worker, mark, "the first seal", |record| {
-        record.action.as_deref() == Some("seal") && record.outcome == "stalled"
+    attempt.switch_worker(stalling("seal", 1.5));
+    let child = attempt.spawn_apply("worker");
+    attempt.wait_for_stalled_seal("the first seal");
+    attempt.switch_worker(Switches {
+        refuse: vec!["seal".to_string()],
+        ..stalling("seal", 1.5)
     });
-    site.switch(
-        Role::Worker,
-        Switches {
-            refuse: vec!["seal".to_string()],
-            stall: stall("seal", 1.5),
-            ..Switches::default()
-        },
-    );
-    site.wait_for_request(Role::Worker, mark, "the refused seal", |record| {
+    attempt.wait_for("the refused seal", |record| {
         record.action.as_deref() == Some("seal") && record.status == 409
     });
-    site.switch(Role::Worker, Switches::default());
+    attempt.switch_worker(Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_refused("RuntimeError: pinned HTTP response is invalid");
-    let after = site.assert_serving(&old);
+    let (before, after) = (
+        &attempt.before,
+        attempt.assert_rolled_back(outcome, INVALID_RESPONSE, "worker"),
+    );
     assert_eq!(after.gateway_pid, before.gateway_pid);
-    assert_rolled_back(&site, &disk, "worker");
-    let records = site.requests_since(Role::Worker, mark);
+    let records = attempt.records();
     let [old_worker, restored] =
         <[String; 2]>::try_from(instances(&records)).expect("old worker, restored old worker");
     assert_eq!(
@@ -229,62 +306,44 @@ fn a_worker_refusing_the_seal_before_its_stop_is_restored_under_a_new_hold() {
         control_requests(&records, &restored),
         ["GET status", "POST release"]
     );
-    assert_eq!(site.worker_lease(), Json::Null);
+    assert_eq!(attempt.site.worker_lease(), Json::Null);
 }
 
 #[test]
 fn a_candidate_with_another_server_identity_is_never_committed() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), NEW, OLD) else {
         return;
     };
-    let (old, new) = (site.layout(OLD, OLD), site.layout(NEW, OLD));
-    let before = site.assert_serving(&old);
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
     // Preflight records the current identity; the first seal is held back
     // while the worker is told to report another identity from now on, so
     // the candidate (started later) reports it. Recovery's seal of the
     // candidate is held back while the identity is set right again, so the
     // restored old worker reports the original one.
-    site.switch(
-        Role::Worker,
-        Switches {
-            stall: stall("seal", 1.0),
-            ..Switches::default()
-        },
-    );
-    let child = site.spawn_apply(&new, "worker");
-    site.wait_for_request(Role::Worker, mark, "the first seal", |record| {
-        record.action.as_deref() == Some("seal") && record.outcome == "stalled"
+    attempt.switch_worker(stalling("seal", 1.0));
+    let child = attempt.spawn_apply("worker");
+    attempt.wait_for_stalled_seal("the first seal");
+    attempt.switch_worker(Switches {
+        server_identity: Some("another-server".to_string()),
+        ..stalling("seal", 1.0)
     });
-    site.switch(
-        Role::Worker,
-        Switches {
-            server_identity: Some("another-server".to_string()),
-            stall: stall("seal", 1.0),
-            ..Switches::default()
-        },
-    );
-    site.wait_for_request(
-        Role::Worker,
-        mark,
-        "recovery's seal of the candidate",
-        |record| {
-            record.action.as_deref() == Some("seal")
-                && record.outcome == "stalled"
-                && record.instance_id != before.worker_instance_id
-        },
-    );
-    site.switch(Role::Worker, Switches::default());
+    let old_worker = attempt.before.worker_instance_id.clone();
+    attempt.wait_for("recovery's seal of the candidate", |record| {
+        record.action.as_deref() == Some("seal")
+            && record.outcome == "stalled"
+            && record.instance_id != old_worker
+    });
+    attempt.switch_worker(Switches::default());
     let outcome = finish(child);
 
-    outcome.assert_refused("ValueError: activation changed the authenticated server identity");
-    let after = site.assert_serving(&old);
-    assert_eq!(after.gateway_pid, before.gateway_pid);
-    assert_rolled_back(&site, &disk, "worker");
-    let records = site.requests_since(Role::Worker, mark);
-    assert_eq!(instances(&records).len(), 3, "old, candidate, restored old");
-    assert_eq!(site.worker_lease(), Json::Null);
+    let line = "ValueError: activation changed the authenticated server identity";
+    let after = attempt.assert_rolled_back(outcome, line, "worker");
+    assert_eq!(after.gateway_pid, attempt.before.gateway_pid);
+    assert_eq!(
+        instances(&attempt.records()).len(),
+        3,
+        "old, candidate, restored old"
+    );
+    assert_eq!(attempt.site.worker_lease(), Json::Null);
 }
 
 #[test]
@@ -320,36 +379,23 @@ fn a_failed_start_of_a_first_install_removes_everything_it_published() {
     );
 }
 
-/// A failure before any service changed: only the journal is rolled back and
-/// retired; the very same processes keep running.
-fn assert_untouched_services(site: &Site, before: &execution_manage_support::Serving) {
-    assert_eq!(&site.assert_serving(&site.layout(OLD, OLD)), before);
-}
-
 #[test]
 fn a_busy_worker_refuses_admission_and_only_the_journal_is_retired() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), NEW, OLD) else {
         return;
     };
-    let before = site.assert_serving(&site.layout(OLD, OLD));
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
-    site.switch(
-        Role::Worker,
-        Switches {
-            blockers: vec![("active_runs".to_string(), 1)],
-            ..Switches::default()
-        },
-    );
+    attempt.switch_worker(Switches {
+        blockers: vec![("active_runs".to_string(), 1)],
+        ..Switches::default()
+    });
 
-    site.apply(&site.layout(NEW, OLD), "worker")
-        .assert_refused("RuntimeError: pinned HTTP response is invalid");
+    attempt.apply("worker").assert_refused(INVALID_RESPONSE);
 
-    let records = site.requests_since(Role::Worker, mark);
+    let records = attempt.records();
     // Preflight, the refused acquire, and the failure handling's look at
     // the lease (nothing of ours to release).
     assert_eq!(
-        control_requests(&records, &before.worker_instance_id),
+        control_requests(&records, &attempt.before.worker_instance_id),
         ["GET status", "GET status", "POST acquire", "GET status"]
     );
     let acquire = records
@@ -357,36 +403,25 @@ fn a_busy_worker_refuses_admission_and_only_the_journal_is_retired() {
         .find(|record| record.action.as_deref() == Some("acquire"))
         .unwrap();
     assert_eq!(acquire.status, 409);
-    site.switch(Role::Worker, Switches::default());
-    assert_untouched_services(&site, &before);
-    assert_rolled_back(&site, &disk, "worker");
-    assert_eq!(site.worker_lease(), Json::Null);
+    attempt.switch_worker(Switches::default());
+    attempt.assert_only_the_journal_retired();
+    assert_eq!(attempt.site.worker_lease(), Json::Null);
 }
 
 #[test]
 fn a_sealing_refusal_before_any_stop_releases_the_acquired_hold() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), NEW, OLD) else {
         return;
     };
-    let before = site.assert_serving(&site.layout(OLD, OLD));
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
-    site.switch(
-        Role::Worker,
-        Switches {
-            refuse: vec!["seal".to_string()],
-            ..Switches::default()
-        },
-    );
+    attempt.switch_worker(Switches {
+        refuse: vec!["seal".to_string()],
+        ..Switches::default()
+    });
 
-    site.apply(&site.layout(NEW, OLD), "worker")
-        .assert_refused("RuntimeError: pinned HTTP response is invalid");
+    attempt.apply("worker").assert_refused(INVALID_RESPONSE);
 
     assert_eq!(
-        control_requests(
-            &site.requests_since(Role::Worker, mark),
-            &before.worker_instance_id
-        ),
+        control_requests(&attempt.records(), &attempt.before.worker_instance_id),
         [
             "GET status",
             "GET status",
@@ -398,44 +433,36 @@ fn a_sealing_refusal_before_any_stop_releases_the_acquired_hold() {
         ],
         "our own unsealed hold is released (release looks at status first)"
     );
-    site.switch(Role::Worker, Switches::default());
-    assert_untouched_services(&site, &before);
-    assert_rolled_back(&site, &disk, "worker");
-    assert_eq!(site.worker_lease(), Json::Null);
+    attempt.switch_worker(Switches::default());
+    attempt.assert_only_the_journal_retired();
+    assert_eq!(attempt.site.worker_lease(), Json::Null);
 }
 
 #[test]
 fn another_operation_winning_admission_before_the_seal_keeps_its_hold() {
-    let Some(site) = Site::running(agents_tests::test_name!()) else {
+    let Some(attempt) = Attempt::start(agents_tests::test_name!(), NEW, OLD) else {
         return;
     };
-    let before = site.assert_serving(&site.layout(OLD, OLD));
-    let disk = site.disk();
-    let mark = site.request_mark(Role::Worker);
     // The preflight's status reply (no lease yet) is held back while another
     // maintenance client takes admission.
-    site.switch(
-        Role::Worker,
-        Switches {
-            stall: Some(Stall {
-                on: RequestMatch::path(STATUS),
-                seconds: 1.0,
-            }),
-            ..Switches::default()
-        },
-    );
-    let child = site.spawn_apply(&site.layout(NEW, OLD), "worker");
-    site.wait_for_request(Role::Worker, mark, "the preflight status", |record| {
+    attempt.switch_worker(stalling_status());
+    let child = attempt.spawn_apply("worker");
+    attempt.wait_for("the preflight status", |record| {
         record.path == STATUS && record.outcome == "stalled"
     });
-    site.switch(Role::Worker, Switches::default());
-    let foreign = site.acquire_foreign_lease("00000000-0000-4000-8000-000000000002");
+    attempt.switch_worker(Switches::default());
+    let foreign = attempt
+        .site
+        .acquire_foreign_lease("00000000-0000-4000-8000-000000000002");
     let outcome = finish(child);
 
     outcome.assert_refused("RuntimeError: another operation owns worker maintenance admission");
-    assert_untouched_services(&site, &before);
-    assert_rolled_back(&site, &disk, "worker");
-    assert_eq!(site.worker_lease(), foreign, "the winner's hold is intact");
+    attempt.assert_only_the_journal_retired();
+    assert_eq!(
+        attempt.site.worker_lease(),
+        foreign,
+        "the winner's hold is intact"
+    );
 }
 
 #[test]

@@ -26,6 +26,41 @@ impl Ran {
         let changes = differences(&self.before, &self.case.home_tree());
         assert!(changes.is_empty(), "files changed: {changes:?}");
     }
+
+    /// Every file as before the run and the service still running, enabled.
+    #[track_caller]
+    fn assert_nothing_changed(&self) {
+        self.assert_unchanged();
+        assert_service_untouched(self);
+    }
+
+    /// A refusal with exit status `code` and exactly `stderr` that changed
+    /// nothing.
+    #[track_caller]
+    fn assert_refused(&self, code: i32, stderr: &str) {
+        assert_eq!(self.outcome.code(), code, "{:?}", self.outcome);
+        assert_eq!(self.outcome.stderr, stderr);
+        self.assert_nothing_changed();
+    }
+}
+
+/// Both runs of a side-by-side comparison for the calling test, which
+/// returns (skipped) where the sandbox or the originals are missing:
+/// `both_runs!(options, args)`, with an optional [`Input`] (default none)
+/// and [`Setup`].
+macro_rules! both_runs {
+    ($options:expr, $args:expr) => {
+        both_runs!($options, $args, Input::Null)
+    };
+    ($options:expr, $args:expr, $input:expr) => {
+        both_runs!($options, $args, $input, Setup::default())
+    };
+    ($options:expr, $args:expr, $input:expr, $setup:expr) => {
+        match side_by_side_with(agents_tests::test_name!(), $options, $setup, $args, $input) {
+            Some(runs) => runs,
+            None => return,
+        }
+    };
 }
 
 /// Extra environment variables for a case.
@@ -40,17 +75,9 @@ struct Setup<'a> {
     env: Option<ExtraEnv<'a>>,
 }
 
-/// Runs both implementations on identical fresh cases, checks that their
-/// statuses, outputs and resulting trees agree, and returns both.
-fn side_by_side(
-    test: &str,
-    options: LegacyOptions,
-    args: &[&str],
-    input: Input,
-) -> Option<[Ran; 2]> {
-    side_by_side_with(test, options, Setup::default(), args, input)
-}
-
+/// Runs both implementations on identical fresh cases, each changed by
+/// `setup` first, checks that their statuses, outputs and resulting trees
+/// agree, and returns both.
 fn side_by_side_with(
     test: &str,
     options: LegacyOptions,
@@ -168,10 +195,7 @@ fn assert_service_untouched(ran: &Ran) {
 
 #[test]
 fn yes_without_a_terminal_stops_the_service_and_keeps_state() {
-    let test = agents_tests::test_name!();
-    let Some(runs) = side_by_side(test, with_service(), &["--yes"], Input::Null) else {
-        return;
-    };
+    let runs = both_runs!(with_service(), &["--yes"]);
     for ran in &runs {
         let roots = &ran.case.roots;
         assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
@@ -207,10 +231,7 @@ fn team_hub_state_gets_its_notice() {
         team_hub: true,
         ..with_service()
     };
-    let Some(runs) = side_by_side(agents_tests::test_name!(), options, &["--yes"], Input::Null)
-    else {
-        return;
-    };
+    let runs = both_runs!(options, &["--yes"]);
     for ran in &runs {
         assert_eq!(ran.outcome.code(), 0);
         let lines = ran.outcome.stdout_lines();
@@ -231,23 +252,16 @@ fn team_hub_state_gets_its_notice() {
 
 #[test]
 fn no_terminal_without_yes_is_refused_and_changes_nothing() {
-    let test = agents_tests::test_name!();
-    let Some(runs) = side_by_side(test, with_service(), &[], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
-        assert_eq!(ran.outcome.code(), 1);
+    for ran in &both_runs!(with_service(), &[]) {
         assert_eq!(
             ran.outcome.stdout_lines()[0],
             removal_lines(&ran.case.roots)[0]
         );
-        assert_eq!(
-            ran.outcome.stderr,
+        ran.assert_refused(
+            1,
             "Refusing to Proceed? without --yes on a non-interactive run.\n\
-             Aborted; nothing was changed.\n"
+             Aborted; nothing was changed.\n",
         );
-        ran.assert_unchanged();
-        assert_service_untouched(ran);
     }
 }
 
@@ -257,20 +271,13 @@ fn purge_without_a_terminal_is_refused_even_with_yes() {
         legacy_alias: true,
         ..with_service()
     };
-    let test = agents_tests::test_name!();
-    let Some(runs) = side_by_side(test, options, &["--yes", "--purge-state"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
-        assert_eq!(ran.outcome.code(), 1);
-        assert_eq!(
-            ran.outcome.stderr,
-            "Refusing to purge state without an interactive terminal; --yes never bypasses \
-             the state guard.\n"
-        );
+    for ran in &both_runs!(options, &["--yes", "--purge-state"]) {
         assert_eq!(ran.outcome.stdout, "");
-        ran.assert_unchanged();
-        assert_service_untouched(ran);
+        ran.assert_refused(
+            1,
+            "Refusing to purge state without an interactive terminal; --yes never bypasses \
+             the state guard.\n",
+        );
     }
 }
 
@@ -294,7 +301,6 @@ fn full_success_lines(roots: &LegacyRoots) -> Vec<String> {
 
 #[test]
 fn unsafe_or_overlapping_roots_exit_2_and_keep_everything() {
-    let test = agents_tests::test_name!();
     let home_as_install = |case: &LegacyCase| {
         vec![(
             "AGENTS_SERVER_INSTALL_DIR".into(),
@@ -323,27 +329,18 @@ fn unsafe_or_overlapping_roots_exit_2_and_keep_everything() {
             env: Some(env),
             ..Default::default()
         };
-        let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null)
-        else {
-            return;
-        };
-        for ran in &runs {
+        for ran in &both_runs!(with_service(), &["--yes"], Input::Null, setup) {
             let (code, stdout, actual) = ran.outcome.normalized(ran.case.sandbox.base());
             assert_eq!((code, stdout.as_str(), actual.as_str()), (2, "", stderr));
-            ran.assert_unchanged();
-            assert_service_untouched(ran);
+            ran.assert_nothing_changed();
         }
     }
 }
 
 #[test]
 fn help_and_unknown_options_change_nothing() {
-    let test = agents_tests::test_name!();
     for (args, code) in [(&["--yes", "--help"][..], 0), (&["--yes", "--force"], 2)] {
-        let Some(runs) = side_by_side(test, with_service(), args, Input::Null) else {
-            return;
-        };
-        for ran in &runs {
+        for ran in &both_runs!(with_service(), args) {
             assert_eq!(ran.outcome.code(), code);
             let usage_stream = if code == 0 {
                 &ran.outcome.stdout
@@ -355,15 +352,13 @@ fn help_and_unknown_options_change_nothing() {
                 &ran.outcome.stderr
             };
             assert!(usage_stream.contains("Usage: ./uninstall.sh [--yes] [--purge-state]\n"));
-            ran.assert_unchanged();
-            assert_service_untouched(ran);
+            ran.assert_nothing_changed();
         }
     }
 }
 
 #[test]
 fn a_live_lock_owner_is_refused() {
-    let test = agents_tests::test_name!();
     let owner = std::process::id();
     let plant = move |case: &LegacyCase| {
         let lock = case.roots.install.join(".install-lock");
@@ -378,26 +373,19 @@ fn a_live_lock_owner_is_refused() {
         prepare: Some(&plant),
         ..Default::default()
     };
-    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
-        assert_eq!(ran.outcome.code(), 1);
+    for ran in &both_runs!(with_service(), &["--yes"], Input::Null, setup) {
         assert_eq!(ran.outcome.stdout, "");
-        assert_eq!(
-            ran.outcome.stderr,
-            format!(
+        ran.assert_refused(
+            1,
+            &format!(
                 "Refusing to uninstall while an AgentsServer install/update is active (PID {owner}).\n"
-            )
+            ),
         );
-        ran.assert_unchanged();
-        assert_service_untouched(ran);
     }
 }
 
 #[test]
 fn a_dead_lock_owner_is_taken_over() {
-    let test = agents_tests::test_name!();
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let dead = gone.id();
     gone.wait().unwrap();
@@ -419,10 +407,7 @@ fn a_dead_lock_owner_is_taken_over() {
         prepare: Some(&plant),
         ..Default::default()
     };
-    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
+    for ran in &both_runs!(with_service(), &["--yes"], Input::Null, setup) {
         assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
         assert_eq!(
             ran.outcome.stdout_lines(),
@@ -444,7 +429,6 @@ fn a_dead_lock_owner_is_taken_over() {
 
 #[test]
 fn a_pending_split_transaction_is_refused_before_the_lock() {
-    let test = agents_tests::test_name!();
     let plant = |case: &LegacyCase| {
         // A dangling symlink counts as present.
         std::os::unix::fs::symlink("missing", case.roots.install.join(".execution-transaction"))
@@ -454,19 +438,13 @@ fn a_pending_split_transaction_is_refused_before_the_lock() {
         prepare: Some(&plant),
         ..Default::default()
     };
-    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
-        assert_eq!(ran.outcome.code(), 1);
-        assert_eq!(
-            ran.outcome.stderr,
+    for ran in &both_runs!(with_service(), &["--yes"], Input::Null, setup) {
+        ran.assert_refused(
+            1,
             "This uninstaller does not support the separate gateway/execution layout or its \
              pending transaction.\nUse the execution-aware managed lifecycle; the pinned worker \
-             has not been changed.\n"
+             has not been changed.\n",
         );
-        ran.assert_unchanged();
-        assert_service_untouched(ran);
     }
 }
 
@@ -476,11 +454,7 @@ fn a_service_that_refuses_to_stop_keeps_every_file() {
         unstoppable: true,
         ..with_service()
     };
-    let test = agents_tests::test_name!();
-    let Some(runs) = side_by_side(test, options, &["--yes"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
+    for ran in &both_runs!(options, &["--yes"]) {
         assert_eq!(ran.outcome.code(), 1);
         assert_eq!(
             ran.outcome.stdout_lines()[2],
@@ -509,7 +483,6 @@ fn a_service_that_refuses_to_stop_keeps_every_file() {
 
 #[test]
 fn without_a_service_manager_no_file_is_removed() {
-    let test = agents_tests::test_name!();
     let elsewhere = |_case: &LegacyCase| {
         vec![(
             "XDG_RUNTIME_DIR".into(),
@@ -520,27 +493,17 @@ fn without_a_service_manager_no_file_is_removed() {
         env: Some(&elsewhere),
         ..Default::default()
     };
-    let Some(runs) = side_by_side_with(test, with_service(), setup, &["--yes"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
-        assert_eq!(ran.outcome.code(), 1);
-        assert_eq!(
-            ran.outcome.stderr,
-            "The systemd user service manager is unavailable; no files were removed.\n"
+    for ran in &both_runs!(with_service(), &["--yes"], Input::Null, setup) {
+        ran.assert_refused(
+            1,
+            "The systemd user service manager is unavailable; no files were removed.\n",
         );
-        ran.assert_unchanged();
-        assert_service_untouched(ran);
     }
 }
 
 #[test]
 fn without_a_unit_nothing_is_stopped() {
-    let test = agents_tests::test_name!();
-    let Some(runs) = side_by_side(test, LegacyOptions::default(), &["--yes"], Input::Null) else {
-        return;
-    };
-    for ran in &runs {
+    for ran in &both_runs!(LegacyOptions::default(), &["--yes"]) {
         assert_eq!(ran.outcome.code(), 0);
         let mut expected = removal_lines(&ran.case.roots);
         expected.drain(2..4);
@@ -552,7 +515,6 @@ fn without_a_unit_nothing_is_stopped() {
 
 #[test]
 fn the_prompt_accepts_only_the_scripts_yes_words() {
-    let test = agents_tests::test_name!();
     for (typed, accepted) in [
         (&b"y\n"[..], true),
         (b"YES\n", true),
@@ -562,11 +524,7 @@ fn the_prompt_accepts_only_the_scripts_yes_words() {
         (b"\n", false),
         (b"\x04", false),
     ] {
-        let input = Input::Terminal(typed.to_vec());
-        let Some(runs) = side_by_side(test, with_service(), &[], input) else {
-            return;
-        };
-        for ran in &runs {
+        for ran in &both_runs!(with_service(), &[], Input::Terminal(typed.to_vec())) {
             let roots = &ran.case.roots;
             let mut stdout = removal_lines(roots);
             stdout.truncate(2);
@@ -576,17 +534,70 @@ fn the_prompt_accepts_only_the_scripts_yes_words() {
                 assert_eq!(ran.outcome.stderr, "Proceed? [y/N] ");
                 assert_service_gone(ran);
             } else {
-                assert_eq!(ran.outcome.code(), 1, "{typed:?}");
-                assert_eq!(ran.outcome.stdout_lines(), stdout);
-                assert_eq!(
-                    ran.outcome.stderr,
-                    "Proceed? [y/N] Aborted; nothing was changed.\n"
-                );
-                ran.assert_unchanged();
-                assert_service_untouched(ran);
+                assert_eq!(ran.outcome.stdout_lines(), stdout, "{typed:?}");
+                ran.assert_refused(1, "Proceed? [y/N] Aborted; nothing was changed.\n");
             }
         }
     }
+}
+
+/// One purge attempt: `answer` typed for the state path (`{state}` stands
+/// for the case's own state root), then `confirm` unless `--yes` is given.
+#[derive(Clone, Copy)]
+struct Purge<'a> {
+    answer: &'a str,
+    confirm: &'a str,
+    args: &'a [&'a str],
+}
+
+impl Purge<'_> {
+    fn assume_yes(&self) -> bool {
+        self.args.contains(&"--yes")
+    }
+
+    /// Both implementations' runs of this attempt; `None` when skipped.
+    fn run(&self, test: &str, options: LegacyOptions) -> Option<[Ran; 2]> {
+        compare(test, |implementation| {
+            let case = LegacyCase::start(test, options)?;
+            let before = case.home_tree();
+            let state = case.roots.state.to_string_lossy().into_owned();
+            let mut typed = format!("{}\n", self.answer.replace("{state}", &state));
+            if !self.assume_yes() {
+                typed.push_str(&format!("{}\n", self.confirm));
+            }
+            let outcome = run(
+                implementation,
+                &case.env(),
+                self.args,
+                Input::Terminal(typed.into()),
+            );
+            Some(Ran {
+                case,
+                before,
+                outcome,
+            })
+        })
+    }
+}
+
+const PURGE_REQUESTED: &str =
+    "Permanent deletion requested for chat history, jobs, files, and tokens.";
+
+/// A purge that deleted the state, the alias and everything else.
+#[track_caller]
+fn assert_purged(ran: &Ran, prompt: &str, assume_yes: bool) {
+    let roots = &ran.case.roots;
+    assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
+    let mut expected = vec![PURGE_REQUESTED.to_string()];
+    expected.extend(removal_lines(roots));
+    expected.push(format!("Deleted {}", roots.state.display()));
+    expected.extend(FINAL_LINES.map(String::from));
+    assert_eq!(ran.outcome.stdout_lines(), expected);
+    let confirm_prompt = if assume_yes { "" } else { "Proceed? [y/N] " };
+    assert_eq!(ran.outcome.stderr, format!("{prompt}{confirm_prompt}"));
+    assert!(!roots.state.exists());
+    assert!(std::fs::symlink_metadata(roots.home.join(".zenithbot-agent")).is_err());
+    assert_service_gone(ran);
 }
 
 #[test]
@@ -597,7 +608,6 @@ fn purging_needs_the_exact_state_path_typed_at_the_terminal() {
         team_hub: true,
         ..with_service()
     };
-    // The typed path is the case's own state root (they differ per case).
     for (answer, confirm, purged) in [
         ("{state}", "y", true),
         (" {state} ", "yes", true),
@@ -605,69 +615,35 @@ fn purging_needs_the_exact_state_path_typed_at_the_terminal() {
         ("{state}", "n", false),
     ] {
         for args in [&["--purge-state"][..], &["--purge-state", "--yes"]] {
-            let assume_yes = args.contains(&"--yes");
-            let Some(runs) = compare(test, |implementation| {
-                let case = LegacyCase::start(test, options)?;
-                let before = case.home_tree();
-                let state = case.roots.state.to_string_lossy().into_owned();
-                let mut typed = format!("{}\n", answer.replace("{state}", &state));
-                if !assume_yes {
-                    typed.push_str(&format!("{confirm}\n"));
-                }
-                let outcome = run(
-                    implementation,
-                    &case.env(),
-                    args,
-                    Input::Terminal(typed.into()),
-                );
-                Some(Ran {
-                    case,
-                    before,
-                    outcome,
-                })
-            }) else {
+            let purge = Purge {
+                answer,
+                confirm,
+                args,
+            };
+            let Some(runs) = purge.run(test, options) else {
                 return;
             };
-            let path_matches = !answer.ends_with('/');
             for ran in &runs {
-                let roots = &ran.case.roots;
                 let prompt = format!(
                     "Type the exact state path to confirm ({}): ",
-                    roots.state.display()
+                    ran.case.roots.state.display()
                 );
-                let first =
-                    "Permanent deletion requested for chat history, jobs, files, and tokens.";
-                if !path_matches {
-                    assert_eq!(ran.outcome.code(), 1);
-                    assert_eq!(ran.outcome.stdout_lines(), [first]);
-                    assert_eq!(
-                        ran.outcome.stderr,
-                        format!("{prompt}State path did not match; nothing was changed.\n")
+                if answer.ends_with('/') {
+                    assert_eq!(ran.outcome.stdout_lines(), [PURGE_REQUESTED]);
+                    ran.assert_refused(
+                        1,
+                        &format!("{prompt}State path did not match; nothing was changed.\n"),
                     );
-                    ran.assert_unchanged();
-                    assert_service_untouched(ran);
-                    continue;
-                }
-                if !purged && !assume_yes {
+                } else if !purged && !purge.assume_yes() {
                     assert_eq!(ran.outcome.code(), 1);
                     ran.assert_unchanged();
                     assert_eq!(
                         ran.outcome.stderr,
                         format!("{prompt}Proceed? [y/N] Aborted; nothing was changed.\n")
                     );
-                    continue;
+                } else {
+                    assert_purged(ran, &prompt, purge.assume_yes());
                 }
-                assert_eq!(ran.outcome.code(), 0, "{:?}", ran.outcome);
-                let mut expected = vec![first.to_string()];
-                expected.extend(removal_lines(roots));
-                expected.push(format!("Deleted {}", roots.state.display()));
-                expected.extend(FINAL_LINES.map(String::from));
-                assert_eq!(ran.outcome.stdout_lines(), expected);
-                let confirm_prompt = if assume_yes { "" } else { "Proceed? [y/N] " };
-                assert_eq!(ran.outcome.stderr, format!("{prompt}{confirm_prompt}"));
-                assert!(!roots.state.exists());
-                assert!(std::fs::symlink_metadata(roots.home.join(".zenithbot-agent")).is_err());
-                assert_service_gone(ran);
             }
         }
     }
@@ -711,8 +687,7 @@ fn a_termination_signal_at_the_prompt_exits_130_and_releases_the_lock() {
             before,
             outcome,
         };
-        ran.assert_unchanged();
-        assert_service_untouched(&ran);
+        ran.assert_nothing_changed();
         Some(ran)
     });
 }
@@ -744,8 +719,7 @@ fn termination_signals_ignored_by_the_caller_stay_ignored() {
             before,
             outcome,
         };
-        ran.assert_unchanged();
-        assert_service_untouched(&ran);
+        ran.assert_nothing_changed();
         assert!(!ran.case.roots.install.join(".install-lock").exists());
         Some(ran)
     });
@@ -753,7 +727,6 @@ fn termination_signals_ignored_by_the_caller_stay_ignored() {
 
 #[test]
 fn a_missing_install_root_is_created_for_the_lock_and_removed() {
-    let test = agents_tests::test_name!();
     let remove_install = |case: &LegacyCase| {
         std::fs::remove_dir_all(&case.roots.install).unwrap();
     };
@@ -762,10 +735,7 @@ fn a_missing_install_root_is_created_for_the_lock_and_removed() {
         ..Default::default()
     };
     for (args, code) in [(&["--yes"][..], 0), (&[][..], 1)] {
-        let Some(runs) = side_by_side_with(test, with_service(), setup, args, Input::Null) else {
-            return;
-        };
-        for ran in &runs {
+        for ran in &both_runs!(with_service(), args, Input::Null, setup) {
             assert_eq!(ran.outcome.code(), code, "{:?}", ran.outcome);
             assert!(
                 !ran.case.roots.install.exists(),

@@ -10,15 +10,16 @@ use agents_tests::Role;
 use uninstall_support::split::*;
 use uninstall_support::*;
 
+/// What [`SplitCase::kept_tree`] records.
+type Tree = std::collections::BTreeMap<std::path::PathBuf, Entry>;
+
 fn refusal(message: &str) -> String {
     format!("Cannot uninstall the separate gateway/execution layout: {message}\n")
 }
 
 #[test]
 fn an_idle_pair_is_removed_and_state_kept() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let state_before = case.state_files();
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(outcome.stderr, "");
@@ -33,9 +34,7 @@ fn an_idle_pair_is_removed_and_state_kept() {
 
 #[test]
 fn the_script_form_hands_the_split_layout_over() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let env = case.script_env();
     let outcome = run(Implementation::Port, &env, &["--yes"], Input::Null);
     assert_eq!(outcome.stderr, "");
@@ -44,14 +43,13 @@ fn the_script_form_hands_the_split_layout_over() {
 
 #[test]
 fn purging_removes_state_and_only_the_alias_that_names_it() {
-    let test = agents_tests::test_name!();
     let unrelated = agents_tests::TempDir::new("uninstall-unrelated");
     agents_tests::write_file_making_parents(
         &unrelated.path().join("keep.txt"),
         b"not ours\n",
         0o644,
     );
-    let Some(case) = SplitCase::start_with(test, |installation| {
+    let case = split_case!(|installation| {
         std::os::unix::fs::symlink(
             &installation.state_root,
             installation.home.join(".zenithbot-agent"),
@@ -63,9 +61,7 @@ fn purging_removes_state_and_only_the_alias_that_names_it() {
             installation.install_root.join("elsewhere"),
         )
         .unwrap();
-    }) else {
-        return;
-    };
+    });
     let state = case.installation.state_root.to_str().unwrap().to_string();
     let typed = format!("{state}\ny\n");
     let outcome = case.run(&["--purge-state"], Input::Terminal(typed.into_bytes()));
@@ -85,14 +81,11 @@ fn purging_removes_state_and_only_the_alias_that_names_it() {
 
 #[test]
 fn an_alias_to_another_directory_survives_a_purge() {
-    let test = agents_tests::test_name!();
     let other = agents_tests::TempDir::new("uninstall-other-state");
-    let Some(case) = SplitCase::start_with(test, |installation| {
+    let case = split_case!(|installation| {
         std::os::unix::fs::symlink(other.path(), installation.home.join(".zenithbot-agent"))
             .unwrap();
-    }) else {
-        return;
-    };
+    });
     let state = case.installation.state_root.to_str().unwrap().to_string();
     let outcome = case.run(
         &["--purge-state", "--yes"],
@@ -105,43 +98,62 @@ fn an_alias_to_another_directory_survives_a_purge() {
 
 #[test]
 fn group_writable_directories_inside_a_release_are_removable() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start_with(test, |installation| {
+    let case = split_case!(|installation| {
         for dir in ["__pycache__", ".venv/lib"] {
             agents_tests::make_dirs(&installation.release_dir("1.0.0").join(dir), 0o775);
         }
-    }) else {
-        return;
-    };
+    });
     let outcome = case.run(&["--yes"], Input::Null);
     case.assert_removed(&outcome, true);
 }
 
-/// Runs with `--yes` and checks a refusal that kept everything: files,
-/// both services (same PIDs, enabled) and the worker's admission.
+/// The installation lock the uninstaller takes.
+fn install_lock(case: &SplitCase) -> std::path::PathBuf {
+    case.installation.install_root.join(".install-lock")
+}
+
+/// Runs with `--yes` and checks a refusal that kept every file.
 #[track_caller]
-fn assert_kept(case: &SplitCase, message: &str) {
+fn assert_refused_keeping_files(case: &SplitCase, message: &str) {
     let before = case.kept_tree();
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(outcome.code(), 1, "{outcome:?}");
     assert_eq!(outcome.stderr, refusal(message));
     assert_eq!(outcome.stdout, "");
     assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
+}
+
+/// A failure after the uninstaller asked for the worker's hold: no removal
+/// began (`ownership verification` is not needed), every file is kept, the
+/// hold was given back after `actions`, and both services run untouched.
+#[track_caller]
+fn assert_hold_given_back(case: &SplitCase, outcome: &Outcome, before: &Tree, actions: &[&str]) {
+    assert_eq!(outcome.code(), 1, "{outcome:?}");
+    assert!(
+        !outcome.stderr.contains("ownership verification"),
+        "{outcome:?}"
+    );
+    assert_eq!(changes(before, &case.kept_tree()), Vec::<String>::new());
+    assert_eq!(case.maintenance_actions(), actions);
+    case.assert_worker_unheld();
+    case.assert_services_untouched();
+    assert!(case.intent().is_none());
+}
+
+/// Runs with `--yes` and checks a refusal that kept everything: files,
+/// both services (same PIDs, enabled) and the worker's admission.
+#[track_caller]
+fn assert_kept(case: &SplitCase, message: &str) {
+    assert_refused_keeping_files(case, message);
     case.assert_services_untouched();
     case.assert_worker_unheld();
     assert!(case.intent().is_none());
-    assert!(!case
-        .installation
-        .install_root
-        .join(".install-lock")
-        .exists());
+    assert!(!install_lock(case).exists());
 }
 
 #[test]
 fn roots_that_are_not_private_are_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     for (root, mode) in [
         (&case.installation.install_root, 0o755),
         (&case.installation.config_root, 0o770),
@@ -161,9 +173,7 @@ fn roots_that_are_not_private_are_refused() {
 
 #[test]
 fn a_foreign_directory_in_a_removal_tree_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let venv = case.installation.release_dir("1.1.0").join(".venv");
     std::os::unix::fs::chown(&venv, Some(4242), None).unwrap();
     assert_kept(
@@ -180,9 +190,7 @@ fn a_foreign_directory_in_a_removal_tree_is_refused() {
 
 #[test]
 fn a_busy_worker_or_a_foreign_lease_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     case.switches(
         Role::Worker,
         agents_tests::Switches {
@@ -214,14 +222,10 @@ fn a_busy_worker_or_a_foreign_lease_is_refused() {
         .send(address)
         .unwrap();
     assert_eq!(response.status, 200, "{response:?}");
-    let before = case.kept_tree();
-    let outcome = case.run(&["--yes"], Input::Null);
-    assert_eq!(outcome.code(), 1);
-    assert_eq!(
-        outcome.stderr,
-        refusal("execution is busy or another operation owns admission")
+    assert_refused_keeping_files(
+        &case,
+        "execution is busy or another operation owns admission",
     );
-    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
     case.assert_services_untouched();
     let lease = case.worker_status();
     assert_eq!(
@@ -237,9 +241,7 @@ fn a_busy_worker_or_a_foreign_lease_is_refused() {
 
 #[test]
 fn a_pending_update_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let status = case
         .installation
         .state_root
@@ -264,9 +266,7 @@ fn a_pending_update_is_refused() {
 
 #[test]
 fn a_foreign_unit_or_moved_current_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let unit = case.sandbox.unit_dir().join(GATEWAY_UNIT);
     let original = std::fs::read(&unit).unwrap();
     let mut foreign = original.clone();
@@ -292,9 +292,7 @@ fn a_foreign_unit_or_moved_current_is_refused() {
 
 #[test]
 fn a_busy_preparation_runner_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let preparation = case
         .installation
         .install_root
@@ -337,21 +335,13 @@ fn a_busy_preparation_runner_is_refused() {
 
 #[test]
 fn a_stopped_worker_without_an_intent_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     case.sandbox.systemctl_ok(&["stop", WORKER_UNIT]);
-    let before = case.kept_tree();
-    let outcome = case.run(&["--yes"], Input::Null);
-    assert_eq!(outcome.code(), 1);
-    assert_eq!(
-        outcome.stderr,
-        refusal(
-            "safe uninstall requires a healthy running worker and gateway; stopped or broken \
-             installations require ownership recovery"
-        )
+    assert_refused_keeping_files(
+        &case,
+        "safe uninstall requires a healthy running worker and gateway; stopped or broken \
+         installations require ownership recovery",
     );
-    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
     assert_eq!(case.unit(WORKER_UNIT).active_state, "inactive");
     assert_eq!(case.unit(GATEWAY_UNIT).main_pid, case.services.gateway_pid);
 }
@@ -390,6 +380,18 @@ fn wait_for_request(
 const MAINTENANCE: &str = "/api/admin/execution/maintenance";
 const STATUS: &str = "/api/admin/execution/status";
 
+/// Starts the uninstaller with the worker holding back its reply to
+/// maintenance `action` for `seconds`, and waits until it does.
+fn run_until_stalled(case: &SplitCase, action: &str, seconds: f64) -> Running {
+    case.switches(
+        Role::Worker,
+        stall(agents_tests::RequestMatch::maintenance(action), seconds),
+    );
+    let running = case.start_run();
+    wait_for_request(case, MAINTENANCE, Some(action), "stalled", 1);
+    running
+}
+
 /// Re-runs until the uninstall completes (a run killed during a native stop
 /// may leave a unit settling); every failed attempt must keep the files.
 fn retry_until_removed(case: &SplitCase) {
@@ -414,8 +416,7 @@ fn retry_until_removed(case: &SplitCase) {
 
 #[test]
 fn a_failing_worker_stop_gives_everything_back() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start_with(test, |installation| {
+    let case = split_case!(|installation| {
         // A drop-in (the unit file itself stays exactly as rendered).
         let dropin = installation
             .home
@@ -426,9 +427,7 @@ fn a_failing_worker_stop_gives_everything_back() {
             b"[Unit]\nRefuseManualStop=yes\n",
             0o644,
         );
-    }) else {
-        return;
-    };
+    });
     let before = case.kept_tree();
     let outcome = case.run(&["--yes"], Input::Null);
     assert_eq!(outcome.code(), 1, "{outcome:?}");
@@ -459,10 +458,7 @@ fn a_failing_worker_stop_gives_everything_back() {
 
 #[test]
 fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
+    let case = split_case!();
     let lease = case.installation.state_root.join("admin/state-owner.lock");
     // Waits for the worker's lock and holds it once the worker has stopped.
     let mut holder = agents_tests::GroupChild::spawn(
@@ -552,9 +548,7 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
 
 #[test]
 fn a_lost_seal_reply_is_adopted_and_released() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     // The seal takes effect, but its reply comes after the 5 s client timeout.
     case.switches(
         Role::Worker,
@@ -562,23 +556,12 @@ fn a_lost_seal_reply_is_adopted_and_released() {
     );
     let before = case.kept_tree();
     let outcome = case.run(&["--yes"], Input::Null);
-    assert_eq!(outcome.code(), 1, "{outcome:?}");
-    assert!(
-        !outcome.stderr.contains("ownership verification"),
-        "{outcome:?}"
-    );
-    assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
-    assert_eq!(case.maintenance_actions(), ["acquire", "seal", "release"]);
-    case.assert_worker_unheld();
-    case.assert_services_untouched();
-    assert!(case.intent().is_none());
+    assert_hold_given_back(&case, &outcome, &before, &["acquire", "seal", "release"]);
 }
 
 #[test]
 fn a_refused_hold_withdraws_the_intent() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     for (refused, actions) in [
         ("acquire", &["acquire"][..]),
         ("seal", &["acquire", "acquire", "seal", "release"][..]),
@@ -592,31 +575,14 @@ fn a_refused_hold_withdraws_the_intent() {
         );
         let before = case.kept_tree();
         let outcome = case.run(&["--yes"], Input::Null);
-        assert_eq!(outcome.code(), 1, "{outcome:?}");
-        assert!(
-            !outcome.stderr.contains("ownership verification"),
-            "{outcome:?}"
-        );
-        assert_eq!(changes(&before, &case.kept_tree()), Vec::<String>::new());
-        assert_eq!(case.maintenance_actions(), actions);
-        case.assert_worker_unheld();
-        case.assert_services_untouched();
-        assert!(case.intent().is_none());
+        assert_hold_given_back(&case, &outcome, &before, actions);
     }
 }
 
 #[test]
 fn a_pending_update_after_the_seal_releases_the_hold() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
-    case.switches(
-        Role::Worker,
-        stall(agents_tests::RequestMatch::maintenance("seal"), 1.5),
-    );
-    let running = case.start_run();
-    wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
+    let case = split_case!();
+    let running = run_until_stalled(&case, "seal", 1.5);
     agents_tests::write_file_making_parents(
         &case
             .installation
@@ -640,35 +606,21 @@ fn a_pending_update_after_the_seal_releases_the_hold() {
 
 #[test]
 fn sigkill_while_requesting_the_hold_then_a_retry_finishes() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
-    case.switches(
-        Role::Worker,
-        stall(agents_tests::RequestMatch::maintenance("acquire"), 30.0),
-    );
-    let running = case.start_run();
-    wait_for_request(&case, MAINTENANCE, Some("acquire"), "stalled", 1);
+    let case = split_case!();
+    let running = run_until_stalled(&case, "acquire", 30.0);
     assert_eq!(case.phase().as_deref(), Some("prepared"));
     running.signal(rustix::process::Signal::KILL);
     let outcome = running.finish();
     assert!(outcome.status.code().is_none(), "killed: {outcome:?}");
     // The dead uninstaller's lock and intent remain; services untouched.
-    assert!(case
-        .installation
-        .install_root
-        .join(".install-lock")
-        .exists());
+    assert!(install_lock(&case).exists());
     case.assert_services_untouched();
     retry_until_removed(&case);
 }
 
 #[test]
 fn sigkill_after_sealing_then_a_retry_finishes() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let running = case.start_run();
     case.wait_for_phase("sealed");
     running.signal(rustix::process::Signal::KILL);
@@ -679,12 +631,7 @@ fn sigkill_after_sealing_then_a_retry_finishes() {
 /// Kills the uninstaller while it asks the worker's status before stopping
 /// it, i.e. after the gateway has stopped.
 fn kill_between_the_two_stops(case: &SplitCase) {
-    case.switches(
-        Role::Worker,
-        stall(agents_tests::RequestMatch::maintenance("seal"), 2.0),
-    );
-    let running = case.start_run();
-    wait_for_request(case, MAINTENANCE, Some("seal"), "stalled", 1);
+    let running = run_until_stalled(case, "seal", 2.0);
     let statuses_before = case
         .requests(Role::Worker)
         .iter()
@@ -716,10 +663,7 @@ fn kill_between_the_two_stops(case: &SplitCase) {
 
 #[test]
 fn sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
+    let case = split_case!();
     kill_between_the_two_stops(&case);
     let outcome = case.run(&["--yes"], Input::Null);
     case.assert_removed(&outcome, true);
@@ -727,10 +671,7 @@ fn sigkill_between_the_gateway_and_worker_stops_then_a_retry_finishes() {
 
 #[test]
 fn a_restarted_worker_keeps_the_hold_of_the_interrupted_uninstall() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
+    let case = split_case!();
     kill_between_the_two_stops(&case);
     case.sandbox.systemctl_ok(&["restart", WORKER_UNIT]);
     let operation = case
@@ -772,9 +713,7 @@ fn assert_died_of_interrupt(outcome: &Outcome) {
 
 #[test]
 fn an_interrupt_at_the_prompt_changes_nothing() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let before = case.kept_tree();
     let running = case.start_run_with(&[], Input::Terminal(Vec::new()));
     running.wait_for_stdout("Remove both idle services, runtime and configuration? [y/N] ");
@@ -788,9 +727,7 @@ fn an_interrupt_at_the_prompt_changes_nothing() {
 
 #[test]
 fn an_interrupt_the_caller_ignored_stays_ignored() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let before = case.kept_tree();
     let args = case.args(&[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -819,17 +756,9 @@ fn an_interrupt_the_caller_ignored_stays_ignored() {
 
 #[test]
 fn an_interrupt_after_the_hold_releases_it_before_dying() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
-    case.switches(
-        Role::Worker,
-        stall(agents_tests::RequestMatch::maintenance("seal"), 2.0),
-    );
+    let case = split_case!();
     let before = case.kept_tree();
-    let running = case.start_run();
-    wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
+    let running = run_until_stalled(&case, "seal", 2.0);
     running.signal(rustix::process::Signal::INT);
     let outcome = running.finish();
     assert_died_of_interrupt(&outcome);
@@ -838,25 +767,13 @@ fn an_interrupt_after_the_hold_releases_it_before_dying() {
     case.assert_worker_unheld();
     case.assert_services_untouched();
     assert!(case.intent().is_none());
-    assert!(!case
-        .installation
-        .install_root
-        .join(".install-lock")
-        .exists());
+    assert!(!install_lock(&case).exists());
 }
 
 #[test]
 fn a_prepared_intent_with_both_services_stopped_is_finished() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
-    case.switches(
-        Role::Worker,
-        stall(agents_tests::RequestMatch::maintenance("acquire"), 30.0),
-    );
-    let running = case.start_run();
-    wait_for_request(&case, MAINTENANCE, Some("acquire"), "stalled", 1);
+    let case = split_case!();
+    let running = run_until_stalled(&case, "acquire", 30.0);
     running.signal(rustix::process::Signal::KILL);
     let _ = running.finish();
     assert_eq!(case.phase().as_deref(), Some("prepared"));
@@ -874,16 +791,8 @@ fn a_prepared_intent_with_both_services_stopped_is_finished() {
 
 #[test]
 fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start(test) else {
-        return;
-    };
-    case.switches(
-        Role::Worker,
-        stall(agents_tests::RequestMatch::maintenance("seal"), 4.0),
-    );
-    let running = case.start_run();
-    wait_for_request(&case, MAINTENANCE, Some("seal"), "stalled", 1);
+    let case = split_case!();
+    let running = run_until_stalled(&case, "seal", 4.0);
     // A new worker epoch replaces the one that was sealing: the reply is lost.
     case.sandbox.systemctl_ok(&["restart", WORKER_UNIT]);
     let outcome = running.finish();
@@ -907,15 +816,12 @@ fn a_worker_restarted_during_the_seal_is_finished_by_a_retry() {
 
 #[test]
 fn a_mount_inside_a_removal_tree_is_refused() {
-    let test = agents_tests::test_name!();
-    let Some(case) = SplitCase::start_with(test, |installation| {
+    let case = split_case!(|installation| {
         agents_tests::make_dirs(
             &installation.release_dir("1.0.0").join("__pycache__"),
             0o700,
         );
-    }) else {
-        return;
-    };
+    });
     let inside = case.installation.release_dir("1.0.0").join("__pycache__");
     let before = case.kept_tree();
     // The uninstaller runs in its own mount namespace with a tmpfs there, so
@@ -1057,9 +963,7 @@ fn register_owner(case: &SplitCase, name: &str) -> std::path::PathBuf {
 
 #[test]
 fn retired_recovery_owners_do_not_block_the_uninstall() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     for name in [OWNER, "activation-fedcba9876543210fedcba98"] {
         let directory = arm_recovery_owner(&case, name);
         retire_owner(&directory, name);
@@ -1071,9 +975,7 @@ fn retired_recovery_owners_do_not_block_the_uninstall() {
 
 #[test]
 fn an_unretired_recovery_owner_keeps_everything() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let directory = arm_recovery_owner(&case, OWNER);
     // Armed, not yet registered: the original's read of the registration fails.
     let unit =
@@ -1117,9 +1019,7 @@ fn a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl() {
     // An owner armed for a macOS home names a launchd job: its plist under
     // ~/Library/LaunchAgents and `/bin/launchctl print` (an absolute path,
     // which this Linux host does not have, as the original finds too).
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let directory = arm_recovery_owner_on(&case, OWNER, Platform::Darwin);
     let plist =
         agents_common::recovery_service_path(OWNER, Platform::Darwin, &case.installation.home);
@@ -1161,9 +1061,7 @@ fn a_launchd_recovery_owner_is_judged_by_its_plist_and_launchctl() {
 
 #[test]
 fn malformed_recovery_evidence_is_refused() {
-    let Some(case) = SplitCase::start(agents_tests::test_name!()) else {
-        return;
-    };
+    let case = split_case!();
     let directory = arm_recovery_owner(&case, OWNER);
     retire_owner(&directory, OWNER);
     let proof = finalization_proof(&directory, OWNER);
@@ -1279,7 +1177,7 @@ fn a_rerun_finishes_an_interrupted_removal(
     );
     assert_eq!(case.phase().as_deref(), Some("stopped"));
     left(&case);
-    let lock = case.installation.install_root.join(".install-lock");
+    let lock = install_lock(&case);
     assert!(lock.join("pid").exists(), "the killed run's lock is left");
 
     let outcome = case.run(&["--yes"], Input::Null);

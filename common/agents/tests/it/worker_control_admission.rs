@@ -3,11 +3,11 @@
 //! for a stop, the startup hold, release, and the owner re-check that must
 //! stop a control token from reaching a worker of another epoch.
 
-use agents_common::WorkerControl;
+use agents_common::{ExecutionLayout, SealedHold, WorkerControl};
 use agents_tests::assert_error;
 use agents_tests::worker_double::{
     absent, body_of, lease, native, own_pid, running, stopped, FakeServices, Installed,
-    WorkerDouble, CONTROL_TOKEN, INSTANCE_ID, OPERATION,
+    WorkerDouble, WorkerState, CONTROL_TOKEN, INSTANCE_ID, OPERATION,
 };
 use python_compat::{
     json::{Json, JsonObject},
@@ -17,27 +17,112 @@ use python_compat::{
 const STATUS: &str = "/api/admin/execution/status";
 const MAINTENANCE: &str = "/api/admin/execution/maintenance";
 
-/// An installation whose receipt points at a running double.
-fn running_worker(tag: &str) -> (Installed, WorkerDouble, JsonObject) {
-    let installed = Installed::new(tag);
-    let double = WorkerDouble::start();
-    let record = installed.record(double.port());
-    installed.write_record(&record);
-    (installed, double, record)
+/// An operation other than [`OPERATION`]: its holds are not ours to use.
+const OTHER_OPERATION: &str = "00000000-0000-0000-0000-000000000000";
+
+/// The refusal whenever the owner re-check stops the token from being sent.
+const OWNER_CHANGED: &str =
+    "native worker or callback receipt changed before credentials were sent";
+
+/// An installation whose `worker.json` receipt points at a running worker
+/// double, and the service manager the client asks (unless replaced: the
+/// worker running with this process's PID, no gateway). Every test starts
+/// from this world and changes only what it is about.
+struct Scenario {
+    installed: Installed,
+    double: WorkerDouble,
+    /// The receipt as written, for comparing with what the client read.
+    record: JsonObject,
+    services: FakeServices,
 }
 
-fn targets(double: &WorkerDouble) -> Vec<String> {
-    double
-        .requests()
-        .iter()
-        .map(|request| {
-            let action = body_of_opt(request);
-            format!("{} {}{}", request.method, request.target, action)
-        })
-        .collect()
+impl Scenario {
+    fn new(tag: &str) -> Self {
+        let installed = Installed::new(tag);
+        let double = WorkerDouble::start();
+        let record = installed.record(double.port());
+        installed.write_record(&record);
+        Scenario {
+            installed,
+            double,
+            record,
+            services: FakeServices::worker_running(absent()),
+        }
+    }
+
+    /// The same world with another service manager answering the owner checks.
+    fn managed_by(self, services: FakeServices) -> Self {
+        Scenario { services, ..self }
+    }
+
+    /// The worker double's state changed before the call under test.
+    fn with_worker(self, change: impl FnOnce(&mut WorkerState)) -> Self {
+        self.double.edit(change);
+        self
+    }
+
+    /// The worker reports `held` as its admission lease.
+    fn holding(self, held: Json) -> Self {
+        self.with_worker(|state| state.lease = held)
+    }
+
+    /// The worker answers maintenance `action` with `reply` instead of
+    /// following its lease rules.
+    fn replying(self, action: &str, reply: Json) -> Self {
+        self.with_worker(|state| state.maintenance_reply.push((action.into(), reply)))
+    }
+
+    fn layout(&self) -> &ExecutionLayout {
+        &self.installed.layout
+    }
+
+    /// A client asking this scenario's service manager.
+    fn control(&self) -> WorkerControl<'_> {
+        WorkerControl::new().services(&self.services)
+    }
+
+    fn status(&self) -> agents_common::Result<(JsonObject, JsonObject)> {
+        self.control().status(self.layout())
+    }
+
+    /// `seal_for_stop` for [`OPERATION`], the native worker being `native_pid`.
+    fn seal_for_stop(&self, native_pid: i64) -> agents_common::Result<SealedHold> {
+        self.control()
+            .seal_for_stop(self.layout(), OPERATION, native_pid)
+    }
+
+    fn require_startup_hold(&self) -> agents_common::Result<()> {
+        self.control()
+            .require_startup_hold(self.layout(), OPERATION)
+    }
+
+    fn release(&self) -> agents_common::Result<()> {
+        self.control().release(self.layout(), OPERATION)
+    }
+
+    /// Writes `record` as the receipt and reads it back through the checks
+    /// (which need no service manager).
+    fn read_receipt(&self, record: &JsonObject) -> agents_common::Result<JsonObject> {
+        self.installed.write_record(record);
+        WorkerControl::new().worker_record(self.layout())
+    }
+
+    /// What reached the worker, one `METHOD target[ action]` per request.
+    fn sent(&self) -> Vec<String> {
+        self.double
+            .requests()
+            .iter()
+            .map(|request| {
+                let action = action_of(request);
+                format!("{} {}{}", request.method, request.target, action)
+            })
+            .collect()
+    }
 }
 
-fn body_of_opt(request: &agents_tests::loopback_peers::Request) -> String {
+/// ` <action>` of a maintenance request (`?` when it names none), nothing
+/// for a request without a body.
+fn action_of(request: &agents_tests::loopback_peers::Request) -> String {
     if request.body.is_empty() {
         return String::new();
     }
@@ -48,17 +133,67 @@ fn body_of_opt(request: &agents_tests::loopback_peers::Request) -> String {
     )
 }
 
+/// [`Scenario::sent`]'s line for the status request.
+fn get_status() -> String {
+    format!("GET {STATUS}")
+}
+
+/// [`Scenario::sent`]'s line for the maintenance request of `action`.
+fn post_maintenance(action: &str) -> String {
+    format!("POST {MAINTENANCE} {action}")
+}
+
+/// A status reply of this instance with `lease` and `idle`.
+fn status_with(lease: Json, idle: bool) -> Json {
+    Json::Object(json_object! {
+        "worker_instance_id" => INSTANCE_ID,
+        "idle" => idle,
+        "blockers" => JsonObject::new(),
+        "lease" => lease,
+    })
+}
+
+/// A refusal raised as Python's `RuntimeError(message)`.
+fn runtime(message: &str) -> (ErrorClass, &str) {
+    (ErrorClass::Runtime, message)
+}
+
+/// `assert_error` for one case of a table: every message names the case,
+/// so a failing row says which one it is.
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(
+    result: agents_common::Result<T>,
+    (class, message): (ErrorClass, &str),
+    case: &str,
+) {
+    match result {
+        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => assert_eq!(
+            (error.class(), error.message()),
+            (class, message),
+            "{case}: unexpected error: {}",
+            error.python_line()
+        ),
+    }
+}
+
+/// The status call is refused by the owner re-check and nothing, least of
+/// all the control token, reached the worker.
+#[track_caller]
+fn assert_token_withheld(scenario: &Scenario, case: &str) {
+    assert_refused(scenario.status(), runtime(OWNER_CHANGED), case);
+    assert!(scenario.double.requests().is_empty(), "{case}");
+}
+
 #[test]
 fn status_sends_the_control_token_to_the_receipt_origin() {
-    let (installed, double, record) = running_worker("status");
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-    let (seen_record, status) = control.status(&installed.layout).unwrap();
-    assert_eq!(seen_record, record);
+    let scenario = Scenario::new("status");
+    let (seen_record, status) = scenario.status().unwrap();
+    assert_eq!(seen_record, scenario.record);
     assert_eq!(status.get("idle"), Some(&Json::Bool(true)));
-    let requests = double.requests();
+    let requests = scenario.double.requests();
     assert_eq!(requests.len(), 1);
-    let port = double.port();
+    let port = scenario.double.port();
     let expected = format!(
         "GET {STATUS} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {CONTROL_TOKEN}\r\n\
          Accept: application/json\r\nConnection: close\r\n\r\n"
@@ -68,51 +203,44 @@ fn status_sends_the_control_token_to_the_receipt_origin() {
         expected
     );
     // Checked before sending, then re-checked after the ownership proof.
-    assert_eq!(services.calls(), 2);
+    assert_eq!(scenario.services.calls(), 2);
 }
+
+/// A change to what the worker double answers, as a table entry.
+type WorkerChange = fn(&mut WorkerState);
 
 #[test]
 fn status_from_another_instance_or_without_a_boolean_idle_is_refused() {
-    let (installed, double, _record) = running_worker("status-mismatch");
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
     let mismatch = "private worker status does not match its process receipt";
-    double.edit(|state| state.instance_id = "another".into());
-    assert_error(
-        control.status(&installed.layout),
-        ErrorClass::Runtime,
-        mismatch,
-    );
-    double.edit(|state| {
-        state.instance_id = INSTANCE_ID.into();
-        state.idle = Json::Int(1);
-    });
-    assert_error(
-        control.status(&installed.layout),
-        ErrorClass::Runtime,
-        mismatch,
-    );
-    double.edit(|state| {
-        state.status_reply = Some(Json::Object(
-            json_object! { "worker_instance_id" => INSTANCE_ID },
-        ))
-    });
-    assert_error(
-        control.status(&installed.layout),
-        ErrorClass::Runtime,
-        mismatch,
-    );
+    let cases: [(&str, WorkerChange); 3] = [
+        ("another instance ID", |state| {
+            state.instance_id = "another".into()
+        }),
+        ("an integer idle", |state| state.idle = Json::Int(1)),
+        ("no idle at all", |state| {
+            state.status_reply = Some(Json::Object(
+                json_object! { "worker_instance_id" => INSTANCE_ID },
+            ))
+        }),
+    ];
+    for (case, change) in cases {
+        let scenario = Scenario::new("status-mismatch").with_worker(change);
+        assert_refused(scenario.status(), runtime(mismatch), case);
+    }
 }
 
 #[test]
 fn worker_record_accepts_python_equal_protocol_values() {
-    let (installed, _double, mut record) = running_worker("record-quirks");
-    let control = WorkerControl::new();
+    let scenario = Scenario::new("record-quirks");
+    let mut record = scenario.record.clone();
     // protocol == 1 holds for true and 1.0 in Python.
     for protocol in [Json::Bool(true), Json::Float(1.0)] {
-        record.insert("protocol", protocol);
-        installed.write_record(&record);
-        assert_eq!(control.worker_record(&installed.layout).unwrap(), record);
+        record.insert("protocol", protocol.clone());
+        assert_eq!(
+            scenario.read_receipt(&record).unwrap(),
+            record,
+            "protocol {protocol:?}"
+        );
     }
     // Empty user name, password, query or fragment are falsy, hence accepted,
     // and so are an upper-case scheme and a zero-padded port.
@@ -123,194 +251,163 @@ fn worker_record_accepts_python_equal_protocol_values() {
         "HTTP://127.0.0.1:0080",
     ] {
         record.insert("callback_origin", origin);
-        installed.write_record(&record);
-        control.worker_record(&installed.layout).unwrap();
+        if let Err(error) = scenario.read_receipt(&record) {
+            panic!("callback_origin {origin:?}: {}", error.python_line());
+        }
     }
+}
+
+const INVALID_RECEIPT: (ErrorClass, &str) =
+    (ErrorClass::Runtime, "worker process receipt is invalid");
+const NOT_LOOPBACK: (ErrorClass, &str) = (
+    ErrorClass::Runtime,
+    "worker callback receipt is not an exact loopback origin",
+);
+
+/// One receipt key set to a wrong value: (why it is wrong, key, value, the
+/// exact refusal).
+type WrongValue = (&'static str, &'static str, Json, (ErrorClass, &'static str));
+
+/// Every wrong value `worker_record` must refuse, and how.
+fn wrong_receipt_values(installed: &Installed) -> Vec<WrongValue> {
+    let outside = installed.base.join("elsewhere/1.0.0");
+    let outside = Json::from(outside.to_str().unwrap());
+    let origin = |why, url: &str, refusal| (why, "callback_origin", Json::from(url), refusal);
+    vec![
+        (
+            "not the worker role",
+            "role",
+            Json::from("gateway"),
+            INVALID_RECEIPT,
+        ),
+        (
+            "another protocol",
+            "protocol",
+            Json::Int(2),
+            INVALID_RECEIPT,
+        ),
+        (
+            "a string protocol",
+            "protocol",
+            Json::from("1"),
+            INVALID_RECEIPT,
+        ),
+        ("PID 0", "pid", Json::Int(0), INVALID_RECEIPT),
+        ("a boolean PID", "pid", Json::Bool(true), INVALID_RECEIPT),
+        ("a float PID", "pid", Json::Float(4.0), INVALID_RECEIPT),
+        (
+            "an empty instance ID",
+            "instance_id",
+            Json::from(""),
+            INVALID_RECEIPT,
+        ),
+        (
+            "an integer instance ID",
+            "instance_id",
+            Json::Int(5),
+            INVALID_RECEIPT,
+        ),
+        origin("https", "https://127.0.0.1:80", NOT_LOOPBACK),
+        origin("a host name", "http://localhost:80", NOT_LOOPBACK),
+        origin("another loopback", "http://127.0.0.2:80", NOT_LOOPBACK),
+        origin("a path", "http://127.0.0.1:80/", NOT_LOOPBACK),
+        origin("a fragment", "http://127.0.0.1:80#x", NOT_LOOPBACK),
+        origin("a user name", "http://u@127.0.0.1:80", NOT_LOOPBACK),
+        origin("no port", "http://127.0.0.1", NOT_LOOPBACK),
+        origin("port 0", "http://127.0.0.1:0", NOT_LOOPBACK),
+        ("a null origin", "callback_origin", Json::Null, NOT_LOOPBACK),
+        origin(
+            "an unclosed IPv6 bracket",
+            "http://[::1:80",
+            (ErrorClass::Value, "Invalid IPv6 URL"),
+        ),
+        origin(
+            "a port that is no number",
+            "http://127.0.0.1:8o",
+            (
+                ErrorClass::Value,
+                "Port could not be cast to integer value as '8o'",
+            ),
+        ),
+        (
+            "a release of another installation",
+            "release_root",
+            outside,
+            runtime("worker receipt release is outside this installation"),
+        ),
+        (
+            "a relative release",
+            "release_root",
+            Json::from("releases/1.0.0"),
+            (
+                ErrorClass::Value,
+                "execution paths must be absolute without traversal",
+            ),
+        ),
+    ]
 }
 
 #[test]
 fn worker_record_refuses_every_invalid_receipt() {
-    let (installed, _double, record) = running_worker("record");
-    let control = WorkerControl::new();
-    let invalid = "worker process receipt is invalid";
-    let origin = "worker callback receipt is not an exact loopback origin";
-    let outside = "worker receipt release is outside this installation";
-    let outside_release = installed
-        .base
-        .join("elsewhere/1.0.0")
-        .to_str()
-        .unwrap()
-        .to_string();
-    let cases: Vec<(&str, Json, ErrorClass, String)> = vec![
-        (
-            "role",
-            Json::from("gateway"),
-            ErrorClass::Runtime,
-            invalid.into(),
-        ),
-        (
-            "protocol",
-            Json::Int(2),
-            ErrorClass::Runtime,
-            invalid.into(),
-        ),
-        (
-            "protocol",
-            Json::from("1"),
-            ErrorClass::Runtime,
-            invalid.into(),
-        ),
-        ("pid", Json::Int(0), ErrorClass::Runtime, invalid.into()),
-        ("pid", Json::Bool(true), ErrorClass::Runtime, invalid.into()),
-        ("pid", Json::Float(4.0), ErrorClass::Runtime, invalid.into()),
-        (
-            "instance_id",
-            Json::from(""),
-            ErrorClass::Runtime,
-            invalid.into(),
-        ),
-        (
-            "instance_id",
-            Json::Int(5),
-            ErrorClass::Runtime,
-            invalid.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("https://127.0.0.1:80"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://localhost:80"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://127.0.0.2:80"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://127.0.0.1:80/"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://127.0.0.1:80#x"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://u@127.0.0.1:80"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://127.0.0.1"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://127.0.0.1:0"),
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::Null,
-            ErrorClass::Runtime,
-            origin.into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://[::1:80"),
-            ErrorClass::Value,
-            "Invalid IPv6 URL".into(),
-        ),
-        (
-            "callback_origin",
-            Json::from("http://127.0.0.1:8o"),
-            ErrorClass::Value,
-            "Port could not be cast to integer value as '8o'".into(),
-        ),
-        (
-            "release_root",
-            Json::from(outside_release),
-            ErrorClass::Runtime,
-            outside.into(),
-        ),
-        (
-            "release_root",
-            Json::from("releases/1.0.0"),
-            ErrorClass::Value,
-            "execution paths must be absolute without traversal".into(),
-        ),
-    ];
-    for (key, value, class, message) in cases {
-        let mut bad = record.clone();
+    let scenario = Scenario::new("record");
+    for (why, key, value, refusal) in wrong_receipt_values(&scenario.installed) {
+        let mut bad = scenario.record.clone();
         bad.insert(key, value.clone());
-        installed.write_record(&bad);
-        let result = control.worker_record(&installed.layout);
-        assert!(result.is_err(), "{key} = {value:?} must be refused");
-        assert_error(result, class, &message);
+        let case = format!("{why}: {key} = {value:?} must be refused");
+        assert_refused(scenario.read_receipt(&bad), refusal, &case);
     }
     // Missing keys are refused like wrong ones.
     for key in ["role", "callback_origin", "release_root"] {
-        let mut bad = record.clone();
+        let mut bad = scenario.record.clone();
         bad.remove(key);
-        installed.write_record(&bad);
-        assert!(
-            control.worker_record(&installed.layout).is_err(),
-            "{key} missing"
-        );
+        assert!(scenario.read_receipt(&bad).is_err(), "{key} missing");
     }
-    installed.write_receipt_bytes(b"[1]");
-    assert_error(
-        control.worker_record(&installed.layout),
-        ErrorClass::Runtime,
-        invalid,
+}
+
+#[test]
+fn worker_record_refuses_a_receipt_that_is_not_a_json_object() {
+    let scenario = Scenario::new("record-shape");
+    let control = WorkerControl::new();
+    scenario.installed.write_receipt_bytes(b"[1]");
+    assert_refused(
+        control.worker_record(scenario.layout()),
+        INVALID_RECEIPT,
+        "a JSON array",
     );
-    installed.write_receipt_bytes(b"{");
-    let err = control.worker_record(&installed.layout).unwrap_err();
+    scenario.installed.write_receipt_bytes(b"{");
+    let err = control.worker_record(scenario.layout()).unwrap_err();
     assert_eq!(err.class(), ErrorClass::JsonDecode);
+}
+
+#[test]
+fn worker_record_refuses_a_receipt_that_is_not_private() {
     // The receipt must be private, in a private runtime directory.
-    installed.write_record(&record);
-    agents_tests::set_mode(&installed.runtime().join("worker.json"), 0o644);
-    let path = installed.runtime().join("worker.json");
+    let scenario = Scenario::new("record-private");
+    let control = WorkerControl::new();
+    let receipt = scenario.installed.runtime().join("worker.json");
+    agents_tests::set_mode(&receipt, 0o644);
     assert_error(
-        control.worker_record(&installed.layout),
+        control.worker_record(scenario.layout()),
         ErrorClass::Permission,
-        &format!("execution configuration is unsafe: {}", path.display()),
+        &format!("execution configuration is unsafe: {}", receipt.display()),
     );
-    installed.write_record(&record);
-    agents_tests::set_mode(&installed.runtime(), 0o755);
+    scenario.installed.write_record(&scenario.record);
+    agents_tests::set_mode(&scenario.installed.runtime(), 0o755);
     assert_error(
-        control.worker_record(&installed.layout),
+        control.worker_record(scenario.layout()),
         ErrorClass::Permission,
         &format!(
             "execution directory permissions are unsafe: {}",
-            installed.runtime().display()
+            scenario.installed.runtime().display()
         ),
     );
 }
 
 #[test]
 fn seal_for_stop_acquires_then_seals_an_idle_hold() {
-    let (installed, double, record) = running_worker("seal");
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-    let hold = control
-        .seal_for_stop(&installed.layout, OPERATION, own_pid())
-        .unwrap();
-    assert_eq!(hold.record, record);
+    let scenario = Scenario::new("seal");
+    let hold = scenario.seal_for_stop(own_pid()).unwrap();
+    assert_eq!(hold.record, scenario.record);
     assert_eq!(
         hold.lease,
         lease("lease-1", OPERATION, true)
@@ -319,14 +416,14 @@ fn seal_for_stop_acquires_then_seals_an_idle_hold() {
             .clone()
     );
     assert_eq!(
-        targets(&double),
+        scenario.sent(),
         [
-            format!("GET {STATUS}"),
-            format!("POST {MAINTENANCE} acquire"),
-            format!("POST {MAINTENANCE} seal"),
+            get_status(),
+            post_maintenance("acquire"),
+            post_maintenance("seal"),
         ]
     );
-    let requests = double.requests();
+    let requests = scenario.double.requests();
     // The POST bodies: insertion order, lease_id only when not acquiring.
     assert_eq!(
         String::from_utf8(requests[1].body.clone()).unwrap(),
@@ -349,119 +446,85 @@ fn seal_for_stop_acquires_then_seals_an_idle_hold() {
 
 #[test]
 fn seal_for_stop_reuses_the_operations_own_lease() {
-    let (installed, double, _record) = running_worker("seal-own");
-    double.edit(|state| state.lease = lease("kept", OPERATION, false));
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-    let hold = control
-        .seal_for_stop(&installed.layout, OPERATION, own_pid())
-        .unwrap();
+    let scenario = Scenario::new("seal-own").holding(lease("kept", OPERATION, false));
+    let hold = scenario.seal_for_stop(own_pid()).unwrap();
     assert_eq!(hold.lease.get("lease_id"), Some(&Json::from("kept")));
-    assert_eq!(
-        targets(&double),
-        [format!("GET {STATUS}"), format!("POST {MAINTENANCE} seal")]
-    );
+    assert_eq!(scenario.sent(), [get_status(), post_maintenance("seal")]);
 }
 
 #[test]
 fn seal_for_stop_refusals_send_nothing_further() {
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-
-    let (installed, double, _record) = running_worker("seal-pid");
-    assert_error(
-        control.seal_for_stop(&installed.layout, OPERATION, own_pid() + 1),
-        ErrorClass::Runtime,
-        "native service does not own the worker that granted admission",
+    let scenario = Scenario::new("seal-pid");
+    assert_refused(
+        scenario.seal_for_stop(own_pid() + 1),
+        runtime("native service does not own the worker that granted admission"),
+        "another native PID",
     );
-    assert_eq!(targets(&double), [format!("GET {STATUS}")]);
+    assert_eq!(scenario.sent(), [get_status()]);
 
-    let other = "another operation owns worker maintenance admission";
-    for held in [
-        lease("theirs", "00000000-0000-0000-0000-000000000000", false),
-        lease("", OPERATION, false),
-        Json::from("lease"),
-        Json::Object(json_object! { "operation_id" => OPERATION, "lease_id" => 7_i64 }),
+    let other = runtime("another operation owns worker maintenance admission");
+    for (case, held) in [
+        (
+            "another operation's hold",
+            lease("theirs", OTHER_OPERATION, false),
+        ),
+        ("an empty lease ID", lease("", OPERATION, false)),
+        ("a lease that is no object", Json::from("lease")),
+        (
+            "an integer lease ID",
+            Json::Object(json_object! { "operation_id" => OPERATION, "lease_id" => 7_i64 }),
+        ),
     ] {
-        let (installed, double, _record) = running_worker("seal-other");
-        double.edit(|state| state.lease = held.clone());
-        assert_error(
-            control.seal_for_stop(&installed.layout, OPERATION, own_pid()),
-            ErrorClass::Runtime,
-            other,
-        );
-        assert_eq!(targets(&double), [format!("GET {STATUS}")], "{held:?}");
+        let scenario = Scenario::new("seal-other").holding(held);
+        assert_refused(scenario.seal_for_stop(own_pid()), other, case);
+        assert_eq!(scenario.sent(), [get_status()], "{case}");
     }
 
     // The acquire reply still shows no lease of ours.
-    let (installed, double, _record) = running_worker("seal-acquire");
-    double.edit(|state| {
-        state
-            .maintenance_reply
-            .push(("acquire".into(), status_with(Json::Null, true)));
-    });
-    assert_error(
-        control.seal_for_stop(&installed.layout, OPERATION, own_pid()),
-        ErrorClass::Runtime,
+    let scenario = Scenario::new("seal-acquire").replying("acquire", status_with(Json::Null, true));
+    assert_refused(
+        scenario.seal_for_stop(own_pid()),
         other,
+        "an acquire reply without a lease",
     );
-    assert_eq!(
-        targets(&double),
-        [
-            format!("GET {STATUS}"),
-            format!("POST {MAINTENANCE} acquire")
-        ]
-    );
-
-    let not_sealed = "worker did not seal an idle admission hold";
-    for (reply, idle) in [
-        (lease("lease-1", OPERATION, false), true),
-        (lease("lease-1", OPERATION, true), false),
-        (lease("lease-2", OPERATION, true), true),
-        (
-            lease("lease-1", "00000000-0000-0000-0000-000000000000", true),
-            true,
-        ),
-        (Json::Null, true),
-    ] {
-        let (installed, double, _record) = running_worker("seal-reply");
-        double.edit(|state| {
-            state
-                .maintenance_reply
-                .push(("seal".into(), status_with(reply.clone(), idle)))
-        });
-        assert_error(
-            control.seal_for_stop(&installed.layout, OPERATION, own_pid()),
-            ErrorClass::Runtime,
-            not_sealed,
-        );
-    }
+    assert_eq!(scenario.sent(), [get_status(), post_maintenance("acquire")]);
 }
 
-fn status_with(lease: Json, idle: bool) -> Json {
-    Json::Object(json_object! {
-        "worker_instance_id" => INSTANCE_ID,
-        "idle" => idle,
-        "blockers" => JsonObject::new(),
-        "lease" => lease,
-    })
+#[test]
+fn seal_for_stop_refuses_a_seal_reply_without_an_idle_sealed_hold_of_its_lease() {
+    let not_sealed = runtime("worker did not seal an idle admission hold");
+    for (case, reply, idle) in [
+        (
+            "an unsealed lease",
+            lease("lease-1", OPERATION, false),
+            true,
+        ),
+        ("a busy worker", lease("lease-1", OPERATION, true), false),
+        ("another lease", lease("lease-2", OPERATION, true), true),
+        (
+            "another operation",
+            lease("lease-1", OTHER_OPERATION, true),
+            true,
+        ),
+        ("no lease", Json::Null, true),
+    ] {
+        let scenario = Scenario::new("seal-reply").replying("seal", status_with(reply, idle));
+        assert_refused(scenario.seal_for_stop(own_pid()), not_sealed, case);
+    }
 }
 
 #[test]
 fn a_maintenance_reply_from_another_instance_is_refused() {
-    let (installed, double, record) = running_worker("maintenance-instance");
     let mut reply = status_with(Json::Null, true);
     reply
         .as_object_mut()
         .unwrap()
         .insert("worker_instance_id", "replacement");
-    double.edit(|state| state.maintenance_reply.push(("renew".into(), reply)));
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
+    let scenario = Scenario::new("maintenance-instance").replying("renew", reply);
     assert_error(
-        control.maintenance(
-            &installed.layout,
-            &record,
+        scenario.control().maintenance(
+            scenario.layout(),
+            &scenario.record,
             "renew",
             OPERATION,
             Some(&Json::from("l")),
@@ -473,200 +536,153 @@ fn a_maintenance_reply_from_another_instance_is_refused() {
 
 #[test]
 fn require_startup_hold_needs_an_idle_sealed_lease_of_the_operation() {
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-    let (installed, double, _record) = running_worker("hold");
-    double.edit(|state| state.lease = lease("boot", OPERATION, true));
-    control
-        .require_startup_hold(&installed.layout, OPERATION)
-        .unwrap();
-    assert_eq!(targets(&double), [format!("GET {STATUS}")]);
+    let scenario = Scenario::new("hold").holding(lease("boot", OPERATION, true));
+    scenario.require_startup_hold().unwrap();
+    assert_eq!(scenario.sent(), [get_status()]);
 
-    let lost = "candidate worker did not retain its activation startup hold";
-    for (held, idle) in [
-        (lease("boot", OPERATION, false), true),
-        (lease("boot", OPERATION, true), false),
+    let lost = runtime("candidate worker did not retain its activation startup hold");
+    for (case, held, idle) in [
+        ("an unsealed lease", lease("boot", OPERATION, false), true),
+        ("a busy worker", lease("boot", OPERATION, true), false),
         (
-            lease("boot", "00000000-0000-0000-0000-000000000000", true),
+            "another operation",
+            lease("boot", OTHER_OPERATION, true),
             true,
         ),
-        (Json::Null, true),
+        ("no lease", Json::Null, true),
     ] {
-        double.edit(|state| {
-            state.lease = held.clone();
+        scenario.double.edit(|state| {
+            state.lease = held;
             state.idle = Json::Bool(idle);
         });
-        assert_error(
-            control.require_startup_hold(&installed.layout, OPERATION),
-            ErrorClass::Runtime,
-            lost,
-        );
+        assert_refused(scenario.require_startup_hold(), lost, case);
     }
 }
 
 #[test]
 fn release_clears_only_the_operations_own_hold() {
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-
     // No hold: nothing but the status request.
-    let (installed, double, _record) = running_worker("release-none");
-    control.release(&installed.layout, OPERATION).unwrap();
-    assert_eq!(targets(&double), [format!("GET {STATUS}")]);
+    let scenario = Scenario::new("release-none");
+    scenario.release().unwrap();
+    assert_eq!(scenario.sent(), [get_status()]);
 
-    let (installed, double, _record) = running_worker("release");
-    double.edit(|state| state.lease = lease("boot", OPERATION, true));
-    control.release(&installed.layout, OPERATION).unwrap();
+    let scenario = Scenario::new("release").holding(lease("boot", OPERATION, true));
+    scenario.release().unwrap();
+    assert_eq!(scenario.sent(), [get_status(), post_maintenance("release")]);
     assert_eq!(
-        targets(&double),
-        [
-            format!("GET {STATUS}"),
-            format!("POST {MAINTENANCE} release")
-        ]
-    );
-    assert_eq!(
-        body_of(&double.requests()[1]).get("lease_id"),
+        body_of(&scenario.double.requests()[1]).get("lease_id"),
         Some(&Json::from("boot"))
     );
 
     // A null lease_id is simply not sent.
-    let (installed, double, _record) = running_worker("release-null-id");
-    double.edit(|state| {
-        state.lease =
-            Json::Object(json_object! { "operation_id" => OPERATION, "lease_id" => Json::Null })
-    });
-    control.release(&installed.layout, OPERATION).unwrap();
-    let body = body_of(&double.requests()[1]);
+    let scenario = Scenario::new("release-null-id").holding(Json::Object(
+        json_object! { "operation_id" => OPERATION, "lease_id" => Json::Null },
+    ));
+    scenario.release().unwrap();
+    let body = body_of(&scenario.double.requests()[1]);
     assert_eq!(
         body.keys().collect::<Vec<_>>(),
         ["action", "expected_worker_instance_id", "operation_id"]
     );
 
-    let (installed, double, _record) = running_worker("release-other");
-    double
-        .edit(|state| state.lease = lease("theirs", "00000000-0000-0000-0000-000000000000", true));
+    // A reply without a lease key counts as released (`.get` is None).
+    let scenario = Scenario::new("release-no-key")
+        .holding(lease("boot", OPERATION, true))
+        .replying(
+            "release",
+            Json::Object(json_object! { "worker_instance_id" => INSTANCE_ID }),
+        );
+    scenario.release().unwrap();
+}
+
+#[test]
+fn release_refuses_another_operations_hold_and_one_the_worker_kept() {
+    let scenario = Scenario::new("release-other").holding(lease("theirs", OTHER_OPERATION, true));
     assert_error(
-        control.release(&installed.layout, OPERATION),
+        scenario.release(),
         ErrorClass::Runtime,
         "another operation owns the worker admission hold",
     );
-    assert_eq!(targets(&double), [format!("GET {STATUS}")]);
+    assert_eq!(scenario.sent(), [get_status()]);
 
-    let (installed, double, _record) = running_worker("release-kept");
-    double.edit(|state| {
-        state.lease = lease("boot", OPERATION, true);
-        state.maintenance_reply.push((
-            "release".into(),
-            status_with(lease("boot", OPERATION, true), true),
-        ));
-    });
+    let scenario = Scenario::new("release-kept")
+        .holding(lease("boot", OPERATION, true))
+        .replying("release", status_with(lease("boot", OPERATION, true), true));
     assert_error(
-        control.release(&installed.layout, OPERATION),
+        scenario.release(),
         ErrorClass::Runtime,
         "worker admission hold was not released",
     );
-
-    // A reply without a lease key counts as released (`.get` is None).
-    let (installed, double, _record) = running_worker("release-no-key");
-    double.edit(|state| {
-        state.lease = lease("boot", OPERATION, true);
-        state.maintenance_reply.push((
-            "release".into(),
-            Json::Object(json_object! { "worker_instance_id" => INSTANCE_ID }),
-        ));
-    });
-    control.release(&installed.layout, OPERATION).unwrap();
 }
 
 #[test]
 fn no_running_native_worker_means_no_request() {
-    let no_owner = "credential endpoint has no running native owner";
-    for worker in [
-        stopped(),
-        absent(),
-        running(1),
-        json_object! { "state" => "running", "enabled" => true, "pid" => Json::Float(4.0) },
-        json_object! { "state" => "running", "enabled" => true },
+    let no_owner = runtime("credential endpoint has no running native owner");
+    for (case, worker) in [
+        ("stopped", stopped()),
+        ("absent", absent()),
+        ("running as PID 1", running(1)),
+        (
+            "running with a float PID",
+            json_object! { "state" => "running", "enabled" => true, "pid" => Json::Float(4.0) },
+        ),
+        (
+            "running without a PID",
+            json_object! { "state" => "running", "enabled" => true },
+        ),
     ] {
-        let (installed, double, _record) = running_worker("no-owner");
-        let services = FakeServices::new(vec![native(worker.clone(), absent())]);
-        let control = WorkerControl::new().services(&services);
-        assert_error(
-            control.status(&installed.layout),
-            ErrorClass::Runtime,
-            no_owner,
-        );
-        assert!(double.requests().is_empty(), "{worker:?}");
+        let services = FakeServices::new(vec![native(worker, absent())]);
+        let scenario = Scenario::new("no-owner").managed_by(services);
+        assert_refused(scenario.status(), no_owner, case);
+        assert!(scenario.double.requests().is_empty(), "{case}");
     }
 }
 
 #[test]
 fn a_changed_worker_or_receipt_stops_the_token_before_it_is_sent() {
-    let changed = "native worker or callback receipt changed before credentials were sent";
-
     // The native worker is another process than the receipt says.
-    let (installed, double, _record) = running_worker("owner-pid");
     let services = FakeServices::new(vec![native(running(own_pid() + 1), absent())]);
-    let control = WorkerControl::new().services(&services);
-    assert_error(
-        control.status(&installed.layout),
-        ErrorClass::Runtime,
-        changed,
-    );
-    assert!(double.requests().is_empty());
+    let scenario = Scenario::new("owner-pid").managed_by(services);
+    assert_token_withheld(&scenario, "another native PID");
 
     // The manager changes between the pre-check and the re-check that runs
     // after the connection is proven: nothing reaches the worker.
-    let (installed, double, _record) = running_worker("owner-recheck");
     let services = FakeServices::new(vec![
         native(running(own_pid()), absent()),
         native(running(own_pid() + 1), absent()),
     ]);
-    let control = WorkerControl::new().services(&services);
-    assert_error(
-        control.status(&installed.layout),
-        ErrorClass::Runtime,
-        changed,
-    );
-    assert_eq!(services.calls(), 2);
-    assert!(double.requests().is_empty());
+    let scenario = Scenario::new("owner-recheck").managed_by(services);
+    assert_token_withheld(&scenario, "the native PID changes before the re-check");
+    assert_eq!(scenario.services.calls(), 2);
 
     // The receipt is rewritten (a new worker epoch) in the same gap.
-    let (installed, double, record) = running_worker("receipt-recheck");
-    let mut replaced = record.clone();
+    let scenario = Scenario::new("receipt-recheck");
+    let mut replaced = scenario.record.clone();
     replaced.insert("instance_id", "ffffffffffffffffffffffffffffffff");
-    let receipt_path = installed.runtime().join("worker.json");
+    let receipt_path = scenario.installed.runtime().join("worker.json");
     let data = python_compat::json::encode_compact(&Json::Object(replaced)).unwrap();
-    let services =
-        FakeServices::new(vec![native(running(own_pid()), absent())]).on_call(2, move || {
-            std::fs::write(&receipt_path, data).unwrap();
-        });
-    let control = WorkerControl::new().services(&services);
-    assert_error(
-        control.status(&installed.layout),
-        ErrorClass::Runtime,
-        changed,
-    );
-    assert!(double.requests().is_empty());
+    let services = FakeServices::worker_running(absent()).on_call(2, move || {
+        std::fs::write(&receipt_path, data).unwrap();
+    });
+    let scenario = scenario.managed_by(services);
+    assert_token_withheld(&scenario, "the receipt changes before the re-check");
 }
 
 #[test]
 fn a_missing_or_malformed_control_token_fails_before_any_connection() {
-    let (installed, double, _record) = running_worker("token");
-    let services = FakeServices::worker_running(absent());
-    let control = WorkerControl::new().services(&services);
-    let token = installed.runtime().join("control.token");
+    let scenario = Scenario::new("token");
+    let token = scenario.installed.runtime().join("control.token");
     std::fs::write(&token, "short").unwrap();
     assert_error(
-        control.status(&installed.layout),
+        scenario.status(),
         ErrorClass::Runtime,
         "Invalid execution secret file",
     );
     std::fs::remove_file(&token).unwrap();
-    let err = control.status(&installed.layout).unwrap_err();
+    let err = scenario.status().unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
-    assert_eq!(services.calls(), 0);
-    assert!(double.requests().is_empty());
+    assert_eq!(scenario.services.calls(), 0);
+    assert!(scenario.double.requests().is_empty());
 }
 
 /// `systemctl --user show` as a systemd user manager prints it: the worker
@@ -698,39 +714,35 @@ impl agents_common::CommandRunner for RecordedSystemctl {
     }
 }
 
+/// The real native service client of `layout`, over a systemd user manager
+/// that reports the worker unit's main PID as `worker_pid`.
+fn systemd_reporting(layout: &ExecutionLayout, worker_pid: u32) -> agents_common::NativeServices {
+    agents_common::NativeServices::with_runner(layout, Box::new(RecordedSystemctl { worker_pid }))
+}
+
 #[test]
 fn native_services_pin_requests_to_the_managers_main_pid() {
-    let (installed, double, _record) = running_worker("native-services");
-    let units = installed.layout.home.join(".config/systemd/user");
+    let scenario = Scenario::new("native-services");
+    let units = scenario.layout().home.join(".config/systemd/user");
     std::fs::create_dir_all(&units).unwrap();
     std::fs::write(units.join("agents-server.service"), "[Unit]\n").unwrap();
     agents_tests::set_mode(&units.join("agents-server.service"), 0o600);
 
-    let services = agents_common::NativeServices::with_runner(
-        &installed.layout,
-        Box::new(RecordedSystemctl {
-            worker_pid: std::process::id(),
-        }),
-    );
-    let control = WorkerControl::new().services(&services);
-    control
-        .require_startup_hold(&installed.layout, OPERATION)
+    let services = systemd_reporting(scenario.layout(), std::process::id());
+    WorkerControl::new()
+        .services(&services)
+        .require_startup_hold(scenario.layout(), OPERATION)
         .unwrap_err();
-    assert_eq!(targets(&double), [format!("GET {STATUS}")]);
+    assert_eq!(scenario.sent(), [get_status()]);
 
     // The manager reports another main PID: the token is never sent.
-    let other = agents_common::NativeServices::with_runner(
-        &installed.layout,
-        Box::new(RecordedSystemctl {
-            worker_pid: std::process::id() + 1,
-        }),
-    );
+    let other = systemd_reporting(scenario.layout(), std::process::id() + 1);
     assert_error(
         WorkerControl::new()
             .services(&other)
-            .status(&installed.layout),
+            .status(scenario.layout()),
         ErrorClass::Runtime,
-        "native worker or callback receipt changed before credentials were sent",
+        OWNER_CHANGED,
     );
-    assert_eq!(double.requests().len(), 1);
+    assert_eq!(scenario.double.requests().len(), 1);
 }

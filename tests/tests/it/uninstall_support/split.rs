@@ -29,6 +29,25 @@ pub(crate) const STATE_FILES: [&str; 4] = [
     "providers/sentinel",
 ];
 
+/// The calling test's [`SplitCase::start`] (with a closure,
+/// [`SplitCase::start_with`]); the test returns, skipped, where no sandbox
+/// can run.
+macro_rules! split_case {
+    () => {
+        match SplitCase::start(agents_tests::test_name!()) {
+            Some(case) => case,
+            None => return,
+        }
+    };
+    ($prepare:expr) => {
+        match SplitCase::start_with(agents_tests::test_name!(), $prepare) {
+            Some(case) => case,
+            None => return,
+        }
+    };
+}
+pub(crate) use split_case;
+
 /// A split installation running under its own manager.
 pub(crate) struct SplitCase {
     /// The manager and home.
