@@ -496,108 +496,119 @@ fn normalise(message: &str, destination: &Path) -> String {
     message.replace(destination.to_str().unwrap(), "<dest>")
 }
 
+/// `content` gzip-compressed, as release archives are.
+fn gzipped(content: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut encoder, content).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// A ustar header for `<ROOT>/VERSION`.
+fn version_header() -> tar::Header {
+    let mut header = tar::Header::new_ustar();
+    header.set_path(format!("{ROOT}/VERSION")).unwrap();
+    header
+}
+
+/// `header` followed by one zero block.
+fn header_and_zero_block(header: &tar::Header) -> Vec<u8> {
+    let mut blocks = header.as_bytes().to_vec();
+    blocks.resize(1024, 0);
+    blocks
+}
+
+/// A well-formed header whose stored checksum is wrong.
+fn wrong_checksum_tar() -> Vec<u8> {
+    let mut header = version_header();
+    header.set_size(0);
+    header.set_cksum();
+    let mut blocks = header_and_zero_block(&header);
+    blocks[148..155].copy_from_slice(b"0000001");
+    blocks
+}
+
+/// The right checksum over a size field that is not a number.
+fn non_numeric_size_tar() -> Vec<u8> {
+    let mut header = version_header();
+    header.as_mut_bytes()[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
+    header.set_cksum();
+    header_and_zero_block(&header)
+}
+
+/// A damaged archive: (description, its bytes made from a good archive's).
+type Damage = (&'static str, fn(&[u8]) -> Vec<u8>);
+
+#[rustfmt::skip]
+const DAMAGED_ARCHIVES: &[Damage] = &[
+    ("not gzip", |_| b"this is not gzip at all".to_vec()),
+    ("cut in half", |good| good[..good.len() / 2].to_vec()),
+    ("empty gzip stream", |_| gzipped(b"")),
+    // A first header of text: its checksum field is not octal.
+    ("text header", |_| gzipped(&[b'x'; 1024])),
+    ("wrong header checksum", |_| gzipped(&wrong_checksum_tar())),
+    ("size not a number", |_| gzipped(&non_numeric_size_tar())),
+];
+
+/// Every damaged archive: the table's, then the good archive cut at every
+/// length Python's gzip tells apart: nothing, one byte of the magic, the
+/// header, the deflate data, the trailer.
+fn damaged_archives(good: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let table = DAMAGED_ARCHIVES
+        .iter()
+        .map(|(label, damage)| (label.to_string(), damage(good)));
+    let cuts = [0, 1, 2, 9, 10, 30, good.len() - 8, good.len() - 1]
+        .map(|length| (format!("cut at {length} bytes"), good[..length].to_vec()));
+    table.chain(cuts).collect()
+}
+
+/// How an extraction ended, as both sides are compared: "accepted" or the
+/// refusal's message.
+fn extraction_outcome(result: agents_common::Result<PathBuf>) -> String {
+    result
+        .map(|_| "accepted".to_string())
+        .unwrap_or_else(|error| error.message().to_string())
+}
+
 #[test]
 fn gzip_and_tar_damage_ends_as_in_the_original() {
     let originals = agents_tests::require_originals!();
     let dir = TempDir::new("release-archive-damage");
     let good = dir.path().join("good.tar.gz");
     write_tar_gz(&good, &legacy_release());
-    let bytes = std::fs::read(&good).unwrap();
-    let write = |name: &str, content: &[u8]| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, content).unwrap();
-        path
-    };
-    let not_gzip = write("plain.tar.gz", b"this is not gzip at all");
-    let cut = write("cut.tar.gz", &bytes[..bytes.len() / 2]);
-    let empty_gzip = {
-        let path = dir.path().join("empty.tar.gz");
-        let mut encoder = flate2::write::GzEncoder::new(
-            std::fs::File::create(&path).unwrap(),
-            flate2::Compression::fast(),
-        );
-        std::io::Write::write_all(&mut encoder, b"").unwrap();
-        encoder.finish().unwrap();
-        path
-    };
-    let gzip = |name: &str, content: &[u8]| {
-        let path = dir.path().join(name);
-        let mut encoder = flate2::write::GzEncoder::new(
-            std::fs::File::create(&path).unwrap(),
-            flate2::Compression::fast(),
-        );
-        std::io::Write::write_all(&mut encoder, content).unwrap();
-        encoder.finish().unwrap();
-        path
-    };
-    // A first header of text: its checksum field is not octal.
-    let text_header = gzip("text.tar.gz", &[b'x'; 1024]);
-    // A well-formed header whose stored checksum is wrong.
-    let mut block = [0u8; 1024];
-    {
-        let mut header = tar::Header::new_ustar();
-        header.set_path(format!("{ROOT}/VERSION")).unwrap();
-        header.set_size(0);
-        header.set_cksum();
-        block[..512].copy_from_slice(header.as_bytes());
-        block[148..155].copy_from_slice(b"0000001");
-    }
-    let bad_checksum = gzip("checksum.tar.gz", &block);
-    // The right checksum over a size field that is not a number.
-    {
-        let mut header = tar::Header::new_ustar();
-        header.set_path(format!("{ROOT}/VERSION")).unwrap();
-        header.as_mut_bytes()[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
-        header.set_cksum();
-        block[..512].copy_from_slice(header.as_bytes());
-    }
-    let bad_size = gzip("size.tar.gz", &block);
-    // Cut at every length Python's gzip tells apart: nothing, one byte of
-    // the magic, the header, the deflate data, the trailer.
-    let cuts: Vec<PathBuf> = [0, 1, 2, 9, 10, 30, bytes.len() - 8, bytes.len() - 1]
+    let good = std::fs::read(&good).unwrap();
+    let archives: Vec<(String, PathBuf)> = damaged_archives(&good)
         .into_iter()
-        .map(|length| write(&format!("cut-{length}.tar.gz"), &bytes[..length]))
+        .map(|(label, bytes)| {
+            let path = dir
+                .path()
+                .join(format!("{}.tar.gz", label.replace(' ', "-")));
+            std::fs::write(&path, bytes).unwrap();
+            (label, path)
+        })
         .collect();
-    let mut damaged = vec![
-        &not_gzip,
-        &cut,
-        &empty_gzip,
-        &text_header,
-        &bad_checksum,
-        &bad_size,
-    ];
-    damaged.extend(cuts.iter());
+    let destination = |side: &str, label: &str| dir.path().join(format!("{side}-{label}"));
+    let oracle_input = archives
+        .iter()
+        .map(|(label, archive)| {
+            Json::Object(json_object! {
+                "archive" => archive.to_str().unwrap(),
+                "dest" => destination("py", label).to_str().unwrap(),
+                "npm" => Json::Null,
+            })
+        })
+        .collect();
     let original = python_oracle(
         &originals,
         EXTRACT,
-        &python_compat::json::encode_compact(&Json::Array(
-            damaged
-                .iter()
-                .map(|archive| {
-                    Json::Object(json_object! {
-                        "archive" => archive.to_str().unwrap(),
-                        "dest" => dir.path().join(format!("py-{}", archive.file_name().unwrap().to_str().unwrap())).to_str().unwrap(),
-                        "npm" => Json::Null,
-                    })
-                })
-                .collect(),
-        ))
-        .unwrap(),
+        &python_compat::json::encode_compact(&Json::Array(oracle_input)).unwrap(),
     );
-    let original = original.as_array().unwrap();
-    for (archive, expected) in damaged.iter().zip(original) {
-        let dest = dir.path().join(format!(
-            "rs-{}",
-            archive.file_name().unwrap().to_str().unwrap()
-        ));
+    for ((label, archive), expected) in archives.iter().zip(original.as_array().unwrap()) {
         // A stream cut only in its trailer may still extract, in both.
-        let ours = safe_extract(archive, &dest, None)
-            .map(|_| "accepted".to_string())
-            .unwrap_or_else(|error| error.message().to_string());
+        let ours = extraction_outcome(safe_extract(archive, &destination("rs", label), None));
         let theirs = match expected.get("ok") {
             Some(_) => "accepted",
             None => expected.get("message").and_then(Json::as_str).unwrap(),
         };
-        assert_eq!(ours, theirs, "{archive:?}");
+        assert_eq!(ours, theirs, "{label}");
     }
 }

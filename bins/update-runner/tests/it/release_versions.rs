@@ -74,10 +74,11 @@ print(json.dumps({"order": order, "transitions": transitions}))
     }
 }
 
-#[test]
-fn candidates_and_html_discovery_match_the_original() {
-    let originals = agents_tests::require_originals!();
-    let releases = Json::Array(vec![
+/// A GitHub release listing with entries of many shapes: drafts,
+/// prereleases flagged with non-booleans, a tag without the `v`, bad tags
+/// and entries that are not releases.
+fn github_releases() -> Json {
+    Json::Array(vec![
         Json::Object(json_object! {"tag_name" => "v1.0.7", "prerelease" => false}),
         Json::Object(json_object! {"tag_name" => "v1.0.8", "draft" => true}),
         Json::Object(json_object! {"tag_name" => "v1.0.9", "draft" => 1}),
@@ -95,14 +96,22 @@ fn candidates_and_html_discovery_match_the_original() {
         Json::from("not an object"),
         Json::Array(vec![]),
         Json::Object(json_object! {"tag_name" => "v10.0.0", "prerelease" => Json::Array(vec![])}),
-    ]);
-    let html = br#"<a href="/ZhengyiLuo/AgentsServer/releases/tag/v1.0.7">x</a>
+    ])
+}
+
+/// A releases page, for discovery without the API: tag links in both quote
+/// styles, with a query or a fragment, run together, of another repository,
+/// with a bad version, and repeated.
+const RELEASES_PAGE: &[u8] = br#"<a href="/ZhengyiLuo/AgentsServer/releases/tag/v1.0.7">x</a>
         <a href='/ZhengyiLuo/AgentsServer/releases/tag/v1.0.10?x'>y</a>
         /ZhengyiLuo/AgentsServer/releases/tag/v1.1.0-beta.1#frag
         /ZhengyiLuo/AgentsServer/releases/tag/v/ZhengyiLuo/AgentsServer/releases/tag/v2.0.0
         /Other/AgentsServer/releases/tag/v9.9.9 /ZhengyiLuo/AgentsServer/releases/tag/vbad
         /ZhengyiLuo/AgentsServer/releases/tag/v1.0.7"#;
-    let script = r#"
+
+/// The original's candidates from the listing and from the page on each
+/// track, and its refusal of a listing that is not a list.
+const DISCOVERY_ORACLE: &str = r#"
 data = json.load(sys.stdin)
 html = base64.b64decode(data["html"])
 out = {}
@@ -115,29 +124,31 @@ except Exception as exc:
     out["refusal"] = str(exc)
 print(json.dumps(out))
 "#;
+
+/// Versions as the oracle prints them.
+fn json_list(versions: Vec<String>) -> Json {
+    Json::Array(versions.into_iter().map(Json::from).collect())
+}
+
+#[test]
+fn candidates_and_html_discovery_match_the_original() {
+    let originals = agents_tests::require_originals!();
+    let releases = github_releases();
     let input = Json::Object(json_object! {
         "releases" => releases.clone(),
-        "html" => release_support::b64(html),
+        "html" => release_support::b64(RELEASES_PAGE),
     });
     let oracle = python_oracle(
         &originals,
-        script,
+        DISCOVERY_ORACLE,
         &python_compat::json::encode_compact(&input).unwrap(),
     );
     for track in ["stable", "beta"] {
-        let ours: Vec<Json> = release_candidates(&releases, track)
-            .unwrap()
-            .into_iter()
-            .map(Json::from)
-            .collect();
-        assert_eq!(&Json::Array(ours), oracle.get(track).unwrap(), "{track}");
-        let ours: Vec<Json> = release_versions_from_html(html, track)
-            .unwrap()
-            .into_iter()
-            .map(Json::from)
-            .collect();
+        let ours = json_list(release_candidates(&releases, track).unwrap());
+        assert_eq!(&ours, oracle.get(track).unwrap(), "{track}");
+        let ours = json_list(release_versions_from_html(RELEASES_PAGE, track).unwrap());
         assert_eq!(
-            &Json::Array(ours),
+            &ours,
             oracle.get(&format!("html-{track}")).unwrap(),
             "html {track}"
         );

@@ -45,6 +45,11 @@ fn secure_peer() -> JsonObject {
     }
 }
 
+/// One entry of the Hub's `routes` list.
+fn route(transport: &str, hub_url: impl Into<Json>) -> Json {
+    Json::Object(json_object! {"transport" => transport, "hub_url" => hub_url.into()})
+}
+
 fn team_hub() -> JsonObject {
     json_object! {
         "available" => true,
@@ -55,10 +60,7 @@ fn team_hub() -> JsonObject {
         "host_server_identity" => IDENTITY,
         "transport" => "loopback",
         "hub_url" => Json::Null,
-        "routes" => vec![
-            Json::Object(json_object! {"transport" => "loopback", "hub_url" => Json::Null}),
-            Json::Object(json_object! {"transport" => "direct_ip", "hub_url" => DIRECT_URL}),
-        ],
+        "routes" => vec![route("loopback", Json::Null), route("direct_ip", DIRECT_URL)],
     }
 }
 
@@ -87,21 +89,22 @@ fn healthy() -> JsonObject {
     }
 }
 
-/// `healthy()` with one edit applied at a dotted path (`None` removes).
-fn edited(path: &str, value: Option<Json>) -> JsonObject {
-    let mut document = Json::Object(healthy());
-    let keys: Vec<&str> = path.split('.').collect();
+/// `document` with `value` put at a dotted path (`None` removes the key).
+/// A replaced key keeps its place, so only the edit differs on the wire.
+fn at_path(document: JsonObject, path: &str, value: Option<Json>) -> JsonObject {
+    let mut document = Json::Object(document);
+    let (parents, key) = path.rsplit_once('.').unwrap_or(("", path));
     let mut target = &mut document;
-    for key in &keys[..keys.len() - 1] {
-        target = target.as_object_mut().unwrap().get_mut(key).unwrap();
+    for parent in parents.split('.').filter(|parent| !parent.is_empty()) {
+        target = target.as_object_mut().unwrap().get_mut(parent).unwrap();
     }
     let object = target.as_object_mut().unwrap();
     match value {
         Some(value) => {
-            object.insert(keys[keys.len() - 1], value);
+            object.insert(key, value);
         }
         None => {
-            object.remove(keys[keys.len() - 1]);
+            object.remove(key);
         }
     }
     match document {
@@ -110,22 +113,114 @@ fn edited(path: &str, value: Option<Json>) -> JsonObject {
     }
 }
 
+fn set(document: JsonObject, path: &str, value: impl Into<Json>) -> JsonObject {
+    at_path(document, path, Some(value.into()))
+}
+
+fn without(document: JsonObject, path: &str) -> JsonObject {
+    at_path(document, path, None)
+}
+
+/// `set` inside the secure-peer capability.
+fn set_secure_peer(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObject {
+    set(
+        document,
+        &format!("capabilities.secure_peer_v1.{key}"),
+        value,
+    )
+}
+
+/// `set` inside the Team Hub capability.
+fn set_hub(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObject {
+    set(document, &format!("capabilities.team_hub_v1.{key}"), value)
+}
+
+/// An older server without the update-blocking count: its queued turns are
+/// the sum of the legacy `queued` map.
+fn legacy_queued(document: JsonObject, queued: JsonObject) -> JsonObject {
+    set(
+        without(document, "update_blocking_queued_count"),
+        "queued",
+        queued,
+    )
+}
+
+/// A Hub whose primary route is the direct-IP one, with an id using every
+/// punctuation mark a repaired id may hold.
+fn direct_primary_hub(document: JsonObject) -> JsonObject {
+    let document = set_hub(document, "hub_id", "hub:a.b-c_d");
+    let document = set_hub(document, "transport", "direct_ip");
+    let document = set_hub(document, "hub_url", DIRECT_URL);
+    set_hub(document, "routes", vec![route("direct_ip", DIRECT_URL)])
+}
+
 fn body(document: &JsonObject) -> Vec<u8> {
     python_compat::json::encode_compact(&Json::Object(document.clone())).unwrap()
 }
 
-/// Status code, content type and body of one canned health answer.
-type Answer = (u16, &'static str, Vec<u8>);
+/// A body past the one-megabyte limit on health answers.
+fn oversized_body() -> Vec<u8> {
+    let mut big = b"{\"ok\": true, \"pad\": \"".to_vec();
+    big.extend(std::iter::repeat_n(b'x', 1_000_000));
+    big.extend_from_slice(b"\"}");
+    big
+}
+
+/// An idle health document padded to exactly the one-megabyte limit.
+fn body_at_the_limit() -> Vec<u8> {
+    let mut exact =
+        b"{\"ok\": true, \"active_count\": 0, \"update_blocking_queued_count\": 0, \"pad\": \""
+            .to_vec();
+    exact.extend(std::iter::repeat_n(b'x', 1_000_000 - exact.len() - 2));
+    exact.extend_from_slice(b"\"}");
+    assert_eq!(exact.len(), 1_000_000);
+    exact
+}
+
+/// A change made to `healthy()` before it is served.
+type Change = fn(JsonObject) -> JsonObject;
+
+/// What the health server answers in one case.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// 200 OK with `healthy()` after a change.
+    Document(Change),
+    /// A status and a body served as they are, for answers that are not a
+    /// health document at all.
+    Raw(u16, &'static [u8]),
+    /// 200 OK with a body built when served (too large to write out).
+    Built(fn() -> Vec<u8>),
+}
+use Answer::{Built, Document, Raw};
+
+/// `healthy()` as it is.
+const HEALTHY: Answer = Document(|document| document);
+
+impl Answer {
+    fn status_and_body(self) -> (u16, Vec<u8>) {
+        match self {
+            Document(change) => (200, body(&change(healthy()))),
+            Raw(status, bytes) => (status, bytes.to_vec()),
+            Built(build) => (200, build()),
+        }
+    }
+}
+
+/// One case: (description, the answer served, what the check is told).
+type HealthRow<E> = (&'static str, Answer, E);
+
+/// Status code, reason phrase and body of one canned health answer.
+type CannedReply = (u16, &'static str, Vec<u8>);
 
 /// The health server: the bearer token names the answer.
 struct HealthServer {
     server: TestServer,
-    answers: Arc<Mutex<HashMap<String, Answer>>>,
+    answers: Arc<Mutex<HashMap<String, CannedReply>>>,
 }
 
 impl HealthServer {
     fn start() -> Self {
-        let answers: Arc<Mutex<HashMap<String, Answer>>> = Arc::default();
+        let answers: Arc<Mutex<HashMap<String, CannedReply>>> = Arc::default();
         let table = answers.clone();
         let server = TestServer::start(move |request| {
             let token = request
@@ -295,22 +390,19 @@ for case in data["cases"]:
 print(json.dumps(out))
 "#;
 
-/// Serve each document under its own token, run every check against it in
-/// the original and in the port, and require identical outcomes.
-fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Vec<u8>, Check)]) {
+/// Serve each case's answer under its own token, run every check against it
+/// in the original and in the port, and require identical outcomes.
+fn compare_with_original(originals: &Originals, server: &HealthServer, cases: &[HealthRow<Check>]) {
     let port = server.server.port;
+    let token = |index: usize| format!("case-{index}");
     let mut oracle_cases = Vec::new();
-    for (index, (_, status, body, check)) in cases.iter().enumerate() {
-        let token = format!("case-{index}");
-        server.answer(
-            &token,
-            *status,
-            if *status == 200 { "OK" } else { "Nope" },
-            body.clone(),
-        );
+    for (index, (_, answer, check)) in cases.iter().enumerate() {
+        let (status, body) = answer.status_and_body();
+        let reason = if status == 200 { "OK" } else { "Nope" };
+        server.answer(&token(index), status, reason, body);
         oracle_cases.push(Json::Object(json_object! {
             "port" => u32::from(port),
-            "token" => token,
+            "token" => token(index),
             "check" => check.to_oracle(),
         }));
     }
@@ -320,15 +412,17 @@ fn compare(originals: &Originals, server: &HealthServer, cases: &[(&str, u16, Ve
         ORACLE,
         &python_compat::json::encode_compact(&input).unwrap(),
     );
-    for (index, ((label, _, _, check), expected)) in
+    for (index, ((label, _, check), expected)) in
         cases.iter().zip(original.as_array().unwrap()).enumerate()
     {
-        let ours = check.run(port, &format!("case-{index}"));
+        let ours = check.run(port, &token(index));
         assert_eq!(&ours, expected, "{label}");
     }
 }
 
-fn work(cgroup: bool, verified: bool, identity: Option<&'static str>) -> Check {
+/// `server_work_snapshot` with its cgroup-safety, verified-cgroup and
+/// identity requirements.
+const fn work(cgroup: bool, verified: bool, identity: Option<&'static str>) -> Check {
     Check::Work {
         cgroup,
         verified,
@@ -336,630 +430,204 @@ fn work(cgroup: bool, verified: bool, identity: Option<&'static str>) -> Check {
     }
 }
 
+/// `assert_server_idle` for our identity.
+const fn idle(verified: bool) -> Check {
+    Check::Idle {
+        verified,
+        identity: Some(IDENTITY),
+    }
+}
+
+/// `server_work_snapshot` requiring nothing: just the counts.
+const SNAPSHOT: Check = work(false, false, None);
+/// The idle proof without a verified service-cgroup proof required.
+const IDLE: Check = idle(false);
+/// The idle proof requiring a verified service-cgroup proof.
+const IDLE_VERIFIED: Check = idle(true);
+
+/// Answers for the work snapshot and the idle proof: identity, health,
+/// active and queued counts (current and legacy), the service-cgroup proof,
+/// HTTP statuses and the size limit.
+#[rustfmt::skip]
+const IDLE_ROWS: &[HealthRow<Check>] = &[
+    ("healthy work", HEALTHY, SNAPSHOT),
+    ("healthy idle", HEALTHY, IDLE_VERIFIED),
+    ("identity changed", Document(|d| set(d, "server_identity", "other")), IDLE),
+    ("identity missing", Document(|d| without(d, "server_identity")), work(false, false, Some(IDENTITY))),
+    ("not ok", Document(|d| set(d, "ok", 1)), IDLE),
+    ("not an object", Raw(200, b"[1]"), IDLE),
+    ("invalid json", Raw(200, b"{"), IDLE),
+    ("active list", Document(|d| without(d, "active_count")), SNAPSHOT),
+    ("active list busy", Document(|d| set(d, "active", vec!["a", "b"])), SNAPSHOT),
+    ("active count bool", Document(|d| set(d, "active_count", true)), IDLE),
+    ("active count negative", Document(|d| set(d, "active_count", -3)), work(true, false, None)),
+    ("active count float", Document(|d| set(d, "active_count", 1.0)), SNAPSHOT),
+    ("active missing", Document(|d| without(without(d, "active"), "active_count")), IDLE),
+    ("one active run", Document(|d| set(d, "active_count", 1)), IDLE),
+    ("busy both", Document(|d| set(set(d, "active_count", 2), "update_blocking_queued_count", 1)), IDLE),
+    ("queued only", Document(|d| set(d, "update_blocking_queued_count", 3)), IDLE),
+    ("queued invalid", Document(|d| set(d, "update_blocking_queued_count", -1)), IDLE),
+    ("queued bool", Document(|d| set(d, "update_blocking_queued_count", false)), IDLE),
+    ("queued null falls back", Document(|d| set(d, "update_blocking_queued_count", Json::Null)), SNAPSHOT),
+    ("legacy queued", Document(|d| legacy_queued(d, json_object! {"a" => 2, "b" => 0})), SNAPSHOT),
+    ("legacy queued invalid", Document(|d| legacy_queued(d, json_object! {"a" => true})), IDLE),
+    ("legacy queued missing", Document(|d| without(without(d, "update_blocking_queued_count"), "queued")), IDLE),
+    ("cgroup missing", Document(|d| without(d, "update_service_cgroup")), IDLE),
+    ("cgroup unsafe", Document(|d| set(d, "update_service_cgroup.safe", 1)), IDLE),
+    ("cgroup descendants", Document(|d| set(d, "update_service_cgroup.unknown_descendant_count", 2)), IDLE),
+    ("cgroup count bool", Document(|d| set(d, "update_service_cgroup.unknown_descendant_count", false)), IDLE),
+    ("cgroup unverified allowed", Document(|d| set(d, "update_service_cgroup.inspection", "inferred")), IDLE),
+    ("cgroup unverified refused", Document(|d| without(d, "update_service_cgroup.inspection")), IDLE_VERIFIED),
+    ("cgroup ignored when busy", Document(|d| set(without(d, "update_service_cgroup"), "active_count", 1)), work(true, true, None)),
+    ("service unavailable", Raw(503, b""), IDLE),
+    ("unauthorized", Raw(401, b"{}"), IDLE),
+    ("server error", Raw(500, b"{}"), SNAPSHOT),
+    ("oversized", Built(oversized_body), IDLE),
+    ("exactly at the limit", Built(body_at_the_limit), SNAPSHOT),
+    ("not utf-8", Raw(200, b"{\"ok\": \xff}"), IDLE),
+];
+
 #[test]
 fn idle_proofs_match_the_original() {
     let originals = agents_tests::require_originals!();
-    let server = HealthServer::start();
-    let idle = |verified| Check::Idle {
-        verified,
-        identity: Some(IDENTITY),
-    };
-    let mut cases: Vec<(&str, u16, Vec<u8>, Check)> = vec![
-        (
-            "healthy work",
-            200,
-            body(&healthy()),
-            work(false, false, None),
-        ),
-        ("healthy idle", 200, body(&healthy()), idle(true)),
-        (
-            "identity changed",
-            200,
-            body(&edited("server_identity", Some("other".into()))),
-            idle(false),
-        ),
-        (
-            "identity missing",
-            200,
-            body(&edited("server_identity", None)),
-            work(false, false, Some(IDENTITY)),
-        ),
-        (
-            "not ok",
-            200,
-            body(&edited("ok", Some(1.into()))),
-            idle(false),
-        ),
-        ("not an object", 200, b"[1]".to_vec(), idle(false)),
-        ("invalid json", 200, b"{".to_vec(), idle(false)),
-        (
-            "active list",
-            200,
-            body(&edited("active_count", None)),
-            work(false, false, None),
-        ),
-        (
-            "active list busy",
-            200,
-            body(&edited(
-                "active",
-                Some(vec![Json::from("a"), Json::from("b")].into()),
-            )),
-            work(false, false, None),
-        ),
-        (
-            "active count bool",
-            200,
-            body(&edited("active_count", Some(true.into()))),
-            idle(false),
-        ),
-        (
-            "active count negative",
-            200,
-            body(&edited("active_count", Some((-3).into()))),
-            work(true, false, None),
-        ),
-        (
-            "active count float",
-            200,
-            body(&edited("active_count", Some(1.0.into()))),
-            work(false, false, None),
-        ),
-        (
-            "active missing",
-            200,
-            body(
-                &edited("active", None)
-                    .into_iter()
-                    .filter(|(k, _)| k != "active_count")
-                    .collect(),
-            ),
-            idle(false),
-        ),
-        (
-            "one active run",
-            200,
-            body(&edited("active_count", Some(1.into()))),
-            idle(false),
-        ),
-        (
-            "busy both",
-            200,
-            body(&{
-                let mut document = edited("active_count", Some(2.into()));
-                document.insert("update_blocking_queued_count", 1);
-                document
-            }),
-            idle(false),
-        ),
-        (
-            "queued only",
-            200,
-            body(&edited("update_blocking_queued_count", Some(3.into()))),
-            idle(false),
-        ),
-        (
-            "queued invalid",
-            200,
-            body(&edited("update_blocking_queued_count", Some((-1).into()))),
-            idle(false),
-        ),
-        (
-            "queued bool",
-            200,
-            body(&edited("update_blocking_queued_count", Some(false.into()))),
-            idle(false),
-        ),
-        (
-            "queued null falls back",
-            200,
-            body(&edited("update_blocking_queued_count", Some(Json::Null))),
-            work(false, false, None),
-        ),
-        (
-            "legacy queued",
-            200,
-            body(&{
-                let mut document = edited("update_blocking_queued_count", None);
-                document.insert("queued", json_object! {"a" => 2, "b" => 0});
-                document
-            }),
-            work(false, false, None),
-        ),
-        (
-            "legacy queued invalid",
-            200,
-            body(&{
-                let mut document = edited("update_blocking_queued_count", None);
-                document.insert("queued", json_object! {"a" => true});
-                document
-            }),
-            idle(false),
-        ),
-        (
-            "legacy queued missing",
-            200,
-            body(&{
-                let mut document = edited("update_blocking_queued_count", None);
-                document.remove("queued");
-                document
-            }),
-            idle(false),
-        ),
-        (
-            "cgroup missing",
-            200,
-            body(&edited("update_service_cgroup", None)),
-            idle(false),
-        ),
-        (
-            "cgroup unsafe",
-            200,
-            body(&edited("update_service_cgroup.safe", Some(1.into()))),
-            idle(false),
-        ),
-        (
-            "cgroup descendants",
-            200,
-            body(&edited(
-                "update_service_cgroup.unknown_descendant_count",
-                Some(2.into()),
-            )),
-            idle(false),
-        ),
-        (
-            "cgroup count bool",
-            200,
-            body(&edited(
-                "update_service_cgroup.unknown_descendant_count",
-                Some(false.into()),
-            )),
-            idle(false),
-        ),
-        (
-            "cgroup unverified allowed",
-            200,
-            body(&edited(
-                "update_service_cgroup.inspection",
-                Some("inferred".into()),
-            )),
-            idle(false),
-        ),
-        (
-            "cgroup unverified refused",
-            200,
-            body(&edited("update_service_cgroup.inspection", None)),
-            idle(true),
-        ),
-        (
-            "cgroup ignored when busy",
-            200,
-            body(&{
-                let mut document = edited("update_service_cgroup", None);
-                document.insert("active_count", 1);
-                document
-            }),
-            work(true, true, None),
-        ),
-        ("service unavailable", 503, b"".to_vec(), idle(false)),
-        ("unauthorized", 401, b"{}".to_vec(), idle(false)),
-        (
-            "server error",
-            500,
-            b"{}".to_vec(),
-            work(false, false, None),
-        ),
-        (
-            "oversized",
-            200,
-            {
-                let mut big = b"{\"ok\": true, \"pad\": \"".to_vec();
-                big.extend(std::iter::repeat_n(b'x', 1_000_000));
-                big.extend_from_slice(b"\"}");
-                big
-            },
-            idle(false),
-        ),
-        (
-            "exactly at the limit",
-            200,
-            {
-                let mut exact = b"{\"ok\": true, \"active_count\": 0, \"update_blocking_queued_count\": 0, \"pad\": \"".to_vec();
-                exact.extend(std::iter::repeat_n(b'x', 1_000_000 - exact.len() - 2));
-                exact.extend_from_slice(b"\"}");
-                assert_eq!(exact.len(), 1_000_000);
-                exact
-            },
-            work(false, false, None),
-        ),
-    ];
-    cases.push(("not utf-8", 200, b"{\"ok\": \xff}".to_vec(), idle(false)));
-    compare(&originals, &server, &cases);
+    compare_with_original(&originals, &HealthServer::start(), IDLE_ROWS);
 }
 
-fn post(edit: impl FnOnce(&mut PostUpdateIdentity)) -> Check {
+/// What the post-update check is told to expect besides our identity.
+type Expectation = fn(&mut PostUpdateIdentity);
+
+/// The post-update identity check: our identity and what `expect` adds.
+fn post(expect: Expectation) -> Check {
     let mut expected = PostUpdateIdentity {
         server_identity: IDENTITY.to_string(),
         ..PostUpdateIdentity::default()
     };
-    edit(&mut expected);
+    expect(&mut expected);
     Check::Post(expected)
 }
 
-fn hub(expected: &mut PostUpdateIdentity) {
+/// Nothing besides the identity (no signed release, no hosted Hub).
+fn identity_only(_: &mut PostUpdateIdentity) {}
+
+/// The signed release's version and API contract.
+fn signed_release(expected: &mut PostUpdateIdentity) {
+    expected.server_version = Some("1.2.3".into());
+    expected.api_contract_version = Some(28);
+}
+
+/// The hosted loopback Hub with its direct-IP route.
+fn hub_routes(expected: &mut PostUpdateIdentity) {
     expected.team_hub_id = Some(HUB_ID.into());
     expected.team_hub_transport = Some("loopback".into());
     expected.team_hub_url = Some(Json::Null);
     expected.team_hub_direct_ip_url = Some(DIRECT_URL.into());
 }
 
+/// The hosted loopback Hub, recorded with no direct-IP route (`""`).
+fn hub_without_direct_route(expected: &mut PostUpdateIdentity) {
+    hub_routes(expected);
+    expected.team_hub_direct_ip_url = Some("".into());
+}
+
+/// A Hub admitted before transports were recorded: only its id.
+fn legacy_hub(expected: &mut PostUpdateIdentity) {
+    expected.team_hub_id = Some(HUB_ID.into());
+}
+
+/// Answers for the post-update identity fence: identity, signed version
+/// and contract, component convergence and admission, the secure-peer
+/// capability, and the hosted Hub (current and legacy).
+#[rustfmt::skip]
+const POST_UPDATE_ROWS: &[HealthRow<Expectation>] = &[
+    ("identity only", HEALTHY, identity_only),
+    ("identity changed", Document(|d| set(d, "server_identity", "x")), identity_only),
+    ("identity numeric", Document(|d| set(d, "server_identity", 5)), |e| e.server_identity = "5".into()),
+    ("signed release", HEALTHY, signed_release),
+    ("version differs", Document(|d| set(d, "server_version", "1.2.2")), signed_release),
+    ("no components", Document(|d| without(without(d, "gateway"), "execution_service")), signed_release),
+    ("gateway behind", Document(|d| set(d, "gateway.version", "1.2.2")), signed_release),
+    ("worker missing", Document(|d| without(d, "execution_service")), signed_release),
+    ("worker not an object", Document(|d| set(d, "execution_service", "1.2.3")), signed_release),
+    ("admission held", Document(|d| set(d, "execution_service.maintenance_held", true)), signed_release),
+    ("admission unknown", Document(|d| without(d, "execution_service.maintenance_held")), signed_release),
+    ("admission zero", Document(|d| set(d, "execution_service.maintenance_held", 0)), signed_release),
+    ("contract differs", Document(|d| set(d, "api_contract_version", 27)), signed_release),
+    ("contract float", Document(|d| set(d, "api_contract_version", 28.0)), signed_release),
+    ("contract only", Document(|d| set(d, "api_contract_version", "28")), |e| e.api_contract_version = Some(28)),
+    ("secure peer missing", Document(|d| without(d, "capabilities.secure_peer_v1")), identity_only),
+    ("secure peer required", Document(|d| set_secure_peer(d, "required", true)), identity_only),
+    ("secure peer version float", Document(|d| set_secure_peer(d, "version", 1.0)), identity_only),
+    ("secure peer error", Document(|d| set_secure_peer(d, "state_error_code", "x")), identity_only),
+    ("no capabilities", Document(|d| set(d, "capabilities", Json::Array(vec![]))), identity_only),
+    // Python cannot tell a None argument from an absent one.
+    ("null hub url without a hub", HEALTHY, |e| e.team_hub_url = Some(Json::Null)),
+    ("transport without a hub", HEALTHY, |e| e.team_hub_transport = Some("loopback".into())),
+    ("hub routes", HEALTHY, hub_routes),
+    ("hub id changed", Document(|d| set_hub(d, "hub_id", "hub_other0000")), hub_routes),
+    ("hub unavailable", Document(|d| set_hub(d, "available", false)), hub_routes),
+    ("hub host changed", Document(|d| set_hub(d, "host_server_identity", "x")), hub_routes),
+    ("hub missing", Document(|d| without(d, "capabilities.team_hub_v1")), hub_routes),
+    ("transport changed", Document(|d| set_hub(d, "transport", "direct_ip")), hub_routes),
+    ("routes changed", Document(|d| set_hub(d, "routes", Json::Array(vec![]))), hub_routes),
+    ("routes without direct", Document(|d| set_hub(d, "routes", vec![route("loopback", Json::Null)])), hub_without_direct_route),
+    ("legacy hub", HEALTHY, legacy_hub),
+    ("legacy hub transport unset", Document(|d| set_hub(d, "transport", Json::Null)), legacy_hub),
+    ("legacy hub remote", Document(|d| set_hub(d, "transport", "tailscale_serve")), legacy_hub),
+    ("legacy hub url", Document(|d| set_hub(d, "hub_url", "https://x")), legacy_hub),
+    ("legacy hub transport list", Document(|d| set_hub(d, "transport", Json::Array(vec![]))), legacy_hub),
+    ("not healthy", Document(|d| set(d, "ok", false)), identity_only),
+];
+
+/// `rows` with each row's expectation turned into the check carrying it.
+fn checked<E: Copy>(rows: &[HealthRow<E>], check: fn(E) -> Check) -> Vec<HealthRow<Check>> {
+    rows.iter()
+        .map(|&(label, answer, expected)| (label, answer, check(expected)))
+        .collect()
+}
+
 #[test]
 fn post_update_identities_match_the_original() {
     let originals = agents_tests::require_originals!();
-    let server = HealthServer::start();
-    let signed = |expected: &mut PostUpdateIdentity| {
-        expected.server_version = Some("1.2.3".into());
-        expected.api_contract_version = Some(28);
-    };
-    let without_components = {
-        let mut document = healthy();
-        document.remove("gateway");
-        document.remove("execution_service");
-        document
-    };
-    let cases: Vec<(&str, u16, Vec<u8>, Check)> = vec![
-        ("identity only", 200, body(&healthy()), post(|_| {})),
-        (
-            "identity changed",
-            200,
-            body(&edited("server_identity", Some("x".into()))),
-            post(|_| {}),
-        ),
-        (
-            "identity numeric",
-            200,
-            body(&edited("server_identity", Some(5.into()))),
-            post(|e| e.server_identity = "5".into()),
-        ),
-        ("signed release", 200, body(&healthy()), post(signed)),
-        (
-            "version differs",
-            200,
-            body(&edited("server_version", Some("1.2.2".into()))),
-            post(signed),
-        ),
-        (
-            "no components",
-            200,
-            body(&without_components),
-            post(signed),
-        ),
-        (
-            "gateway behind",
-            200,
-            body(&edited("gateway.version", Some("1.2.2".into()))),
-            post(signed),
-        ),
-        (
-            "worker missing",
-            200,
-            body(&edited("execution_service", None)),
-            post(signed),
-        ),
-        (
-            "worker not an object",
-            200,
-            body(&edited("execution_service", Some("1.2.3".into()))),
-            post(signed),
-        ),
-        (
-            "admission held",
-            200,
-            body(&edited(
-                "execution_service.maintenance_held",
-                Some(true.into()),
-            )),
-            post(signed),
-        ),
-        (
-            "admission unknown",
-            200,
-            body(&edited("execution_service.maintenance_held", None)),
-            post(signed),
-        ),
-        (
-            "admission zero",
-            200,
-            body(&edited(
-                "execution_service.maintenance_held",
-                Some(0.into()),
-            )),
-            post(signed),
-        ),
-        (
-            "contract differs",
-            200,
-            body(&edited("api_contract_version", Some(27.into()))),
-            post(signed),
-        ),
-        (
-            "contract float",
-            200,
-            body(&edited("api_contract_version", Some(28.0.into()))),
-            post(signed),
-        ),
-        (
-            "contract only",
-            200,
-            body(&edited("api_contract_version", Some("28".into()))),
-            post(|e| e.api_contract_version = Some(28)),
-        ),
-        (
-            "secure peer missing",
-            200,
-            body(&edited("capabilities.secure_peer_v1", None)),
-            post(|_| {}),
-        ),
-        (
-            "secure peer required",
-            200,
-            body(&edited(
-                "capabilities.secure_peer_v1.required",
-                Some(true.into()),
-            )),
-            post(|_| {}),
-        ),
-        (
-            "secure peer version float",
-            200,
-            body(&edited(
-                "capabilities.secure_peer_v1.version",
-                Some(1.0.into()),
-            )),
-            post(|_| {}),
-        ),
-        (
-            "secure peer error",
-            200,
-            body(&edited(
-                "capabilities.secure_peer_v1.state_error_code",
-                Some("x".into()),
-            )),
-            post(|_| {}),
-        ),
-        (
-            "no capabilities",
-            200,
-            body(&edited("capabilities", Some(Json::Array(vec![])))),
-            post(|_| {}),
-        ),
-        (
-            "transport without hub",
-            200,
-            body(&healthy()),
-            post(|e| e.team_hub_url = Some(Json::Null)),
-        ),
-        ("hub routes", 200, body(&healthy()), post(hub)),
-        (
-            "hub id changed",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.hub_id",
-                Some("hub_other0000".into()),
-            )),
-            post(hub),
-        ),
-        (
-            "hub unavailable",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.available",
-                Some(false.into()),
-            )),
-            post(hub),
-        ),
-        (
-            "hub host changed",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.host_server_identity",
-                Some("x".into()),
-            )),
-            post(hub),
-        ),
-        (
-            "hub missing",
-            200,
-            body(&edited("capabilities.team_hub_v1", None)),
-            post(hub),
-        ),
-        (
-            "transport changed",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.transport",
-                Some("direct_ip".into()),
-            )),
-            post(hub),
-        ),
-        (
-            "routes changed",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.routes",
-                Some(Json::Array(vec![])),
-            )),
-            post(hub),
-        ),
-        (
-            "routes without direct",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.routes",
-                Some(
-                    vec![Json::Object(
-                        json_object! {"transport" => "loopback", "hub_url" => Json::Null},
-                    )]
-                    .into(),
-                ),
-            )),
-            post(|e| {
-                hub(e);
-                e.team_hub_direct_ip_url = Some("".into());
-            }),
-        ),
-        (
-            "legacy hub",
-            200,
-            body(&healthy()),
-            post(|e| e.team_hub_id = Some(HUB_ID.into())),
-        ),
-        (
-            "legacy hub transport unset",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.transport",
-                Some(Json::Null),
-            )),
-            post(|e| e.team_hub_id = Some(HUB_ID.into())),
-        ),
-        (
-            "legacy hub remote",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.transport",
-                Some("tailscale_serve".into()),
-            )),
-            post(|e| e.team_hub_id = Some(HUB_ID.into())),
-        ),
-        (
-            "legacy hub url",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.hub_url",
-                Some("https://x".into()),
-            )),
-            post(|e| e.team_hub_id = Some(HUB_ID.into())),
-        ),
-        (
-            "legacy hub transport list",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.transport",
-                Some(Json::Array(vec![])),
-            )),
-            post(|e| e.team_hub_id = Some(HUB_ID.into())),
-        ),
-        (
-            "not healthy",
-            200,
-            body(&edited("ok", Some(false.into()))),
-            post(|_| {}),
-        ),
-    ];
-    compare(&originals, &server, &cases);
+    let cases = checked(POST_UPDATE_ROWS, post);
+    compare_with_original(&originals, &HealthServer::start(), &cases);
 }
+
+/// The repaired Hub a check is told to expect: (transport, Hub URL, `None`
+/// for null; direct-IP route URL).
+type RepairedHub = (&'static str, Option<&'static str>, &'static str);
+
+fn repaired((transport, url, direct_ip_url): RepairedHub) -> Check {
+    Check::Repaired(RepairedHubIdentity {
+        server_identity: IDENTITY.to_string(),
+        transport: transport.into(),
+        url: url.map_or(Json::Null, Json::from),
+        direct_ip_url: direct_ip_url.into(),
+    })
+}
+
+/// The loopback Hub of `healthy()` with its direct-IP route.
+const LOOPBACK_HUB: RepairedHub = ("loopback", None, DIRECT_URL);
+
+/// Answers for the repaired-host check: transports, URLs and routes as
+/// admitted, the repaired Hub id's form, and a host that was not repaired.
+#[rustfmt::skip]
+const REPAIRED_ROWS: &[HealthRow<RepairedHub>] = &[
+    ("repaired loopback", HEALTHY, LOOPBACK_HUB),
+    ("repaired direct primary", Document(direct_primary_hub), ("direct_ip", Some(DIRECT_URL), DIRECT_URL)),
+    ("transport differs", HEALTHY, ("", None, DIRECT_URL)),
+    ("url differs", HEALTHY, ("loopback", Some(""), DIRECT_URL)),
+    ("routes differ", HEALTHY, ("loopback", None, "")),
+    ("hub id short", Document(|d| set_hub(d, "hub_id", "hub")), LOOPBACK_HUB),
+    ("hub id not text", Document(|d| set_hub(d, "hub_id", 12345678)), LOOPBACK_HUB),
+    ("hub id bad character", Document(|d| set_hub(d, "hub_id", "hub/0123456789")), LOOPBACK_HUB),
+    ("not repaired", Document(|d| set_hub(d, "designated_host", false)), LOOPBACK_HUB),
+];
 
 #[test]
 fn repaired_hosts_match_the_original() {
     let originals = agents_tests::require_originals!();
-    let server = HealthServer::start();
-    let repaired = |transport: &str, url: Json, direct: &str| {
-        Check::Repaired(RepairedHubIdentity {
-            server_identity: IDENTITY.to_string(),
-            transport: transport.into(),
-            url,
-            direct_ip_url: direct.into(),
-        })
-    };
-    let direct_primary = {
-        let mut document = healthy();
-        let hub = json_object! {
-            "available" => true,
-            "designated_host" => true,
-            "version" => 1,
-            "base_path" => "/api/team-hub",
-            "hub_id" => "hub:a.b-c_d",
-            "host_server_identity" => IDENTITY,
-            "transport" => "direct_ip",
-            "hub_url" => DIRECT_URL,
-            "routes" => vec![Json::Object(json_object! {"transport" => "direct_ip", "hub_url" => DIRECT_URL})],
-        };
-        document.insert(
-            "capabilities",
-            json_object! {"secure_peer_v1" => secure_peer(), "team_hub_v1" => hub},
-        );
-        document
-    };
-    let cases: Vec<(&str, u16, Vec<u8>, Check)> = vec![
-        (
-            "repaired loopback",
-            200,
-            body(&healthy()),
-            repaired("loopback", Json::Null, DIRECT_URL),
-        ),
-        (
-            "repaired direct primary",
-            200,
-            body(&direct_primary),
-            repaired("direct_ip", DIRECT_URL.into(), DIRECT_URL),
-        ),
-        (
-            "transport differs",
-            200,
-            body(&healthy()),
-            repaired("", Json::Null, DIRECT_URL),
-        ),
-        (
-            "url differs",
-            200,
-            body(&healthy()),
-            repaired("loopback", "".into(), DIRECT_URL),
-        ),
-        (
-            "routes differ",
-            200,
-            body(&healthy()),
-            repaired("loopback", Json::Null, ""),
-        ),
-        (
-            "hub id short",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.hub_id",
-                Some("hub".into()),
-            )),
-            repaired("loopback", Json::Null, DIRECT_URL),
-        ),
-        (
-            "hub id not text",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.hub_id",
-                Some(12345678.into()),
-            )),
-            repaired("loopback", Json::Null, DIRECT_URL),
-        ),
-        (
-            "hub id bad character",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.hub_id",
-                Some("hub/0123456789".into()),
-            )),
-            repaired("loopback", Json::Null, DIRECT_URL),
-        ),
-        (
-            "not repaired",
-            200,
-            body(&edited(
-                "capabilities.team_hub_v1.designated_host",
-                Some(false.into()),
-            )),
-            repaired("loopback", Json::Null, DIRECT_URL),
-        ),
-    ];
-    compare(&originals, &server, &cases);
+    let cases = checked(REPAIRED_ROWS, repaired);
+    compare_with_original(&originals, &HealthServer::start(), &cases);
 }
 
 /// A loopback port nothing listens on.
@@ -1005,7 +673,7 @@ fn transport_failures_are_transient_like_the_original() {
             Json::Object(json_object! {
                 "port" => u32::from(*port),
                 "token" => "t",
-                "check" => Check::Idle {verified: false, identity: Some(IDENTITY)}.to_oracle(),
+                "check" => IDLE.to_oracle(),
             })
         })
         .collect();
@@ -1016,11 +684,7 @@ fn transport_failures_are_transient_like_the_original() {
             .unwrap(),
     );
     for ((label, port), expected) in cases.iter().zip(original.as_array().unwrap()) {
-        let ours = Check::Idle {
-            verified: false,
-            identity: Some(IDENTITY),
-        }
-        .run(*port, "t");
+        let ours = IDLE.run(*port, "t");
         assert_eq!(&ours, expected, "{label}");
         assert_eq!(ours.get("transient"), Some(&Json::Bool(true)), "{label}");
     }
@@ -1155,7 +819,7 @@ fn readiness_waits_match_the_original() {
     );
     assert_eq!(row.get("keep"), Some(&Json::from("me")));
 
-    let (busy, count) = warming_server(1, edited("active_count", Some(1.into())));
+    let (busy, count) = warming_server(1, set(healthy(), "active_count", 1));
     let (outcome, row) = compare_wait(&originals, busy.port, &count, "u-1", 10.0);
     assert_eq!(
         outcome.get("message"),
