@@ -216,6 +216,72 @@ fn a_symlinked_manifest_or_journal_is_refused() {
     );
 }
 
+/// One change to a valid manifest, kept as data so that a table row reads
+/// as what it breaks.
+enum Change {
+    /// `manifest[key] = value`.
+    Set(&'static str, Json),
+    /// `del manifest[key]`.
+    Remove(&'static str),
+    /// `manifest[outer][key] = value`.
+    SetIn(&'static str, &'static str, Json),
+    /// `del manifest[outer][key]`.
+    RemoveIn(&'static str, &'static str),
+    /// Several changes, in order.
+    All(Vec<Change>),
+}
+
+fn set(key: &'static str, value: impl Into<Json>) -> Change {
+    Change::Set(key, value.into())
+}
+
+fn set_in(outer: &'static str, key: &'static str, value: impl Into<Json>) -> Change {
+    Change::SetIn(outer, key, value.into())
+}
+
+/// A change of one member of the manifest's `execution` object.
+fn execution(key: &'static str, value: impl Into<Json>) -> Change {
+    set_in("execution", key, value)
+}
+
+impl Change {
+    fn apply(self, manifest: &mut JsonObject) {
+        match self {
+            Change::Set(key, value) => {
+                manifest.insert(key, value);
+            }
+            Change::Remove(key) => {
+                manifest.remove(key);
+            }
+            Change::SetIn(outer, key, value) => {
+                let mut object = Self::nested(manifest, outer);
+                object.insert(key, value);
+                manifest.insert(outer, object);
+            }
+            Change::RemoveIn(outer, key) => {
+                let mut object = Self::nested(manifest, outer);
+                object.remove(key);
+                manifest.insert(outer, object);
+            }
+            Change::All(changes) => changes
+                .into_iter()
+                .for_each(|change| change.apply(manifest)),
+        }
+    }
+
+    fn nested(manifest: &JsonObject, outer: &str) -> JsonObject {
+        manifest
+            .get(outer)
+            .and_then(Json::as_object)
+            .cloned()
+            .unwrap()
+    }
+}
+
+/// A table row: (what is wrong, the change that makes it so, the exact
+/// `RuntimeError` message Python's reader gives).
+type ManifestRefusal = (&'static str, Change, &'static str);
+
 /// Apply `edit` to a valid fresh journal and expect `message`.
 #[track_caller]
 fn refused_after(edit: impl FnOnce(&mut JsonObject), message: &str) {
@@ -228,228 +294,251 @@ fn refused_after(edit: impl FnOnce(&mut JsonObject), message: &str) {
     );
 }
 
-/// Replace a member of one nested object.
-fn set_in(value: &mut JsonObject, outer: &str, key: &str, item: impl Into<Json>) {
-    let mut object = value.get(outer).and_then(Json::as_object).cloned().unwrap();
-    object.insert(key, item.into());
-    value.insert(outer, object);
+/// Reading `install`'s journal raises `RuntimeError(message)`; a failure
+/// names `case`.
+#[track_caller]
+fn assert_read_refused(install: &Install, message: &str, case: &str) {
+    match ActivationManifest::read(&install.root(), true) {
+        Ok(_) => panic!("{case}: expected RuntimeError {message:?}, the journal was accepted"),
+        Err(error) => assert_eq!(
+            (error.class(), error.message()),
+            (ErrorClass::Runtime, message),
+            "{case}: unexpected error: {}",
+            error.python_line()
+        ),
+    }
 }
 
-#[test]
-fn schema_refusals_follow_python_order_and_wording() {
-    let invalid = "activation transaction manifest is invalid";
-    refused_after(
-        |v| {
-            v.insert("extra", 1);
-        },
-        invalid,
-    );
-    refused_after(
-        |v| {
-            v.remove("hub");
-        },
-        invalid,
-    );
-    refused_after(
-        |v| {
-            v.insert("format", 4);
-        },
-        invalid,
-    );
-    refused_after(
-        |v| {
-            v.insert("format", 2);
-        },
-        invalid,
-    );
-    refused_after(
-        |v| {
-            v.insert("phase", "flying");
-        },
-        "activation transaction phase is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("rollback_from", "prepared");
-        },
-        "activation transaction rollback origin is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("phase", "rolling-back");
-            v.insert("rollback_from", "committed");
-        },
-        "activation transaction rollback origin is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("phase", "rolled-back");
-        },
-        "activation transaction rollback origin is missing",
-    );
-    refused_after(
-        |v| {
-            v.insert("transaction_id", "activation-XYZ");
-        },
-        "activation transaction id is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("transaction_id", format!("activation-{}", "a".repeat(60)));
-        },
-        "activation transaction id is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("release_version", "v".repeat(129));
-        },
-        "activation transaction version is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("release_dir", "");
-        },
-        "activation transaction release_dir is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("gateway_path", "/x\n");
-        },
-        "activation transaction gateway_path is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("old_target", "a\0b");
-        },
-        "activation transaction old target is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("old_release", json_object! { "source" => "/x" });
-        },
-        "activation transaction rollback release is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("previous_release", Json::Null);
-        },
-        "activation transaction previous release is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert(
+/// Runs every row of a refusal table, each on its own valid fresh journal.
+#[track_caller]
+fn assert_each_refused(rows: Vec<ManifestRefusal>) {
+    for (case, change, message) in rows {
+        let (install, _id) = fresh("refusal");
+        install.edit_manifest(|manifest| change.apply(manifest));
+        assert_read_refused(&install, message, case);
+    }
+}
+
+const INVALID: &str = "activation transaction manifest is invalid";
+const ROLLBACK_ORIGIN_INVALID: &str = "activation transaction rollback origin is invalid";
+const TRANSACTION_ID_INVALID: &str = "activation transaction id is invalid";
+const BACKUP_METADATA_INVALID: &str = "activation transaction backup metadata is invalid";
+
+/// The document's keys and format, then the phase and its rollback origin.
+fn document_and_phase_refusals() -> Vec<ManifestRefusal> {
+    vec![
+        ("an unknown key", set("extra", 1), INVALID),
+        ("no hub key", Change::Remove("hub"), INVALID),
+        ("a newer format", set("format", 4), INVALID),
+        ("an older format", set("format", 2), INVALID),
+        (
+            "an unknown phase",
+            set("phase", "flying"),
+            "activation transaction phase is invalid",
+        ),
+        (
+            "a rollback origin outside a rollback",
+            set("rollback_from", "prepared"),
+            ROLLBACK_ORIGIN_INVALID,
+        ),
+        (
+            "rolling back from committed",
+            Change::All(vec![
+                set("phase", "rolling-back"),
+                set("rollback_from", "committed"),
+            ]),
+            ROLLBACK_ORIGIN_INVALID,
+        ),
+        (
+            "rolled back without an origin",
+            set("phase", "rolled-back"),
+            "activation transaction rollback origin is missing",
+        ),
+    ]
+}
+
+/// The transaction's identity, its recorded paths and the release links.
+fn identity_and_link_refusals() -> Vec<ManifestRefusal> {
+    vec![
+        (
+            "a transaction ID that is no hex",
+            set("transaction_id", "activation-XYZ"),
+            TRANSACTION_ID_INVALID,
+        ),
+        (
+            "a transaction ID too long",
+            set("transaction_id", format!("activation-{}", "a".repeat(60))),
+            TRANSACTION_ID_INVALID,
+        ),
+        (
+            "a version of 129 characters",
+            set("release_version", "v".repeat(129)),
+            "activation transaction version is invalid",
+        ),
+        (
+            "an empty release_dir",
+            set("release_dir", ""),
+            "activation transaction release_dir is invalid",
+        ),
+        (
+            "a gateway_path with a newline",
+            set("gateway_path", "/x\n"),
+            "activation transaction gateway_path is invalid",
+        ),
+        (
+            "an old target with a NUL",
+            set("old_target", "a\0b"),
+            "activation transaction old target is invalid",
+        ),
+        (
+            "an incomplete rollback release",
+            set("old_release", json_object! { "source" => "/x" }),
+            "activation transaction rollback release is invalid",
+        ),
+        (
+            "a null previous release",
+            set("previous_release", Json::Null),
+            "activation transaction previous release is invalid",
+        ),
+        (
+            "a directory link state with an empty target",
+            set(
                 "previous",
                 json_object! { "kind" => "directory", "target" => "" },
-            );
-        },
-        "activation transaction link state is invalid",
-    );
-    refused_after(
-        |v| set_in(v, "service", "backup", "other.backup"),
-        "activation transaction backup metadata is invalid",
-    );
-    refused_after(
-        |v| {
-            set_in(v, "env", "mode", 0o700);
-        },
-        "activation transaction backup metadata is invalid",
-    );
-    refused_after(
-        |v| set_in(v, "env", "sha256", "0".repeat(64)),
-        "activation transaction backup changed",
-    );
-    refused_after(
-        |v| {
-            v.insert("service_state", "paused");
-        },
-        "activation transaction service state is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("service_enabled", "yes");
-        },
-        "activation transaction service enablement is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("legacy_service_state", Json::Null);
-        },
-        "activation transaction legacy service state is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("legacy_service_enabled", 0);
-        },
-        "activation transaction legacy enablement is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("prior_port", 0);
-        },
-        "activation transaction prior port is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("prior_bind_address", "host.example");
-        },
-        "activation transaction prior bind is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("prior_bind_address", "::0001");
-        },
-        "activation transaction prior bind is noncanonical",
-    );
-    refused_after(
-        |v| {
-            v.insert("intent", "other");
-        },
-        "activation transaction intent is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("client_binding", "a\rb");
-        },
-        "activation transaction client binding is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert(
-                "desired_service",
-                json_object! {
-                    "sha256" => "0".repeat(64), "mode" => 0o644, "source" => "/elsewhere",
-                    "device" => 1, "inode" => 1,
-                },
-            );
-        },
-        "activation desired configuration is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("authority_pending", Json::Null);
-        },
-        "activation transaction authority state is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("observed_env_sha256", vec![Json::from("abc")]);
-        },
-        "activation transaction configuration history is invalid",
-    );
-    refused_after(
-        |v| set_in(v, "candidate_release", "inode", 0),
-        "activation transaction candidate release is invalid",
-    );
-    refused_after(
-        |v| set_in(v, "candidate_release", "source", "/tmp/elsewhere/stage"),
-        "activation transaction release path is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("old_target", "/somewhere");
-        },
-        "activation transaction rollback release path is invalid",
-    );
+            ),
+            "activation transaction link state is invalid",
+        ),
+    ]
+}
+
+/// The configuration backups, then the service states recorded before the
+/// activation.
+fn backup_and_service_refusals() -> Vec<ManifestRefusal> {
+    vec![
+        (
+            "a service backup of another name",
+            set_in("service", "backup", "other.backup"),
+            BACKUP_METADATA_INVALID,
+        ),
+        (
+            "an env backup of mode 0700",
+            set_in("env", "mode", 0o700),
+            BACKUP_METADATA_INVALID,
+        ),
+        (
+            "an env backup of another digest",
+            set_in("env", "sha256", "0".repeat(64)),
+            "activation transaction backup changed",
+        ),
+        (
+            "an unknown service state",
+            set("service_state", "paused"),
+            "activation transaction service state is invalid",
+        ),
+        (
+            "a string service enablement",
+            set("service_enabled", "yes"),
+            "activation transaction service enablement is invalid",
+        ),
+        (
+            "a null legacy service state",
+            set("legacy_service_state", Json::Null),
+            "activation transaction legacy service state is invalid",
+        ),
+        (
+            "an integer legacy enablement",
+            set("legacy_service_enabled", 0),
+            "activation transaction legacy enablement is invalid",
+        ),
+    ]
+}
+
+/// The prior listener, the intent, the client binding and the configuration
+/// the activation installs.
+fn listener_and_configuration_refusals() -> Vec<ManifestRefusal> {
+    let desired_service = json_object! {
+        "sha256" => "0".repeat(64), "mode" => 0o644, "source" => "/elsewhere",
+        "device" => 1, "inode" => 1,
+    };
+    vec![
+        (
+            "prior port 0",
+            set("prior_port", 0),
+            "activation transaction prior port is invalid",
+        ),
+        (
+            "a prior bind that is a host name",
+            set("prior_bind_address", "host.example"),
+            "activation transaction prior bind is invalid",
+        ),
+        (
+            "a zero-padded IPv6 prior bind",
+            set("prior_bind_address", "::0001"),
+            "activation transaction prior bind is noncanonical",
+        ),
+        (
+            "an unknown intent",
+            set("intent", "other"),
+            "activation transaction intent is invalid",
+        ),
+        (
+            "a client binding with a carriage return",
+            set("client_binding", "a\rb"),
+            "activation transaction client binding is invalid",
+        ),
+        (
+            "a desired service from elsewhere",
+            set("desired_service", desired_service),
+            "activation desired configuration is invalid",
+        ),
+        (
+            "a null authority state",
+            set("authority_pending", Json::Null),
+            "activation transaction authority state is invalid",
+        ),
+        (
+            "a configuration history entry that is no digest",
+            set("observed_env_sha256", vec![Json::from("abc")]),
+            "activation transaction configuration history is invalid",
+        ),
+    ]
+}
+
+/// The release paths, checked last, against the releases directory.
+fn release_path_refusals() -> Vec<ManifestRefusal> {
+    vec![
+        (
+            "a candidate release of inode 0",
+            set_in("candidate_release", "inode", 0),
+            "activation transaction candidate release is invalid",
+        ),
+        (
+            "a candidate staged outside the releases",
+            set_in("candidate_release", "source", "/tmp/elsewhere/stage"),
+            "activation transaction release path is invalid",
+        ),
+        (
+            "an old target outside the releases",
+            set("old_target", "/somewhere"),
+            "activation transaction rollback release path is invalid",
+        ),
+    ]
+}
+
+/// Each row breaks one field of an otherwise valid journal and must be
+/// refused with that field's own wording; the groups, and the rows in them,
+/// follow the order in which Python's reader checks the fields.
+#[test]
+fn schema_refusals_follow_python_order_and_wording() {
+    for group in [
+        document_and_phase_refusals(),
+        identity_and_link_refusals(),
+        backup_and_service_refusals(),
+        listener_and_configuration_refusals(),
+        release_path_refusals(),
+    ] {
+        assert_each_refused(group);
+    }
 }
 
 #[test]
@@ -464,111 +553,116 @@ fn accepted_variants_match_python() {
     ActivationManifest::read(&install.root(), true).expect("Python accepts these");
 }
 
+const LAYOUT_INVALID: &str = "activation execution layout is invalid";
+const PRIOR_WORKER_INVALID: &str = "activation prior worker release is invalid";
+
+/// A handoff record of `operation` and `lease`, otherwise well formed.
+fn handoff(operation: &str, lease: &str) -> Json {
+    Json::Object(json_object! {
+        "schema" => 1, "operation_id" => operation, "worker_instance_id" => "w1",
+        "lease_id" => lease, "expected_server_identity" => "server-1",
+    })
+}
+
+/// Wrong execution metadata that needs nothing of the journal it breaks.
+fn execution_refusals() -> Vec<ManifestRefusal> {
+    let old_worker_elsewhere = json_object! {
+        "source" => "/elsewhere/1.0.0", "target" => "/elsewhere/1.0.0", "device" => 1,
+        "inode" => 2, "version_sha256" => "a".repeat(64),
+    };
+    vec![
+        (
+            "no API contract",
+            Change::RemoveIn("execution", "api_contract"),
+            "activation execution metadata is invalid",
+        ),
+        (
+            "an empty runtime directory",
+            execution("runtime_dir", ""),
+            "activation transaction execution runtime is invalid",
+        ),
+        (
+            "a runtime directory elsewhere in /tmp",
+            execution("runtime_dir", "/tmp/state/runtime"),
+            LAYOUT_INVALID,
+        ),
+        (
+            "an integer gateway_enabled",
+            execution("gateway_enabled", 1),
+            LAYOUT_INVALID,
+        ),
+        (
+            "a negative API contract",
+            execution("api_contract", -1),
+            LAYOUT_INVALID,
+        ),
+        (
+            "a gateway unit at another path",
+            set("gateway_path", "/tmp/other.service"),
+            LAYOUT_INVALID,
+        ),
+        (
+            "a service unit that is not the managed worker's",
+            set("service_path", "/tmp/x/zenithbot-agent.service"),
+            "execution activation requires the managed worker service",
+        ),
+        (
+            "an upper-case operation ID",
+            execution("operation_id", "6BA7B811-9DAD-11D1-80B4-00C04FD430C8"),
+            "activation execution operation is invalid",
+        ),
+        (
+            "a null prior worker release",
+            execution("old_worker_release", Json::Null),
+            PRIOR_WORKER_INVALID,
+        ),
+        (
+            "a prior worker release outside the releases",
+            execution("old_worker_release", old_worker_elsewhere),
+            PRIOR_WORKER_INVALID,
+        ),
+        (
+            "a handoff of another operation",
+            execution(
+                "handoff",
+                handoff(
+                    "11111111-1111-1111-1111-111111111111",
+                    "22222222-2222-2222-2222-222222222222",
+                ),
+            ),
+            "activation execution handoff is invalid",
+        ),
+    ]
+}
+
+/// The `execution` object of a format-3 journal, and the unit paths an
+/// execution activation needs, each refused with Python's wording.
 #[test]
 fn execution_metadata_refusals() {
-    let execution =
-        |key: &'static str, item: Json| move |v: &mut JsonObject| set_in(v, "execution", key, item);
-    refused_after(
-        |v| {
-            let mut object = v
-                .get("execution")
-                .and_then(Json::as_object)
-                .cloned()
-                .unwrap();
-            object.remove("api_contract");
-            v.insert("execution", object);
-        },
-        "activation execution metadata is invalid",
-    );
-    refused_after(
-        execution("runtime_dir", Json::from("")),
-        "activation transaction execution runtime is invalid",
-    );
+    assert_each_refused(execution_refusals());
+
+    // The two changes below depend on the journal they break: its own
+    // install root and its own operation ID.
     let (install, _id) = fresh("runtime-inside");
     let inside = install.root().join("state/execution");
-    install.edit_manifest(|v| set_in(v, "execution", "runtime_dir", inside.to_str().unwrap()));
-    assert_error(
-        ActivationManifest::read(&install.root(), true),
-        ErrorClass::Runtime,
-        "activation execution layout is invalid",
+    let runtime_inside = execution("runtime_dir", inside.to_str().unwrap());
+    install.edit_manifest(|manifest| runtime_inside.apply(manifest));
+    assert_read_refused(
+        &install,
+        LAYOUT_INVALID,
+        "a runtime directory inside the install root",
     );
-    refused_after(
-        execution("runtime_dir", Json::from("/tmp/state/runtime")),
-        "activation execution layout is invalid",
-    );
-    refused_after(
-        execution("gateway_enabled", Json::from(1)),
-        "activation execution layout is invalid",
-    );
-    refused_after(
-        execution("api_contract", Json::from(-1)),
-        "activation execution layout is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("gateway_path", "/tmp/other.service");
-        },
-        "activation execution layout is invalid",
-    );
-    refused_after(
-        |v| {
-            v.insert("service_path", "/tmp/x/zenithbot-agent.service");
-        },
-        "execution activation requires the managed worker service",
-    );
-    refused_after(
-        execution(
-            "operation_id",
-            Json::from("6BA7B811-9DAD-11D1-80B4-00C04FD430C8"),
-        ),
-        "activation execution operation is invalid",
-    );
-    refused_after(
-        execution("old_worker_release", Json::Null),
-        "activation prior worker release is invalid",
-    );
-    refused_after(
-        execution(
-            "old_worker_release",
-            Json::Object(json_object! {
-                "source" => "/elsewhere/1.0.0", "target" => "/elsewhere/1.0.0", "device" => 1,
-                "inode" => 2, "version_sha256" => "a".repeat(64),
-            }),
-        ),
-        "activation prior worker release is invalid",
-    );
-    let handoff = |operation: &str, lease: &str| {
-        Json::Object(json_object! {
-            "schema" => 1, "operation_id" => operation, "worker_instance_id" => "w1",
-            "lease_id" => lease, "expected_server_identity" => "server-1",
-        })
-    };
-    refused_after(
-        execution(
-            "handoff",
-            handoff(
-                "11111111-1111-1111-1111-111111111111",
-                "22222222-2222-2222-2222-222222222222",
-            ),
-        ),
-        "activation execution handoff is invalid",
-    );
+
     let (install, _id) = fresh("handoff-lease");
-    install.edit_manifest(|v| {
-        let operation = v
-            .get("execution")
-            .unwrap()
-            .get("operation_id")
-            .unwrap()
-            .as_str()
-            .unwrap()
-            .to_string();
-        set_in(v, "execution", "handoff", handoff(&operation, "not-a-uuid"));
+    install.edit_manifest(|manifest| {
+        let operation = manifest.get("execution").unwrap().get("operation_id");
+        let operation = operation.unwrap().as_str().unwrap().to_string();
+        execution("handoff", handoff(&operation, "not-a-uuid")).apply(manifest);
     });
-    assert_error(
-        ActivationManifest::read(&install.root(), true),
-        ErrorClass::Runtime,
+    assert_read_refused(
+        &install,
         "activation execution handoff lease is invalid",
+        "a handoff of this operation whose lease is no UUID",
     );
 }
 

@@ -324,133 +324,156 @@ fn receipt_reports_both_components_in_python_key_order() {
     assert_eq!(encode_line(&Json::Object(receipt), false), expected);
 }
 
+/// The manager of the receipt tests: it runs both the worker and the gateway
+/// as this process, as the double's health claims.
+fn both_running_here() -> FakeServices {
+    FakeServices::new(vec![native(running(own_pid()), running(own_pid()))])
+}
+
+/// A public layout served by the worker double (see [`public`]); each
+/// receipt test changes one thing of it.
+struct ReceiptScenario {
+    installed: Installed,
+    double: WorkerDouble,
+}
+
+impl ReceiptScenario {
+    fn new(tag: &str) -> Self {
+        let (installed, double) = public(tag, "127.0.0.1", "127.0.0.1:0");
+        ReceiptScenario { installed, double }
+    }
+
+    /// The double answers health with [`health_body`] changed by `change`.
+    fn with_health(self, change: impl FnOnce(&mut JsonObject)) -> Self {
+        let mut body = health_body();
+        change(body.as_object_mut().unwrap());
+        self.double.edit(|state| state.health = body);
+        self
+    }
+
+    /// `receipt` with [`both_running_here`] answering every owner check.
+    fn receipt(&self) -> agents_common::Result<JsonObject> {
+        let services = both_running_here();
+        WorkerControl::new()
+            .services(&services)
+            .receipt(&self.installed.layout, &services)
+    }
+
+    /// `receipt` with health pinned as usual, but the component PIDs
+    /// checked against what `manager` reports.
+    fn receipt_checked_by(&self, manager: &FakeServices) -> agents_common::Result<JsonObject> {
+        WorkerControl::new()
+            .services(&both_running_here())
+            .receipt(&self.installed.layout, manager)
+    }
+}
+
+/// `assert_error` for one case of a table: a failure names the case.
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(
+    result: agents_common::Result<T>,
+    (class, message): (ErrorClass, &str),
+    case: &str,
+) {
+    match result {
+        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => assert_eq!(
+            (error.class(), error.message()),
+            (class, message),
+            "{case}: unexpected error: {}",
+            error.python_line()
+        ),
+    }
+}
+
+const RECEIPT_MISMATCH: (ErrorClass, &str) = (
+    ErrorClass::Runtime,
+    "authenticated gateway/worker health does not match owned runtime receipts",
+);
+
+/// A change to the health the double answers, as a table entry.
+type HealthChange = fn(&mut JsonObject);
+
+/// Health that differs from the owned receipts, each row in one way.
+fn mismatched_health() -> [(&'static str, HealthChange); 8] {
+    [
+        ("ok false", |health| {
+            health.insert("ok", false);
+        }),
+        ("ok 1, not true", |health| {
+            health.insert("ok", 1_i64);
+        }),
+        ("no gateway", |health| {
+            health.remove("gateway");
+        }),
+        ("a worker that is no object", |health| {
+            health.insert("execution_service", "w");
+        }),
+        ("gateway protocol 2", |health| {
+            set_member(health, "gateway", "protocol", Json::Int(2))
+        }),
+        ("a null worker protocol", |health| {
+            set_member(health, "execution_service", "protocol", Json::Null)
+        }),
+        ("another worker instance", |health| {
+            set_member(health, "execution_service", "instance_id", Json::from("x"))
+        }),
+        ("another worker PID", |health| {
+            let pid = Json::Int(own_pid() as i128 + 1);
+            set_member(health, "execution_service", "pid", pid)
+        }),
+    ]
+}
+
+/// The receipt vouches for what is running only when the authenticated
+/// health, `worker.json` and the manager's PIDs all agree (with Python's
+/// numeric equality).
 #[test]
 fn receipt_refuses_health_that_does_not_match_the_owned_receipts() {
-    let mismatch = "authenticated gateway/worker health does not match owned runtime receipts";
-    type HealthEdit = Box<dyn Fn(&mut JsonObject)>;
-    let edits: Vec<(&str, HealthEdit)> = vec![
-        (
-            "ok false",
-            Box::new(|h| {
-                h.insert("ok", false);
-            }),
-        ),
-        (
-            "ok 1",
-            Box::new(|h| {
-                h.insert("ok", 1_i64);
-            }),
-        ),
-        (
-            "no gateway",
-            Box::new(|h| {
-                h.remove("gateway");
-            }),
-        ),
-        (
-            "worker not an object",
-            Box::new(|h| {
-                h.insert("execution_service", "w");
-            }),
-        ),
-        (
-            "gateway protocol",
-            Box::new(|h| edit(h, "gateway", "protocol", Json::Int(2))),
-        ),
-        (
-            "worker protocol",
-            Box::new(|h| edit(h, "execution_service", "protocol", Json::Null)),
-        ),
-        (
-            "worker instance",
-            Box::new(|h| edit(h, "execution_service", "instance_id", Json::from("x"))),
-        ),
-        (
-            "worker pid",
-            Box::new(|h| {
-                edit(
-                    h,
-                    "execution_service",
-                    "pid",
-                    Json::Int(own_pid() as i128 + 1),
-                )
-            }),
-        ),
-    ];
-    for (name, change) in edits {
-        let (installed, double) = public("receipt-bad", "127.0.0.1", "127.0.0.1:0");
-        double.edit(|state| {
-            let mut body = health_body();
-            change(body.as_object_mut().unwrap());
-            state.health = body;
-        });
-        let services = FakeServices::new(vec![native(running(own_pid()), running(own_pid()))]);
-        let result = WorkerControl::new()
-            .services(&services)
-            .receipt(&installed.layout, &services);
-        assert!(result.is_err(), "{name}");
-        assert_error(result, ErrorClass::Runtime, mismatch);
+    for (case, change) in mismatched_health() {
+        let scenario = ReceiptScenario::new("receipt-bad").with_health(change);
+        assert_refused(scenario.receipt(), RECEIPT_MISMATCH, case);
     }
 
     // protocol 1.0 and pid as float compare equal in Python: accepted.
-    let (installed, double) = public("receipt-float", "127.0.0.1", "127.0.0.1:0");
-    double.edit(|state| {
-        let mut body = health_body();
-        edit(
-            body.as_object_mut().unwrap(),
-            "gateway",
-            "protocol",
-            Json::Float(1.0),
-        );
-        edit(
-            body.as_object_mut().unwrap(),
-            "execution_service",
-            "pid",
-            Json::Float(own_pid() as f64),
-        );
-        state.health = body;
+    let scenario = ReceiptScenario::new("receipt-float").with_health(|health| {
+        set_member(health, "gateway", "protocol", Json::Float(1.0));
+        let pid = Json::Float(own_pid() as f64);
+        set_member(health, "execution_service", "pid", pid);
     });
-    let services = FakeServices::new(vec![native(running(own_pid()), running(own_pid()))]);
-    WorkerControl::new()
-        .services(&services)
-        .receipt(&installed.layout, &services)
-        .unwrap();
+    if let Err(error) = scenario.receipt() {
+        panic!("a float protocol and PID: {}", error.python_line());
+    }
 
     // The receipt's release must be the layout's worker release.
-    let (installed, _double) = public("receipt-release", "127.0.0.1", "127.0.0.1:0");
+    let scenario = ReceiptScenario::new("receipt-release");
+    let installed = &scenario.installed;
     installed.base.release("2.0.0");
-    let mut record = installed.record(_double.port());
-    record.insert(
-        "release_root",
-        installed
-            .base
-            .join("install/releases/2.0.0")
-            .to_str()
-            .unwrap(),
-    );
+    let other_release = installed.base.join("install/releases/2.0.0");
+    let mut record = installed.record(scenario.double.port());
+    record.insert("release_root", other_release.to_str().unwrap());
     installed.write_record(&record);
-    assert_error(
-        WorkerControl::new()
-            .services(&services)
-            .receipt(&installed.layout, &services),
-        ErrorClass::Runtime,
-        mismatch,
+    assert_refused(
+        scenario.receipt(),
+        RECEIPT_MISMATCH,
+        "a receipt of another release",
     );
 
     // The PIDs the manager reports must be the authenticated components'.
-    let (installed, _double) = public("receipt-native", "127.0.0.1", "127.0.0.1:0");
-    let health_services = FakeServices::new(vec![native(running(own_pid()), running(own_pid()))]);
+    let scenario = ReceiptScenario::new("receipt-native");
     let manager = FakeServices::new(vec![native(running(own_pid()), running(own_pid() + 1))]);
-    assert_error(
-        WorkerControl::new()
-            .services(&health_services)
-            .receipt(&installed.layout, &manager),
-        ErrorClass::Runtime,
-        "native services do not own the authenticated component processes",
+    assert_refused(
+        scenario.receipt_checked_by(&manager),
+        (
+            ErrorClass::Runtime,
+            "native services do not own the authenticated component processes",
+        ),
+        "a manager that runs the gateway as another PID",
     );
 }
 
-fn edit(health: &mut JsonObject, component: &str, key: &str, value: Json) {
+/// `health[component][key] = value`.
+fn set_member(health: &mut JsonObject, component: &str, key: &str, value: Json) {
     let mut object = health.get(component).unwrap().as_object().unwrap().clone();
     object.insert(key, value);
     health.insert(component, object);
