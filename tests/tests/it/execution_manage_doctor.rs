@@ -16,6 +16,7 @@ use crate::execution_manage_support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Child, Stdio};
 
 use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
@@ -68,6 +69,18 @@ fn killed_apply(site: &Site) -> Doctor {
     during
 }
 
+/// `doctor --root <root> <extra>` on the site's installation: the human
+/// report (or, with `--json` in `extra`, one concern's).
+fn doctor_printed(site: &Site, extra: &[&str]) -> Outcome {
+    let mut arguments: Vec<&std::ffi::OsStr> = vec![
+        "doctor".as_ref(),
+        "--root".as_ref(),
+        site.installation.install_root.as_os_str(),
+    ];
+    arguments.extend(extra.iter().map(std::ffi::OsStr::new));
+    site.manage(&arguments)
+}
+
 #[test]
 fn a_healthy_split_installation_is_reported_healthy() {
     let Some(site) = Site::running("doctor_healthy") else {
@@ -101,11 +114,7 @@ fn a_healthy_split_installation_is_reported_healthy() {
 
     // The human report: the aligned summary and the verdict; no colour on
     // a pipe.
-    let human = site.manage(&[
-        "doctor".as_ref(),
-        "--root".as_ref(),
-        site.installation.install_root.as_os_str(),
-    ]);
+    let human = doctor_printed(&site, &[]);
     assert_eq!(human.code, Some(0), "{human:?}");
     let root = site.installation.install_root.display();
     assert!(
@@ -130,13 +139,38 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
     let Some(site) = Site::running("doctor_killed_apply") else {
         return;
     };
-    let root = site.installation.install_root.display().to_string();
     let old = site.layout(OLD, OLD);
     let before = site.assert_serving(&old);
 
     // While the apply waits for the worker, it owns the lock, its journal
     // and the layout it is changing: the plan only waits for it.
-    let during = killed_apply(&site);
+    assert_only_waits_for_the_apply(&killed_apply(&site));
+
+    // Killed: the journal and the lock are left behind by a dead owner;
+    // the layout says what recovery leaves.
+    let recover = format!(
+        "{} recover --root {}",
+        helper("execution-manage"),
+        site.installation.install_root.display()
+    );
+    assert_stuck_until_recover(&site, &doctor(&site), &recover);
+    assert_human_plan_is_recover(&site, &recover);
+    assert_lock_concern_alone_points_at_the_plan(&site);
+
+    let followed = follow_plan(&site, doctor, &at_once, 2);
+    assert_eq!(followed.commands.len(), 1);
+    assert!(followed.commands[0]
+        .1
+        .stdout
+        .starts_with("{\"ok\": true, \"phase\": \"rolled-back\""));
+    let after = site.assert_serving(&old);
+    assert_eq!(after.gateway_pid, before.gateway_pid);
+    site.assert_unlocked();
+}
+
+/// doctor while a live `apply` owns the installation: in progress, and one
+/// wait for that `execution-manage apply`.
+fn assert_only_waits_for_the_apply(during: &Doctor) {
     during.assert_attention(&[
         ("install_lock", "in progress"),
         ("execution_transaction", "in progress"),
@@ -161,16 +195,17 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
             .contains("execution-manage apply"),
         "{program:?}"
     );
+}
 
-    // Killed: the journal and the lock are left behind by a dead owner;
-    // the layout says what recovery leaves.
-    let report = doctor(&site);
+/// The report after the apply was killed: the lock, the prepared journal
+/// and the layout stuck, one step (`recover`) resolving all three, and the
+/// worker's lease still the journal's operation's.
+fn assert_stuck_until_recover(site: &Site, report: &Doctor, recover: &str) {
     report.assert_attention(&[
         ("install_lock", "stuck"),
         ("execution_transaction", "stuck"),
         ("layout", "stuck"),
     ]);
-    let recover = format!("{} recover --root {root}", helper("execution-manage"));
     report.assert_plan(&[(
         "command",
         &["execution_transaction", "install_lock", "layout"],
@@ -208,11 +243,12 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
         report.found("services", "lease").get("operation_id"),
         Some(&operation)
     );
-    let human = site.manage(&[
-        "doctor".as_ref(),
-        "--root".as_ref(),
-        site.installation.install_root.as_os_str(),
-    ]);
+}
+
+/// The human report of the same state: the one step with what it resolves
+/// and does, the lock's age and place in the plan, and the verdict.
+fn assert_human_plan_is_recover(site: &Site, recover: &str) {
+    let human = doctor_printed(site, &[]);
     assert_eq!(human.code, Some(1));
     assert!(
         human.stdout.contains(&format!(
@@ -237,15 +273,11 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
     assert!(human
         .stdout
         .ends_with("\n3 of 8 concerns need attention.\n"));
-    // Only the lock, by itself: its place in the plan, and the step.
-    let lock = site.manage(&[
-        "doctor".as_ref(),
-        "--root".as_ref(),
-        site.installation.install_root.as_os_str(),
-        "--concern".as_ref(),
-        "install_lock".as_ref(),
-        "--json".as_ref(),
-    ]);
+}
+
+/// Only the lock, by itself: its place in the plan, and the step.
+fn assert_lock_concern_alone_points_at_the_plan(site: &Site) {
+    let lock = doctor_printed(site, &["--concern", "install_lock", "--json"]);
     assert_eq!(lock.code, Some(1), "{lock:?}");
     let lock = parse_json(lock.stdout.as_bytes()).unwrap();
     let concerns = lock.get("concerns").and_then(Json::as_object).unwrap();
@@ -254,16 +286,6 @@ fn a_killed_apply_is_stuck_until_the_suggested_recover() {
         lock.get("plan").and_then(Json::as_array).map(Vec::len),
         Some(1)
     );
-
-    let followed = follow_plan(&site, doctor, &at_once, 2);
-    assert_eq!(followed.commands.len(), 1);
-    assert!(followed.commands[0]
-        .1
-        .stdout
-        .starts_with("{\"ok\": true, \"phase\": \"rolled-back\""));
-    let after = site.assert_serving(&old);
-    assert_eq!(after.gateway_pid, before.gateway_pid);
-    site.assert_unlocked();
 }
 
 #[test]
@@ -302,11 +324,7 @@ fn a_corrupted_journal_is_invalid_with_recovers_own_refusal() {
     for key in ["install_lock", "services", "layout"] {
         assert_eq!(report.action_kind(key), "stopped", "{key}");
     }
-    let human = site.manage(&[
-        "doctor".as_ref(),
-        "--root".as_ref(),
-        site.installation.install_root.as_os_str(),
-    ]);
+    let human = doctor_printed(&site, &[]);
     assert!(
         human.stdout.contains(&format!(
             "\nPlan:\n  1. stop here and contact engineering with: {}\n     about: execution \
@@ -441,9 +459,7 @@ fn a_live_lock_is_in_progress_until_its_owner_finishes() {
 #[test]
 #[ignore = "needs the upstream modules the originals import: scripts/upstream-compare.sh runs it"]
 fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
-    use agents_tests::upstream::{
-        kill_group, wait_reached, Helper, Side, SystemctlTrace, Upstream,
-    };
+    use agents_tests::upstream::{kill_group, SystemctlTrace, Upstream};
     let Some(upstream) = Upstream::require(
         "doctor_original_apply",
         &[
@@ -457,14 +473,36 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
     let Some(site) = Site::running("doctor_original_apply") else {
         return;
     };
-    let root = site.installation.install_root.display().to_string();
-    let old = site.layout(OLD, OLD);
-    site.assert_serving(&old);
+    site.assert_serving(&site.layout(OLD, OLD));
     for version in [OLD, NEW] {
         upstream.install_runtime(&site.installation.release_dir(version));
     }
     let trace = SystemctlTrace::install(&site.sandbox.base().join("trace"));
     trace.stall_at("--user start --no-block agents-server.service", 1);
+    let mut child = original_apply_held_at_start(&site, &upstream, &trace);
+    assert_original_apply_in_progress(&site, &doctor(&site), child.id());
+
+    kill_group(child.id());
+    child.wait().expect("reap the original");
+    trace.clear();
+    assert_stuck_until_the_originals_recover(&site, &doctor(&site));
+    let serving = |site: &Site| {
+        site.assert_serving(&site.layout(OLD, OLD));
+    };
+    let followed = follow_plan(&site, doctor, &serving, 2);
+    assert_eq!(followed.commands.len(), 1);
+    site.assert_unlocked();
+}
+
+/// Starts the original `apply --scope worker` to [`NEW`] from the old
+/// release, under `trace`, and returns it once `trace` holds it in its
+/// start of the new worker.
+fn original_apply_held_at_start(
+    site: &Site,
+    upstream: &agents_tests::upstream::Upstream,
+    trace: &agents_tests::upstream::SystemctlTrace,
+) -> Child {
+    use agents_tests::upstream::{wait_reached, Helper, Side};
     let layout = site.layout_file_named(&site.layout(NEW, OLD), "layout.json");
     let runtime = site.installation.release_dir(OLD);
     let mut apply = upstream.command(
@@ -484,8 +522,14 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
         trace.stalled()
     });
     assert!(reached, "{:?}", finish(child));
+    child
+}
 
-    let during = doctor(&site);
+/// doctor while the original (PID `owner`) is held after its publish:
+/// everything it owns in progress, a wait for `execution_manage.py`, and
+/// the layout and installation summaries naming what it published.
+fn assert_original_apply_in_progress(site: &Site, during: &Doctor, owner: u32) {
+    let root = site.installation.install_root.display();
     during.assert_attention(&[
         ("install_lock", "in progress"),
         ("execution_transaction", "in progress"),
@@ -501,7 +545,7 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
         waits_for.get("program"),
         Some(&Json::from("execution_manage.py"))
     );
-    assert_eq!(waits_for.get("pid"), Some(&Json::from(child.id())));
+    assert_eq!(waits_for.get("pid"), Some(&Json::from(owner)));
     assert_eq!(
         during.found("execution_transaction", "phase"),
         Json::from("published")
@@ -527,22 +571,22 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
              published; {id} pending)"
         )
     );
+}
 
-    kill_group(child.id());
-    child.wait().expect("reap the original");
-    trace.clear();
-    let report = doctor(&site);
+/// doctor after the original was killed: everything it owned stuck, and
+/// (the release not being migrated) one step, the original's own recover
+/// from the published release.
+fn assert_stuck_until_the_originals_recover(site: &Site, report: &Doctor) {
     report.assert_attention(&[
         ("install_lock", "stuck"),
         ("execution_transaction", "stuck"),
         ("services", "stuck"),
         ("layout", "stuck"),
     ]);
-    // The release is not migrated: the original's own recover, from the
-    // published release.
     let recover = format!(
-        "python3 -B {}/execution_manage.py recover --root {root}",
-        site.installation.release_dir(NEW).display()
+        "python3 -B {}/execution_manage.py recover --root {}",
+        site.installation.release_dir(NEW).display(),
+        site.installation.install_root.display()
     );
     assert_eq!(text(report.step(1).get("command")), recover);
     report.assert_plan(&[(
@@ -554,12 +598,6 @@ fn an_original_apply_killed_after_its_publish_is_recovered_by_the_plan() {
             "layout",
         ],
     )]);
-    let serving = |site: &Site| {
-        site.assert_serving(&site.layout(OLD, OLD));
-    };
-    let followed = follow_plan(&site, doctor, &serving, 2);
-    assert_eq!(followed.commands.len(), 1);
-    site.assert_unlocked();
 }
 
 /// Starts the split uninstall `program` (the binary, or `python3 -B
@@ -854,6 +892,284 @@ fn missing_legacy_and_half_removed_installations_are_named() {
     follow_plan(&site, doctor, &listening, 1);
 }
 
+/// What every stand-in install.sh the activation tests put in a release
+/// holds: it exists and is executable, and is never run by doctor.
+const STAND_IN_INSTALL_SH: &[u8] = b"#!/bin/sh\nexit 99\n";
+
+/// `execution-manage <arguments>` in `sandbox` on an installation made
+/// without a [`Site`], its stdout doctor's JSON report.
+fn doctor_in_sandbox(sandbox: &agents_tests::Sandbox, arguments: &[&std::ffi::OsStr]) -> Doctor {
+    let outcome = Outcome::from(
+        sandbox
+            .command(binary_path("execution-manage"))
+            .args(arguments)
+            .output()
+            .unwrap(),
+    );
+    let report = parse_json(outcome.stdout.as_bytes()).expect("JSON");
+    Doctor { outcome, report }
+}
+
+/// A split 1.0.0 installation in a sandbox (no services running) whose
+/// install.sh began activating a staged 1.1.0: its `.activation-transaction`,
+/// written by the stand-in of its journal writer, in phase prepared.
+struct BegunActivation {
+    sandbox: agents_tests::Sandbox,
+    roots: agents_tests::journal_writer::Roots,
+    /// The staged candidate release.
+    candidate: std::path::PathBuf,
+    /// The installed release, which the journal rolls back to.
+    old: std::path::PathBuf,
+    /// The journal's transaction ID.
+    transaction: String,
+}
+
+impl BegunActivation {
+    /// `None` where no sandbox can run (the test skips).
+    fn start(test: &str) -> Option<BegunActivation> {
+        use agents_tests::journal_writer::{Begin, Roots};
+        let sandbox = agents_tests::Sandbox::start_or_skip(test)?;
+        let base = sandbox.base().join("installed");
+        agents_tests::make_dir(&base, 0o755);
+        let roots = Roots::create(&base, sandbox.home());
+        roots.release("1.0.0");
+        roots.write_env("AGENTSDOCK_AGENT_TOKEN=test-token\n");
+        roots.install_split("1.0.0");
+        let candidate = roots.staging("1.1.0");
+        let old = roots.release_dir("1.0.0");
+        let transaction = roots.begin(&Begin {
+            old: Some((old.clone(), old.clone())),
+            service_state: "running".into(),
+            service_enabled: true,
+            gateway_state: "running".into(),
+            gateway_enabled: true,
+            ..Begin::split(&candidate, "1.1.0")
+        });
+        Some(BegunActivation {
+            sandbox,
+            roots,
+            candidate,
+            old,
+            transaction,
+        })
+    }
+
+    /// `doctor --root <root> --json`.
+    fn doctor(&self) -> Doctor {
+        doctor_in_sandbox(
+            &self.sandbox,
+            &[
+                "doctor".as_ref(),
+                "--root".as_ref(),
+                self.roots.root.as_os_str(),
+                "--json".as_ref(),
+            ],
+        )
+    }
+
+    /// The server identity install.sh's recovery of an existing
+    /// installation reads.
+    fn identity_file(&self) -> std::path::PathBuf {
+        self.roots.state_root().join("server-identity")
+    }
+
+    /// A process that is install.sh by its command line, named in the
+    /// installation's lock; it runs until the test kills it.
+    fn install_sh_holding_the_lock(&self) -> Child {
+        let script = format!("{}/install.sh", self.sandbox.base().display());
+        let installer = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec -a {script} sleep 60"))
+            .spawn()
+            .unwrap();
+        self.roots.hold_lock(installer.id());
+        poll_until(SERVICE_TIMEOUT, "install.sh's command line", || {
+            fs::read(format!("/proc/{}/cmdline", installer.id()))
+                .ok()
+                .filter(|line| line.starts_with(script.as_bytes()))
+        });
+        installer
+    }
+
+    /// doctor while install.sh (PID `installer`) activates: in progress
+    /// (services stopped for the activation), exit 3, one wait for it.
+    fn assert_waits_for_install_sh(&self, installer: u32) {
+        let during = self.doctor();
+        assert_eq!(during.status("install_lock"), "in progress");
+        assert_eq!(during.status("activation_journal"), "in progress");
+        assert_eq!(
+            during.found("activation_journal", "transaction_id"),
+            Json::from(self.transaction.as_str())
+        );
+        assert_eq!(
+            during.found("activation_journal", "owner_pid"),
+            Json::from(installer)
+        );
+        assert_eq!(
+            during.status("services"),
+            "in progress",
+            "stopped for the activation"
+        );
+        assert_eq!(during.outcome.code, Some(3), "only waiting");
+        let waits_for = during.step(1).get("waits_for").cloned().unwrap();
+        assert_eq!(waits_for.get("program"), Some(&Json::from("install.sh")));
+        assert_eq!(waits_for.get("pid"), Some(&Json::from(installer)));
+    }
+
+    /// Left by a dead install.sh, with no install.sh in the candidate (the
+    /// fixture's releases carry none) and none in the installed release: no
+    /// command can be printed, only what to run from the release, and why
+    /// not here. It resolves the lock, the services and the layout too.
+    fn assert_stuck_without_any_install_sh(&self) {
+        let report = self.doctor();
+        report.assert_attention(&[
+            ("install_lock", "stuck"),
+            ("activation_journal", "stuck"),
+            ("services", "stuck"),
+            ("layout", "stuck"),
+        ]);
+        report.assert_plan(&[(
+            "instruction",
+            &["activation_journal", "install_lock", "services", "layout"],
+        )]);
+        assert_eq!(report.action_kind("activation_journal"), "instruction");
+        let instruction = text(report.action("activation_journal").get("text"));
+        assert!(
+            instruction.starts_with(&format!(
+                "run install.sh --recover-only --non-interactive --release-version 1.1.0 \
+                 --expected-api-contract {} --expected-activation-id {} ",
+                agents_tests::journal_writer::API_CONTRACT,
+                self.transaction
+            )),
+            "{instruction}"
+        );
+        let missing = format!(
+            "no command can be printed here: no executable install.sh in {} or {}",
+            self.candidate.display(),
+            self.old.display()
+        );
+        assert!(instruction.ends_with(&missing), "{instruction}");
+        assert_eq!(
+            report.found("activation_journal", "phase"),
+            Json::from("prepared")
+        );
+    }
+
+    /// An install.sh to run but no server identity, which install.sh's
+    /// recovery owner requires of an existing installation: still no
+    /// command, and the instruction says why.
+    fn assert_no_command_without_the_server_identity(&self) {
+        let report = self.doctor();
+        let instruction = text(report.action("activation_journal").get("text"));
+        let identity_file = self.identity_file();
+        assert!(
+            instruction.ends_with(&format!(
+                "no command can be printed here: its recovery of an existing installation needs \
+                 the server identity, and {} is unreadable (FileNotFoundError: [Errno 2] No such \
+                 file or directory: '{}')",
+                identity_file.display(),
+                identity_file.display()
+            )),
+            "{instruction}"
+        );
+    }
+
+    /// With the server identity `identity`: install.sh's (`script`'s) own
+    /// `--recover-only` of exactly this journal, the roots it otherwise
+    /// takes from the caller's environment given, runnable as printed. Its
+    /// arguments are upstream's recovery launchers' (which the install.sh
+    /// comparison runs to exit 75 after a rollback), but the listener,
+    /// which install.sh reads from the configuration when not given.
+    fn assert_command_is_install_shs_recover_only(&self, script: &Path, identity: &str) {
+        let report = self.doctor();
+        report.assert_plan(&[(
+            "command",
+            &["activation_journal", "install_lock", "services", "layout"],
+        )]);
+        let step = report.step(1);
+        let argv: Vec<String> = step
+            .get("argv")
+            .and_then(Json::as_array)
+            .expect("one program's words")
+            .iter()
+            .map(|word| text(Some(word)))
+            .collect();
+        assert_eq!(argv, self.recover_only_argv(script, identity));
+        assert_eq!(
+            text(step.get("command")),
+            argv.join(" "),
+            "nothing to quote"
+        );
+        assert_eq!(report.command("activation_journal"), argv.join(" "));
+        assert!(
+            text(step.get("text")).contains("75 when it restored the prior release"),
+            "{step:?}"
+        );
+        // The same shape as the step the install.sh comparison followed to
+        // exit 0 against upstream's install.sh (recorded, normalised, in
+        // its facets).
+        assert_eq!(
+            recover_only_shape(&argv),
+            recover_only_shape(&recorded_recover_only_step()),
+        );
+    }
+
+    /// `env <the roots> <script> <upstream's recovery launcher's pins>`:
+    /// the argv doctor must print for `script` with `identity`.
+    fn recover_only_argv(&self, script: &Path, identity: &str) -> Vec<String> {
+        let launcher = agents_tests::installsh::recover_only_arguments(
+            "1.1.0",
+            &agents_tests::journal_writer::API_CONTRACT.to_string(),
+            &self.transaction,
+            identity,
+            7850,
+        );
+        let (pins, listener) = launcher.split_at(launcher.len() - 4);
+        assert_eq!(listener[0], "--port");
+        assert_eq!(listener[2], "--bind");
+        let mut expected = vec![
+            "env".to_string(),
+            format!("AGENTS_SERVER_INSTALL_DIR={}", self.roots.root().display()),
+            format!(
+                "AGENTS_SERVER_CONFIG_DIR={}",
+                self.roots.config_root().display()
+            ),
+            format!("AGENTSDOCK_STATE_DIR={}", self.roots.state_root().display()),
+            format!("HOME={}", self.sandbox.home().display()),
+            script.display().to_string(),
+        ];
+        expected.extend(pins.iter().cloned());
+        expected
+    }
+
+    /// A journal install.sh's reader refuses (an unknown phase): invalid,
+    /// with that reader's own refusal, and the plan stops there.
+    fn assert_an_unreadable_journal_is_invalid(&self) {
+        let root = self.roots.root();
+        let manifest = root.join(".activation-transaction/manifest.json");
+        let data = fs::read_to_string(&manifest).unwrap();
+        fs::write(
+            &manifest,
+            data.replace("\"phase\":\"prepared\"", "\"phase\":\"unknown\""),
+        )
+        .unwrap();
+        let refused = agents_common::execution_context(&root)
+            .unwrap_err()
+            .python_line();
+        let report = self.doctor();
+        assert_eq!(report.status("activation_journal"), "invalid");
+        assert_eq!(
+            report.concern("activation_journal").get("error"),
+            Some(&Json::from(refused.as_str()))
+        );
+        assert_eq!(
+            report.action_kind("activation_journal"),
+            "contact-engineering"
+        );
+        report.assert_stops(&refused);
+    }
+}
+
 /// install.sh's `.activation-transaction` (written by the stand-in of its
 /// journal writer): owned by a live install.sh it is in progress; left by a
 /// dead one it is stuck, and only install.sh may resume it: its own
@@ -862,211 +1178,58 @@ fn missing_legacy_and_half_removed_installations_are_named() {
 /// invalid with that reader's own refusal.
 #[test]
 fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
-    use agents_tests::installsh::recover_only_arguments;
-    use agents_tests::journal_writer::{Begin, Roots, API_CONTRACT};
-    let Some(sandbox) = agents_tests::Sandbox::start_or_skip("doctor_activation") else {
+    let Some(activation) = BegunActivation::start("doctor_activation") else {
         return;
     };
-    let base = sandbox.base().join("installed");
-    agents_tests::make_dir(&base, 0o755);
-    let roots = Roots::create(&base, sandbox.home());
-    roots.release("1.0.0");
-    roots.write_env("AGENTSDOCK_AGENT_TOKEN=test-token\n");
-    roots.install_split("1.0.0");
-    let candidate = roots.staging("1.1.0");
-    let old = roots.release_dir("1.0.0");
-    let transaction = roots.begin(&Begin {
-        old: Some((old.clone(), old.clone())),
-        service_state: "running".into(),
-        service_enabled: true,
-        gateway_state: "running".into(),
-        gateway_enabled: true,
-        ..Begin::split(&candidate, "1.1.0")
-    });
-    let root = roots.root();
-    let run = || {
-        let outcome = Outcome::from(
-            sandbox
-                .command(binary_path("execution-manage"))
-                .arg("doctor")
-                .arg("--root")
-                .arg(&root)
-                .arg("--json")
-                .output()
-                .unwrap(),
-        );
-        let report = parse_json(outcome.stdout.as_bytes()).expect("JSON");
-        Doctor { outcome, report }
-    };
-
-    // install.sh (by its command line) holds the lock while it activates.
-    let mut installer = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "exec -a {}/install.sh sleep 60",
-            sandbox.base().display()
-        ))
-        .spawn()
-        .unwrap();
-    roots.hold_lock(installer.id());
-    poll_until(SERVICE_TIMEOUT, "install.sh's command line", || {
-        fs::read(format!("/proc/{}/cmdline", installer.id()))
-            .ok()
-            .filter(|line| {
-                line.starts_with(format!("{}/install.sh", sandbox.base().display()).as_bytes())
-            })
-    });
-    let during = run();
-    assert_eq!(during.status("install_lock"), "in progress");
-    assert_eq!(during.status("activation_journal"), "in progress");
-    assert_eq!(
-        during.found("activation_journal", "transaction_id"),
-        Json::from(transaction.as_str())
-    );
-    assert_eq!(
-        during.found("activation_journal", "owner_pid"),
-        Json::from(installer.id())
-    );
-    assert_eq!(
-        during.status("services"),
-        "in progress",
-        "stopped for the activation"
-    );
-    assert_eq!(during.outcome.code, Some(3), "only waiting");
-    let waits_for = during.step(1).get("waits_for").cloned().unwrap();
-    assert_eq!(waits_for.get("program"), Some(&Json::from("install.sh")));
-    assert_eq!(waits_for.get("pid"), Some(&Json::from(installer.id())));
-
+    let mut installer = activation.install_sh_holding_the_lock();
+    activation.assert_waits_for_install_sh(installer.id());
     installer.kill().unwrap();
     installer.wait().unwrap();
-    let report = run();
-    report.assert_attention(&[
-        ("install_lock", "stuck"),
-        ("activation_journal", "stuck"),
-        ("services", "stuck"),
-        ("layout", "stuck"),
-    ]);
-    // No install.sh in the candidate (the fixture's releases carry none) and
-    // no installed release: no command can be printed, only what to run
-    // from the release, and why not here. It resolves the lock, the
-    // services and the layout too.
-    report.assert_plan(&[(
-        "instruction",
-        &["activation_journal", "install_lock", "services", "layout"],
-    )]);
-    assert_eq!(report.action_kind("activation_journal"), "instruction");
-    let instruction = text(report.action("activation_journal").get("text"));
-    assert!(
-        instruction.starts_with(&format!(
-            "run install.sh --recover-only --non-interactive --release-version 1.1.0 \
-             --expected-api-contract {API_CONTRACT} --expected-activation-id {transaction} "
-        )),
-        "{instruction}"
-    );
-    let missing = format!(
-        "no command can be printed here: no executable install.sh in {} or {}",
-        candidate.display(),
-        old.display()
-    );
-    assert!(instruction.ends_with(&missing), "{instruction}");
-    assert_eq!(
-        report.found("activation_journal", "phase"),
-        Json::from("prepared")
-    );
+    activation.assert_stuck_without_any_install_sh();
 
     // The candidate's install.sh (install.sh copies itself into every
-    // release) but no server identity, which install.sh's recovery owner
-    // requires of an existing installation: still no command.
-    let script = candidate.join("install.sh");
-    agents_tests::write_file(&script, b"#!/bin/sh\nexit 99\n", 0o755);
-    let identity_file = roots.state_root().join("server-identity");
-    let report = run();
-    let instruction = text(report.action("activation_journal").get("text"));
-    assert!(
-        instruction.ends_with(&format!(
-            "no command can be printed here: its recovery of an existing installation needs \
-             the server identity, and {} is unreadable (FileNotFoundError: [Errno 2] No such \
-             file or directory: '{}')",
-            identity_file.display(),
-            identity_file.display()
-        )),
-        "{instruction}"
-    );
-
-    // With the identity: install.sh's own --recover-only of exactly this
-    // journal, the roots it otherwise takes from the caller's environment
-    // given, runnable as printed. Its arguments are upstream's recovery
-    // launchers' (which the install.sh comparison runs to exit 75 after a
-    // rollback), but the listener, which install.sh reads from the
-    // configuration when not given.
+    // release), then the server identity too.
+    let script = activation.candidate.join("install.sh");
+    agents_tests::write_file(&script, STAND_IN_INSTALL_SH, 0o755);
+    activation.assert_no_command_without_the_server_identity();
     let identity = "test-server-identity-0001";
-    agents_tests::write_file(&identity_file, format!("{identity}\n").as_bytes(), 0o600);
-    let report = run();
-    report.assert_plan(&[(
-        "command",
-        &["activation_journal", "install_lock", "services", "layout"],
-    )]);
-    let launcher = recover_only_arguments(
-        "1.1.0",
-        &API_CONTRACT.to_string(),
-        &transaction,
-        identity,
-        7850,
+    agents_tests::write_file(
+        &activation.identity_file(),
+        format!("{identity}\n").as_bytes(),
+        0o600,
     );
-    let (pins, listener) = launcher.split_at(launcher.len() - 4);
-    assert_eq!(listener[0], "--port");
-    assert_eq!(listener[2], "--bind");
-    let mut expected = vec![
-        "env".to_string(),
-        format!("AGENTS_SERVER_INSTALL_DIR={}", root.display()),
-        format!("AGENTS_SERVER_CONFIG_DIR={}", roots.config_root().display()),
-        format!("AGENTSDOCK_STATE_DIR={}", roots.state_root().display()),
-        format!("HOME={}", sandbox.home().display()),
-        script.display().to_string(),
-    ];
-    expected.extend(pins.iter().cloned());
-    let step = report.step(1);
-    let argv: Vec<String> = step
-        .get("argv")
-        .and_then(Json::as_array)
-        .expect("one program's words")
-        .iter()
-        .map(|word| text(Some(word)))
-        .collect();
-    assert_eq!(argv, expected);
-    assert_eq!(
-        text(step.get("command")),
-        argv.join(" "),
-        "nothing to quote"
-    );
-    assert_eq!(report.command("activation_journal"), argv.join(" "));
-    assert!(
-        text(step.get("text")).contains("75 when it restored the prior release"),
-        "{step:?}"
-    );
-    // The same shape as the step the install.sh comparison followed to exit
-    // 0 against upstream's install.sh (recorded, normalised, in its facets).
-    assert_eq!(
-        recover_only_shape(&argv),
-        recover_only_shape(&recorded_recover_only_step()),
-    );
+    activation.assert_command_is_install_shs_recover_only(&script, identity);
 
     // Where the candidate is gone, the installed (running) release's
     // install.sh, as a managed update's recovery runs it.
     fs::remove_file(&script).unwrap();
-    let installed = old.join("install.sh");
-    agents_tests::write_file(&installed, b"#!/bin/sh\nexit 99\n", 0o755);
-    let report = run();
-    let argv = report.step(1).get("argv").cloned().expect("argv");
+    let installed = activation.old.join("install.sh");
+    agents_tests::write_file(&installed, STAND_IN_INSTALL_SH, 0o755);
+    let argv = activation
+        .doctor()
+        .step(1)
+        .get("argv")
+        .cloned()
+        .expect("argv");
     assert_eq!(
         argv.as_array().map(|words| text(words.get(5))),
         Some(installed.display().to_string())
     );
     fs::remove_file(&installed).unwrap();
 
-    // A single-service (format 2) journal of a legacy installation, its
-    // install.sh there: --recover-only refuses any but a split journal, so
-    // only a rerun of install.sh resumes it; an instruction, saying so.
+    activation.assert_an_unreadable_journal_is_invalid();
+}
+
+/// A single-service (format 2) journal of a legacy installation, its
+/// install.sh there: `--recover-only` refuses any but a split journal, so
+/// only a rerun of install.sh resumes it; doctor gives an instruction
+/// saying so.
+#[test]
+fn a_legacy_activation_journal_is_resumed_only_by_rerunning_install_sh() {
+    use agents_tests::journal_writer::{Begin, Roots};
+    let Some(sandbox) = agents_tests::Sandbox::start_or_skip("doctor_activation_legacy") else {
+        return;
+    };
     let legacy_base = sandbox.base().join("legacy");
     agents_tests::make_dir(&legacy_base, 0o755);
     let legacy = Roots::create(&legacy_base, sandbox.home());
@@ -1076,7 +1239,7 @@ fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
     let legacy_candidate = legacy.staging("1.1.0");
     agents_tests::write_file(
         &legacy_candidate.join("install.sh"),
-        b"#!/bin/sh\nexit 99\n",
+        STAND_IN_INSTALL_SH,
         0o755,
     );
     let legacy_transaction = legacy.begin(&Begin {
@@ -1084,24 +1247,17 @@ fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
         execution: false,
         ..Begin::split(&legacy_candidate, "1.1.0")
     });
-    let outcome = Outcome::from(
-        sandbox
-            .command(binary_path("execution-manage"))
-            .args([
-                "doctor",
-                "--json",
-                "--concern",
-                "activation_journal",
-                "--root",
-            ])
-            .arg(legacy.root())
-            .output()
-            .unwrap(),
+    let legacy_report = doctor_in_sandbox(
+        &sandbox,
+        &[
+            "doctor".as_ref(),
+            "--json".as_ref(),
+            "--concern".as_ref(),
+            "activation_journal".as_ref(),
+            "--root".as_ref(),
+            legacy.root.as_os_str(),
+        ],
     );
-    let legacy_report = Doctor {
-        report: parse_json(outcome.stdout.as_bytes()).expect("JSON"),
-        outcome,
-    };
     assert_eq!(legacy_report.status("activation_journal"), "stuck");
     assert_eq!(
         legacy_report.action_kind("activation_journal"),
@@ -1115,29 +1271,6 @@ fn an_activation_journal_is_resumed_by_install_shs_recover_only() {
              --recover-only resumes split activations only)"
         )
     );
-
-    // A journal install.sh's reader refuses: doctor prints that refusal.
-    let manifest = root.join(".activation-transaction/manifest.json");
-    let data = fs::read_to_string(&manifest).unwrap();
-    fs::write(
-        &manifest,
-        data.replace("\"phase\":\"prepared\"", "\"phase\":\"unknown\""),
-    )
-    .unwrap();
-    let refused = agents_common::execution_context(&root)
-        .unwrap_err()
-        .python_line();
-    let report = run();
-    assert_eq!(report.status("activation_journal"), "invalid");
-    assert_eq!(
-        report.concern("activation_journal").get("error"),
-        Some(&Json::from(refused.as_str()))
-    );
-    assert_eq!(
-        report.action_kind("activation_journal"),
-        "contact-engineering"
-    );
-    report.assert_stops(&refused);
 }
 
 /// The `install.sh --recover-only` command line doctor printed in the install.sh

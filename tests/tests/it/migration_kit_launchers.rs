@@ -130,47 +130,123 @@ fn same(what: &str, mut launcher: Command, mut direct: Command) -> Outcome {
     through_launcher
 }
 
+impl Runtime {
+    /// The staged `entry_point` run as a script and the staged binary of
+    /// `helper` run directly, both with `args`: [`same`] of the two.
+    fn script_as_binary(
+        &self,
+        what: &str,
+        entry_point: &str,
+        helper: &str,
+        args: &[&OsStr],
+    ) -> Outcome {
+        same(
+            what,
+            self.script(entry_point, args),
+            self.binary(&self.stage, helper, entry_point, args),
+        )
+    }
+
+    /// The directory `name` in the scratch space, made where missing.
+    fn scratch_dir(&self, name: &str) -> PathBuf {
+        let directory = self.scratch(name);
+        fs::create_dir_all(&directory).unwrap();
+        directory
+    }
+}
+
+/// `<command> --root <root>`.
+fn with_root(command: &str, root: &Path) -> Vec<OsString> {
+    [os(&[command, "--root"]), vec![root.into()]].concat()
+}
+
+/// Each run of the table as the launcher and as the binary: the same
+/// outcome, with exit code `code`.
+fn assert_each_like_the_binary(
+    runtime: &Runtime,
+    entry_point: &str,
+    helper: &str,
+    runs: &[(&str, Vec<OsString>, Option<i32>)],
+) {
+    for (what, args, code) in runs {
+        let outcome = runtime.script_as_binary(what, entry_point, helper, &refs(args));
+        assert_eq!(outcome.code, *code, "{what}: {outcome:?}");
+    }
+}
+
 #[test]
 fn launchers_behave_exactly_like_the_binaries_they_run() {
     let originals = agents_tests::require_originals!();
     let runtime = Runtime::new(&originals);
-    let stage = &runtime.stage;
-
     // The stage got every binary, executable, through RELEASE_FILES + chmod 755.
     for helper in HELPERS {
-        let meta = fs::metadata(stage.join(staged(helper, HOST_TARGET))).unwrap();
+        let meta = fs::metadata(runtime.stage.join(staged(helper, HOST_TARGET))).unwrap();
         assert_eq!(
             meta.permissions().mode() & 0o777,
             0o755,
             "{helper} in the stage"
         );
     }
+    assert_detect_behaves_like_the_binary(&runtime);
+    assert_install_sh_arguments_reach_the_binary(&runtime);
 
-    let legacy_root = runtime.scratch("legacy-root");
-    fs::create_dir(&legacy_root).unwrap();
+    // execution_manage.py for support staff; update_runner.py as the
+    // server starts it, for what ends at once.
+    let inspect = with_root("inspect", &runtime.scratch_dir("empty-root"));
+    assert_each_like_the_binary(
+        &runtime,
+        "execution_manage.py",
+        "execution-manage",
+        &[
+            ("inspect without a layout", inspect, Some(1)),
+            ("manage --help", os(&["--help"]), Some(0)),
+            ("manage without a command", os(&[]), Some(2)),
+        ],
+    );
+    assert_each_like_the_binary(
+        &runtime,
+        "update_runner.py",
+        "update-runner",
+        &[
+            ("runner --help", os(&["--help"]), Some(0)),
+            (
+                "runner without its required options",
+                os(&["--port", "1"]),
+                Some(2),
+            ),
+        ],
+    );
+    assert_uninstall_launchers_behave_like_the_binary(&runtime, &originals);
+    assert_staged_modules_compile_and_import(&runtime);
+}
+
+/// `detect` as install.sh runs it from the stage and, with `-m` under the
+/// system interpreter, from the unpacked release before staging: both as
+/// the binary, and as each other.
+fn assert_detect_behaves_like_the_binary(runtime: &Runtime) {
+    let legacy_root = runtime.scratch_dir("legacy-root");
     let pending_root = runtime.scratch("pending-root");
     fs::create_dir_all(pending_root.join(".execution-transaction")).unwrap();
-    let root_arg = |root: &Path| [os(&["detect", "--root"]), vec![root.into()]].concat();
     let detect_cases = [
-        ("detect on a legacy root", root_arg(&legacy_root), Some(0)),
+        (
+            "detect on a legacy root",
+            with_root("detect", &legacy_root),
+            Some(0),
+        ),
         (
             "detect on a pending execution activation",
-            root_arg(&pending_root),
+            with_root("detect", &pending_root),
             Some(1),
         ),
         ("detect without --root", os(&["detect"]), Some(2)),
     ];
     for (what, args, code) in &detect_cases {
         let args = refs(args);
-        let script = same(
+        let script = runtime.script_as_binary(
             what,
-            runtime.script("execution_activation.py", &args),
-            runtime.binary(
-                stage,
-                "execution-activation",
-                "execution_activation.py",
-                &args,
-            ),
+            "execution_activation.py",
+            "execution-activation",
+            &args,
         );
         assert_eq!(script.code, *code, "{what}: {script:?}");
         // The -m form under the system interpreter runs the unpacked
@@ -188,13 +264,19 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         assert_eq!(module, script, "{what}: -m and script forms agree");
     }
     assert_eq!(
-        Outcome::of(&mut runtime.script("execution_activation.py", &refs(&root_arg(&legacy_root))))
-            .stdout,
+        Outcome::of(&mut runtime.script(
+            "execution_activation.py",
+            &refs(&with_root("detect", &legacy_root))
+        ))
+        .stdout,
         "legacy\n"
     );
+}
 
-    // install.sh's full argument list for an operation, empty values
-    // included, reaches the binary unchanged.
+/// install.sh's full argument list for an operation, empty values
+/// included, reaches the binary unchanged.
+fn assert_install_sh_arguments_reach_the_binary(runtime: &Runtime) {
+    let legacy_root = runtime.scratch_dir("legacy-root");
     let path = |name: &str| runtime.scratch(name).into_os_string();
     let stop = [
         os(&["stop", "--root"]),
@@ -222,66 +304,30 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
             "",
             "--candidate-source",
         ]),
-        vec![stage.clone().into()],
+        vec![runtime.stage.clone().into()],
         os(&["--release-version", "1.0.8", "--api-contract", "0"]),
     ]
     .concat();
-    let outcome = same(
+    let outcome = runtime.script_as_binary(
         "stop with install.sh's arguments",
-        runtime.script("execution_activation.py", &refs(&stop)),
-        runtime.binary(
-            stage,
-            "execution-activation",
-            "execution_activation.py",
-            &refs(&stop),
-        ),
+        "execution_activation.py",
+        "execution-activation",
+        &refs(&stop),
     );
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     assert!(
         outcome.stderr.starts_with("FileNotFoundError: "),
         "{outcome:?}"
     );
+}
 
-    // execution_manage.py for support staff.
-    let empty_root = runtime.scratch("empty-root");
-    fs::create_dir(&empty_root).unwrap();
-    let inspect = [os(&["inspect", "--root"]), vec![empty_root.clone().into()]].concat();
-    for (what, args, code) in [
-        ("inspect without a layout", inspect, Some(1)),
-        ("manage --help", os(&["--help"]), Some(0)),
-        ("manage without a command", os(&[]), Some(2)),
-    ] {
-        let args = refs(&args);
-        let outcome = same(
-            what,
-            runtime.script("execution_manage.py", &args),
-            runtime.binary(stage, "execution-manage", "execution_manage.py", &args),
-        );
-        assert_eq!(outcome.code, code, "{what}: {outcome:?}");
-    }
-
-    // update_runner.py as the server starts it, for what ends at once.
-    for (what, args, code) in [
-        ("runner --help", os(&["--help"]), Some(0)),
-        (
-            "runner without its required options",
-            os(&["--port", "1"]),
-            Some(2),
-        ),
-    ] {
-        let args = refs(&args);
-        let outcome = same(
-            what,
-            runtime.script("update_runner.py", &args),
-            runtime.binary(stage, "update-runner", "update_runner.py", &args),
-        );
-        assert_eq!(outcome.code, code, "{what}: {outcome:?}");
-    }
-
-    // execution_uninstall.py as the original uninstall.sh hands over to it.
+/// execution_uninstall.py as the original uninstall.sh hands over to it,
+/// and uninstall.sh itself, which keeps the original script's options,
+/// output and exit codes.
+fn assert_uninstall_launchers_behave_like_the_binary(runtime: &Runtime, originals: &Originals) {
     let helper_args = [
         os(&["--root"]),
-        vec![empty_root.clone().into()],
+        vec![runtime.scratch_dir("empty-root").into()],
         os(&["--config-root"]),
         vec![runtime.scratch("config").into()],
         os(&["--state-root"]),
@@ -291,15 +337,11 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         os(&["--yes"]),
     ]
     .concat();
-    let outcome = same(
+    let outcome = runtime.script_as_binary(
         "the split uninstall helper without a layout",
-        runtime.script("execution_uninstall.py", &refs(&helper_args)),
-        runtime.binary(
-            stage,
-            "uninstall",
-            "execution_uninstall.py",
-            &refs(&helper_args),
-        ),
+        "execution_uninstall.py",
+        "uninstall",
+        &refs(&helper_args),
     );
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     assert!(
@@ -309,7 +351,6 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
         "{outcome:?}"
     );
 
-    // uninstall.sh keeps the original script's options, output and exit codes.
     for (what, args, code) in [
         ("uninstall.sh --help", os(&["--help"]), Some(0)),
         (
@@ -320,11 +361,11 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
     ] {
         let args = refs(&args);
         let mut launcher = command("bash", &runtime.home);
-        launcher.arg(stage.join("uninstall.sh")).args(&args);
+        launcher.arg(runtime.stage.join("uninstall.sh")).args(&args);
         let outcome = same(
             what,
             launcher,
-            runtime.binary(stage, "uninstall", "uninstall.sh", &args),
+            runtime.binary(&runtime.stage, "uninstall", "uninstall.sh", &args),
         );
         assert_eq!(outcome.code, code, "{what}: {outcome:?}");
         let mut original = command("bash", &runtime.home);
@@ -335,10 +376,13 @@ fn launchers_behave_exactly_like_the_binaries_they_run() {
             "{what}: the launcher answers as the original script"
         );
     }
+}
 
-    // install.sh's compile check over every staged module, and its import
-    // check plus the names other Python code imports from these modules:
-    // importing must not start any binary.
+/// install.sh's compile check over every staged module, and its import
+/// check plus the names other Python code imports from these modules:
+/// importing must not start any binary.
+fn assert_staged_modules_compile_and_import(runtime: &Runtime) {
+    let stage = &runtime.stage;
     let modules: Vec<PathBuf> = fs::read_dir(stage)
         .unwrap()
         .map(|entry| entry.unwrap().path())
@@ -537,16 +581,10 @@ fn signals_ignored(pid: u32) -> u64 {
     u64::from_str_radix(mask, 16).unwrap()
 }
 
-#[test]
-fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signals() {
-    let originals = agents_tests::require_originals!();
-    let runtime = Runtime::new(&originals);
-    let update_id = "5f1d2c3b4a5968778695a4b3c2d1e0f1";
-    let state = TempDir::new("migration-kit-state");
-    let admin = state.path().join("admin");
-    fs::create_dir(&admin).unwrap();
-    fs::set_permissions(&admin, fs::Permissions::from_mode(0o700)).unwrap();
-    let args = [
+/// The server's arguments for a runner of update `update_id` whose status
+/// row is in `admin`.
+fn runner_args(runtime: &Runtime, admin: &Path, update_id: &str) -> Vec<OsString> {
+    [
         os(&["--status-file"]),
         vec![admin.join("server-update.json").into()],
         os(&["--public-key"]),
@@ -568,22 +606,15 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
             update_id,
         ]),
     ]
-    .concat();
-    let args = refs(&args);
+    .concat()
+}
 
-    // The server's launch: <venv python> <rt>/update_runner.py ..., with the
-    // status row locked and output blocked, so the runner stays alive.
-    let lock = hold_status_lock(&admin);
-    let pipe = FullPipe::new(true);
-    let mut launcher = runtime.script("update_runner.py", &args);
-    pipe.attach(&mut launcher);
-    let mut child = spawn_masked(launcher);
-    let pid = child.id();
-    let binary =
-        fs::canonicalize(runtime.stage.join(staged("update-runner", HOST_TARGET))).unwrap();
-    // The kernel points `exe` at the new program a moment before it lays
-    // out the new argument block, so the command line is awaited too.
-    let argv: Vec<String> = poll_until(
+/// Waits until process `pid` runs `binary` with its new argument block in
+/// place, and returns that argv. The kernel points `exe` at the new program
+/// a moment before it lays out the new argument block, so the command line
+/// is awaited too.
+fn argv_once_it_runs(pid: u32, binary: &Path) -> Vec<String> {
+    poll_until(
         Duration::from_secs(10),
         "the launcher to exec update-runner",
         || {
@@ -596,7 +627,43 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
                 .collect();
             (exe == binary && !argv.is_empty()).then_some(argv)
         },
-    );
+    )
+}
+
+/// Removes everything from `admin` but the status lock file: the state a
+/// runner starts from.
+fn keep_only_the_status_lock(admin: &Path) {
+    for entry in fs::read_dir(admin).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name() != Some(OsStr::new(".server-update.json.lock")) {
+            fs::remove_file(&path).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signals() {
+    let originals = agents_tests::require_originals!();
+    let runtime = Runtime::new(&originals);
+    let update_id = "5f1d2c3b4a5968778695a4b3c2d1e0f1";
+    let state = TempDir::new("migration-kit-state");
+    let admin = state.path().join("admin");
+    fs::create_dir(&admin).unwrap();
+    fs::set_permissions(&admin, fs::Permissions::from_mode(0o700)).unwrap();
+    let args = runner_args(&runtime, &admin, update_id);
+    let args = refs(&args);
+
+    // The server's launch: <venv python> <rt>/update_runner.py ..., with the
+    // status row locked and output blocked, so the runner stays alive.
+    let lock = hold_status_lock(&admin);
+    let pipe = FullPipe::new(true);
+    let mut launcher = runtime.script("update_runner.py", &args);
+    pipe.attach(&mut launcher);
+    let mut child = spawn_masked(launcher);
+    let pid = child.id();
+    let binary =
+        fs::canonicalize(runtime.stage.join(staged("update-runner", HOST_TARGET))).unwrap();
+    let argv = argv_once_it_runs(pid, &binary);
     assert_eq!(
         PathBuf::from(&argv[0]),
         runtime.stage.join("update_runner.py"),
@@ -630,14 +697,7 @@ fn the_update_runner_launcher_passes_the_liveness_check_and_keeps_ignored_signal
     drop(lock);
     let launched = child.wait().unwrap();
     let launched_output = output.join().unwrap();
-    // The same starting state for the direct run: only the lock file.
-    for entry in fs::read_dir(&admin).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name() != Some(OsStr::new(".server-update.json.lock")) {
-            fs::remove_file(&path).unwrap();
-        }
-    }
-
+    keep_only_the_status_lock(&admin);
     let pipe = FullPipe::new(false);
     let mut direct = runtime.binary(&runtime.stage, "update-runner", "update_runner.py", &args);
     pipe.attach(&mut direct);
@@ -1028,11 +1088,7 @@ fn probes_with(
     runtime: &Runtime,
     extra: &[(OsString, OsString)],
 ) -> Vec<(&'static str, bool, Outcome)> {
-    let scratch = |name: &str| {
-        let path = runtime.scratch(name);
-        fs::create_dir_all(&path).unwrap();
-        path.into_os_string()
-    };
+    let scratch = |name: &str| runtime.scratch_dir(name).into_os_string();
     let legacy = [os(&["detect", "--root"]), vec![scratch("legacy-root")]].concat();
     let split_root = scratch("split-root");
     fs::write(Path::new(&split_root).join("execution-layout.json"), "{}\n").unwrap();

@@ -210,17 +210,58 @@ fn receipts_are_python_json_lines_written_after_listening() {
     );
 }
 
-#[test]
-fn lease_acquire_seal_release_over_real_http() {
-    let Some(split) = running_split(agents_tests::test_name!()) else {
-        return;
-    };
-    let pid = split.services.worker_pid;
-    let token = split.installation.control_token();
-    let url = format!("{}/api/admin/execution/maintenance", origin(&split));
-    let status_url = format!("{}/api/admin/execution/status", origin(&split));
+/// The worker's status endpoint on its callback listener.
+const STATUS: &str = "/api/admin/execution/status";
+/// The worker's maintenance endpoint on its callback listener.
+const MAINTENANCE: &str = "/api/admin/execution/maintenance";
 
-    let status = pinned(&status_url, &token, pid, None).unwrap();
+/// The worker's control endpoints as the helpers reach them: pinned to its
+/// PID, with the control token.
+struct Control<'a> {
+    split: &'a Split,
+    token: String,
+    pid: u32,
+}
+
+impl Control<'_> {
+    fn of(split: &Split) -> Control<'_> {
+        Control {
+            split,
+            token: split.installation.control_token(),
+            pid: split.services.worker_pid,
+        }
+    }
+
+    fn status(&self) -> agents_common::Result<JsonObject> {
+        let url = format!("{}{STATUS}", origin(self.split));
+        pinned(&url, &self.token, self.pid, None)
+    }
+
+    /// Maintenance `action` for `operation`, naming `lease`.
+    fn maintain(
+        &self,
+        action: &str,
+        operation: &str,
+        lease: Option<&str>,
+    ) -> agents_common::Result<JsonObject> {
+        let url = format!("{}{MAINTENANCE}", origin(self.split));
+        let body = maintenance_body(self.split, action, operation, lease);
+        pinned(&url, &self.token, self.pid, Some(&body))
+    }
+
+    /// `maintenance_held` in the worker's callback health.
+    fn maintenance_held(&self) -> Json {
+        let url = format!("{}/api/health", origin(self.split));
+        let health = pinned(&url, AGENT_TOKEN, self.pid, None).unwrap();
+        let service = health.get("execution_service").unwrap();
+        service.get("maintenance_held").cloned().unwrap()
+    }
+}
+
+/// An idle worker's status: no lease, and every blocker upstream names, in
+/// its order.
+fn assert_idle_without_a_lease(control: &Control) {
+    let status = control.status().unwrap();
     assert_eq!(status.get("idle"), Some(&Json::Bool(true)));
     assert_eq!(status.get("lease"), Some(&Json::Null));
     let blockers: Vec<&String> = status
@@ -243,64 +284,51 @@ fn lease_acquire_seal_release_over_real_http() {
             "managed_update"
         ]
     );
+}
 
-    let acquired = pinned(
-        &url,
-        &token,
-        pid,
-        Some(&maintenance_body(&split, "acquire", OPERATION, None)),
-    )
-    .unwrap();
+/// Acquires an unsealed, expiring lease for [`OPERATION`]: the same lease
+/// again for the same operation, none for another. Returns its ID.
+fn acquire_exclusively(control: &Control) -> String {
+    let acquired = control.maintain("acquire", OPERATION, None).unwrap();
     let lease = acquired.get("lease").unwrap();
     let lease_id = lease.get("lease_id").unwrap().as_str().unwrap().to_string();
     assert_eq!(lease.get("sealed"), Some(&Json::Bool(false)));
     assert!(matches!(lease.get("expires_at"), Some(Json::Float(_))));
     // Acquire is idempotent for the same operation: same lease back.
-    let again = pinned(
-        &url,
-        &token,
-        pid,
-        Some(&maintenance_body(&split, "acquire", OPERATION, None)),
-    )
-    .unwrap();
+    let again = control.maintain("acquire", OPERATION, None).unwrap();
     assert_eq!(
         again.get("lease").unwrap().get("lease_id"),
         Some(&Json::from(lease_id.as_str()))
     );
     // Another operation is refused (the pinned client collapses non-200s).
-    let other = maintenance_body(
-        &split,
-        "acquire",
-        "b5914c0d-4b01-5e86-bcd8-1e9626e330e6",
-        None,
-    );
+    let other = "b5914c0d-4b01-5e86-bcd8-1e9626e330e6";
     assert_eq!(
-        pinned(&url, &token, pid, Some(&other))
+        control
+            .maintain("acquire", other, None)
             .unwrap_err()
             .message(),
         "pinned HTTP response is invalid"
     );
+    lease_id
+}
 
-    let sealed = pinned(
-        &url,
-        &token,
-        pid,
-        Some(&maintenance_body(
-            &split,
-            "seal",
-            OPERATION,
-            Some(&lease_id),
-        )),
-    )
-    .unwrap();
-    assert_eq!(
-        sealed.get("lease").unwrap().get("sealed"),
-        Some(&Json::Bool(true))
-    );
-    assert_eq!(
-        sealed.get("lease").unwrap().get("expires_at"),
-        Some(&Json::Null)
-    );
+#[test]
+fn lease_acquire_seal_release_over_real_http() {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
+        return;
+    };
+    let control = Control::of(&split);
+    assert_idle_without_a_lease(&control);
+    let lease_id = acquire_exclusively(&control);
+
+    // Sealed: no expiry, persisted as Python writes it, and health says
+    // maintenance holds the worker.
+    let sealed = control
+        .maintain("seal", OPERATION, Some(&lease_id))
+        .unwrap();
+    let lease = sealed.get("lease").unwrap();
+    assert_eq!(lease.get("sealed"), Some(&Json::Bool(true)));
+    assert_eq!(lease.get("expires_at"), Some(&Json::Null));
     let persisted = fs::read_to_string(
         split
             .installation
@@ -316,48 +344,162 @@ fn lease_acquire_seal_release_over_real_http() {
             split.services.worker_instance_id()
         )
     );
-    let health = pinned(
-        &format!("{}/api/health", origin(&split)),
-        AGENT_TOKEN,
-        pid,
-        None,
-    )
-    .unwrap();
-    assert_eq!(
-        health
-            .get("execution_service")
-            .unwrap()
-            .get("maintenance_held"),
-        Some(&Json::Bool(true))
-    );
+    assert_eq!(control.maintenance_held(), Json::Bool(true));
 
-    let released = pinned(
-        &url,
-        &token,
-        pid,
-        Some(&maintenance_body(
-            &split,
-            "release",
-            OPERATION,
-            Some(&lease_id),
-        )),
-    )
-    .unwrap();
+    let released = control
+        .maintain("release", OPERATION, Some(&lease_id))
+        .unwrap();
     assert_eq!(released.get("lease"), Some(&Json::Null));
-    let health = pinned(
-        &format!("{}/api/health", origin(&split)),
-        AGENT_TOKEN,
-        pid,
-        None,
-    )
-    .unwrap();
-    assert_eq!(
-        health
-            .get("execution_service")
-            .unwrap()
-            .get("maintenance_held"),
-        Some(&Json::Bool(false))
-    );
+    assert_eq!(control.maintenance_held(), Json::Bool(false));
+}
+
+/// What the worker answers a refused control request: its status and
+/// `detail`.
+type Refusal = (HttpRequest, u16, &'static str);
+
+/// Requests refused before their body is read: authentication, private
+/// transport, unknown paths and methods, and a status request with a body.
+fn transport_refusals(token: &str) -> Vec<Refusal> {
+    let authenticate = "Execution control authentication required";
+    let forbidden = "Private control transport is forbidden";
+    let status = || HttpRequest::get(STATUS);
+    vec![
+        (status(), 401, authenticate),
+        (status().bearer(AGENT_TOKEN), 401, authenticate),
+        (status().bearer(token).bearer(token), 401, authenticate),
+        (
+            HttpRequest::get(&format!("{STATUS}?x=1")).bearer(token),
+            403,
+            forbidden,
+        ),
+        (
+            status().bearer(token).header("Cookie", "a=b"),
+            403,
+            forbidden,
+        ),
+        (
+            status().bearer(token).header("X-Forwarded-For", "1.2.3.4"),
+            403,
+            forbidden,
+        ),
+        (
+            HttpRequest::get("/api/admin/execution/other").bearer(token),
+            404,
+            "Unknown execution control",
+        ),
+        (
+            HttpRequest::get(MAINTENANCE).bearer(token),
+            405,
+            "Execution control method is not allowed",
+        ),
+        (
+            status().bearer(token).body("x"),
+            400,
+            "Status requests do not accept a body",
+        ),
+    ]
+}
+
+/// Maintenance requests refused for their body's type, length, size or
+/// JSON.
+fn body_refusals(split: &Split, token: &str) -> Vec<Refusal> {
+    let post = |body: Vec<u8>| HttpRequest::post_json(MAINTENANCE, body).bearer(token);
+    let valid = encoded(maintenance_body(split, "acquire", OPERATION, None));
+    vec![
+        (
+            HttpRequest::new("POST", MAINTENANCE)
+                .bearer(token)
+                .body(valid.clone()),
+            415,
+            "Execution control requires JSON",
+        ),
+        (
+            post(valid).header("Content-Length", "01"),
+            400,
+            "Invalid control content length",
+        ),
+        (
+            post(vec![b' '; 5000]),
+            413,
+            "Control request exceeds its size limit",
+        ),
+        (
+            post(br#"{"action":"acquire","action":"seal"}"#.to_vec()),
+            400,
+            "Duplicate JSON field",
+        ),
+        (
+            post(br#"{"action":NaN}"#.to_vec()),
+            400,
+            "Invalid JSON number",
+        ),
+        (
+            post(b"[]".to_vec()),
+            422,
+            "Invalid execution control fields",
+        ),
+    ]
+}
+
+/// Maintenance requests refused for their fields: another worker, an
+/// unknown action, a malformed operation, lease or lifetime, a lease that
+/// is not the worker's.
+fn field_refusals(split: &Split, token: &str) -> Vec<Refusal> {
+    let post = |value: Json| HttpRequest::post_json(MAINTENANCE, encoded(value)).bearer(token);
+    let fields = |action: &str, operation: &str, lease: Option<&str>| {
+        post(maintenance_body(split, action, operation, lease))
+    };
+    let another_worker = Json::Object(json_object! {
+        "action" => "acquire",
+        "expected_worker_instance_id" => "someone-else",
+        "operation_id" => OPERATION,
+    });
+    let mut short_lifetime = maintenance_body(split, "acquire", OPERATION, None);
+    if let Json::Object(object) = &mut short_lifetime {
+        object.insert("lifetime_seconds", 10);
+    }
+    vec![
+        (
+            post(another_worker),
+            409,
+            "Execution worker instance changed",
+        ),
+        (
+            fields("steal", OPERATION, None),
+            422,
+            "Invalid maintenance action",
+        ),
+        (
+            fields("acquire", &OPERATION.to_uppercase(), None),
+            422,
+            "Operation ID must be a canonical UUID",
+        ),
+        (
+            fields("acquire", OPERATION, Some("x")),
+            422,
+            "Acquire must not supply a lease ID",
+        ),
+        (
+            fields("seal", OPERATION, Some("bad id")),
+            422,
+            "Maintenance requires a valid lease ID",
+        ),
+        (
+            post(short_lifetime),
+            422,
+            "Maintenance lifetime must be 30 to 300 seconds",
+        ),
+        (
+            fields("seal", OPERATION, Some("abc")),
+            409,
+            "Execution maintenance ownership changed",
+        ),
+    ]
+}
+
+/// A control body as the helpers send it: compact JSON.
+fn encoded(value: Json) -> Vec<u8> {
+    python_compat::json::encode_compact(&value).unwrap()
 }
 
 #[test]
@@ -367,126 +509,12 @@ fn control_refusals_follow_the_upstream_table() {
     };
     let callback = split.services.callback();
     let token = split.installation.control_token();
-    let maintenance = "/api/admin/execution/maintenance";
-    let body = |value: Json| python_compat::json::encode_compact(&value).unwrap();
-    let valid = body(maintenance_body(&split, "acquire", OPERATION, None));
-    let cases: Vec<(HttpRequest, u16, &str)> = vec![
-        (HttpRequest::get("/api/admin/execution/status"), 401, "Execution control authentication required"),
-        (
-            HttpRequest::get("/api/admin/execution/status").bearer(AGENT_TOKEN),
-            401,
-            "Execution control authentication required",
-        ),
-        (
-            HttpRequest::get("/api/admin/execution/status").bearer(&token).bearer(&token),
-            401,
-            "Execution control authentication required",
-        ),
-        (
-            HttpRequest::get("/api/admin/execution/status?x=1").bearer(&token),
-            403,
-            "Private control transport is forbidden",
-        ),
-        (
-            HttpRequest::get("/api/admin/execution/status").bearer(&token).header("Cookie", "a=b"),
-            403,
-            "Private control transport is forbidden",
-        ),
-        (
-            HttpRequest::get("/api/admin/execution/status").bearer(&token).header("X-Forwarded-For", "1.2.3.4"),
-            403,
-            "Private control transport is forbidden",
-        ),
-        (HttpRequest::get("/api/admin/execution/other").bearer(&token), 404, "Unknown execution control"),
-        (HttpRequest::get(maintenance).bearer(&token), 405, "Execution control method is not allowed"),
-        (
-            HttpRequest::get("/api/admin/execution/status").bearer(&token).body("x"),
-            400,
-            "Status requests do not accept a body",
-        ),
-        (
-            HttpRequest::new("POST", maintenance).bearer(&token).body(valid.clone()),
-            415,
-            "Execution control requires JSON",
-        ),
-        (
-            HttpRequest::post_json(maintenance, valid.clone()).bearer(&token).header("Content-Length", "01"),
-            400,
-            "Invalid control content length",
-        ),
-        (
-            HttpRequest::post_json(maintenance, vec![b' '; 5000]).bearer(&token),
-            413,
-            "Control request exceeds its size limit",
-        ),
-        (
-            HttpRequest::post_json(maintenance, r#"{"action":"acquire","action":"seal"}"#).bearer(&token),
-            400,
-            "Duplicate JSON field",
-        ),
-        (
-            HttpRequest::post_json(maintenance, r#"{"action":NaN}"#).bearer(&token),
-            400,
-            "Invalid JSON number",
-        ),
-        (HttpRequest::post_json(maintenance, "[]").bearer(&token), 422, "Invalid execution control fields"),
-        (
-            HttpRequest::post_json(
-                maintenance,
-                body(Json::Object(json_object! {
-                    "action" => "acquire", "expected_worker_instance_id" => "someone-else", "operation_id" => OPERATION,
-                })),
-            )
-            .bearer(&token),
-            409,
-            "Execution worker instance changed",
-        ),
-        (
-            HttpRequest::post_json(maintenance, body(maintenance_body(&split, "steal", OPERATION, None))).bearer(&token),
-            422,
-            "Invalid maintenance action",
-        ),
-        (
-            HttpRequest::post_json(
-                maintenance,
-                body(maintenance_body(&split, "acquire", &OPERATION.to_uppercase(), None)),
-            )
-            .bearer(&token),
-            422,
-            "Operation ID must be a canonical UUID",
-        ),
-        (
-            HttpRequest::post_json(maintenance, body(maintenance_body(&split, "acquire", OPERATION, Some("x"))))
-                .bearer(&token),
-            422,
-            "Acquire must not supply a lease ID",
-        ),
-        (
-            HttpRequest::post_json(maintenance, body(maintenance_body(&split, "seal", OPERATION, Some("bad id"))))
-                .bearer(&token),
-            422,
-            "Maintenance requires a valid lease ID",
-        ),
-        (
-            HttpRequest::post_json(maintenance, {
-                let mut value = maintenance_body(&split, "acquire", OPERATION, None);
-                if let Json::Object(object) = &mut value {
-                    object.insert("lifetime_seconds", 10);
-                }
-                body(value)
-            })
-            .bearer(&token),
-            422,
-            "Maintenance lifetime must be 30 to 300 seconds",
-        ),
-        (
-            HttpRequest::post_json(maintenance, body(maintenance_body(&split, "seal", OPERATION, Some("abc"))))
-                .bearer(&token),
-            409,
-            "Execution maintenance ownership changed",
-        ),
+    let cases = [
+        transport_refusals(&token),
+        body_refusals(&split, &token),
+        field_refusals(&split, &token),
     ];
-    for (request, status, detail) in cases {
+    for (request, status, detail) in cases.into_iter().flatten() {
         let response = request.send(callback).unwrap();
         assert_eq!(
             (response.status, response.detail().as_deref()),
@@ -498,13 +526,13 @@ fn control_refusals_follow_the_upstream_table() {
         assert_eq!(response.header("x-content-type-options"), Some("nosniff"));
     }
     // Nothing above took a lease.
-    let status = HttpRequest::get("/api/admin/execution/status")
+    let status = HttpRequest::get(STATUS)
         .bearer(&token)
         .send(callback)
         .unwrap();
     assert_eq!(status.json().get("lease"), Some(&Json::Null));
     // The control paths do not exist on the public listener.
-    let through_gateway = HttpRequest::get("/api/admin/execution/status")
+    let through_gateway = HttpRequest::get(STATUS)
         .bearer(&token)
         .send(public(&split))
         .unwrap();

@@ -58,6 +58,27 @@ fn binding(path: &Path) -> Json {
     Json::Object(object)
 }
 
+/// The keys of an intent, sorted.
+const INTENT_KEYS: [&str; 10] = [
+    "format",
+    "gateway_release",
+    "identities",
+    "layout_sha256",
+    "operation_id",
+    "phase",
+    "purge_state",
+    "root",
+    "server_identity",
+    "worker_release",
+];
+
+/// `sha256sum FILE`, an oracle independent of the helpers.
+fn sha256sum(path: &Path) -> String {
+    let output = Command::new("sha256sum").arg(path).output().unwrap();
+    let digest = String::from_utf8(output.stdout).unwrap();
+    digest.split(' ').next().unwrap().to_string()
+}
+
 #[test]
 fn the_written_intent_has_pythons_keys_bytes_and_mode() {
     let (installation, layout) = installed();
@@ -77,21 +98,23 @@ fn the_written_intent_has_pythons_keys_bytes_and_mode() {
     let value = parse_json(&data).unwrap();
     let mut keys: Vec<&String> = value.as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(
-        keys,
-        [
-            "format",
-            "gateway_release",
-            "identities",
-            "layout_sha256",
-            "operation_id",
-            "phase",
-            "purge_state",
-            "root",
-            "server_identity",
-            "worker_release"
-        ]
-    );
+    assert_eq!(keys, INTENT_KEYS);
+    assert_names_this_installation(&value, &installation, &layout);
+    // Read back exactly.
+    let read = read_uninstall_intent(&installation.install_root, &layout)
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, written);
+}
+
+/// The values of a freshly written intent (purging state, for
+/// `server_a`): this installation's root, releases, layout digest and
+/// directory identities, the operation, and phase `prepared`.
+fn assert_names_this_installation(
+    value: &Json,
+    installation: &Installation,
+    layout: &ExecutionLayout,
+) {
     let text = |key: &str| value.get(key).and_then(Json::as_str).unwrap().to_string();
     assert_eq!(value.get("format"), Some(&Json::Int(1)));
     assert_eq!(text("root"), installation.install_root.to_str().unwrap());
@@ -107,14 +130,8 @@ fn the_written_intent_has_pythons_keys_bytes_and_mode() {
     assert_eq!(text("server_identity"), "server_a");
     assert_eq!(text("phase"), "prepared");
     assert_eq!(value.get("purge_state"), Some(&Json::Bool(true)));
-    let manifest = fs::read(layout.manifest_path()).unwrap();
-    let digest = Command::new("sha256sum")
-        .arg(layout.manifest_path())
-        .output()
-        .unwrap();
-    let digest = String::from_utf8(digest.stdout).unwrap();
-    assert_eq!(text("layout_sha256"), digest.split(' ').next().unwrap());
-    assert!(!manifest.is_empty());
+    assert!(!fs::read(layout.manifest_path()).unwrap().is_empty());
+    assert_eq!(text("layout_sha256"), sha256sum(&layout.manifest_path()));
     let identities = value.get("identities").unwrap();
     assert_eq!(
         identities.get("root"),
@@ -128,26 +145,24 @@ fn the_written_intent_has_pythons_keys_bytes_and_mode() {
         identities.get("gateway"),
         Some(&binding(&layout.gateway_release))
     );
-    // Read back exactly.
-    let read = read_uninstall_intent(&installation.install_root, &layout)
-        .unwrap()
-        .unwrap();
-    assert_eq!(read, written);
-    // A second intent is refused, even as a dangling symlink.
-    let err = write_uninstall_intent(&installation.install_root, &layout, OPERATION, true, "s")
-        .unwrap_err();
-    assert_eq!(
-        err.python_line(),
-        "RuntimeError: another uninstall intent already exists"
-    );
+}
+
+#[test]
+fn a_second_intent_is_refused_even_as_a_dangling_symlink() {
+    let (installation, layout) = installed();
+    let root = &installation.install_root;
+    write_uninstall_intent(root, &layout, OPERATION, true, "server_a").unwrap();
+    let another = || {
+        write_uninstall_intent(root, &layout, OPERATION, true, "s")
+            .unwrap_err()
+            .python_line()
+    };
+    let exists = "RuntimeError: another uninstall intent already exists";
+    assert_eq!(another(), exists);
+    let path = intent_path(&installation);
     fs::remove_file(&path).unwrap();
     symlink("missing", &path).unwrap();
-    let err = write_uninstall_intent(&installation.install_root, &layout, OPERATION, true, "s")
-        .unwrap_err();
-    assert_eq!(
-        err.python_line(),
-        "RuntimeError: another uninstall intent already exists"
-    );
+    assert_eq!(another(), exists);
 }
 
 #[test]
@@ -206,156 +221,109 @@ fn refusal(
         .python_line()
 }
 
-#[test]
-fn a_marker_that_is_not_exactly_this_installation_is_refused() {
-    let (installation, layout) = installed();
-    let mismatch = "ValueError: uninstall intent does not match this installed runtime";
-    type Change = Box<dyn FnOnce(&mut JsonObject)>;
-    let cases: Vec<(Change, &str)> = vec![
+/// How a refusal case changes the intent just written.
+#[derive(Debug)]
+enum Change {
+    /// Removes the top-level `key`.
+    Remove(&'static str),
+    /// Sets the top-level `key`.
+    Set(&'static str, Json),
+    /// Removes the identity of `which` (`root`, `worker` or `gateway`).
+    RemoveIdentity(&'static str),
+    /// Sets the field `key` of the identity of `which`.
+    SetIdentity(&'static str, &'static str, Json),
+}
+
+impl Change {
+    fn apply(self, intent: &mut JsonObject) {
+        fn identities(intent: &mut JsonObject) -> &mut JsonObject {
+            let identities = intent.get_mut("identities").unwrap();
+            identities.as_object_mut().unwrap()
+        }
+        match self {
+            Change::Remove(key) => {
+                intent.remove(key);
+            }
+            Change::Set(key, value) => {
+                intent.insert(key, value);
+            }
+            Change::RemoveIdentity(which) => {
+                identities(intent).remove(which);
+            }
+            Change::SetIdentity(which, key, value) => {
+                let identity = identities(intent).get_mut(which).unwrap();
+                identity.as_object_mut().unwrap().insert(key, value);
+            }
+        }
+    }
+}
+
+/// The reader's refusal of an intent that is well formed but names
+/// another installation, or is not an intent it wrote.
+const MISMATCH: &str = "ValueError: uninstall intent does not match this installed runtime";
+
+/// Every way a marker can fail to be exactly this installation's, and
+/// the reader's refusal of it.
+fn not_this_installation() -> Vec<(Change, &'static str)> {
+    use Change::*;
+    vec![
+        (Remove("phase"), MISMATCH),
+        (Set("extra", 1_i64.into()), MISMATCH),
+        (Set("format", true.into()), MISMATCH),
+        (Set("format", 2_i64.into()), MISMATCH),
+        (Set("purge_state", 0_i64.into()), MISMATCH),
+        (Set("root", "/elsewhere".into()), MISMATCH),
+        (Set("worker_release", "/elsewhere".into()), MISMATCH),
+        (Set("gateway_release", "/elsewhere".into()), MISMATCH),
+        (Set("phase", "deleting".into()), MISMATCH),
+        (Set("server_identity", "has space".into()), MISMATCH),
+        (Set("server_identity", 7_i64.into()), MISMATCH),
+        (Set("operation_id", 7_i64.into()), MISMATCH),
         (
-            Box::new(|i| {
-                i.remove("phase");
-            }),
-            mismatch,
+            Set("operation_id", OPERATION.to_uppercase().into()),
+            MISMATCH,
         ),
         (
-            Box::new(|i| {
-                i.insert("extra", 1_i64);
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("format", true);
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("format", 2_i64);
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("purge_state", 0_i64);
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("root", "/elsewhere");
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("worker_release", "/elsewhere");
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("gateway_release", "/elsewhere");
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("phase", "deleting");
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("server_identity", "has space");
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("server_identity", 7_i64);
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("operation_id", 7_i64);
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("operation_id", OPERATION.to_uppercase());
-            }),
-            mismatch,
-        ),
-        (
-            Box::new(|i| {
-                i.insert("operation_id", "not-a-uuid");
-            }),
+            Set("operation_id", "not-a-uuid".into()),
             "ValueError: badly formed hexadecimal UUID string",
         ),
         (
-            Box::new(|i| {
-                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
-                identities.remove("gateway");
-            }),
+            RemoveIdentity("gateway"),
             "ValueError: uninstall intent identities are invalid",
         ),
         (
-            Box::new(|i| {
-                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
-                let root = identities.get_mut("root").unwrap().as_object_mut().unwrap();
-                root.insert("inode", true);
-            }),
+            SetIdentity("root", "inode", true.into()),
             "ValueError: invalid preparation directory identity",
         ),
         (
-            Box::new(|i| {
-                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
-                let worker = identities
-                    .get_mut("worker")
-                    .unwrap()
-                    .as_object_mut()
-                    .unwrap();
-                worker.insert("inode", 1_i64);
-            }),
+            SetIdentity("worker", "inode", 1_i64.into()),
             "RuntimeError: prepared directory identity changed",
         ),
         (
-            Box::new(|i| {
-                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
-                let gateway = identities
-                    .get_mut("gateway")
-                    .unwrap()
-                    .as_object_mut()
-                    .unwrap();
-                gateway.insert("device", 1_i64);
-            }),
+            SetIdentity("gateway", "device", 1_i64.into()),
             "RuntimeError: prepared filesystem identity changed",
         ),
         (
-            Box::new(|i| {
-                let identities = i.get_mut("identities").unwrap().as_object_mut().unwrap();
-                let gateway = identities
-                    .get_mut("gateway")
-                    .unwrap()
-                    .as_object_mut()
-                    .unwrap();
-                gateway.insert("volume_uuid", "ABC");
-            }),
+            SetIdentity("gateway", "volume_uuid", "ABC".into()),
             "RuntimeError: prepared filesystem identity changed",
         ),
         (
-            Box::new(|i| {
-                i.insert("layout_sha256", "0".repeat(64));
-            }),
+            Set("layout_sha256", "0".repeat(64).into()),
             "RuntimeError: installed execution layout changed after uninstall admission",
         ),
-    ];
-    for (change, expected) in cases {
-        assert_eq!(refusal(&installation, &layout, change), expected);
+    ]
+}
+
+#[test]
+fn a_marker_that_is_not_exactly_this_installation_is_refused() {
+    let (installation, layout) = installed();
+    for (change, expected) in not_this_installation() {
+        let case = format!("{change:?}");
+        assert_eq!(
+            refusal(&installation, &layout, |intent| change.apply(intent)),
+            expected,
+            "{case}"
+        );
     }
 }
 
