@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agents_common::{CommandCapture, Platform, Result};
+use agents_tests::set_mode;
 use execution_activation::legacy_runner::{
     verify_legacy_runner, LegacyRunnerClaim, LegacyRunnerProbe, SystemLegacyProbe,
     PROC_BSDINFO_SIZE, TMUX_PANE_FORMAT,
@@ -152,6 +153,16 @@ impl Recorded {
     fn with<T>(&self, pid: i32, read: impl FnOnce(&Fake) -> T) -> Option<T> {
         self.processes.borrow().get(&pid).map(read)
     }
+
+    /// `pid` (a child of `ppid`) as a new incarnation: the same PID, started
+    /// later.
+    fn restart(&self, pid: i32, ppid: i32) {
+        let reborn = Bsd {
+            start_sec: 1_800_000_000,
+            ..Bsd::live(pid, ppid)
+        };
+        self.processes.borrow_mut().get_mut(&pid).unwrap().bsd = reborn.bytes();
+    }
 }
 
 impl LegacyRunnerProbe for Recorded {
@@ -235,6 +246,26 @@ fn directory(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// Writes `body` as a private authenticated JSON body, as the server does.
+fn write_body(path: &Path, body: &JsonObject) {
+    write(path, &encode_indented(&Json::Object(body.clone())), 0o600);
+}
+
+/// Replaces `path` by a new file with the same bytes and `mode`.
+fn recreate(path: &Path, mode: u32) {
+    // The old file stays linked until the new one exists, so the file
+    // system cannot hand the new one the old inode back.
+    let aside = path.with_extension("recreated-aside");
+    fs::rename(path, &aside).unwrap();
+    write(path, &fs::read(&aside).unwrap(), mode);
+    fs::remove_file(&aside).unwrap();
+}
+
+/// `items` as owned argv words, as the kernel records them.
+fn words(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
 /// An old macOS install with its updater running in tmux, the installer
 /// (this test process) below it.
 struct Scenario {
@@ -316,7 +347,6 @@ impl Scenario {
 
         let current = root.join("current");
         let text = |path: PathBuf| path.to_str().unwrap().to_string();
-        let words = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let mut runner_argv = vec![
             text(current.join(".venv/bin/python")),
             text(current.join("update_runner.py")),
@@ -426,7 +456,6 @@ impl Scenario {
     /// (the pane's process), the tmux server, and the native listener. The
     /// framework launcher re-execs, so Python processes run the companion.
     fn record_processes(&mut self) {
-        let words = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let table = [
             (
                 own_pid(),
@@ -502,11 +531,7 @@ impl Scenario {
             ("health.json", &self.health),
             ("update.json", &self.admitted),
         ] {
-            write(
-                &admin.join(name),
-                &encode_indented(&Json::Object(value.clone())),
-                0o600,
-            );
+            write_body(&admin.join(name), value);
         }
     }
 
@@ -522,7 +547,62 @@ impl Scenario {
             Err(error) => assert_eq!(error.message(), message),
         }
     }
+
+    /// Checks what the proof concludes for the table case `case`, naming
+    /// the case when it concludes otherwise.
+    #[track_caller]
+    fn concludes(&self, verdict: Verdict, case: &str) {
+        let outcome = self.verify();
+        let as_expected = match (&outcome, verdict) {
+            (Ok(id), Verdict::Admitted) => id == UPDATE,
+            (Err(error), Verdict::Refused(message)) => error.message() == message,
+            (Err(error), Verdict::NotFound) => error.is_not_found(),
+            _ => false,
+        };
+        assert!(as_expected, "{case}: expected {verdict:?}, got {outcome:?}");
+    }
+
+    /// The runner (and so its pane's start command) runs `argv` instead;
+    /// the rest of the kernel's table is recorded afresh.
+    fn run_runner_with(&mut self, argv: Vec<String>) {
+        self.runner_argv = argv;
+        self.record_processes();
+        self.set_pane(&self.pane_row());
+    }
+
+    /// Runs `change` once between the two passes of the proof: right after
+    /// its first tmux query, before everything is read again.
+    fn between_passes(&self, change: impl FnOnce(&Recorded) + 'static) {
+        *self.probe.after_first_query.borrow_mut() = Some(Box::new(change));
+    }
+
+    /// [`Scenario::between_passes`] for a change to the installed tree.
+    fn on_disk_between_passes(&self, change: TreeChange) {
+        let disk = OnDisk {
+            root: self.root.clone(),
+            state: self.state.clone(),
+            release: self.release.clone(),
+            companion: self.companion.clone(),
+            health: self.health.clone(),
+            status: self.status.clone(),
+        };
+        self.between_passes(move |_probe| change(&disk));
+    }
 }
+
+/// What the proof must conclude in a table case.
+#[derive(Clone, Copy, Debug)]
+enum Verdict {
+    /// The update is admitted: the proof returns its ID.
+    Admitted,
+    /// Refused with exactly this message.
+    Refused(&'static str),
+    /// Refused because a path it follows does not exist.
+    NotFound,
+}
+
+/// A change to a fresh scenario, as a table entry.
+type Change = fn(&Scenario);
 
 #[test]
 fn the_exact_legacy_runner_in_its_tmux_pane_is_admitted() {
@@ -967,100 +1047,134 @@ fn the_native_listener_is_the_installed_server_with_the_layout_options() {
     scenario.refused("legacy native listener arguments differ");
 }
 
-#[test]
-fn exactly_one_ancestor_is_the_installed_runner_with_the_admitted_options() {
-    let mut scenario = Scenario::new();
-    let original = scenario.runner_argv.clone();
-    // The runner is not an ancestor: the installer was started elsewhere.
-    scenario.process(INSTALLER, |fake| fake.bsd = Bsd::live(INSTALLER, 1).bytes());
-    scenario.refused("legacy updater ancestor is not unique");
-    scenario.record_processes();
-    // Two runners: the installer shell was itself a runner.
-    let runner = scenario.runner_argv.clone();
-    scenario.process(INSTALLER, |fake| {
-        *fake = Fake::new(Bsd::live(INSTALLER, RUNNER), &scenario.companion, &runner)
-    });
-    scenario.refused("legacy updater ancestor is not unique");
-    scenario.record_processes();
-    // A cycle in the recorded ancestry.
-    scenario.process(TMUX_SERVER, |fake| {
-        fake.bsd = Bsd::live(TMUX_SERVER, own_pid()).bytes()
-    });
-    scenario.refused("legacy process ancestry contains a cycle");
-    scenario.record_processes();
-    let replace = |key: &str, value: &str| {
-        let mut argv = scenario.runner_argv.clone();
-        let at = argv.iter().position(|word| word == key).unwrap();
-        argv[at + 1] = value.to_string();
-        argv
-    };
-    let cases = [
+const NOT_UNIQUE: &str = "legacy updater ancestor is not unique";
+const ARGUMENTS_DIFFER: &str = "legacy updater arguments do not match admitted update";
+const PROTOCOL_DIFFERS: &str = "legacy updater options differ from the installed protocol";
+
+/// Installer ancestries without exactly one runner in them: (what, change,
+/// refusal).
+fn ancestries_without_one_runner() -> [(&'static str, Change, &'static str); 3] {
+    [
         (
-            replace("--current-version", "1.0.5"),
-            "legacy updater arguments do not match admitted update",
+            "the installer was started outside the runner",
+            |s| s.process(INSTALLER, |fake| fake.bsd = Bsd::live(INSTALLER, 1).bytes()),
+            NOT_UNIQUE,
         ),
         (
-            replace("--track", "beta"),
-            "legacy updater arguments do not match admitted update",
+            "the installer shell was itself a runner",
+            |s| {
+                let runner = s.runner_argv.clone();
+                s.process(INSTALLER, |fake| {
+                    *fake = Fake::new(Bsd::live(INSTALLER, RUNNER), &s.companion, &runner)
+                })
+            },
+            NOT_UNIQUE,
         ),
         (
-            replace("--expected-server-identity", "x"),
-            "legacy updater arguments do not match admitted update",
+            "a cycle in the recorded ancestry",
+            |s| {
+                s.process(TMUX_SERVER, |fake| {
+                    fake.bsd = Bsd::live(TMUX_SERVER, own_pid()).bytes()
+                })
+            },
+            "legacy process ancestry contains a cycle",
         ),
-        (
-            replace("--auth-token-file", "/tmp/token.json"),
-            "legacy updater credential handoff path differs",
-        ),
-    ];
-    for (argv, message) in cases {
-        scenario.runner_argv = argv;
-        scenario.record_processes();
-        scenario.set_pane(&scenario.pane_row());
-        scenario.refused(message);
-    }
-    // The status file option must resolve to the durable status itself.
-    let other = scenario.state.join("admin/other.json");
-    write(&other, b"{}", 0o600);
-    scenario.runner_argv = replace_in(&original, "--status-file", other.to_str().unwrap());
-    scenario.record_processes();
-    scenario.set_pane(&scenario.pane_row());
-    scenario.refused("legacy updater arguments do not match admitted update");
-    scenario.runner_argv = replace_in(&original, "--public-key", "/nonexistent/key.pem");
-    scenario.record_processes();
-    scenario.set_pane(&scenario.pane_row());
-    assert!(scenario.verify().unwrap_err().is_not_found());
-    let mut extra = original.clone();
-    extra.extend(["--channel".to_string(), "x".to_string()]);
-    scenario.runner_argv = extra;
-    scenario.record_processes();
-    scenario.set_pane(&scenario.pane_row());
-    scenario.refused("legacy updater options differ from the installed protocol");
-    let at = original.iter().position(|word| word == "--track").unwrap();
-    let mut missing = original.clone();
-    missing.drain(at..at + 2);
-    scenario.runner_argv = missing;
-    scenario.record_processes();
-    scenario.set_pane(&scenario.pane_row());
-    scenario.refused("legacy updater options differ from the installed protocol");
-    // Team Hub options and no credential file are part of the protocol.
-    let mut hub = original.clone();
-    let at = hub
-        .iter()
-        .position(|word| word == "--auth-token-file")
-        .unwrap();
-    hub.drain(at..at + 2);
-    hub.extend(["--expected-team-hub-id".to_string(), "hub-1234".to_string()]);
-    scenario.runner_argv = hub;
-    scenario.record_processes();
-    scenario.set_pane(&scenario.pane_row());
-    assert_eq!(scenario.verify().unwrap(), UPDATE);
+    ]
 }
 
-fn replace_in(argv: &[String], key: &str, value: &str) -> Vec<String> {
+/// `argv` with the value of the option `key` set to `value`.
+fn with_option(argv: &[String], key: &str, value: &str) -> Vec<String> {
     let mut argv = argv.to_vec();
     let at = argv.iter().position(|word| word == key).unwrap();
     argv[at + 1] = value.to_string();
     argv
+}
+
+/// `argv` without the option `key` and its value.
+fn without_option(argv: &[String], key: &str) -> Vec<String> {
+    let mut argv = argv.to_vec();
+    let at = argv.iter().position(|word| word == key).unwrap();
+    argv.drain(at..at + 2);
+    argv
+}
+
+/// Runner command lines that differ from the installed one of `scenario`:
+/// (what, argv, verdict). Writes the other status file one case names.
+fn runner_command_lines(scenario: &Scenario) -> Vec<(&'static str, Vec<String>, Verdict)> {
+    use Verdict::{Admitted, NotFound, Refused};
+    let installed = &scenario.runner_argv;
+    let set = |key: &str, value: &str| with_option(installed, key, value);
+    // The status file option must resolve to the durable status itself.
+    let other_status = scenario.state.join("admin/other.json");
+    write(&other_status, b"{}", 0o600);
+    let unknown_option = [installed.clone(), words(&["--channel", "x"])].concat();
+    // Team Hub options and no credential file are part of the protocol.
+    let team_hub = [
+        without_option(installed, "--auth-token-file"),
+        words(&["--expected-team-hub-id", "hub-1234"]),
+    ]
+    .concat();
+    vec![
+        (
+            "another current version",
+            set("--current-version", "1.0.5"),
+            Refused(ARGUMENTS_DIFFER),
+        ),
+        (
+            "another track",
+            set("--track", "beta"),
+            Refused(ARGUMENTS_DIFFER),
+        ),
+        (
+            "another server identity",
+            set("--expected-server-identity", "x"),
+            Refused(ARGUMENTS_DIFFER),
+        ),
+        (
+            "another credential file",
+            set("--auth-token-file", "/tmp/token.json"),
+            Refused("legacy updater credential handoff path differs"),
+        ),
+        (
+            "another status file",
+            set("--status-file", other_status.to_str().unwrap()),
+            Refused(ARGUMENTS_DIFFER),
+        ),
+        (
+            "a missing public key",
+            set("--public-key", "/nonexistent/key.pem"),
+            NotFound,
+        ),
+        (
+            "an unknown option",
+            unknown_option,
+            Refused(PROTOCOL_DIFFERS),
+        ),
+        (
+            "no track",
+            without_option(installed, "--track"),
+            Refused(PROTOCOL_DIFFERS),
+        ),
+        (
+            "a Team Hub update without a credential file",
+            team_hub,
+            Admitted,
+        ),
+    ]
+}
+
+#[test]
+fn exactly_one_ancestor_is_the_installed_runner_with_the_admitted_options() {
+    for (case, change, refusal) in ancestries_without_one_runner() {
+        let scenario = Scenario::new();
+        change(&scenario);
+        scenario.concludes(Verdict::Refused(refusal), case);
+    }
+    let mut scenario = Scenario::new();
+    for (case, argv, verdict) in runner_command_lines(&scenario) {
+        scenario.run_runner_with(argv);
+        scenario.concludes(verdict, case);
+    }
 }
 
 #[test]
@@ -1209,9 +1323,10 @@ fn newer_tmux_quoting_the_whole_command_is_decoded_once_more() {
     scenario.refused("legacy updater launch command does not match kernel arguments");
 }
 
-/// What a change between the two passes may touch.
-#[derive(Clone)]
-struct Paths {
+/// What a change between the two passes may touch: the tree's paths and
+/// the bodies written there (the change runs inside the probe, so it cannot
+/// borrow the scenario).
+struct OnDisk {
     root: PathBuf,
     state: PathBuf,
     release: PathBuf,
@@ -1220,115 +1335,105 @@ struct Paths {
     status: JsonObject,
 }
 
-#[test]
-fn any_change_before_the_proof_is_repeated_refuses() {
-    type Change = fn(&Paths);
-    let changes: Vec<(Change, &str)> = vec![
+const AUTHORITY_CHANGED: &str = "legacy updater authority changed during verification";
+const RUNTIME_CHANGED: &str = "legacy installed runtime changed during verification";
+
+/// A change to the installed tree, as a table entry.
+type TreeChange = fn(&OnDisk);
+
+/// The installed tree and bodies the proof binds, changed after its first
+/// pass and before it is repeated: (what, change, refusal).
+fn tree_changes() -> [(&'static str, TreeChange, &'static str); 7] {
+    [
         (
-            |s| {
-                let mut health = s.health.clone();
+            "the health body is rewritten",
+            |disk| {
+                let mut health = disk.health.clone();
                 health.insert("note", "rewritten");
-                write(
-                    &s.state.join("admin/health.json"),
-                    &encode_indented(&Json::Object(health)),
-                    0o600,
-                )
+                write_body(&disk.state.join("admin/health.json"), &health);
             },
-            "legacy updater authority changed during verification",
+            AUTHORITY_CHANGED,
+        ),
+        // Same bytes in a new file: its pin (inode) differs.
+        (
+            "the admitted body is recreated",
+            |disk| recreate(&disk.state.join("admin/update.json"), 0o600),
+            AUTHORITY_CHANGED,
         ),
         (
-            |s| {
-                // Same bytes, new inode: the binding differs.
-                let path = s.state.join("admin/update.json");
-                let data = fs::read(&path).unwrap();
-                fs::remove_file(&path).unwrap();
-                write(&path, &data, 0o600);
-            },
-            "legacy updater authority changed during verification",
-        ),
-        (
-            |s| {
-                let mut status = s.status.clone();
+            "the durable status completes",
+            |disk| {
+                let mut status = disk.status.clone();
                 status.insert("phase", "completed");
-                write(
-                    &s.state.join("admin/server-update.json"),
-                    &encode_indented(&Json::Object(status)),
-                    0o600,
-                )
+                write_body(&disk.state.join("admin/server-update.json"), &status);
             },
             "legacy admitted update changed",
         ),
         (
-            |s| {
-                fs::set_permissions(s.root.join("releases"), fs::Permissions::from_mode(0o750))
-                    .unwrap()
-            },
+            "the releases directory changes mode",
+            |disk| set_mode(&disk.root.join("releases"), 0o750),
             "legacy release directory changed during verification",
         ),
         (
-            |s| {
-                let path = s.release.join("agent_server.py");
-                let data = fs::read(&path).unwrap();
-                fs::remove_file(&path).unwrap();
-                write(&path, &data, 0o644);
-            },
-            "legacy installed runtime changed during verification",
+            "a release file is recreated",
+            |disk| recreate(&disk.release.join("agent_server.py"), 0o644),
+            RUNTIME_CHANGED,
         ),
         (
-            |s| {
-                let current = s.root.join("current");
+            "current is relinked to the same release",
+            |disk| {
+                let current = disk.root.join("current");
                 fs::remove_file(&current).unwrap();
-                symlink(&s.release, &current).unwrap();
+                symlink(&disk.release, &current).unwrap();
             },
-            "legacy installed runtime changed during verification",
+            RUNTIME_CHANGED,
         ),
         (
-            |s| fs::set_permissions(&s.companion, fs::Permissions::from_mode(0o700)).unwrap(),
-            "legacy installed runtime changed during verification",
+            "the framework companion changes mode",
+            |disk| set_mode(&disk.companion, 0o700),
+            RUNTIME_CHANGED,
         ),
-    ];
-    for (change, message) in changes {
+    ]
+}
+
+/// The kernel's and tmux's answers, changed between the passes: (what,
+/// change, refusal).
+fn view_changes() -> [(&'static str, Change, &'static str); 3] {
+    [
+        (
+            "tmux answers with another pane",
+            |s| {
+                let row = s.pane_row();
+                *s.probe.replies.borrow_mut() =
+                    vec![reply(&row), reply(&row.replace("|%7|", "|%8|"))];
+            },
+            AUTHORITY_CHANGED,
+        ),
+        (
+            "the installer is reborn",
+            |s| s.between_passes(|probe| probe.restart(INSTALLER, RUNNER)),
+            AUTHORITY_CHANGED,
+        ),
+        (
+            "the native listener restarts",
+            |s| s.between_passes(|probe| probe.restart(NATIVE, 1)),
+            AUTHORITY_CHANGED,
+        ),
+    ]
+}
+
+#[test]
+fn any_change_before_the_proof_is_repeated_refuses() {
+    for (case, change, refusal) in tree_changes() {
         let scenario = Scenario::new();
-        let paths = Paths {
-            root: scenario.root.clone(),
-            state: scenario.state.clone(),
-            release: scenario.release.clone(),
-            companion: scenario.companion.clone(),
-            health: scenario.health.clone(),
-            status: scenario.status.clone(),
-        };
-        *scenario.probe.after_first_query.borrow_mut() =
-            Some(Box::new(move |_probe: &Recorded| change(&paths)));
-        scenario.refused(message);
+        scenario.on_disk_between_passes(change);
+        scenario.concludes(Verdict::Refused(refusal), case);
     }
-    // Kernel and tmux views that change between the passes.
-    let scenario = Scenario::new();
-    let row = scenario.pane_row();
-    *scenario.probe.replies.borrow_mut() = vec![reply(&row), reply(&row.replace("|%7|", "|%8|"))];
-    scenario.refused("legacy updater authority changed during verification");
-    let scenario = Scenario::new();
-    *scenario.probe.after_first_query.borrow_mut() = Some(Box::new(|probe: &Recorded| {
-        let reborn = Bsd {
-            start_sec: 1_800_000_000,
-            ..Bsd::live(INSTALLER, RUNNER)
-        };
-        probe
-            .processes
-            .borrow_mut()
-            .get_mut(&INSTALLER)
-            .unwrap()
-            .bsd = reborn.bytes();
-    }));
-    scenario.refused("legacy updater authority changed during verification");
-    let scenario = Scenario::new();
-    *scenario.probe.after_first_query.borrow_mut() = Some(Box::new(|probe: &Recorded| {
-        let restarted = Bsd {
-            start_sec: 1_800_000_000,
-            ..Bsd::live(NATIVE, 1)
-        };
-        probe.processes.borrow_mut().get_mut(&NATIVE).unwrap().bsd = restarted.bytes();
-    }));
-    scenario.refused("legacy updater authority changed during verification");
+    for (case, change, refusal) in view_changes() {
+        let scenario = Scenario::new();
+        change(&scenario);
+        scenario.concludes(Verdict::Refused(refusal), case);
+    }
 }
 
 #[test]

@@ -578,70 +578,112 @@ fn publishing_refuses_a_device_number_now_held_by_another_volume() {
     );
 }
 
+const FILESYSTEM_CHANGED: &str = "prepared filesystem identity changed";
+
+/// How `check_binding_on` must answer a saved binding: accept it, or refuse
+/// it with this RuntimeError.
+type Answer = Result<(), &'static str>;
+
+/// `saved` with `key` set to `value`.
+fn with_key(saved: &Json, key: &str, value: Json) -> Json {
+    let mut changed = saved.as_object().unwrap().clone();
+    changed.insert(key, value);
+    Json::from(changed)
+}
+
+/// The saved bindings of one prepared directory and how the Darwin
+/// `volumes` and Linux must each answer them: (what, probe, saved, answer).
+/// `darwin` and `linux` are the bindings each took of the directory, whose
+/// metadata is `info`.
+fn saved_bindings<'a>(
+    volumes: &'a Volumes,
+    darwin: &Json,
+    linux: &Json,
+    info: &fs::Metadata,
+) -> Vec<(&'static str, &'a dyn VolumeProbe, Json, Answer)> {
+    // After a remount the device differs; the UUID and inode still prove it.
+    let remounted = with_key(darwin, "device", Json::from(info.dev() + 7));
+    let changed = |key: &str, value: Json| with_key(&remounted, key, value);
+    vec![
+        ("darwin: as taken", volumes, darwin.clone(), Ok(())),
+        ("darwin: remounted", volumes, remounted.clone(), Ok(())),
+        (
+            "darwin: another volume",
+            volumes,
+            changed("volume_uuid", Json::from(journal_uuid(OTHER_VOLUME))),
+            Err(FILESYSTEM_CHANGED),
+        ),
+        (
+            "darwin: a null UUID",
+            volumes,
+            changed("volume_uuid", Json::Null),
+            Err(FILESYSTEM_CHANGED),
+        ),
+        (
+            "darwin: an empty UUID",
+            volumes,
+            changed("volume_uuid", Json::from("")),
+            Err(FILESYSTEM_CHANGED),
+        ),
+        (
+            "darwin: another inode",
+            volumes,
+            changed("inode", Json::from(info.ino() + 1)),
+            Err("prepared directory identity changed"),
+        ),
+        // Linux: the UUID is null and the device must match.
+        (
+            "linux: the Darwin binding",
+            &SystemVolumes,
+            darwin.clone(),
+            Err(FILESYSTEM_CHANGED),
+        ),
+        (
+            "linux: the remounted Darwin binding",
+            &SystemVolumes,
+            remounted,
+            Err(FILESYSTEM_CHANGED),
+        ),
+        ("linux: as taken", &SystemVolumes, linux.clone(), Ok(())),
+    ]
+}
+
+/// `check_binding_on` answered a table case as `answer` says; every
+/// message names the case.
+#[track_caller]
+fn assert_answers(outcome: agents_common::Result<()>, answer: Answer, case: &str) {
+    match (outcome, answer) {
+        (Ok(()), Ok(())) => {}
+        (Err(error), Err(message)) => assert_eq!(
+            (error.class(), error.message()),
+            (ErrorClass::Runtime, message),
+            "{case}: {}",
+            error.python_line()
+        ),
+        (outcome, answer) => panic!("{case}: expected {answer:?}, got {outcome:?}"),
+    }
+}
+
 #[test]
 fn prepared_directories_are_bound_by_volume_uuid_on_darwin() {
     let install = Install::new("preparation");
     let root = install.root();
     let volumes = Volumes::darwin().volume(&root, DATA_VOLUME);
     let info = fs::metadata(&root).unwrap();
-    let binding = directory_binding_on(&volumes, &root).unwrap();
+    let darwin = directory_binding_on(&volumes, &root).unwrap();
     assert_eq!(
-        binding,
+        darwin,
         Json::from(json_object! {
             "device" => info.dev(),
             "inode" => info.ino(),
             "volume_uuid" => journal_uuid(DATA_VOLUME),
         })
     );
-    check_binding_on(&volumes, &root, &binding).unwrap();
-    // After a remount the device differs; the UUID and inode still prove it.
-    let mut renumbered = binding.as_object().unwrap().clone();
-    renumbered.insert("device", info.dev() + 7);
-    check_binding_on(&volumes, &root, &Json::from(renumbered.clone())).unwrap();
-    for (key, value, message) in [
-        (
-            "volume_uuid",
-            Json::from(journal_uuid(OTHER_VOLUME)),
-            "prepared filesystem identity changed",
-        ),
-        (
-            "volume_uuid",
-            Json::Null,
-            "prepared filesystem identity changed",
-        ),
-        (
-            "volume_uuid",
-            Json::from(""),
-            "prepared filesystem identity changed",
-        ),
-        (
-            "inode",
-            Json::from(info.ino() + 1),
-            "prepared directory identity changed",
-        ),
-    ] {
-        let mut saved = renumbered.clone();
-        saved.insert(key, value);
-        assert_error(
-            check_binding_on(&volumes, &root, &Json::from(saved)),
-            ErrorClass::Runtime,
-            message,
-        );
-    }
-    // Linux: the UUID is null and the device must match.
     let linux = directory_binding_on(&SystemVolumes, &root).unwrap();
     assert_eq!(linux.get("volume_uuid"), Some(&Json::Null));
-    assert_error(
-        check_binding_on(&SystemVolumes, &root, &binding),
-        ErrorClass::Runtime,
-        "prepared filesystem identity changed",
-    );
-    assert_error(
-        check_binding_on(&SystemVolumes, &root, &Json::from(renumbered)),
-        ErrorClass::Runtime,
-        "prepared filesystem identity changed",
-    );
-    check_binding_on(&SystemVolumes, &root, &linux).unwrap();
+    for (case, probe, saved, answer) in saved_bindings(&volumes, &darwin, &linux, &info) {
+        assert_answers(check_binding_on(probe, &root, &saved), answer, case);
+    }
     // An unreadable volume is the attribute call's OSError.
     volumes.directory(&root, Err(5));
     assert_error(

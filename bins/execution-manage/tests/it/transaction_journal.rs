@@ -7,7 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use agents_common::{render_service, ExecutionLayout};
-use agents_tests::{assert_error, link, write_file, InstallBase};
+use agents_tests::{assert_error, link, set_mode, write_file, InstallBase};
 use execution_manage::ExecutionTransaction;
 use python_compat::{
     json::{encode_indented, parse_json, Json, JsonObject},
@@ -91,13 +91,17 @@ fn stopped_services() -> Json {
     })
 }
 
+/// The server identity the receipts report (and a staged migration may
+/// expect).
+const SERVER_IDENTITY: &str = "0123456789abcdef01234567";
+
 fn receipt(layout: &ExecutionLayout, worker_version: &str, gateway_version: &str) -> Json {
     Json::Object(json_object! {
         "gateway_version" => gateway_version,
         "worker_version" => worker_version,
         "worker_release" => layout.worker_release.to_str().unwrap(),
         "protocol_version" => 1_i64,
-        "server_identity" => "0123456789abcdef01234567",
+        "server_identity" => SERVER_IDENTITY,
         "gateway_pid" => 4242_i64,
         "worker_pid" => 4343_i64,
         "worker_instance_id" => "8d2f0c0e9a7a4c1f9d1c3b5a7e9f0a1b",
@@ -138,45 +142,130 @@ fn migrate(install: &Install, version: &str) -> ExecutionLayout {
     layout
 }
 
-#[test]
-fn migration_publishes_golden_bytes_and_retires_the_journal() {
-    let install = Install::new("txn-migrate", &["0.1.25"]);
-    let layout = install.layout("0.1.25", "0.1.25");
-    let staged =
-        ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
+/// A migration to 0.1.25 staged in a fresh install tree (no prior
+/// services): where the phase walk and the commit, finish and load
+/// refusals start, each moving it only as far as it needs.
+struct Migration {
+    install: Install,
+    layout: ExecutionLayout,
+    /// The pending journal `stage` returned.
+    pending_journal: Json,
+}
 
-    // The pending journal is private and complete before anything changes.
-    assert_eq!(mode(&install.journal_dir()), 0o700);
-    assert_eq!(mode(&install.journal_dir().join("manifest.json")), 0o600);
-    let journal = install.journal();
-    assert_eq!(journal, staged);
-    assert_eq!(
-        fs::read(install.journal_dir().join("manifest.json")).unwrap(),
-        encode_indented(&staged)
-    );
-    let id = journal
-        .get("id")
-        .and_then(Json::as_str)
+impl Migration {
+    fn staged(tag: &str, expected_server_identity: Option<&str>) -> Migration {
+        let install = Install::new(tag, &["0.1.25"]);
+        let layout = install.layout("0.1.25", "0.1.25");
+        let pending_journal = ExecutionTransaction::stage(
+            &layout,
+            "migration",
+            &absent_services(),
+            expected_server_identity,
+        )
+        .unwrap();
+        Migration {
+            install,
+            layout,
+            pending_journal,
+        }
+    }
+
+    /// The receipt of the migrated components, as `commit` accepts it.
+    fn receipt(&self) -> Json {
+        receipt(&self.layout, "0.1.25", "0.1.25")
+    }
+
+    /// That receipt with `key` set to `value`.
+    fn receipt_with(&self, key: &str, value: Json) -> Json {
+        let mut changed = self.receipt();
+        changed.as_object_mut().unwrap().insert(key, value);
+        changed
+    }
+
+    /// The journal's `manifest.json`.
+    fn manifest_path(&self) -> PathBuf {
+        self.install.journal_dir().join("manifest.json")
+    }
+
+    // The transaction's steps, on this install root.
+
+    fn publish(&self) -> agents_common::Result<Json> {
+        ExecutionTransaction::publish(&self.install.root())
+    }
+
+    fn commit(&self, receipt: &Json) -> agents_common::Result<Json> {
+        ExecutionTransaction::commit(&self.install.root(), receipt)
+    }
+
+    fn rollback(&self) -> agents_common::Result<Json> {
+        ExecutionTransaction::rollback(&self.install.root())
+    }
+
+    fn finish(&self) -> agents_common::Result<()> {
+        ExecutionTransaction::finish(&self.install.root())
+    }
+
+    fn load(&self) -> agents_common::Result<(Json, ExecutionLayout)> {
+        ExecutionTransaction::load(&self.install.root())
+    }
+}
+
+/// `assert_error` for one case of a table: every message names the case.
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(
+    result: agents_common::Result<T>,
+    (class, message): (ErrorClass, &str),
+    case: &str,
+) {
+    match result {
+        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => assert_eq!(
+            (error.class(), error.message()),
+            (class, message),
+            "{case}: unexpected error: {}",
+            error.python_line()
+        ),
+    }
+}
+
+/// The names of the `.execution-draft-*` entries in `root`.
+fn drafts(root: &Path) -> Vec<String> {
+    fs::read_dir(root)
         .unwrap()
-        .to_string();
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".execution-draft-"))
+        .collect()
+}
+
+/// The pending journal is private and complete before anything changes:
+/// checks what staging `migration` left, and returns the journal's ID.
+fn assert_staged_before_any_change(migration: &Migration) -> String {
+    let install = &migration.install;
+    assert_eq!(mode(&install.journal_dir()), 0o700);
+    assert_eq!(mode(&migration.manifest_path()), 0o600);
+    let journal = install.journal();
+    assert_eq!(journal, migration.pending_journal);
+    assert_eq!(
+        fs::read(migration.manifest_path()).unwrap(),
+        encode_indented(&migration.pending_journal)
+    );
+    let id = journal.get("id").and_then(Json::as_str).unwrap();
     assert!(id.starts_with("execution-") && id.len() == 34, "{id}");
     assert_eq!(journal.get("phase"), Some(&Json::from("prepared")));
     assert_eq!(journal.get("current_before"), Some(&Json::Null));
     assert!(!install.root().join("execution-layout.json").exists());
-    let drafts: Vec<_> = fs::read_dir(install.root())
-        .unwrap()
-        .filter_map(|entry| entry.ok())
-        .filter(|entry| {
-            entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(".execution-draft-")
-        })
-        .collect();
-    assert!(drafts.is_empty(), "the draft is renamed, not left behind");
+    let drafts = drafts(&install.root());
+    assert!(
+        drafts.is_empty(),
+        "the draft is renamed, not left behind: {drafts:?}"
+    );
+    id.to_string()
+}
 
-    let published = ExecutionTransaction::publish(&install.root()).unwrap();
-    assert_eq!(published.get("phase"), Some(&Json::from("published")));
+/// What publishing `migration` wrote: the golden `linux-basic` units and
+/// layout manifest, private, and `current` naming the gateway release.
+fn assert_published_linux_basic(migration: &Migration) {
+    let install = &migration.install;
     let golden = golden_case("linux-basic");
     let units = install.base.join("home/.config/systemd/user");
     for (file, key) in [
@@ -198,24 +287,30 @@ fn migration_publishes_golden_bytes_and_retires_the_journal() {
     assert_eq!(mode(&manifest), 0o600);
     assert_eq!(
         fs::read_link(install.root().join("current")).unwrap(),
-        layout.gateway_release
+        migration.layout.gateway_release
     );
+}
+
+#[test]
+fn migration_publishes_golden_bytes_and_retires_the_journal() {
+    let migration = Migration::staged("txn-migrate", None);
+    let install = &migration.install;
+    let id = assert_staged_before_any_change(&migration);
+
+    let published = migration.publish().unwrap();
+    assert_eq!(published.get("phase"), Some(&Json::from("published")));
+    assert_published_linux_basic(&migration);
 
     // Publishing again from `published` converges without rewriting anything.
     let before = install.state();
-    ExecutionTransaction::publish(&install.root()).unwrap();
+    migration.publish().unwrap();
     assert_eq!(install.state(), before);
 
-    let committed =
-        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25"))
-            .unwrap();
+    let committed = migration.commit(&migration.receipt()).unwrap();
     assert_eq!(committed.get("phase"), Some(&Json::from("committed")));
     // The receipt is kept verbatim, extra keys included.
-    assert_eq!(
-        committed.get("receipt"),
-        Some(&receipt(&layout, "0.1.25", "0.1.25"))
-    );
-    ExecutionTransaction::finish(&install.root()).unwrap();
+    assert_eq!(committed.get("receipt"), Some(&migration.receipt()));
+    migration.finish().unwrap();
     assert!(!install.journal_dir().exists());
     let retired = install
         .root()
@@ -490,182 +585,186 @@ fn outside_changes_block_every_later_step() {
     );
 }
 
+const HEALTH_MISMATCH: &str = "authenticated component health does not match the activation";
+
+/// Receipts a published migration must not commit, each one key off the
+/// matching receipt: (what, key, value, ValueError).
+fn receipts_not_matching() -> [(&'static str, &'static str, Json, &'static str); 4] {
+    [
+        (
+            "another worker version",
+            "worker_version",
+            Json::from("0.1.24"),
+            HEALTH_MISMATCH,
+        ),
+        ("worker PID 0", "worker_pid", Json::Int(0), HEALTH_MISMATCH),
+        (
+            "a boolean gateway PID",
+            "gateway_pid",
+            Json::Bool(true),
+            HEALTH_MISMATCH,
+        ),
+        (
+            "another server identity",
+            "server_identity",
+            Json::from("somebody-else"),
+            "activation changed the authenticated server identity",
+        ),
+    ]
+}
+
+/// The name of the temporary a killed save of the journal leaves.
+const SAVE_TEMPORARY: &str = ".manifest.json.0123456789abcdef01234567.tmp";
+
+/// Files in the journal directory that are not exactly a temporary its
+/// save leaves (a foreign name, or that name without the journal's private
+/// mode): (what, name, mode).
+const UNEXPECTED_FILES: [(&str, &str, u32); 3] = [
+    ("a foreign name", "notes.txt", 0o600),
+    (
+        "a temporary with a short token",
+        ".manifest.json.0123.tmp",
+        0o600,
+    ),
+    ("the temporary readable by its group", SAVE_TEMPORARY, 0o640),
+];
+
 #[test]
 fn commit_and_finish_refusals() {
-    let install = Install::new("txn-commit", &["0.1.25"]);
-    let layout = install.layout("0.1.25", "0.1.25");
-    ExecutionTransaction::stage(
-        &layout,
-        "migration",
-        &absent_services(),
-        Some("0123456789abcdef01234567"),
-    )
-    .unwrap();
+    let migration = Migration::staged("txn-commit", Some(SERVER_IDENTITY));
     assert_error(
-        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25")),
+        migration.commit(&migration.receipt()),
         ErrorClass::Value,
         "execution activation has not been published",
     );
     assert_error(
-        ExecutionTransaction::finish(&install.root()),
+        migration.finish(),
         ErrorClass::Value,
         "execution activation is not finished",
     );
-    ExecutionTransaction::publish(&install.root()).unwrap();
-    let published = install.state();
-    let mismatch = "authenticated component health does not match the activation";
-    assert_error(
-        ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.24", "0.1.25")),
-        ErrorClass::Value,
-        mismatch,
-    );
-    let mut zero_pid = receipt(&layout, "0.1.25", "0.1.25");
-    zero_pid
-        .as_object_mut()
-        .unwrap()
-        .insert("worker_pid", 0_i64);
-    assert_error(
-        ExecutionTransaction::commit(&install.root(), &zero_pid),
-        ErrorClass::Value,
-        mismatch,
-    );
-    let mut bool_pid = receipt(&layout, "0.1.25", "0.1.25");
-    bool_pid
-        .as_object_mut()
-        .unwrap()
-        .insert("gateway_pid", true);
-    assert_error(
-        ExecutionTransaction::commit(&install.root(), &bool_pid),
-        ErrorClass::Value,
-        mismatch,
-    );
-    let mut other_identity = receipt(&layout, "0.1.25", "0.1.25");
-    other_identity
-        .as_object_mut()
-        .unwrap()
-        .insert("server_identity", "somebody-else");
-    assert_error(
-        ExecutionTransaction::commit(&install.root(), &other_identity),
-        ErrorClass::Value,
-        "activation changed the authenticated server identity",
-    );
-    assert_eq!(install.state(), published);
+    migration.publish().unwrap();
+    let published = migration.install.state();
+    for (case, key, value, refusal) in receipts_not_matching() {
+        let receipt = migration.receipt_with(key, value);
+        assert_refused(
+            migration.commit(&receipt),
+            (ErrorClass::Value, refusal),
+            case,
+        );
+    }
+    assert_eq!(migration.install.state(), published);
 
-    ExecutionTransaction::commit(&install.root(), &receipt(&layout, "0.1.25", "0.1.25")).unwrap();
+    migration.commit(&migration.receipt()).unwrap();
     assert_error(
-        ExecutionTransaction::rollback(&install.root()),
+        migration.rollback(),
         ErrorClass::Value,
         "committed execution activation cannot roll back",
     );
-    // A file that is not exactly a temporary this journal's save leaves (a
-    // foreign name, or that name without the journal's private mode)
-    // blocks retirement.
-    let temporary = install
-        .journal_dir()
-        .join(".manifest.json.0123456789abcdef01234567.tmp");
-    for (path, mode) in [
-        (install.journal_dir().join("notes.txt"), 0o600),
-        (install.journal_dir().join(".manifest.json.0123.tmp"), 0o600),
-        (temporary.clone(), 0o640),
-    ] {
-        write_file(&path, b"{}", mode);
-        assert_error(
-            ExecutionTransaction::finish(&install.root()),
-            ErrorClass::Runtime,
-            "execution transaction contains unexpected files",
-        );
-        fs::remove_file(&path).unwrap();
+    let journal = migration.install.journal_dir();
+    let unexpected = (
+        ErrorClass::Runtime,
+        "execution transaction contains unexpected files",
+    );
+    for (case, name, mode) in UNEXPECTED_FILES {
+        write_file(&journal.join(name), b"{}", mode);
+        assert_refused(migration.finish(), unexpected, case);
+        fs::remove_file(journal.join(name)).unwrap();
     }
     // The temporary of a killed save is the journal's own: retirement
     // removes it (the original refuses it forever).
-    write_file(&temporary, b"{\"partial", 0o600);
-    ExecutionTransaction::finish(&install.root()).unwrap();
-    assert!(!install.journal_dir().exists());
+    write_file(&journal.join(SAVE_TEMPORARY), b"{\"partial", 0o600);
+    migration.finish().unwrap();
+    assert!(!journal.exists());
+}
+
+/// A change to the journal's JSON, as a table entry.
+type JournalEdit = fn(&mut JsonObject);
+
+/// Journals that parse but are not one this helper wrote for the install:
+/// (what, edit, ValueError).
+fn edited_journals() -> [(&'static str, JournalEdit, &'static str); 6] {
+    [
+        (
+            "an unknown key",
+            |journal| {
+                journal.insert("extra", 1_i64);
+            },
+            "invalid execution transaction",
+        ),
+        (
+            "a malformed ID",
+            |journal| {
+                journal.insert("id", "execution-XYZ");
+            },
+            "invalid execution transaction identity",
+        ),
+        (
+            "an unknown phase",
+            |journal| {
+                journal.insert("phase", "dreaming");
+            },
+            "invalid execution transaction state",
+        ),
+        (
+            "another current after",
+            |journal| {
+                journal.insert("current_after", "/elsewhere");
+            },
+            "execution transaction paths changed",
+        ),
+        (
+            "a snapshot writable by others, with a wrong digest",
+            |journal| {
+                let mut before = journal.get("before").unwrap().as_object().unwrap().clone();
+                let snapshot = json_object! {
+                    "exists" => true, "mode" => 0o666_i64, "sha256" => "00", "data" => "",
+                };
+                before.insert("worker", snapshot);
+                journal.insert("before", before);
+            },
+            "invalid execution snapshot content",
+        ),
+        (
+            "a previous current outside the releases",
+            |journal| {
+                journal.insert("current_before", "/tmp");
+            },
+            "previous execution current escaped release root",
+        ),
+    ]
 }
 
 #[test]
 fn load_refuses_unsafe_or_stale_journals() {
-    let install = Install::new("txn-load", &["0.1.25"]);
-    let layout = install.layout("0.1.25", "0.1.25");
-    ExecutionTransaction::stage(&layout, "migration", &absent_services(), None).unwrap();
-    let manifest = install.journal_dir().join("manifest.json");
+    let migration = Migration::staged("txn-load", None);
+    let manifest = migration.manifest_path();
     let original = fs::read(&manifest).unwrap();
-    let path_text = manifest.display().to_string();
 
-    fs::set_permissions(&manifest, fs::Permissions::from_mode(0o644)).unwrap();
+    set_mode(&manifest, 0o644);
     assert_error(
-        ExecutionTransaction::load(&install.root()),
+        migration.load(),
         ErrorClass::Permission,
-        &format!("execution configuration is unsafe: {path_text}"),
+        &format!("execution configuration is unsafe: {}", manifest.display()),
     );
-    fs::set_permissions(&manifest, fs::Permissions::from_mode(0o600)).unwrap();
+    set_mode(&manifest, 0o600);
 
-    let rewrite = |edit: &dyn Fn(&mut JsonObject)| {
-        let mut value = parse_json(&original).unwrap();
-        edit(value.as_object_mut().unwrap());
-        write_file(&manifest, &encode_indented(&value), 0o600);
-    };
-    rewrite(&|journal| {
-        journal.insert("extra", 1_i64);
-    });
-    assert_error(
-        ExecutionTransaction::load(&install.root()),
-        ErrorClass::Value,
-        "invalid execution transaction",
-    );
-    rewrite(&|journal| {
-        journal.insert("id", "execution-XYZ");
-    });
-    assert_error(
-        ExecutionTransaction::load(&install.root()),
-        ErrorClass::Value,
-        "invalid execution transaction identity",
-    );
-    rewrite(&|journal| {
-        journal.insert("phase", "dreaming");
-    });
-    assert_error(
-        ExecutionTransaction::load(&install.root()),
-        ErrorClass::Value,
-        "invalid execution transaction state",
-    );
-    rewrite(&|journal| {
-        journal.insert("current_after", "/elsewhere");
-    });
-    assert_error(
-        ExecutionTransaction::load(&install.root()),
-        ErrorClass::Value,
-        "execution transaction paths changed",
-    );
-    rewrite(&|journal| {
-        let mut before = journal.get("before").unwrap().as_object().unwrap().clone();
-        before.insert(
-            "worker",
-            json_object! {"exists" => true, "mode" => 0o666_i64, "sha256" => "00", "data" => ""},
-        );
-        journal.insert("before", before);
-    });
-    assert_error(
-        ExecutionTransaction::load(&install.root()),
-        ErrorClass::Value,
-        "invalid execution snapshot content",
-    );
-    rewrite(&|journal| {
-        journal.insert("current_before", "/tmp");
-    });
-    assert_error(
-        ExecutionTransaction::load(&install.root()),
-        ErrorClass::Value,
-        "previous execution current escaped release root",
-    );
+    for (case, edit, refusal) in edited_journals() {
+        let mut journal = parse_json(&original).unwrap();
+        edit(journal.as_object_mut().unwrap());
+        write_file(&manifest, &encode_indented(&journal), 0o600);
+        assert_refused(migration.load(), (ErrorClass::Value, refusal), case);
+    }
     write_file(&manifest, &original, 0o600);
-    ExecutionTransaction::load(&install.root()).unwrap();
+    migration.load().unwrap();
 
     // A changed VERSION re-renders differently: the pending plan is stale.
-    let version = install.base.join("install/releases/0.1.25/VERSION");
+    let version = migration
+        .install
+        .base
+        .join("install/releases/0.1.25/VERSION");
     write_file(&version, b"0.1.26\n", 0o644);
     assert_error(
-        ExecutionTransaction::load(&install.root()),
+        migration.load(),
         ErrorClass::Value,
         "execution transaction content changed",
     );
