@@ -243,76 +243,140 @@ fn strace() -> Option<PathBuf> {
     found
 }
 
+/// Where strace kills publish, and what the kill left behind there.
+struct KillPoint {
+    /// The system call on whose entry the helper is killed.
+    syscall: &'static str,
+    /// Which occurrence of it.
+    occurrence: u32,
+    /// Checks the state the kill left (before publish runs again).
+    left: fn(&Case),
+}
+
+/// The kill points in publication order. The runtime's control token is
+/// renamed into place first; then each kind makes two renames (journal, then
+/// publication), one link, and two unlinks (the journal temporary, already
+/// gone, then the staged source).
+fn kill_points() -> [KillPoint; 7] {
+    [
+        KillPoint {
+            syscall: "renameat",
+            occurrence: 2,
+            left: a_journal_temporary_before_the_journal_names_the_unit,
+        },
+        KillPoint {
+            syscall: "fchmod",
+            occurrence: 3,
+            left: the_unit_journaled_still_private,
+        },
+        KillPoint {
+            syscall: "linkat",
+            occurrence: 1,
+            left: the_unit_journaled_and_readable_not_linked,
+        },
+        KillPoint {
+            syscall: "unlinkat",
+            occurrence: 2,
+            left: source_and_publication_linked,
+        },
+        KillPoint {
+            syscall: "renameat",
+            occurrence: 3,
+            left: only_the_publication_name_left,
+        },
+        KillPoint {
+            syscall: "renameat",
+            occurrence: 5,
+            left: the_worker_unit_published_not_the_gateway,
+        },
+        KillPoint {
+            syscall: "linkat",
+            occurrence: 3,
+            left: both_units_published_the_layout_journaled,
+        },
+    ]
+}
+
+/// The journal directory's entries other than `manifest.json` that `keep` takes.
+fn journal_entries(case: &Case, keep: impl Fn(&str) -> bool) -> usize {
+    fs::read_dir(case.install.journal())
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name != "manifest.json" && keep(name.to_str().unwrap())
+        })
+        .count()
+}
+
+/// Before the journal names the staged unit: a journal temporary.
+fn a_journal_temporary_before_the_journal_names_the_unit(case: &Case) {
+    let manifest = case.install.manifest();
+    assert_eq!(manifest.get("desired_service"), Some(&Json::Null));
+    let temporaries = journal_entries(case, |name| name.starts_with(".manifest.json."));
+    assert_eq!(temporaries, 1);
+}
+
+/// Journaled, still 0600: the kill came before the unit's mode.
+fn the_unit_journaled_still_private(case: &Case) {
+    let source = case.source("service");
+    let info = fs::metadata(&source).unwrap();
+    assert_eq!((info.mode() & 0o7777, info.nlink()), (0o600, 1));
+    let desired = case.install.manifest().get("desired_service").cloned();
+    assert_eq!(
+        desired.and_then(|d| d.get("inode").cloned()),
+        Some(Json::from(info.ino()))
+    );
+}
+
+/// Journaled and 0644, not yet linked: the original could only roll back.
+fn the_unit_journaled_and_readable_not_linked(case: &Case) {
+    let info = fs::metadata(case.source("service")).unwrap();
+    assert_eq!((info.mode() & 0o7777, info.nlink()), (0o644, 1));
+}
+
+/// Linked twice: source and publication name one inode.
+fn source_and_publication_linked(case: &Case) {
+    assert_eq!(case.staging_left("service").len(), 2);
+    let info = fs::metadata(case.source("service")).unwrap();
+    assert_eq!(info.nlink(), 2);
+}
+
+/// Only the publication name is left, the unit not yet replaced.
+fn only_the_publication_name_left(case: &Case) {
+    let left = case.staging_left("service");
+    assert_eq!(left.len(), 1);
+    assert!(left[0].to_str().unwrap().ends_with(".publication"));
+    assert!(!case.install.service_path().exists());
+}
+
+/// The worker unit is published; the gateway's publication is not.
+fn the_worker_unit_published_not_the_gateway(case: &Case) {
+    assert!(case.install.service_path().exists());
+    assert!(case.staging_left("service").is_empty());
+    assert_eq!(case.staging_left("gateway").len(), 1);
+    assert!(!case.install.gateway_path().exists());
+}
+
+/// Both units done; execution-layout.json journaled, not linked.
+fn both_units_published_the_layout_journaled(case: &Case) {
+    assert!(case.install.gateway_path().exists());
+    assert_eq!(case.staging_left("execution_layout").len(), 1);
+    assert!(!case.install.root().join("execution-layout.json").exists());
+}
+
 #[test]
 fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
     let Some(strace) = strace() else {
         return;
     };
-    // (system call, occurrence, what the kill left behind). The runtime's
-    // control token is renamed into place first; then each kind makes two
-    // renames (journal, then publication), one link, and two unlinks (the
-    // journal temporary, already gone, then the staged source).
-    type Left = fn(&Case);
-    let points: [(&str, u32, Left); 7] = [
-        ("renameat", 2, |case| {
-            // Before the journal names the staged unit: a journal temporary.
-            let manifest = case.install.manifest();
-            assert_eq!(manifest.get("desired_service"), Some(&Json::Null));
-            let temporaries = fs::read_dir(case.install.journal())
-                .unwrap()
-                .filter(|entry| {
-                    let name = entry.as_ref().unwrap().file_name();
-                    name.to_str().unwrap().starts_with(".manifest.json.")
-                })
-                .count();
-            assert_eq!(temporaries, 1);
-        }),
-        ("fchmod", 3, |case| {
-            // Journaled, still 0600: the kill came before the unit's mode.
-            let source = case.source("service");
-            let info = fs::metadata(&source).unwrap();
-            assert_eq!((info.mode() & 0o7777, info.nlink()), (0o600, 1));
-            let desired = case.install.manifest().get("desired_service").cloned();
-            assert_eq!(
-                desired.and_then(|d| d.get("inode").cloned()),
-                Some(Json::from(info.ino()))
-            );
-        }),
-        ("linkat", 1, |case| {
-            // Journaled and 0644, not yet linked: the original could only roll back.
-            let info = fs::metadata(case.source("service")).unwrap();
-            assert_eq!((info.mode() & 0o7777, info.nlink()), (0o644, 1));
-        }),
-        ("unlinkat", 2, |case| {
-            // Linked twice: source and publication name one inode.
-            assert_eq!(case.staging_left("service").len(), 2);
-            let info = fs::metadata(case.source("service")).unwrap();
-            assert_eq!(info.nlink(), 2);
-        }),
-        ("renameat", 3, |case| {
-            // Only the publication name is left, the unit not yet replaced.
-            let left = case.staging_left("service");
-            assert_eq!(left.len(), 1);
-            assert!(left[0].to_str().unwrap().ends_with(".publication"));
-            assert!(!case.install.service_path().exists());
-        }),
-        ("renameat", 5, |case| {
-            // The worker unit is published; the gateway's publication is not.
-            assert!(case.install.service_path().exists());
-            assert!(case.staging_left("service").is_empty());
-            assert_eq!(case.staging_left("gateway").len(), 1);
-            assert!(!case.install.gateway_path().exists());
-        }),
-        ("linkat", 3, |case| {
-            // Both units done; execution-layout.json journaled, not linked.
-            assert!(case.install.gateway_path().exists());
-            assert_eq!(case.staging_left("execution_layout").len(), 1);
-            assert!(!case.install.root().join("execution-layout.json").exists());
-        }),
-    ];
-    for (syscall, when, left) in points {
+    for KillPoint {
+        syscall,
+        occurrence,
+        left,
+    } in kill_points()
+    {
         let case = case("linux-basic");
-        case.publish_killed_at(&strace, syscall, when);
+        case.publish_killed_at(&strace, syscall, occurrence);
         left(&case);
         // install.sh runs publish again; it converges to the exact renderings.
         assert_ok_silent(&case.publish());
@@ -320,14 +384,14 @@ fn publish_converges_after_the_helper_itself_is_killed_mid_publication() {
         for kind in ["service", "gateway", "execution_layout"] {
             assert!(
                 case.staging_left(kind).is_empty(),
-                "{syscall} #{when}: {kind} staging left"
+                "{syscall} #{occurrence}: {kind} staging left"
             );
         }
-        let temporaries = fs::read_dir(case.install.journal())
-            .unwrap()
-            .filter(|entry| entry.as_ref().unwrap().file_name() != "manifest.json")
-            .count();
-        assert_eq!(temporaries, 0, "{syscall} #{when}: journal temporaries");
+        assert_eq!(
+            journal_entries(&case, |_| true),
+            0,
+            "{syscall} #{occurrence}: journal temporaries"
+        );
     }
 }
 

@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use agents_common::{read_status_unlocked, NativeServices, SystemCommandRunner, WorkerControl};
 use agents_tests::server_status::write_row;
 use agents_tests::{
-    binary_path, descendants, poll_until, ReleaseFile, ReleaseHost, RequestMatch, Role, Stall,
-    Switches, AGENT_TOKEN,
+    binary_path, descendants, poll_until, ProcessIdentity, ReleaseFile, ReleaseHost, RequestMatch,
+    Role, Stall, Switches, AGENT_TOKEN,
 };
 use doctor_support::{at_once, doctor_finding_state as doctor, follow_plan, helper, text};
 use execution_manage_support::{finish, Site, HELPER_TIMEOUT, OLD};
@@ -111,80 +111,81 @@ fn admit(site: &Site, handoff: Option<&JsonObject>) -> PathBuf {
     token
 }
 
-/// `update-runner` with the server's argv for this update.
-fn runner(
-    site: &Site,
-    releases: &ReleaseHost,
-    token: &Path,
-    handoff: Option<&Path>,
-    tmp: &Path,
-) -> Command {
-    let mut command = site.sandbox.command(binary_path("update-runner"));
-    command
-        .arg("--status-file")
-        .arg(status_path(site))
-        .arg("--public-key")
-        .arg(releases.public_key_path())
-        .args(["--port", &site.port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--expected-version", TARGET, "--current-version", OLD])
-        .args(["--track", "stable", "--update-id", UPDATE_ID])
-        .args(["--expected-server-identity", &site.server_identity()])
-        .arg("--auth-token-file")
-        .arg(token);
-    if let Some(handoff) = handoff {
-        command.arg("--execution-handoff-file").arg(handoff);
-    }
-    command
-        .env("AGENTS_SERVER_INSTALL_DIR", &site.installation.install_root)
-        .env("AGENTS_SERVER_CONFIG_DIR", &site.installation.config_root)
-        .env("AGENTS_SERVER_STATE_DIR", &site.installation.state_root)
-        .env("AGENTS_SERVER_RELEASE_BASE", releases.release_base())
-        .env(
-            "AGENTS_SERVER_RELEASES_API_URL",
-            releases.releases_api_url(),
-        )
-        .env("TMPDIR", tmp)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
+/// A managed update of the running [`OLD`] pair to [`TARGET`], as the
+/// server starts it: a signed release host and the runner's own
+/// temporary directory.
+struct Update {
+    site: Site,
+    releases: ReleaseHost,
+    /// The runner's `TMPDIR`.
+    tmp: PathBuf,
 }
 
-#[test]
-fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() {
-    let Some(site) = Site::running("doctor_failed_handoff") else {
-        return;
-    };
-    let root = site.installation.install_root.display().to_string();
-    let releases = ReleaseHost::start(site.sandbox.base());
-    let tmp = site.sandbox.base().join("runner-tmp");
-    fs::create_dir(&tmp).unwrap();
-    let (handoff_file, handoff) = seal_handoff(&site);
-    let token = admit(&site, Some(&handoff));
-    // The release is not published: the update fails before the installer,
-    // and the worker refuses the runner's release of its hold, after
-    // holding back that reply for a moment (well inside the runner's 5 s
-    // request timeout), while the runner holds the install lock.
-    let release = RequestMatch::maintenance("release");
-    let mark = site.request_mark(Role::Worker);
-    site.switch(
-        Role::Worker,
-        Switches {
-            refuse: vec!["release".to_string()],
-            stall: Some(Stall {
-                on: release.clone(),
-                seconds: 4.0,
-            }),
-            ..Switches::default()
-        },
-    );
-    let child = runner(&site, &releases, &token, Some(&handoff_file), &tmp)
-        .spawn()
-        .unwrap();
-    let runner_pid = child.id();
-    site.wait_for_request(Role::Worker, mark, "the runner's release", |record| {
-        release.matches(&record.path, record.action.as_deref()) && record.outcome == "stalled"
-    });
-    let during = doctor(&site);
+impl Update {
+    /// `None` where no sandbox can run (the test skips).
+    fn start(test: &str) -> Option<Update> {
+        let site = Site::running(test)?;
+        let releases = ReleaseHost::start(site.sandbox.base());
+        let tmp = site.sandbox.base().join("runner-tmp");
+        fs::create_dir(&tmp).unwrap();
+        Some(Update {
+            site,
+            releases,
+            tmp,
+        })
+    }
+
+    /// `update-runner` with the server's argv for this update.
+    fn runner(&self, token: &Path, handoff: Option<&Path>) -> Command {
+        let (site, releases) = (&self.site, &self.releases);
+        let mut command = site.sandbox.command(binary_path("update-runner"));
+        command
+            .arg("--status-file")
+            .arg(status_path(site))
+            .arg("--public-key")
+            .arg(releases.public_key_path())
+            .args(["--port", &site.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--expected-version", TARGET, "--current-version", OLD])
+            .args(["--track", "stable", "--update-id", UPDATE_ID])
+            .args(["--expected-server-identity", &site.server_identity()])
+            .arg("--auth-token-file")
+            .arg(token);
+        if let Some(handoff) = handoff {
+            command.arg("--execution-handoff-file").arg(handoff);
+        }
+        command
+            .env("AGENTS_SERVER_INSTALL_DIR", &site.installation.install_root)
+            .env("AGENTS_SERVER_CONFIG_DIR", &site.installation.config_root)
+            .env("AGENTS_SERVER_STATE_DIR", &site.installation.state_root)
+            .env("AGENTS_SERVER_RELEASE_BASE", releases.release_base())
+            .env(
+                "AGENTS_SERVER_RELEASES_API_URL",
+                releases.releases_api_url(),
+            )
+            .env("TMPDIR", &self.tmp)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+}
+
+/// Switches under which the worker refuses the runner's release of its
+/// hold, after holding back that reply for `seconds`.
+fn refusing_a_late_release(seconds: f64) -> Switches {
+    Switches {
+        refuse: vec!["release".to_string()],
+        stall: Some(Stall {
+            on: RequestMatch::maintenance("release"),
+            seconds,
+        }),
+        ..Switches::default()
+    }
+}
+
+/// Doctor while the runner holds the install lock, waiting for the worker's
+/// release reply: everything in progress, and step 1 waits for the runner.
+fn assert_doctor_waits_for_the_runner(site: &Site, runner_pid: u32) {
+    let during = doctor(site);
     during.assert_attention(&[
         ("install_lock", "in progress"),
         ("update_preparations", "in progress"),
@@ -201,22 +202,19 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
         "wait",
         &["update_preparations", "update_status", "install_lock"],
     )]);
-    let outcome = finish(child);
-    assert_eq!(outcome.code, Some(1), "{outcome:?}");
-    site.switch(Role::Worker, Switches::default());
-    let failed = row(&site);
-    assert_eq!(failed.get("phase"), Some(&Json::from("failed")));
-    assert_eq!(failed.get("message"), Some(&Json::from(NOT_RELEASED)));
-    assert_eq!(
-        site.worker_lease().get("operation_id"),
-        Some(&Json::from(OPERATION))
-    );
+}
 
-    let report = doctor(&site);
+/// Doctor once the runner failed and left the worker holding the sealed
+/// handoff: the preparation and the status are stuck, resolved by one
+/// `update-handoff release` command (returned); the services are healthy
+/// and still held for the update's operation.
+fn assert_doctor_prescribes_the_handoff_release(site: &Site, handoff_file: &Path) -> String {
+    let report = doctor(site);
     report.assert_attention(&[("update_preparations", "stuck"), ("update_status", "stuck")]);
     let command = format!(
-        "{} release --root {root} --handoff-file {}",
+        "{} release --root {} --handoff-file {}",
         helper("update-handoff"),
+        site.installation.install_root.display(),
         handoff_file.display()
     );
     assert_eq!(report.command("update_preparations"), command);
@@ -239,8 +237,43 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
             .and_then(|item| item.get("id")),
         Some(&Json::from(UPDATE_ID))
     );
+    command
+}
 
-    let followed = follow_plan(&site, doctor, &at_once, 1);
+#[test]
+fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() {
+    let Some(update) = Update::start("doctor_failed_handoff") else {
+        return;
+    };
+    let site = &update.site;
+    let (handoff_file, handoff) = seal_handoff(site);
+    let token = admit(site, Some(&handoff));
+    // The release is not published: the update fails before the installer,
+    // and the worker refuses the runner's release of its hold, after
+    // holding back that reply for a moment (well inside the runner's 5 s
+    // request timeout), while the runner holds the install lock.
+    let mark = site.request_mark(Role::Worker);
+    site.switch(Role::Worker, refusing_a_late_release(4.0));
+    let child = update.runner(&token, Some(&handoff_file)).spawn().unwrap();
+    let runner_pid = child.id();
+    let release = RequestMatch::maintenance("release");
+    site.wait_for_request(Role::Worker, mark, "the runner's release", |record| {
+        release.matches(&record.path, record.action.as_deref()) && record.outcome == "stalled"
+    });
+    assert_doctor_waits_for_the_runner(site, runner_pid);
+    let outcome = finish(child);
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    site.switch(Role::Worker, Switches::default());
+    let failed = row(site);
+    assert_eq!(failed.get("phase"), Some(&Json::from("failed")));
+    assert_eq!(failed.get("message"), Some(&Json::from(NOT_RELEASED)));
+    assert_eq!(
+        site.worker_lease().get("operation_id"),
+        Some(&Json::from(OPERATION))
+    );
+
+    let command = assert_doctor_prescribes_the_handoff_release(site, &handoff_file);
+    let followed = follow_plan(site, doctor, &at_once, 1);
     assert_eq!(followed.commands[0].0, command);
     assert!(followed.commands[0].1.stdout.contains(&format!(
         "\"operation_id\": \"{OPERATION}\", \"released\": true"
@@ -252,47 +285,28 @@ fn a_failed_update_with_a_sealed_handoff_is_released_by_the_suggested_command() 
     assert_eq!(after.status("update_status"), "healthy");
     assert!(text(after.concern("update_status").get("summary")).contains("released"));
     // The row stays the server's: the release changes nothing in it.
-    assert_eq!(row(&site), failed);
+    assert_eq!(row(site), failed);
 }
 
-#[test]
-fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
-    let Some(site) = Site::running("doctor_stuck_installing") else {
-        return;
-    };
-    let releases = ReleaseHost::start(site.sandbox.base());
-    let tmp = site.sandbox.base().join("runner-tmp");
-    fs::create_dir(&tmp).unwrap();
-    // The candidate's installer never finishes on its own.
+/// Publishes [`TARGET`] with an installer that never finishes on its own.
+fn publish_an_endless_installer(releases: &ReleaseHost) {
     let version = format!("{TARGET}\n");
+    let file = |name, data, mode| ReleaseFile { name, data, mode };
     releases.publish(
         TARGET,
         &[
-            ReleaseFile {
-                name: "install.sh",
-                data: b"#!/bin/sh\nexec sleep 120\n",
-                mode: 0o755,
-            },
-            ReleaseFile {
-                name: "VERSION",
-                data: version.as_bytes(),
-                mode: 0o644,
-            },
-            ReleaseFile {
-                name: "agent_server.py",
-                data: b"API_CONTRACT_VERSION = 1\n",
-                mode: 0o644,
-            },
-            ReleaseFile {
-                name: "execution_service.py",
-                data: b"# stand-in\n",
-                mode: 0o644,
-            },
+            file("install.sh", b"#!/bin/sh\nexec sleep 120\n", 0o755),
+            file("VERSION", version.as_bytes(), 0o644),
+            file("agent_server.py", b"API_CONTRACT_VERSION = 1\n", 0o644),
+            file("execution_service.py", b"# stand-in\n", 0o644),
         ],
     );
-    // An idle server, as the runner proves before it installs; the
-    // server's update status read finalizes an abandoned row at once.
-    let idle = Switches {
+}
+
+/// An idle server, as the runner proves before it installs, whose update
+/// status read finalizes an abandoned row at once.
+fn idle_server_finalizing_at_once() -> Switches {
+    Switches {
         health_extra: json_object! {
             "active_count" => 0,
             "update_blocking_queued_count" => 0,
@@ -304,25 +318,52 @@ fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
         },
         update_grace_seconds: Some(0.0),
         ..Switches::default()
-    };
-    site.switch(Role::Worker, idle.clone());
-    site.switch(Role::Gateway, idle);
-    let token = admit(&site, None);
-    let mut child: Child = runner(&site, &releases, &token, None, &tmp)
-        .spawn()
-        .unwrap();
-    let runner_pid = child.id();
-    let installer = poll_until(HELPER_TIMEOUT, "the installer to run", || {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the runner exited early ({status}): {:?}", row(&site));
+    }
+}
+
+/// Waits until the runner reports `installing` and has started the
+/// installer; returns the installer. Panics if the runner exits first.
+fn wait_for_the_installer(site: &Site, runner: &mut Child) -> ProcessIdentity {
+    let runner_pid = runner.id();
+    poll_until(HELPER_TIMEOUT, "the installer to run", || {
+        if let Ok(Some(status)) = runner.try_wait() {
+            panic!("the runner exited early ({status}): {:?}", row(site));
         }
-        let installing = row(&site).get("phase") == Some(&Json::from("installing"));
+        let installing = row(site).get("phase") == Some(&Json::from("installing"));
         let installer = descendants(runner_pid).into_iter().next()?;
         installing.then_some(installer)
+    })
+}
+
+/// Kills the runner, then the installer's process group, and waits until
+/// the installer is gone.
+fn kill_the_runner_and_its_installer(mut runner: Child, installer: &ProcessIdentity) {
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    if let Some(group) = rustix::process::Pid::from_raw(installer.pid as i32) {
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+    }
+    poll_until(HELPER_TIMEOUT, "the installer to die", || {
+        (!installer.is_alive()).then_some(())
     });
+}
+
+#[test]
+fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
+    let Some(update) = Update::start("doctor_stuck_installing") else {
+        return;
+    };
+    let site = &update.site;
+    publish_an_endless_installer(&update.releases);
+    site.switch(Role::Worker, idle_server_finalizing_at_once());
+    site.switch(Role::Gateway, idle_server_finalizing_at_once());
+    let token = admit(site, None);
+    let mut child = update.runner(&token, None).spawn().unwrap();
+    let runner_pid = child.id();
+    let installer = wait_for_the_installer(site, &mut child);
 
     // While the runner installs, it is in progress.
-    let during = doctor(&site);
+    let during = doctor(site);
     during.assert_attention(&[("update_status", "in progress")]);
     assert_eq!(
         during.found("update_status", "runner_pid"),
@@ -335,25 +376,17 @@ fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
     during.assert_plan(&[("wait", &["update_status"])]);
 
     // The runner and its installer die: the row stays `installing`.
-    child.kill().unwrap();
-    child.wait().unwrap();
-    if let Some(group) = rustix::process::Pid::from_raw(installer.pid as i32) {
-        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-    }
-    poll_until(HELPER_TIMEOUT, "the installer to die", || {
-        (!installer.is_alive()).then_some(())
-    });
-    assert_eq!(row(&site).get("phase"), Some(&Json::from("installing")));
+    kill_the_runner_and_its_installer(child, &installer);
+    assert_eq!(row(site).get("phase"), Some(&Json::from("installing")));
 
-    let report = doctor(&site);
+    let report = doctor(site);
     report.assert_attention(&[("update_status", "stuck")]);
     assert_eq!(
         report.found("update_status", "runner"),
         Json::from("exited")
     );
-    let command = report.command("update_status");
     assert_eq!(
-        command,
+        report.command("update_status"),
         format!(
             "curl -fsS -H \"X-AgentsDock-Token: $AGENTSDOCK_AGENT_TOKEN\" \
              http://127.0.0.1:{}/api/admin/update",
@@ -362,8 +395,8 @@ fn a_row_stuck_at_installing_whose_runner_died_is_finalized_by_the_server() {
     );
 
     report.assert_plan(&[("command", &["update_status"])]);
-    follow_plan(&site, doctor, &at_once, 1);
-    let finalized = row(&site);
+    follow_plan(site, doctor, &at_once, 1);
+    let finalized = row(site);
     assert_eq!(finalized.get("phase"), Some(&Json::from("failed")));
     assert_eq!(finalized.get("runner_pid"), Some(&Json::Null));
     site.switch(Role::Worker, Switches::default());

@@ -5,7 +5,8 @@
 //! replayed against the binaries in the normal suite.
 
 use agents_tests::generative::{
-    Bench, Campaign, Facts, Reference, Scenario, SideRun, Tally, Verdict,
+    Bench, Campaign, Difference, Facts, RecordedScenario, Reference, Scenario, SideRun, Tally,
+    Verdict,
 };
 use agents_tests::upstream::{Upstream, RECORD_ENV};
 use agents_tests::Sandbox;
@@ -35,6 +36,80 @@ fn campaign(test: &str, upstream: Upstream) -> Option<Campaign> {
     })
 }
 
+/// What the comparison with the originals found so far.
+struct Findings {
+    tally: Tally,
+    /// The facts of every scenario that does not differ.
+    facts: Facts,
+    /// Each difference with its minimal reproduction.
+    differences: Vec<Difference>,
+    /// Scenarios whose generated state the fixtures could not build.
+    harness_failures: usize,
+}
+
+impl Findings {
+    fn new(seed: u64) -> Findings {
+        Findings {
+            tally: Tally::default(),
+            facts: Facts {
+                seed,
+                scenarios: Vec::new(),
+            },
+            differences: Vec::new(),
+            harness_failures: 0,
+        }
+    }
+
+    /// Runs scenario `index` on both sides and records what it shows.
+    fn compare(&mut self, campaign: &Campaign, scenario: &Scenario, index: u64) {
+        // A fixture that cannot build a generated state is the harness's
+        // failure: reported with the scenario, and the campaign goes on.
+        let compared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            campaign.compare(scenario, Reference::Original, SideRun::Port)
+        }));
+        let Ok((verdict, original, port)) = compared else {
+            println!(
+                "\ngenerative-compare harness failure: {}\n{scenario}",
+                scenario.name()
+            );
+            self.harness_failures += 1;
+            return;
+        };
+        self.tally.count(scenario, &verdict);
+        if let Verdict::Listed(names) = &verdict {
+            println!(
+                "generative-compare listed: {}: {}",
+                scenario.name(),
+                names.join(", ")
+            );
+        }
+        match &verdict {
+            Verdict::Differs(facets) => {
+                let difference = campaign.investigate(
+                    scenario,
+                    facets.clone(),
+                    Reference::Original,
+                    SideRun::Port,
+                );
+                println!("\ngenerative-compare difference: {difference}");
+                self.differences.push(difference);
+            }
+            _ => self.facts.scenarios.push(RecordedScenario {
+                index,
+                fingerprint: scenario.fingerprint(),
+                verdict: verdict.recorded(),
+                // A listed scenario's facts are the port's, whose every
+                // difference from the original was just found listed.
+                observed: Facts::condense(if verdict == Verdict::Same {
+                    &original
+                } else {
+                    &port
+                }),
+            }),
+        }
+    }
+}
+
 /// Runs [`COUNT_ENV`] scenarios of [`SEED_ENV`] on both sides and reports
 /// each difference with its minimal reproduction and the campaign's
 /// figures; with [`RECORD_ENV`], writes the facts of every scenario that
@@ -51,62 +126,9 @@ fn generated_scenarios_against_the_originals() {
     let seed = number(SEED_ENV, RECORDED_SEED);
     let from = number(FROM_ENV, 0);
     let count = number(COUNT_ENV, LEAST_REPLAYED as u64);
-    let mut tally = Tally::default();
-    let mut facts = Facts {
-        seed,
-        scenarios: Vec::new(),
-    };
-    let mut differences = Vec::new();
-    let mut harness_failures = 0;
+    let mut findings = Findings::new(seed);
     for index in from..from + count {
-        let scenario = Scenario::generate(seed, index);
-        // A fixture that cannot build a generated state is the harness's
-        // failure: reported with the scenario, and the campaign goes on.
-        let compared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            campaign.compare(&scenario, Reference::Original, SideRun::Port)
-        }));
-        let Ok((verdict, original, port)) = compared else {
-            println!(
-                "\ngenerative-compare harness failure: {}\n{scenario}",
-                scenario.name()
-            );
-            harness_failures += 1;
-            continue;
-        };
-        tally.count(&scenario, &verdict);
-        if let Verdict::Listed(names) = &verdict {
-            println!(
-                "generative-compare listed: {}: {}",
-                scenario.name(),
-                names.join(", ")
-            );
-        }
-        match &verdict {
-            Verdict::Differs(facets) => {
-                let difference = campaign.investigate(
-                    &scenario,
-                    facets.clone(),
-                    Reference::Original,
-                    SideRun::Port,
-                );
-                println!("\ngenerative-compare difference: {difference}");
-                differences.push(difference);
-            }
-            _ => facts
-                .scenarios
-                .push(agents_tests::generative::RecordedScenario {
-                    index,
-                    fingerprint: scenario.fingerprint(),
-                    verdict: verdict.recorded(),
-                    // A listed scenario's facts are the port's, whose every
-                    // difference from the original was just found listed.
-                    observed: Facts::condense(if verdict == Verdict::Same {
-                        &original
-                    } else {
-                        &port
-                    }),
-                }),
-        }
+        findings.compare(&campaign, &Scenario::generate(seed, index), index);
         if (index + 1 - from) % 100 == 0 {
             println!(
                 "generative-compare progress: {} scenarios",
@@ -114,6 +136,12 @@ fn generated_scenarios_against_the_originals() {
             );
         }
     }
+    let Findings {
+        tally,
+        facts,
+        differences,
+        harness_failures,
+    } = findings;
     println!(
         "\ngenerative-compare seed {seed}, scenarios {from}..{}:\n{tally}",
         from + count

@@ -150,41 +150,41 @@ fn observes_absent_stopped_enabled_and_running_units_as_the_manager_reports_them
     );
 }
 
-#[test]
-fn stop_waits_for_a_slow_exit_and_never_escalates() {
-    let Some(sandbox) = Sandbox::start_or_skip("services_systemd::stop") else {
-        return;
-    };
-    // Like the real worker unit: no SIGKILL. The slow one exits 0.6 s after
-    // SIGTERM; the stubborn one ignores it. systemd signals every process of
-    // the unit's cgroup until no new one appears, so the slow one's trap
-    // ignores SIGTERM before it forks its sleep (which inherits that).
-    // Each marks a file once its trap is set, so a loaded machine cannot
-    // deliver SIGTERM before it is.
+/// Writes a unit that runs `trap` (a shell trap of SIGTERM), then marks
+/// `ready` and loops; like the real worker unit, systemd never escalates to
+/// SIGKILL.
+fn write_trapping_unit(sandbox: &Sandbox, unit: &str, trap: &str, ready: &Path) {
+    let script = sandbox.base().join(format!("{unit}.sh"));
+    let text = format!(
+        "{trap}\n: >'{}'\nwhile :; do sleep 0.1; done\n",
+        ready.display()
+    );
+    fs::write(&script, text).unwrap();
+    write_unit(
+        sandbox,
+        unit,
+        &format!("/bin/sh {}", script.display()),
+        "TimeoutStopSec=60s\nSendSIGKILL=no\n",
+    );
+}
+
+/// Starts a worker that exits 0.6 s after SIGTERM and a gateway that ignores
+/// it, and waits until both have set their traps; returns the adapter and
+/// their main PIDs. systemd signals every process of the unit's cgroup until
+/// no new one appears, so the slow one's trap ignores SIGTERM before it forks
+/// its sleep (which inherits that). Each marks a file once its trap is set,
+/// so a loaded machine cannot deliver SIGTERM before it is.
+fn start_a_slow_worker_and_a_stubborn_gateway(sandbox: &Sandbox) -> (NativeServices, u32, u32) {
     let worker_ready = sandbox.base().join("worker.trapped");
     let gateway_ready = sandbox.base().join("gateway.trapped");
-    for (unit, trap, ready) in [
-        (
-            WORKER_UNIT,
-            "trap 'trap \"\" TERM; sleep 0.6; exit 0' TERM",
-            &worker_ready,
-        ),
-        (GATEWAY_UNIT, "trap '' TERM", &gateway_ready),
-    ] {
-        let script = sandbox.base().join(format!("{unit}.sh"));
-        let text = format!(
-            "{trap}\n: >'{}'\nwhile :; do sleep 0.1; done\n",
-            ready.display()
-        );
-        fs::write(&script, text).unwrap();
-        write_unit(
-            &sandbox,
-            unit,
-            &format!("/bin/sh {}", script.display()),
-            "TimeoutStopSec=60s\nSendSIGKILL=no\n",
-        );
-    }
-    let native = native(&sandbox);
+    write_trapping_unit(
+        sandbox,
+        WORKER_UNIT,
+        "trap 'trap \"\" TERM; sleep 0.6; exit 0' TERM",
+        &worker_ready,
+    );
+    write_trapping_unit(sandbox, GATEWAY_UNIT, "trap '' TERM", &gateway_ready);
+    let native = native(sandbox);
     native.reload().unwrap();
     native.start(Role::Worker).unwrap();
     native.start(Role::Gateway).unwrap();
@@ -195,6 +195,15 @@ fn stop_waits_for_a_slow_exit_and_never_escalates() {
             ready.exists().then_some(())
         });
     }
+    (native, worker, gateway)
+}
+
+#[test]
+fn stop_waits_for_a_slow_exit_and_never_escalates() {
+    let Some(sandbox) = Sandbox::start_or_skip("services_systemd::stop") else {
+        return;
+    };
+    let (native, worker, gateway) = start_a_slow_worker_and_a_stubborn_gateway(&sandbox);
 
     let started = Instant::now();
     native.stop(Role::Worker).unwrap();

@@ -8,16 +8,13 @@ use std::time::{Duration, Instant};
 use agents_common::{GATEWAY_UNIT, WORKER_UNIT};
 use agents_tests::{
     free_port, poll_until, process_alive, Death, DeathPoint, HttpRequest, HttpResponse,
-    Installation, ProcessIdentity, RequestMatch, Role, Sandbox, SplitServices, Stall, Switches,
-    AGENT_TOKEN,
+    Installation, ProcessIdentity, RequestMatch, RequestRecord, Role, Sandbox, SplitServices,
+    Stall, Switches, AGENT_TOKEN,
 };
 use python_compat::{
-    json::{encode_compact, Json, JsonObject},
+    json::{encode_compact, Json},
     json_object,
 };
-
-/// listener, path, query present, credential, action, status
-type Seen<'a> = (&'a str, &'a str, bool, &'a str, Option<&'a str>, u16);
 
 const OPERATION: &str = "85efcaaf-5f93-5352-b00d-95a2551e6a7c";
 const MAINTENANCE: &str = "/api/admin/execution/maintenance";
@@ -50,7 +47,14 @@ fn running_split(test: &str) -> Option<Split> {
 }
 
 impl Split {
-    fn maintenance(&self, action: &str, lease: Option<&str>) -> HttpResponse {
+    /// Replaces the worker's misbehaviour switches.
+    fn switch_worker(&self, switches: Switches) {
+        self.installation.set_switches(Role::Worker, &switches);
+    }
+
+    /// Sends a maintenance `action` of [`OPERATION`] (with `lease`) to the
+    /// worker's callback listener; `Err` when no reply came.
+    fn send_maintenance(&self, action: &str, lease: Option<&str>) -> std::io::Result<HttpResponse> {
         let mut body = json_object! {
             "action" => action,
             "expected_worker_instance_id" => self.services.worker_instance_id(),
@@ -62,16 +66,14 @@ impl Split {
         HttpRequest::post_json(MAINTENANCE, encode_compact(&Json::Object(body)).unwrap())
             .bearer(&self.token)
             .send(self.services.callback())
-            .unwrap()
+    }
+
+    fn maintenance(&self, action: &str, lease: Option<&str>) -> HttpResponse {
+        self.send_maintenance(action, lease).unwrap()
     }
 
     fn status(&self) -> Json {
-        let response = HttpRequest::get(STATUS)
-            .bearer(&self.token)
-            .send(self.services.callback())
-            .unwrap();
-        assert_eq!(response.status, 200);
-        response.json()
+        status_at(self.services.callback(), &self.token)
     }
 
     fn worker_health(&self) -> HttpResponse {
@@ -80,6 +82,22 @@ impl Split {
             .send(self.services.callback())
             .unwrap()
     }
+}
+
+/// The worker's private status from the callback listener at `callback`
+/// (asserted 200).
+fn status_at(callback: SocketAddr, token: &str) -> Json {
+    let response = HttpRequest::get(STATUS)
+        .bearer(token)
+        .send(callback)
+        .unwrap();
+    assert_eq!(response.status, 200);
+    response.json()
+}
+
+/// A response's status and `detail`, for refusals.
+fn status_and_detail(response: &HttpResponse) -> (u16, Option<String>) {
+    (response.status, response.detail())
 }
 
 fn lease_id(reply: &Json) -> String {
@@ -93,89 +111,83 @@ fn lease_id(reply: &Json) -> String {
         .to_string()
 }
 
-#[test]
-fn busy_lying_and_refusing_workers() {
-    let Some(split) = running_split(agents_tests::test_name!()) else {
-        return;
-    };
-    // Busy: the counters are reported and obeyed.
-    let busy = Switches {
+/// Busy: the counters are reported and obeyed (admission is refused).
+fn assert_a_busy_worker_reports_and_obeys_its_blockers(split: &Split) {
+    split.switch_worker(Switches {
         blockers: vec![
             ("active_runs".to_string(), 1),
             ("managed_update".to_string(), 1),
         ],
         ..Switches::default()
-    };
-    split.installation.set_switches(Role::Worker, &busy);
+    });
     let status = split.status();
     assert_eq!(status.get("idle"), Some(&Json::Bool(false)));
+    let blockers = status.get("blockers").unwrap();
+    assert_eq!(blockers.get("active_runs"), Some(&Json::Int(1)));
+    assert_eq!(blockers.get("queued_turns"), Some(&Json::Int(0)));
     assert_eq!(
-        status.get("blockers").unwrap().get("active_runs"),
-        Some(&Json::Int(1))
-    );
-    assert_eq!(
-        status.get("blockers").unwrap().get("queued_turns"),
-        Some(&Json::Int(0))
-    );
-    let refused = split.maintenance("acquire", None);
-    assert_eq!(
-        (refused.status, refused.detail().as_deref()),
+        status_and_detail(&split.maintenance("acquire", None)),
         (
             409,
-            Some("Execution is busy; running agents were left untouched")
+            Some("Execution is busy; running agents were left untouched".to_string())
         )
     );
+}
 
-    // Refusing seal: acquire works, seal is refused and changes nothing.
-    split.installation.set_switches(
-        Role::Worker,
-        &Switches {
-            refuse: vec!["seal".to_string()],
-            ..Switches::default()
-        },
-    );
+/// Refusing seal: acquire works, seal is refused and changes nothing.
+/// Returns the acquired (unsealed) lease.
+fn assert_a_refused_seal_changes_nothing(split: &Split) -> String {
+    split.switch_worker(Switches {
+        refuse: vec!["seal".to_string()],
+        ..Switches::default()
+    });
     let acquired = split.maintenance("acquire", None);
     assert_eq!(acquired.status, 200);
     let lease = lease_id(&acquired.json());
-    let seal = split.maintenance("seal", Some(&lease));
     assert_eq!(
-        (seal.status, seal.detail().as_deref()),
-        (409, Some("Execution work appeared before retirement"))
+        status_and_detail(&split.maintenance("seal", Some(&lease))),
+        (
+            409,
+            Some("Execution work appeared before retirement".to_string())
+        )
     );
     assert_eq!(
         split.status().get("lease").unwrap().get("sealed"),
         Some(&Json::Bool(false))
     );
+    lease
+}
 
-    // Lying about the instance: replies carry the fake, requests are still
-    // checked against the real one.
-    split.installation.set_switches(
-        Role::Worker,
-        &Switches {
-            reply_instance_id: Some("impostor".to_string()),
-            ..Switches::default()
-        },
-    );
-    assert_eq!(
-        split.status().get("worker_instance_id"),
-        Some(&Json::from("impostor"))
-    );
+/// Lying about the instance: replies carry the fake, requests (the release
+/// of `lease`) are still checked against the real one.
+fn assert_replies_lie_about_the_instance(split: &Split, lease: &str) {
+    split.switch_worker(Switches {
+        reply_instance_id: Some("impostor".to_string()),
+        ..Switches::default()
+    });
+    let impostor = Some(Json::from("impostor"));
+    assert_eq!(split.status().get("worker_instance_id"), impostor.as_ref());
     let health = split.worker_health().json();
     assert_eq!(
         health.get("execution_service").unwrap().get("instance_id"),
-        Some(&Json::from("impostor"))
+        impostor.as_ref()
     );
-    let released = split.maintenance("release", Some(&lease));
+    let released = split.maintenance("release", Some(lease));
     assert_eq!(released.status, 200);
-    assert_eq!(
-        released.json().get("worker_instance_id"),
-        Some(&Json::from("impostor"))
-    );
+    assert_eq!(released.json().get("worker_instance_id"), impostor.as_ref());
+}
+
+#[test]
+fn busy_lying_and_refusing_workers() {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
+        return;
+    };
+    assert_a_busy_worker_reports_and_obeys_its_blockers(&split);
+    let lease = assert_a_refused_seal_changes_nothing(&split);
+    assert_replies_lie_about_the_instance(&split, &lease);
 
     // Back to faithful once the switches are gone.
-    split
-        .installation
-        .set_switches(Role::Worker, &Switches::default());
+    split.switch_worker(Switches::default());
     assert_eq!(
         split.status().get("worker_instance_id"),
         Some(&Json::from(split.services.worker_instance_id()))
@@ -217,42 +229,45 @@ fn a_stalled_reply_outlasts_the_client_but_not_other_requests() {
     );
 }
 
-#[test]
-fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
-    let Some(split) = running_split(agents_tests::test_name!()) else {
-        return;
-    };
-    // Die after the seal took effect, before replying, with status 3.
-    split.installation.set_switches(
-        Role::Worker,
-        &Switches {
-            die: Some(Death {
-                on: RequestMatch::maintenance("seal"),
-                when: DeathPoint::BeforeReply,
-                exit_code: Some(3),
-            }),
-            ..Switches::default()
-        },
-    );
+/// Switches that end the worker on requests matching `on` at `when`, with
+/// `exit_code` (`None`: SIGKILL).
+fn dying(on: RequestMatch, when: DeathPoint, exit_code: Option<i32>) -> Switches {
+    Switches {
+        die: Some(Death {
+            on,
+            when,
+            exit_code,
+        }),
+        ..Switches::default()
+    }
+}
+
+/// Waits until the process `identity` names is gone.
+fn wait_for_exit(identity: &ProcessIdentity, what: &str) {
+    poll_until(Duration::from_secs(5), what, || {
+        (!identity.is_alive()).then_some(())
+    });
+}
+
+/// A worker dying (status 3) after its seal took effect, before replying:
+/// no reply, the stale receipt left, the seal persisted first, the request
+/// logged as `died`. Returns the stale receipt.
+fn assert_a_worker_dying_before_its_seal_reply_leaves_its_receipt(split: &Split) -> Json {
+    split.switch_worker(dying(
+        RequestMatch::maintenance("seal"),
+        DeathPoint::BeforeReply,
+        Some(3),
+    ));
     let old_worker = ProcessIdentity::of(split.services.worker_pid).unwrap();
     let lease = lease_id(&split.maintenance("acquire", None).json());
-    let body = json_object! {
-        "action" => "seal",
-        "expected_worker_instance_id" => split.services.worker_instance_id(),
-        "operation_id" => OPERATION,
-        "lease_id" => lease.as_str(),
-    };
-    let seal = HttpRequest::post_json(MAINTENANCE, encode_compact(&Json::Object(body)).unwrap())
-        .bearer(&split.token)
-        .send(split.services.callback());
+    let seal = split.send_maintenance("seal", Some(&lease));
     assert!(seal.is_err(), "no reply from a dead worker: {seal:?}");
-    let old_pid = split.services.worker_pid;
-    poll_until(Duration::from_secs(5), "the worker to exit", || {
-        (!old_worker.is_alive()).then_some(())
-    });
-    // A crash leaves the stale receipt; the seal was persisted first.
+    wait_for_exit(&old_worker, "the worker to exit");
     let stale = split.installation.receipt(Role::Worker).unwrap();
-    assert_eq!(stale.get("pid"), Some(&Json::from(old_pid)));
+    assert_eq!(
+        stale.get("pid"),
+        Some(&Json::from(split.services.worker_pid))
+    );
     let persisted = fs::read_to_string(
         split
             .installation
@@ -266,72 +281,78 @@ fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
         (record.outcome.as_str(), record.action.as_deref()),
         ("died", Some("seal"))
     );
+    stale
+}
 
-    // systemd (Restart=always) starts a new epoch that inherits no lease.
-    split
-        .installation
-        .set_switches(Role::Worker, &Switches::default());
-    let (receipt, pid) = poll_until(Duration::from_secs(15), "the restarted worker", || {
+/// Waits until systemd runs a worker other than `old_pid`: its receipt and PID.
+fn wait_for_the_restarted_worker(split: &Split, old_pid: u32) -> (Json, u32) {
+    poll_until(Duration::from_secs(15), "the restarted worker", || {
         let (receipt, pid) =
             split
                 .installation
                 .wait_for_service(&split.sandbox, WORKER_UNIT, Role::Worker);
         (pid != old_pid).then_some((receipt, pid))
-    });
+    })
+}
+
+#[test]
+fn dying_workers_leave_their_receipt_and_systemd_restarts_them() {
+    let Some(split) = running_split(agents_tests::test_name!()) else {
+        return;
+    };
+    let stale = assert_a_worker_dying_before_its_seal_reply_leaves_its_receipt(&split);
+
+    // systemd (Restart=always) starts a new epoch that inherits no lease.
+    split.switch_worker(Switches::default());
+    let (receipt, pid) = wait_for_the_restarted_worker(&split, split.services.worker_pid);
     assert_ne!(receipt.get("instance_id"), stale.get("instance_id"));
     let origin = receipt.get("callback_origin").unwrap().as_str().unwrap();
     let callback = agents_tests::origin_address(origin).unwrap();
-    let status = HttpRequest::get(STATUS)
-        .bearer(&split.token)
-        .send(callback)
-        .unwrap()
-        .json();
-    assert_eq!(status.get("lease"), Some(&Json::Null));
+    assert_eq!(
+        status_at(callback, &split.token).get("lease"),
+        Some(&Json::Null)
+    );
     assert!(process_alive(pid));
 
     // SIGKILL on a health request, before handling: the gateway is untouched.
-    split.installation.set_switches(
-        Role::Worker,
-        &Switches {
-            die: Some(Death {
-                on: RequestMatch::path("/api/health"),
-                when: DeathPoint::BeforeHandling,
-                exit_code: None,
-            }),
-            ..Switches::default()
-        },
-    );
+    split.switch_worker(dying(
+        RequestMatch::path("/api/health"),
+        DeathPoint::BeforeHandling,
+        None,
+    ));
     let restarted = ProcessIdentity::of(pid).unwrap();
     assert!(HttpRequest::get("/api/health")
         .bearer(AGENT_TOKEN)
         .send(callback)
         .is_err());
-    poll_until(
-        Duration::from_secs(5),
-        "the killed worker to vanish",
-        || (!restarted.is_alive()).then_some(()),
-    );
+    wait_for_exit(&restarted, "the killed worker to vanish");
     assert!(process_alive(split.services.gateway_pid));
-    split
-        .installation
-        .set_switches(Role::Worker, &Switches::default());
+    split.switch_worker(Switches::default());
 }
 
-#[test]
-fn delayed_receipts_other_versions_and_health_switches() {
-    let delayed = Switches {
-        receipt_delay_seconds: 1.5,
-        version: Some("9.9.9".to_string()),
-        ..Switches::default()
-    };
-    let Some(sandbox) = Sandbox::start_or_skip(agents_tests::test_name!()) else {
-        return;
-    };
+/// The public listener's health, through the gateway.
+fn public_health(public: SocketAddr) -> std::io::Result<HttpResponse> {
+    HttpRequest::get("/api/health")
+        .bearer(AGENT_TOKEN)
+        .send(public)
+}
+
+/// A split installation whose worker, started alone, writes its receipt
+/// 1.5 s late and reports version 9.9.9: no receipt while it is already
+/// running, then the receipt of the very process systemd runs. Returns the
+/// sandbox, the installation and the public port.
+fn a_late_worker_of_another_version(test: &str) -> Option<(Sandbox, Installation, u16)> {
+    let sandbox = Sandbox::start_or_skip(test)?;
     let installation = Installation::in_sandbox(&sandbox);
     let release = installation.add_release("1.0.0");
     let port = free_port();
     let layout = installation.layout(&release, &release, port);
     installation.install_split(&layout);
+    let delayed = Switches {
+        receipt_delay_seconds: 1.5,
+        version: Some("9.9.9".to_string()),
+        ..Switches::default()
+    };
     installation.set_switches(Role::Worker, &delayed);
     sandbox.systemctl_ok(&["daemon-reload"]);
     sandbox.systemctl_ok(&["start", WORKER_UNIT]);
@@ -351,16 +372,23 @@ fn delayed_receipts_other_versions_and_health_switches() {
     );
     assert_eq!(pid, running.main_pid);
     assert_eq!(receipt.get("version"), Some(&Json::from("9.9.9")));
+    Some((sandbox, installation, port))
+}
+
+#[test]
+fn delayed_receipts_other_versions_and_health_switches() {
+    let Some((sandbox, installation, port)) =
+        a_late_worker_of_another_version(agents_tests::test_name!())
+    else {
+        return;
+    };
     sandbox.systemctl_ok(&["start", GATEWAY_UNIT]);
     installation.wait_for_service(&sandbox, GATEWAY_UNIT, Role::Gateway);
     let public = SocketAddr::from(([127, 0, 0, 1], port));
     let health = poll_until(Duration::from_secs(10), "public health", || {
-        HttpRequest::get("/api/health")
-            .bearer(AGENT_TOKEN)
-            .send(public)
-            .ok()
-    });
-    let health = health.json();
+        public_health(public).ok()
+    })
+    .json();
     assert_eq!(health.get("server_version"), Some(&Json::from("9.9.9")));
     assert_eq!(
         health.get("execution_service").unwrap().get("version"),
@@ -372,23 +400,15 @@ fn delayed_receipts_other_versions_and_health_switches() {
     );
 
     // Health failures and extra health fields, per role.
-    let mut extra = JsonObject::new();
-    extra.insert(
-        "capabilities",
-        Json::Object(json_object! {"secure_peer_v1" => true}),
-    );
+    let capabilities = json_object! {"secure_peer_v1" => true};
     installation.set_switches(
         Role::Worker,
         &Switches {
-            health_extra: extra,
+            health_extra: json_object! {"capabilities" => capabilities},
             ..Switches::default()
         },
     );
-    let health = HttpRequest::get("/api/health")
-        .bearer(AGENT_TOKEN)
-        .send(public)
-        .unwrap()
-        .json();
+    let health = public_health(public).unwrap().json();
     assert_eq!(
         health.get("capabilities").unwrap().get("secure_peer_v1"),
         Some(&Json::Bool(true))
@@ -400,15 +420,41 @@ fn delayed_receipts_other_versions_and_health_switches() {
             ..Switches::default()
         },
     );
-    let failing = HttpRequest::get("/api/health")
-        .bearer(AGENT_TOKEN)
-        .send(public)
-        .unwrap();
+    let failing = public_health(public).unwrap();
     assert_eq!(
         failing.status, 503,
         "the gateway passes the worker's failure through"
     );
     assert!(failing.json().get("gateway").is_none());
+}
+
+/// A request log record as (listener, path, query present, credential,
+/// action, status).
+type Seen<'a> = (&'a str, &'a str, bool, &'a str, Option<&'a str>, u16);
+
+fn seen(record: &RequestRecord) -> Seen<'_> {
+    (
+        record.listener.as_str(),
+        record.path.as_str(),
+        record.query,
+        record.credential.as_str(),
+        record.action.as_deref(),
+        record.status,
+    )
+}
+
+/// Both request logs' text, the worker's then the gateway's.
+fn request_logs(installation: &Installation) -> String {
+    [Role::Worker, Role::Gateway]
+        .into_iter()
+        .map(|role| {
+            fs::read_to_string(agents_tests::request_log_path(
+                &installation.state_root,
+                role,
+            ))
+            .unwrap()
+        })
+        .collect()
 }
 
 #[test]
@@ -430,27 +476,11 @@ fn the_request_log_records_what_arrived_without_secrets() {
         .send(callback)
         .unwrap();
     split.maintenance("acquire", None);
-    HttpRequest::get("/api/health")
-        .bearer(AGENT_TOKEN)
-        .send(split.public)
-        .unwrap();
+    public_health(split.public).unwrap();
 
     let worker = split.installation.requests(Role::Worker)[worker_before..].to_vec();
-    let summary: Vec<Seen> = worker
-        .iter()
-        .map(|record| {
-            (
-                record.listener.as_str(),
-                record.path.as_str(),
-                record.query,
-                record.credential.as_str(),
-                record.action.as_deref(),
-                record.status,
-            )
-        })
-        .collect();
     assert_eq!(
-        summary,
+        worker.iter().map(seen).collect::<Vec<_>>(),
         [
             ("callback", "/api/health", true, "none", None, 401),
             ("callback", STATUS, false, "control", None, 200),
@@ -481,16 +511,7 @@ fn the_request_log_records_what_arrived_without_secrets() {
     );
     assert_eq!(gateway[0].pid, split.services.gateway_pid);
 
-    let logs = fs::read_to_string(agents_tests::request_log_path(
-        &split.installation.state_root,
-        Role::Worker,
-    ))
-    .unwrap()
-        + &fs::read_to_string(agents_tests::request_log_path(
-            &split.installation.state_root,
-            Role::Gateway,
-        ))
-        .unwrap();
+    let logs = request_logs(&split.installation);
     assert!(
         !logs.contains(&split.token) && !logs.contains(AGENT_TOKEN),
         "no token values in the logs"

@@ -456,20 +456,24 @@ fn a_failing_worker_stop_gives_everything_back() {
     assert!(case.intent().is_none(), "the intent was withdrawn");
 }
 
-#[test]
-fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
-    let case = split_case!();
+/// Another process waiting for the worker's state-owner lock
+/// (`admin/state-owner.lock`), which it holds once the worker has stopped.
+fn hold_the_state_lease_after_the_worker(case: &SplitCase) -> agents_tests::GroupChild {
     let lease = case.installation.state_root.join("admin/state-owner.lock");
-    // Waits for the worker's lock and holds it once the worker has stopped.
-    let mut holder = agents_tests::GroupChild::spawn(
+    agents_tests::GroupChild::spawn(
         std::process::Command::new("flock")
             .arg("-o")
             .arg(&lease)
             .args(["sleep", "600"]),
     )
-    .expect("util-linux flock runs");
-    let before = case.kept_tree();
-    let outcome = case.run(&["--yes"], Input::Null);
+    .expect("util-linux flock runs")
+}
+
+/// A run that stopped both services but could not prove the state its own:
+/// refused before file removal, only the intent appeared (sealed, its hold
+/// not released), both services disabled and stopped.
+#[track_caller]
+fn assert_stopped_before_file_removal(case: &SplitCase, before: &Tree, outcome: &Outcome) {
     assert_eq!(outcome.code(), 1, "{outcome:?}");
     assert_eq!(
         outcome.stderr,
@@ -478,9 +482,8 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
              ownership verification"
         )
     );
-    // Only the intent appeared; both services were disabled and stopped.
     assert_eq!(
-        changes(&before, &case.kept_tree()),
+        changes(before, &case.kept_tree()),
         [
             "+ install/.execution-uninstall.json",
             "- units/default.target.wants",
@@ -502,21 +505,18 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
             "{unit}"
         );
     }
-    // Still held: the retry refuses the same way and changes nothing.
+}
+
+/// A `--yes` retry refused with `message`.
+#[track_caller]
+fn assert_retry_refused(case: &SplitCase, message: &str) {
     let outcome = case.run(&["--yes"], Input::Null);
-    assert_eq!(
-        outcome.stderr,
-        refusal("another process still owns execution or candidate preparation")
-    );
-    holder.kill();
-    // A provider child still registered keeps everything.
-    case.register_provider_children("[{\"pid\": 4242}]");
-    let outcome = case.run(&["--yes"], Input::Null);
-    assert_eq!(
-        outcome.stderr,
-        refusal("provider child ownership remains unresolved; runtime files were retained")
-    );
-    // A retry must keep the data-removal choice.
+    assert_eq!(outcome.stderr, refusal(message));
+}
+
+/// A retry asking to purge the state the interrupted run keeps is refused.
+#[track_caller]
+fn assert_a_purging_retry_refused(case: &SplitCase) {
     let state = case.installation.state_root.to_str().unwrap().to_string();
     let outcome = case.run(
         &["--yes", "--purge-state"],
@@ -528,15 +528,44 @@ fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
         )),
         "{outcome:?}"
     );
-    case.register_provider_children("[]");
-    assert_eq!(case.phase().as_deref(), Some("sealed"));
-    // As if the last run had been killed right after recording `stopped`.
+}
+
+/// Rewrites the uninstall intent's phase, as a run killed right after
+/// recording `phase` leaves it.
+fn record_intent_phase(case: &SplitCase, phase: &str) {
     let root = &case.installation.install_root;
     let mut intent = agents_common::read_uninstall_intent(root, &case.layout)
         .unwrap()
         .unwrap();
-    intent.insert("phase", "stopped");
+    intent.insert("phase", phase);
     agents_common::store_uninstall_intent(root, &intent).unwrap();
+}
+
+#[test]
+fn a_held_state_lease_keeps_everything_and_a_retry_finishes() {
+    let case = split_case!();
+    let mut holder = hold_the_state_lease_after_the_worker(&case);
+    let before = case.kept_tree();
+    let outcome = case.run(&["--yes"], Input::Null);
+    assert_stopped_before_file_removal(&case, &before, &outcome);
+    // Still held: the retry refuses the same way and changes nothing.
+    assert_retry_refused(
+        &case,
+        "another process still owns execution or candidate preparation",
+    );
+    holder.kill();
+    // A provider child still registered keeps everything.
+    case.register_provider_children("[{\"pid\": 4242}]");
+    assert_retry_refused(
+        &case,
+        "provider child ownership remains unresolved; runtime files were retained",
+    );
+    // A retry must keep the data-removal choice.
+    assert_a_purging_retry_refused(&case);
+    case.register_provider_children("[]");
+    assert_eq!(case.phase().as_deref(), Some("sealed"));
+    // As if the last run had been killed right after recording `stopped`.
+    record_intent_phase(&case, "stopped");
     let outcome = case.run(&["--yes"], Input::Null);
     case.assert_removed(&outcome, true);
     assert_eq!(

@@ -8,12 +8,14 @@ use agents_common::Platform;
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use python_compat::json::{encode_indented, Json};
-use update_handoff_support::{replace_file, Case, UPDATE_ID};
+use update_handoff_support::{replace_file, Case, PREPARATION_ID, UPDATE_ID};
 
 /// Runs the helper on the case's handoff path and asserts the refusal, that
-/// nothing reached the worker and that the lease is still held.
+/// nothing reached the worker and that no installation lock is left behind.
 #[track_caller]
 fn assert_refused_before_any_request(case: &Case, what: &str, refusal: &str) {
     let mark = case.mark();
@@ -23,15 +25,29 @@ fn assert_refused_before_any_request(case: &Case, what: &str, refusal: &str) {
     case.assert_unlocked();
 }
 
+/// The end of every refusal test: with the exact handoff written back, the
+/// worker still holds the sealed lease and the same worker releases it, so
+/// the refusals changed nothing else.
+#[track_caller]
+fn assert_released_once_the_handoff_is_restored(case: &Case) {
+    case.write_handoff(&case.handoff());
+    case.assert_lease_held();
+    case.release()
+        .assert_released(false, &case.services.worker_instance_id());
+}
+
+/// Handoff file modes other than the private 0600 the runner writes.
+const UNSAFE_MODES: [u32; 4] = [0o644, 0o666, 0o400, 0o700];
+
 #[test]
-fn unsafe_or_malformed_handoff_files_are_refused() {
+fn unsafe_handoff_files_are_refused() {
     let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
     let path = case.handoff_path();
     let shown = path.display().to_string();
     let unsafe_file = format!("PermissionError: execution configuration is unsafe: {shown}");
-    for mode in [0o644, 0o666, 0o400, 0o700] {
+    for mode in UNSAFE_MODES {
         case.write_handoff(&case.handoff());
         fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
         assert_refused_before_any_request(&case, &format!("mode {mode:o}"), &unsafe_file);
@@ -41,93 +57,6 @@ fn unsafe_or_malformed_handoff_files_are_refused() {
     fs::hard_link(&path, &second_link).unwrap();
     assert_refused_before_any_request(&case, "a hard link", &unsafe_file);
     fs::remove_file(&second_link).unwrap();
-
-    let schema = "ValueError: invalid handoff schema";
-    let identity = "ValueError: invalid handoff operation or lease";
-    let name = "ValueError: invalid handoff worker or server identity";
-    let mut missing = case.handoff();
-    missing.remove("lease_id");
-    let mut extra = case.handoff();
-    extra.insert("lease_expires_at", Json::Null);
-    let documents: Vec<(&str, Json, &str)> = vec![
-        (
-            "schema true",
-            case.handoff_with("schema", true).into(),
-            schema,
-        ),
-        (
-            "schema 1.0",
-            case.handoff_with("schema", 1.0).into(),
-            schema,
-        ),
-        ("schema 2", case.handoff_with("schema", 2).into(), schema),
-        (
-            "schema \"1\"",
-            case.handoff_with("schema", "1").into(),
-            schema,
-        ),
-        ("a missing key", missing.into(), schema),
-        ("an extra key", extra.into(), schema),
-        ("a list", Json::Array(vec![case.handoff().into()]), schema),
-        (
-            "a non-UUID operation",
-            case.handoff_with("operation_id", "not-a-uuid").into(),
-            "ValueError: badly formed hexadecimal UUID string",
-        ),
-        (
-            "an uppercase operation",
-            case.handoff_with("operation_id", "01234567-89AB-CDEF-0123-456789ABCDEF")
-                .into(),
-            identity,
-        ),
-        (
-            "an unhyphenated lease",
-            case.handoff_with("lease_id", "0123456789abcdef0123456789abcdef")
-                .into(),
-            identity,
-        ),
-        (
-            "a numeric lease",
-            case.handoff_with("lease_id", 5).into(),
-            identity,
-        ),
-        (
-            "a dotted worker instance",
-            case.handoff_with("worker_instance_id", "a.b").into(),
-            name,
-        ),
-        (
-            "a 129-character server identity",
-            case.handoff_with("expected_server_identity", "s".repeat(129))
-                .into(),
-            name,
-        ),
-        (
-            "an empty worker instance",
-            case.handoff_with("worker_instance_id", "").into(),
-            name,
-        ),
-    ];
-    for (what, document, refusal) in documents {
-        replace_file(&path, &encode_indented(&document), 0o600);
-        assert_refused_before_any_request(&case, what, refusal);
-    }
-    let duplicated = format!(
-        "{{\"schema\": 1, \"schema\": 1, {}",
-        &String::from_utf8(encode_indented(&case.handoff().into())).unwrap()[1..]
-    );
-    replace_file(&path, duplicated.as_bytes(), 0o600);
-    assert_refused_before_any_request(
-        &case,
-        "a duplicate key",
-        "ValueError: duplicate handoff field",
-    );
-    replace_file(&path, b"", 0o600);
-    assert_refused_before_any_request(
-        &case,
-        "an empty file",
-        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
-    );
 
     // A symlink at the handoff's name is refused, even to a valid copy.
     let copy = path.with_file_name("copy.json");
@@ -142,11 +71,144 @@ fn unsafe_or_malformed_handoff_files_are_refused() {
     fs::remove_file(&path).unwrap();
     fs::remove_file(&copy).unwrap();
 
-    // Everything else as it was: the same worker still releases it.
-    case.write_handoff(&case.handoff());
-    case.assert_lease_held();
-    case.release()
-        .assert_released(false, &case.services.worker_instance_id());
+    assert_released_once_the_handoff_is_restored(&case);
+}
+
+/// Not the five keys with schema 1.
+const BAD_SCHEMA: &str = "ValueError: invalid handoff schema";
+/// An operation or lease that is no canonical UUID.
+const BAD_IDS: &str = "ValueError: invalid handoff operation or lease";
+/// A worker instance or server identity that is no short plain name.
+const BAD_NAMES: &str = "ValueError: invalid handoff worker or server identity";
+
+/// Private (0600) handoff files whose content is wrong, each with the
+/// refusal the original names: (what, the file's bytes, refusal line), in
+/// the order of the original's checks (schema, ids, names, then parsing).
+fn malformed_handoffs(case: &Case) -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let document = |json: Json| encode_indented(&json);
+    let changed = |key: &str, value: Json| document(case.handoff_with(key, value).into());
+    let mut missing = case.handoff();
+    missing.remove("lease_id");
+    let mut extra = case.handoff();
+    extra.insert("lease_expires_at", Json::Null);
+    let indented = String::from_utf8(document(case.handoff().into())).unwrap();
+    let duplicated = format!("{{\"schema\": 1, \"schema\": 1, {}", &indented[1..]);
+    vec![
+        ("schema true", changed("schema", true.into()), BAD_SCHEMA),
+        ("schema 1.0", changed("schema", 1.0.into()), BAD_SCHEMA),
+        ("schema 2", changed("schema", 2.into()), BAD_SCHEMA),
+        ("schema \"1\"", changed("schema", "1".into()), BAD_SCHEMA),
+        ("a missing key", document(missing.into()), BAD_SCHEMA),
+        ("an extra key", document(extra.into()), BAD_SCHEMA),
+        (
+            "a list",
+            document(Json::Array(vec![case.handoff().into()])),
+            BAD_SCHEMA,
+        ),
+        (
+            "a non-UUID operation",
+            changed("operation_id", "not-a-uuid".into()),
+            "ValueError: badly formed hexadecimal UUID string",
+        ),
+        (
+            "an uppercase operation",
+            changed(
+                "operation_id",
+                "01234567-89AB-CDEF-0123-456789ABCDEF".into(),
+            ),
+            BAD_IDS,
+        ),
+        (
+            "an unhyphenated lease",
+            changed("lease_id", "0123456789abcdef0123456789abcdef".into()),
+            BAD_IDS,
+        ),
+        ("a numeric lease", changed("lease_id", 5.into()), BAD_IDS),
+        (
+            "a dotted worker instance",
+            changed("worker_instance_id", "a.b".into()),
+            BAD_NAMES,
+        ),
+        (
+            "a 129-character server identity",
+            changed("expected_server_identity", "s".repeat(129).into()),
+            BAD_NAMES,
+        ),
+        (
+            "an empty worker instance",
+            changed("worker_instance_id", "".into()),
+            BAD_NAMES,
+        ),
+        (
+            "a duplicate key",
+            duplicated.into_bytes(),
+            "ValueError: duplicate handoff field",
+        ),
+        (
+            "an empty file",
+            Vec::new(),
+            "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+        ),
+    ]
+}
+
+#[test]
+fn malformed_handoff_files_are_refused() {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
+        return;
+    };
+    for (what, data, refusal) in malformed_handoffs(&case) {
+        replace_file(&case.handoff_path(), &data, 0o600);
+        assert_refused_before_any_request(&case, what, refusal);
+    }
+    assert_released_once_the_handoff_is_restored(&case);
+}
+
+/// Private handoff files in private directories that are not the owned
+/// preparation directory's `handoff-<update id>.json`: a preparation id in
+/// uppercase or one digit short, another update id in uppercase, a backup
+/// or extensionless name, a misspelled `.update-preparation` and the
+/// state root's `.update-preparations`.
+fn misplaced_handoffs(case: &Case) -> [PathBuf; 7] {
+    let root = &case.installation.install_root;
+    let preparations = root.join(".update-preparations");
+    let owned = preparations.join(PREPARATION_ID);
+    let name = format!("handoff-{UPDATE_ID}.json");
+    [
+        preparations.join("A".repeat(32)).join(&name),
+        preparations.join("a".repeat(31)).join(&name),
+        owned.join(format!("handoff-{}.json", "B".repeat(32))),
+        owned.join(format!("{name}.bak")),
+        owned.join(format!("handoff-{UPDATE_ID}")),
+        root.join(".update-preparation")
+            .join(PREPARATION_ID)
+            .join(&name),
+        case.installation
+            .state_root
+            .join(".update-preparations")
+            .join(PREPARATION_ID)
+            .join(&name),
+    ]
+}
+
+/// `update-handoff release` of the installation with `handoff_file` as given.
+fn release_command(case: &Case, handoff_file: &Path) -> Command {
+    let mut command = case.command();
+    command
+        .arg("release")
+        .arg("--root")
+        .arg(&case.installation.install_root)
+        .arg("--handoff-file")
+        .arg(handoff_file);
+    command
+}
+
+/// The exit status and stderr of a finished helper.
+fn status_and_stderr(output: &Output) -> (Option<i32>, String) {
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -154,82 +216,43 @@ fn handoffs_outside_their_preparation_directory_are_refused() {
     let Some(case) = Case::start(agents_tests::test_name!()) else {
         return;
     };
-    let root = case.installation.install_root.clone();
-    let preparations = root.join(".update-preparations");
     let outside = "ValueError: handoff is outside its owned preparation directory";
     let document = encode_indented(&case.handoff().into());
-    let upper = "A".repeat(32);
-    let short = "a".repeat(31);
-    let candidates = [
-        preparations
-            .join(&upper)
-            .join(format!("handoff-{UPDATE_ID}.json")),
-        preparations
-            .join(&short)
-            .join(format!("handoff-{UPDATE_ID}.json")),
-        preparations
-            .join("a".repeat(32))
-            .join(format!("handoff-{}.json", "B".repeat(32))),
-        preparations
-            .join("a".repeat(32))
-            .join(format!("handoff-{UPDATE_ID}.json.bak")),
-        preparations
-            .join("a".repeat(32))
-            .join(format!("handoff-{UPDATE_ID}")),
-        root.join(".update-preparation")
-            .join("a".repeat(32))
-            .join(format!("handoff-{UPDATE_ID}.json")),
-        case.installation
-            .state_root
-            .join(".update-preparations")
-            .join("a".repeat(32))
-            .join(format!("handoff-{UPDATE_ID}.json")),
-    ];
-    for candidate in &candidates {
+    for candidate in misplaced_handoffs(&case) {
         let directory = candidate.parent().unwrap();
         fs::create_dir_all(directory).unwrap();
         fs::set_permissions(directory, fs::Permissions::from_mode(0o700)).unwrap();
-        replace_file(candidate, &document, 0o600);
+        replace_file(&candidate, &document, 0o600);
         let mark = case.mark();
-        let outcome = case
-            .command()
-            .arg("release")
-            .arg("--root")
-            .arg(&root)
-            .arg("--handoff-file")
-            .arg(candidate)
-            .output()
-            .unwrap();
+        let output = release_command(&case, &candidate).output().unwrap();
         assert_eq!(
-            (
-                outcome.status.code(),
-                String::from_utf8_lossy(&outcome.stderr).into_owned()
-            ),
-            (Some(1), format!("{outcome_line}\n", outcome_line = outside)),
+            status_and_stderr(&output),
+            (Some(1), format!("{outside}\n")),
             "{}",
             candidate.display()
         );
         assert!(case.requests_since(mark).is_empty());
-        fs::remove_file(candidate).unwrap();
+        fs::remove_file(&candidate).unwrap();
     }
-    let relative = case
-        .command()
-        .current_dir(&root)
-        .args(["release", "--root"])
-        .arg(&root)
-        .arg("--handoff-file")
-        .arg(format!(
-            ".update-preparations/{}/handoff-{UPDATE_ID}.json",
-            "a".repeat(32)
-        ))
+    let relative = format!(".update-preparations/{PREPARATION_ID}/handoff-{UPDATE_ID}.json");
+    let output = release_command(&case, Path::new(&relative))
+        .current_dir(&case.installation.install_root)
         .output()
         .unwrap();
     assert_eq!(
-        String::from_utf8_lossy(&relative.stderr),
+        String::from_utf8_lossy(&output.stderr),
         "ValueError: execution paths must be absolute without traversal\n"
     );
+    case.assert_lease_held();
+}
 
-    // Both directories must be private and owned.
+#[test]
+fn preparation_directories_that_are_not_private_are_refused() {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
+        return;
+    };
+    // Both `.update-preparations` and the preparation must be private.
+    let preparations = case.installation.install_root.join(".update-preparations");
     let preparation = case.handoff_path().parent().unwrap().to_path_buf();
     for directory in [&preparations, &preparation] {
         fs::set_permissions(directory, fs::Permissions::from_mode(0o750)).unwrap();

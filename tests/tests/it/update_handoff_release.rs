@@ -144,57 +144,64 @@ fn an_idle_worker_is_required() {
     case.assert_lease_held();
 }
 
-#[test]
-fn a_worker_that_no_longer_matches_the_handoff_is_refused() {
-    let Some(case) = Case::start(agents_tests::test_name!()) else {
-        return;
-    };
-    let refused = |what: &str, refusal: &str| {
-        let mark = case.mark();
-        let outcome = case.release();
-        assert_eq!(outcome.refusal_line(), refusal, "{what}: {outcome:?}");
-        assert_eq!(case.maintenance_since(mark), Vec::<String>::new(), "{what}");
-        case.assert_unlocked();
-    };
-    let owner = "RuntimeError: native worker no longer owns the handoff";
-    let exact = "RuntimeError: worker no longer holds the exact sealed handoff";
-    let identity = "RuntimeError: authenticated worker identity does not match handoff";
+const NOT_OWNER: &str = "RuntimeError: native worker no longer owns the handoff";
+const NOT_EXACT: &str = "RuntimeError: worker no longer holds the exact sealed handoff";
+const OTHER_IDENTITY: &str = "RuntimeError: authenticated worker identity does not match handoff";
 
-    // The handoff names another worker, operation, lease or server.
-    for (key, value, refusal) in [
-        ("worker_instance_id", "another-worker-instance", owner),
-        ("operation_id", FOREIGN_OPERATION, exact),
-        ("lease_id", FOREIGN_OPERATION, exact),
-        ("expected_server_identity", "another-server", identity),
-    ] {
-        case.write_handoff(&case.handoff_with(key, value));
-        refused(key, refusal);
-    }
-    case.write_handoff(&case.handoff());
+/// Handoff fields naming another worker, operation, lease or server:
+/// (key, value, refusal).
+const HANDOFF_MISMATCHES: [(&str, &str, &str); 4] = [
+    ("worker_instance_id", "another-worker-instance", NOT_OWNER),
+    ("operation_id", FOREIGN_OPERATION, NOT_EXACT),
+    ("lease_id", FOREIGN_OPERATION, NOT_EXACT),
+    ("expected_server_identity", "another-server", OTHER_IDENTITY),
+];
 
-    // The worker's answers or receipt no longer match.
-    case.switch(Switches {
-        reply_instance_id: Some("another-worker-instance".to_string()),
-        ..Switches::default()
-    });
-    refused(
-        "status of another instance",
-        "RuntimeError: private worker status does not match its process receipt",
-    );
-    case.switch(Switches {
-        server_identity: Some("another-server".to_string()),
-        ..Switches::default()
-    });
-    refused("health of another server", identity);
-    case.switch(Switches {
-        health_status: Some(503),
-        ..Switches::default()
-    });
-    refused(
-        "unavailable health",
-        "RuntimeError: pinned HTTP response is invalid",
-    );
-    case.switch(Switches::default());
+/// Worker switches under which its answers no longer match the handoff:
+/// (what, switches, refusal).
+fn mismatching_answers() -> [(&'static str, Switches, &'static str); 3] {
+    [
+        (
+            "status of another instance",
+            Switches {
+                reply_instance_id: Some("another-worker-instance".to_string()),
+                ..Switches::default()
+            },
+            "RuntimeError: private worker status does not match its process receipt",
+        ),
+        (
+            "health of another server",
+            Switches {
+                server_identity: Some("another-server".to_string()),
+                ..Switches::default()
+            },
+            OTHER_IDENTITY,
+        ),
+        (
+            "unavailable health",
+            Switches {
+                health_status: Some(503),
+                ..Switches::default()
+            },
+            "RuntimeError: pinned HTTP response is invalid",
+        ),
+    ]
+}
+
+/// Releases the case's handoff and asserts `refusal` with no maintenance
+/// request sent and no installation lock left.
+#[track_caller]
+fn assert_refused_without_maintenance(case: &Case, what: &str, refusal: &str) {
+    let mark = case.mark();
+    let outcome = case.release();
+    assert_eq!(outcome.refusal_line(), refusal, "{what}: {outcome:?}");
+    assert_eq!(case.maintenance_since(mark), Vec::<String>::new(), "{what}");
+    case.assert_unlocked();
+}
+
+/// `worker.json` rewritten as another release's, then another process's,
+/// is refused each time; the receipt and releases are restored after.
+fn assert_changed_receipts_refused(case: &Case) {
     let receipt = case.worker_receipt();
     case.installation.add_release("1.0.1");
     let mut other_release = receipt.clone();
@@ -202,23 +209,47 @@ fn a_worker_that_no_longer_matches_the_handoff_is_refused() {
         "release_root",
         case.installation.release_dir("1.0.1").to_str().unwrap(),
     );
-    case.write_worker_receipt(&other_release);
-    refused("a receipt of another release", owner);
     let mut other_pid = receipt.clone();
     other_pid.insert("pid", 999_999);
-    case.write_worker_receipt(&other_pid);
-    refused(
-        "a receipt of another process",
-        "RuntimeError: native worker or callback receipt changed before credentials were sent",
-    );
+    for (what, changed, refusal) in [
+        ("a receipt of another release", &other_release, NOT_OWNER),
+        (
+            "a receipt of another process",
+            &other_pid,
+            "RuntimeError: native worker or callback receipt changed before credentials were sent",
+        ),
+    ] {
+        case.write_worker_receipt(changed);
+        assert_refused_without_maintenance(case, what, refusal);
+    }
     case.write_worker_receipt(&receipt);
     fs::remove_dir_all(case.installation.release_dir("1.0.1")).unwrap();
+}
+
+#[test]
+fn a_worker_that_no_longer_matches_the_handoff_is_refused() {
+    let Some(case) = Case::start(agents_tests::test_name!()) else {
+        return;
+    };
+    for (key, value, refusal) in HANDOFF_MISMATCHES {
+        case.write_handoff(&case.handoff_with(key, value));
+        assert_refused_without_maintenance(&case, key, refusal);
+    }
+    case.write_handoff(&case.handoff());
+
+    // The worker's answers or receipt no longer match.
+    for (what, switches, refusal) in mismatching_answers() {
+        case.switch(switches);
+        assert_refused_without_maintenance(&case, what, refusal);
+    }
+    case.switch(Switches::default());
+    assert_changed_receipts_refused(&case);
 
     // An unsealed (expiring) lease of the same operation is not the handoff.
     case.release_lease(OPERATION, &case.lease_id);
     let unsealed = case.acquire(OPERATION);
     case.write_handoff(&case.handoff_with("lease_id", unsealed.as_str()));
-    refused("an unsealed lease", exact);
+    assert_refused_without_maintenance(&case, "an unsealed lease", NOT_EXACT);
 
     // Sealed, it is exactly the handoff again: the checks were all that
     // stood in the way.

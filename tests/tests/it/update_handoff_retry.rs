@@ -142,13 +142,18 @@ fn a_lost_release_reply_is_acknowledged_while_the_worker_is_busy() {
     assert_eq!(evidence(&case), before);
 }
 
-#[test]
-fn only_the_exact_saved_failed_status_is_retried() {
-    let Some(case) = failed_case(agents_tests::test_name!()) else {
-        return;
-    };
-    let not_failed = "ValueError: status does not own a failed preinstaller handoff";
-    let not_owner = "RuntimeError: saved failed status does not own this handoff";
+const NOT_FAILED: &str = "ValueError: status does not own a failed preinstaller handoff";
+const NOT_OWNER: &str = "RuntimeError: saved failed status does not own this handoff";
+/// Another update, whose handoff file the test puts in the same preparation.
+const OTHER_UPDATE: &str = "fedcba9876543210fedcba9876543210";
+/// An update without a handoff file.
+const UPDATE_WITHOUT_HANDOFF: &str = "00000000000000000000000000000000";
+
+/// Saved statuses that are not exactly the failed status owning this
+/// handoff, with the retry's refusal: (what, status, refusal). First those
+/// that are no retryable failed handoff release at all, then those of
+/// another update, lease or none.
+fn statuses_not_retried(case: &Case) -> Vec<(&'static str, JsonObject, String)> {
     let with = |key: &str, value: Json| {
         let mut status = case.failed_status();
         status.insert(key, value);
@@ -161,68 +166,69 @@ fn only_the_exact_saved_failed_status_is_retried() {
     );
     let mut no_handoff = case.failed_status();
     no_handoff.remove("_execution_handoff");
-    // A second handoff file of another update in the same preparation.
-    let other_update = "fedcba9876543210fedcba9876543210";
-    let other_file = case
+    let missing_handoff = case
         .handoff_path()
-        .with_file_name(format!("handoff-{other_update}.json"));
-    replace_file(&other_file, &fs::read(case.handoff_path()).unwrap(), 0o600);
-    let statuses: Vec<(&str, JsonObject, String)> = vec![
-        ("phase", with("phase", "running".into()), not_failed.into()),
+        .with_file_name(format!("handoff-{UPDATE_WITHOUT_HANDOFF}.json"));
+    let not_failed = || NOT_FAILED.to_string();
+    let not_owner = || NOT_OWNER.to_string();
+    vec![
+        ("phase", with("phase", "running".into()), not_failed()),
         (
             "error_code",
             with("error_code", "server_update_failed".into()),
-            not_failed.into(),
+            not_failed(),
         ),
         (
             "no error_code",
             with("error_code", Json::Null),
-            not_failed.into(),
+            not_failed(),
         ),
         (
             "retryable false",
             with("retryable", false.into()),
-            not_failed.into(),
+            not_failed(),
         ),
-        (
-            "retryable 1",
-            with("retryable", 1.into()),
-            not_failed.into(),
-        ),
-        (
-            "runner_pid",
-            with("runner_pid", 999.into()),
-            not_failed.into(),
-        ),
+        ("retryable 1", with("retryable", 1.into()), not_failed()),
+        ("runner_pid", with("runner_pid", 999.into()), not_failed()),
         (
             "uppercase update_id",
             with("update_id", UPDATE_ID.to_uppercase().as_str().into()),
-            not_failed.into(),
+            not_failed(),
         ),
         (
             "numeric preparation_id",
             with("preparation_id", 7.into()),
-            not_failed.into(),
+            not_failed(),
         ),
         (
             "another update_id",
-            with("update_id", other_update.into()),
-            not_owner.into(),
+            with("update_id", OTHER_UPDATE.into()),
+            not_owner(),
         ),
-        ("another lease", other_lease, not_owner.into()),
-        ("no handoff", no_handoff, not_owner.into()),
+        ("another lease", other_lease, not_owner()),
+        ("no handoff", no_handoff, not_owner()),
         (
             "another update without a handoff",
-            with("update_id", "00000000000000000000000000000000".into()),
+            with("update_id", UPDATE_WITHOUT_HANDOFF.into()),
             format!(
                 "FileNotFoundError: [Errno 2] No such file or directory: '{}'",
-                case.handoff_path()
-                    .with_file_name("handoff-00000000000000000000000000000000.json")
-                    .display()
+                missing_handoff.display()
             ),
         ),
-    ];
-    for (what, status, refusal) in statuses {
+    ]
+}
+
+#[test]
+fn only_the_exact_saved_failed_status_is_retried() {
+    let Some(case) = failed_case(agents_tests::test_name!()) else {
+        return;
+    };
+    // A second handoff file of another update in the same preparation.
+    let other_file = case
+        .handoff_path()
+        .with_file_name(format!("handoff-{OTHER_UPDATE}.json"));
+    replace_file(&other_file, &fs::read(case.handoff_path()).unwrap(), 0o600);
+    for (what, status, refusal) in statuses_not_retried(&case) {
         // The caller's snapshot and the file agree; the status itself is wrong.
         case.write_status(&status);
         let mark = case.mark();

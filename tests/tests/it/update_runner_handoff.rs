@@ -18,6 +18,7 @@
 use crate::update_handoff_support;
 use crate::update_runner_support;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -31,7 +32,7 @@ use python_compat::{
     json_object,
 };
 use update_handoff_support::{
-    finish, Case, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,
+    finish, Case, Entry, Outcome, HEALTH, MAINTENANCE, OPERATION, PREPARATION_ID, STATUS, UPDATE_ID,
 };
 use update_runner::release::INVALID_SIGNATURE_MESSAGE;
 use update_runner_support::{Fixture, Member, Served};
@@ -288,6 +289,72 @@ fn handoff_file_state(path: &Path) -> (u64, u32, i64, i64, Vec<u8>) {
     )
 }
 
+/// What a failed update must leave exactly as it was: the services' main
+/// PIDs, the handoff file and the installation.
+struct Untouched {
+    pids: (u32, u32),
+    handoff: (u64, u32, i64, i64, Vec<u8>),
+    tree: BTreeMap<PathBuf, Entry>,
+}
+
+impl Scenario {
+    /// The scenario's [`Untouched`] state now.
+    fn untouched(&self) -> Untouched {
+        Untouched {
+            pids: self.main_pids(),
+            handoff: handoff_file_state(&self.case.handoff_path()),
+            tree: self.case.install_tree(),
+        }
+    }
+
+    /// Services, handoff file and installation are as `before`, and no
+    /// installation lock is left.
+    #[track_caller]
+    fn assert_untouched(&self, before: &Untouched) {
+        let case = &self.case;
+        assert_eq!(
+            self.main_pids(),
+            before.pids,
+            "the services were not touched"
+        );
+        assert_eq!(handoff_file_state(&case.handoff_path()), before.handoff);
+        assert_eq!(
+            case.install_tree(),
+            before.tree,
+            "the installation is unchanged"
+        );
+        case.assert_unlocked();
+    }
+
+    /// While the runner releases the handoff: its failed row (with
+    /// `message`) is durable, it does not hold the status flock (the
+    /// worker's callback reads this row), and the worker still holds the
+    /// lease (read from the worker's persisted state, not asked: the request
+    /// log must show the runner's requests alone).
+    fn assert_published_failed_outside_the_status_lock(&self, message: &str) {
+        let case = &self.case;
+        assert_eq!(normalised(self.row()), self.failed_row(message));
+        let lock = fs::File::open(
+            case.status_path()
+                .with_file_name(".server-update.json.lock"),
+        )
+        .expect("the runner's status lock file");
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .expect("the runner does not hold the status lock while releasing");
+        let persisted = fs::read(
+            case.installation
+                .state_root
+                .join("admin/execution-maintenance.json"),
+        )
+        .unwrap();
+        let lease = parse_json(&persisted).unwrap().get("lease").cloned();
+        assert_eq!(
+            lease.as_ref().and_then(|lease| lease.get("lease_id")),
+            Some(&Json::from(case.lease_id.as_str()))
+        );
+    }
+}
+
 /// Status, authenticated health, status again, then one release POST with
 /// the control token answered `release_status`.
 fn assert_one_release(requests: &[RequestRecord], release_status: u16) {
@@ -351,10 +418,11 @@ fn a_bad_signature_fails_the_update_and_releases_the_sealed_handoff() {
             .releases
             .serve(SIGNATURE_PATH, Served::ok(vec![7u8; 64]));
         case.assert_lease_held();
-        let pids = scenario.main_pids();
-        assert_eq!(pids, (case.services.worker_pid, case.services.gateway_pid));
-        let handoff_before = handoff_file_state(&case.handoff_path());
-        let tree_before = case.install_tree();
+        let before = scenario.untouched();
+        assert_eq!(
+            before.pids,
+            (case.services.worker_pid, case.services.gateway_pid)
+        );
         let mark = case.mark();
 
         assert_silent_failure(&scenario.run_runner(runner));
@@ -372,14 +440,7 @@ fn a_bad_signature_fails_the_update_and_releases_the_sealed_handoff() {
             case.worker_lease().is_null(),
             "the worker released its hold"
         );
-        assert_eq!(scenario.main_pids(), pids, "the services were not touched");
-        assert_eq!(handoff_file_state(&case.handoff_path()), handoff_before);
-        assert_eq!(
-            case.install_tree(),
-            tree_before,
-            "the installation is unchanged"
-        );
-        case.assert_unlocked();
+        scenario.assert_untouched(&before);
         assert_eq!(scenario.leftovers(), Vec::<String>::new());
         assert!(
             !scenario
@@ -408,38 +469,14 @@ fn a_refused_archive_is_published_failed_before_the_release_outside_the_status_l
             return;
         };
         let case = &scenario.case;
-        let pids = scenario.main_pids();
-        let handoff_before = handoff_file_state(&case.handoff_path());
-        let tree_before = case.install_tree();
+        let before = scenario.untouched();
 
         // Hold the worker's health reply: the release is under way.
         case.stall_health();
         let mark = case.mark();
         let child = scenario.spawn_runner(runner);
         let outcome = case.during_health(child, mark, || {
-            // The failed row is durable before the release starts, and the
-            // status flock is free (the worker's callback reads this row).
-            assert_eq!(normalised(scenario.row()), scenario.failed_row(message));
-            let lock = fs::File::open(
-                case.status_path()
-                    .with_file_name(".server-update.json.lock"),
-            )
-            .expect("the runner's status lock file");
-            rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-                .expect("the runner does not hold the status lock while releasing");
-            // Still held (read from the worker's persisted state, not asked:
-            // the request log must show the runner's requests alone).
-            let persisted = fs::read(
-                case.installation
-                    .state_root
-                    .join("admin/execution-maintenance.json"),
-            )
-            .unwrap();
-            let lease = parse_json(&persisted).unwrap().get("lease").cloned();
-            assert_eq!(
-                lease.as_ref().and_then(|lease| lease.get("lease_id")),
-                Some(&Json::from(case.lease_id.as_str()))
-            );
+            scenario.assert_published_failed_outside_the_status_lock(message);
         });
         assert_silent_failure(&outcome);
 
@@ -456,14 +493,7 @@ fn a_refused_archive_is_published_failed_before_the_release_outside_the_status_l
             case.worker_lease().is_null(),
             "the worker released its hold"
         );
-        assert_eq!(scenario.main_pids(), pids, "the services were not touched");
-        assert_eq!(handoff_file_state(&case.handoff_path()), handoff_before);
-        assert_eq!(
-            case.install_tree(),
-            tree_before,
-            "the installation is unchanged"
-        );
-        case.assert_unlocked();
+        scenario.assert_untouched(&before);
         assert!(
             scenario
                 .releases
@@ -492,9 +522,7 @@ fn a_refused_release_is_reported_retryably_and_the_servers_retry_finishes_it() {
         scenario
             .releases
             .serve(SIGNATURE_PATH, Served::ok(vec![7u8; 64]));
-        let pids = scenario.main_pids();
-        let handoff_before = handoff_file_state(&case.handoff_path());
-        let tree_before = case.install_tree();
+        let before = scenario.untouched();
         case.switch(Switches {
             refuse: vec!["release".to_string()],
             ..Switches::default()
@@ -512,14 +540,7 @@ fn a_refused_release_is_reported_retryably_and_the_servers_retry_finishes_it() {
         );
         assert_one_release(&case.requests_since(mark), 409);
         case.assert_lease_held();
-        assert_eq!(scenario.main_pids(), pids, "the services were not touched");
-        assert_eq!(handoff_file_state(&case.handoff_path()), handoff_before);
-        assert_eq!(
-            case.install_tree(),
-            tree_before,
-            "the installation is unchanged"
-        );
-        case.assert_unlocked();
+        scenario.assert_untouched(&before);
         assert_eq!(scenario.leftovers(), Vec::<String>::new());
 
         // The saved row is exactly what the server's handoff retry accepts.

@@ -5,8 +5,10 @@
 
 use crate::update_runner_support;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::net::TcpStream;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
@@ -117,8 +119,85 @@ fn message(row: &JsonObject) -> &str {
     row.get("message").and_then(Json::as_str).unwrap_or("")
 }
 
-/// The head and body a case answers, given the manifest's real bytes.
-type ResponseOf = Box<dyn Fn(&[u8]) -> (Vec<u8>, Vec<u8>)>;
+/// A response's head and body, as written.
+type HeadAndBody = (Vec<u8>, Vec<u8>);
+
+/// A `200 OK` head with `extra` header lines, closing the connection.
+fn ok_head(extra: &str) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\n{extra}Connection: close\r\n\r\n").into_bytes()
+}
+
+/// An odd answer of the release host to the manifest request, and the
+/// phase the original's row ends in.
+struct HttpEdge {
+    label: &'static str,
+    /// The head and body written before closing, given the manifest's real bytes.
+    response: fn(&[u8]) -> HeadAndBody,
+    /// `complete` or `failed`.
+    phase: &'static str,
+}
+
+/// What http.client accepts (the update completes) and what it refuses.
+fn http_edge_cases() -> [HttpEdge; 7] {
+    [
+        // http.client ignores a negative length and reads to the end.
+        HttpEdge {
+            label: "negative content length",
+            response: |body| (ok_head("Content-Length: -1\r\n"), body.to_vec()),
+            phase: "complete",
+        },
+        // The reason phrase is latin-1 to http.client: any bytes pass.
+        HttpEdge {
+            label: "non-utf8 reason",
+            response: |body| {
+                (
+                    b"HTTP/1.1 200 \xff\xfe\r\nConnection: close\r\n\r\n".to_vec(),
+                    body.to_vec(),
+                )
+            },
+            phase: "complete",
+        },
+        // 100 header lines plus the blank one exceed http.client's 100.
+        HttpEdge {
+            label: "101 header lines",
+            response: |body| {
+                let many: String = (0..100).map(|n| format!("X-{n}: y\r\n")).collect();
+                (ok_head(&many), body.to_vec())
+            },
+            phase: "failed",
+        },
+        // An invalid length is ignored by http.client; the original's own int()
+        // of it then refuses.
+        HttpEdge {
+            label: "invalid content length",
+            response: |body| (ok_head("Content-Length: abc\r\n"), body.to_vec()),
+            phase: "failed",
+        },
+        HttpEdge {
+            label: "bad chunk size",
+            response: |_| {
+                (
+                    ok_head("Transfer-Encoding: chunked\r\n"),
+                    b"zz\r\nxx\r\n0\r\n\r\n".to_vec(),
+                )
+            },
+            phase: "failed",
+        },
+        HttpEdge {
+            label: "a status line over 65536 bytes",
+            response: |_| {
+                let head = format!("HTTP/1.1 200 {}\r\n\r\n", "x".repeat(70_000));
+                (head.into_bytes(), Vec::new())
+            },
+            phase: "failed",
+        },
+        HttpEdge {
+            label: "a bad status line",
+            response: |_| (b"HTTQ/1.1 200 OK\r\n\r\n".to_vec(), Vec::new()),
+            phase: "failed",
+        },
+    ]
+}
 
 #[test]
 fn release_host_http_edge_cases_end_as_the_original_ends() {
@@ -126,73 +205,12 @@ fn release_host_http_edge_cases_end_as_the_original_ends() {
         return;
     }
     let originals = agents_tests::require_originals!();
-    let header = |extra: &str| format!("HTTP/1.1 200 OK\r\n{extra}Connection: close\r\n\r\n");
-    let cases: Vec<(&str, ResponseOf, Option<&str>)> = vec![
-        // http.client ignores a negative length and reads to the end.
-        (
-            "negative content length",
-            Box::new(move |body| (header("Content-Length: -1\r\n").into_bytes(), body.to_vec())),
-            Some("complete"),
-        ),
-        // The reason phrase is latin-1 to http.client: any bytes pass.
-        (
-            "non-utf8 reason",
-            Box::new(|body| {
-                (
-                    b"HTTP/1.1 200 \xff\xfe\r\nConnection: close\r\n\r\n".to_vec(),
-                    body.to_vec(),
-                )
-            }),
-            Some("complete"),
-        ),
-        // 100 header lines plus the blank one exceed http.client's 100.
-        (
-            "101 header lines",
-            Box::new(move |body| {
-                let many: String = (0..100).map(|n| format!("X-{n}: y\r\n")).collect();
-                (header(&many).into_bytes(), body.to_vec())
-            }),
-            None,
-        ),
-        // An invalid length is ignored by http.client; the original's own int()
-        // of it then refuses.
-        (
-            "invalid content length",
-            Box::new(move |body| {
-                (
-                    header("Content-Length: abc\r\n").into_bytes(),
-                    body.to_vec(),
-                )
-            }),
-            None,
-        ),
-        (
-            "bad chunk size",
-            Box::new(move |_| {
-                (
-                    header("Transfer-Encoding: chunked\r\n").into_bytes(),
-                    b"zz\r\nxx\r\n0\r\n\r\n".to_vec(),
-                )
-            }),
-            None,
-        ),
-        (
-            "a status line over 65536 bytes",
-            Box::new(|_| {
-                (
-                    format!("HTTP/1.1 200 {}\r\n\r\n", "x".repeat(70_000)).into_bytes(),
-                    Vec::new(),
-                )
-            }),
-            None,
-        ),
-        (
-            "a bad status line",
-            Box::new(|_| (b"HTTQ/1.1 200 OK\r\n\r\n".to_vec(), Vec::new())),
-            None,
-        ),
-    ];
-    for (label, response, phase) in cases {
+    for HttpEdge {
+        label,
+        response,
+        phase,
+    } in http_edge_cases()
+    {
         let (fixture, manifest) = pinned(&format!("http-{}", label.replace(' ', "-")));
         let (head, body) = response(&manifest);
         fixture.serve(
@@ -200,10 +218,9 @@ fn release_host_http_edge_cases_end_as_the_original_ends() {
             update_runner_support::Served::raw(respond(head, body)),
         );
         let (original, port) = fixture.compare(&originals, None);
-        let expected = phase.unwrap_or("failed");
         assert_eq!(
             original.row.get("phase").and_then(Json::as_str),
-            Some(expected),
+            Some(phase),
             "{label}: the original's row {:?}",
             original.row
         );
@@ -559,28 +576,27 @@ fn an_installer_printing_a_credential_cannot_put_it_in_the_row() {
     );
 }
 
-#[test]
-fn arguments_argparse_takes_are_run_as_the_original_runs_them() {
-    // argparse keeps any int and any bytes (as surrogate escapes); the original
-    // then completes or records the failure, and so must the port: once
-    // the row is admitted, no argument may leave it unrecorded.
-    use std::ffi::OsString;
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    let originals = agents_tests::require_originals!();
-    let (mut fixture, _) = pinned("hostile-arguments");
-    let health_port = fixture.health_port();
-    let raw = |bytes: &[u8]| OsString::from_vec(bytes.to_vec());
-    let cases: Vec<(&str, Vec<OsString>, &str)> = vec![
+/// The bind address that is not UTF-8: install.sh must get it byte for byte.
+const RAW_BIND: &[u8] = b"127.0.0.\xe9";
+
+/// Arguments argparse takes that the port must run as the original does:
+/// (label, extra arguments, the phase both rows end in). argparse keeps any
+/// int and any bytes (as surrogate escapes).
+fn arguments_argparse_takes(health_port: u16) -> Vec<(&'static str, Vec<OsString>, &'static str)> {
+    vec![
         // The bind address only reaches install.sh, byte for byte.
         (
             "bind not utf-8",
-            vec!["--bind".into(), raw(b"127.0.0.\xe9")],
+            vec!["--bind".into(), OsString::from_vec(RAW_BIND.to_vec())],
             "complete",
         ),
         // Never equal to the identity a server reports.
         (
             "identity not utf-8",
-            vec!["--expected-server-identity".into(), raw(b"server-\xe9")],
+            vec![
+                "--expected-server-identity".into(),
+                OsString::from_vec(b"server-\xe9".to_vec()),
+            ],
             "failed",
         ),
         // int() spellings; install.sh gets str(int).
@@ -611,9 +627,36 @@ fn arguments_argparse_takes_are_run_as_the_original_runs_them() {
             vec!["--port".into(), "7".repeat(45).into()],
             "failed",
         ),
-    ];
-    for (label, arguments, phase) in cases {
-        fixture.raw_options = arguments.clone();
+    ]
+}
+
+/// compare() checks the installer's arguments lossily decoded; the port's
+/// installer must have got [`RAW_BIND`] itself.
+fn assert_the_installer_got_the_raw_bind(fixture: &Fixture) {
+    let record = std::fs::read(
+        fixture
+            .run_dir(Side::Port)
+            .join("installer/installer.record"),
+    )
+    .expect("the installer ran");
+    let line = [b"arg=", RAW_BIND, b"\n"].concat();
+    assert!(
+        record
+            .windows(line.len())
+            .any(|window| window == line.as_slice()),
+        "{}",
+        OsString::from_vec(record.clone()).as_bytes().escape_ascii()
+    );
+}
+
+#[test]
+fn arguments_argparse_takes_are_run_as_the_original_runs_them() {
+    // The original then completes or records the failure, and so must the
+    // port: once the row is admitted, no argument may leave it unrecorded.
+    let originals = agents_tests::require_originals!();
+    let (mut fixture, _) = pinned("hostile-arguments");
+    for (label, arguments, phase) in arguments_argparse_takes(fixture.health_port()) {
+        fixture.raw_options = arguments;
         let (original, port) = fixture.compare(&originals, None);
         assert_eq!(
             original.row.get("phase"),
@@ -622,22 +665,8 @@ fn arguments_argparse_takes_are_run_as_the_original_runs_them() {
             original.row
         );
         assert_eq!(port.exit, original.exit, "{label}: {}", port.stderr);
-        // compare() checked the installer's arguments (lossily decoded);
-        // the undecodable bind must reach it byte for byte.
         if label == "bind not utf-8" {
-            let record = std::fs::read(
-                fixture
-                    .run_dir(Side::Port)
-                    .join("installer/installer.record"),
-            )
-            .expect("the installer ran");
-            assert!(
-                record
-                    .windows(b"arg=127.0.0.\xe9\n".len())
-                    .any(|window| window == b"arg=127.0.0.\xe9\n"),
-                "{}",
-                OsString::from_vec(record.clone()).as_bytes().escape_ascii()
-            );
+            assert_the_installer_got_the_raw_bind(&fixture);
         }
     }
 }

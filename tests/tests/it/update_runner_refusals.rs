@@ -32,8 +32,13 @@ fn expect_failed(row: &JsonObject, message: &str) {
 
 /// A fixture publishing a well-formed 1.2.3 release, pinned.
 fn pinned(name: &str) -> (Fixture, Vec<u8>) {
+    pinned_with(name, &Fixture::legacy_members("1.2.3"))
+}
+
+/// A fixture publishing a 1.2.3 release of `members`, pinned.
+fn pinned_with(name: &str, members: &[Member]) -> (Fixture, Vec<u8>) {
     let mut fixture = Fixture::new(name);
-    let archive = fixture.archive(&Fixture::legacy_members("1.2.3"));
+    let archive = fixture.archive(members);
     fixture.publish_legacy("1.2.3", &archive);
     fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
     (fixture, archive)
@@ -300,113 +305,143 @@ fn npm_archives_must_match_their_descriptor() {
     );
 }
 
-#[test]
-fn hostile_archives_are_refused_and_leave_nothing_behind() {
-    let originals = agents_tests::require_originals!();
+/// An archive the runner must refuse after downloading it, and the
+/// original's refusal (the row's message).
+struct HostileArchive {
+    /// Names the case and its fixture.
+    label: &'static str,
+    members: Vec<Member>,
+    message: &'static str,
+}
+
+/// A [`HostileArchive`] table row.
+fn hostile(label: &'static str, members: Vec<Member>, message: &'static str) -> HostileArchive {
+    HostileArchive {
+        label,
+        members,
+        message,
+    }
+}
+
+const UNSAFE_PATH: &str = "release archive contains an unsafe path";
+const LINKS: &str = "release archive must not contain links";
+const INVALID_LAYOUT: &str = "release archive has an invalid layout";
+/// Where the absolute member would land if it were extracted.
+const ABSOLUTE_MEMBER: &str = "/tmp/h15-absolute";
+
+/// A well-formed release tarball with one hostile member added (or its
+/// installer left out), in the original's check order: unsafe paths, links,
+/// special files, then the layout.
+fn hostile_release_archives() -> Vec<HostileArchive> {
     let top = "agents-server-1.2.3";
     let with = |extra: Member| {
         let mut members = Fixture::legacy_members("1.2.3");
         members.push(extra);
         members
     };
-    let cases: Vec<(&str, Vec<Member>, &str)> = vec![
-        (
+    vec![
+        hostile(
             "traversal",
             with(Member::file("agents-server-1.2.3/../../escaped", b"x")),
-            "release archive contains an unsafe path",
+            UNSAFE_PATH,
         ),
-        (
+        hostile(
             "absolute",
-            with(Member::file("/tmp/h15-absolute", b"x")),
-            "release archive contains an unsafe path",
+            with(Member::file(ABSOLUTE_MEMBER, b"x")),
+            UNSAFE_PATH,
         ),
-        (
+        hostile(
             "symlink",
             with(Member::link(&format!("{top}/link"), b'2', "/etc/passwd")),
-            "release archive must not contain links",
+            LINKS,
         ),
-        (
+        hostile(
             "hardlink",
             with(Member::link(
                 &format!("{top}/hard"),
                 b'1',
                 &format!("{top}/VERSION"),
             )),
-            "release archive must not contain links",
+            LINKS,
         ),
-        (
+        hostile(
             "device",
             with(Member::special(&format!("{top}/null"), b'3')),
             "'agents-server-1.2.3/null' is a special file",
         ),
-        (
-            "two roots",
-            with(Member::dir("other/")),
-            "release archive has an invalid layout",
-        ),
-        (
+        hostile("two roots", with(Member::dir("other/")), INVALID_LAYOUT),
+        hostile(
             "no installer",
             vec![
                 Member::dir(&format!("{top}/")),
                 Member::file(&format!("{top}/VERSION"), b"1.2.3\n"),
             ],
-            "release archive has an invalid layout",
+            INVALID_LAYOUT,
         ),
-    ];
-    for (label, members, message) in cases {
-        let mut fixture = Fixture::new(&format!("archive-{}", label.replace(' ', "-")));
-        let archive = fixture.archive(&members);
-        fixture.publish_legacy("1.2.3", &archive);
-        fixture.options = vec!["--expected-version".into(), "1.2.3".into()];
+    ]
+}
+
+/// A well-formed npm package with a hostile member added (or its version
+/// changed), in the original's check order.
+fn hostile_npm_archives() -> Vec<HostileArchive> {
+    let with = |extra: Member| {
+        let mut members = Fixture::npm_members("1.2.3");
+        members.push(extra);
+        members
+    };
+    let mut another_version = Fixture::npm_members("1.2.3");
+    another_version[2] = Member::file("package/server/VERSION", b"1.2.4\n");
+    vec![
+        hostile(
+            "npm device",
+            with(Member::special("package/server/fifo", b'6')),
+            "npm release archive contains a special file",
+        ),
+        hostile(
+            "npm duplicate",
+            with(Member::file("package/server/VERSION", b"1.2.3\n")),
+            "npm release archive exceeds its extraction bounds",
+        ),
+        hostile(
+            "npm layout",
+            with(Member::file("extra.txt", b"x")),
+            "npm release archive has an invalid layout",
+        ),
+        hostile(
+            "npm identity",
+            another_version,
+            "npm release archive payload identity does not match",
+        ),
+    ]
+}
+
+#[test]
+fn hostile_archives_are_refused_and_leave_nothing_behind() {
+    let originals = agents_tests::require_originals!();
+    for HostileArchive {
+        label,
+        members,
+        message,
+    } in hostile_release_archives()
+    {
+        let name = format!("archive-{}", label.replace(' ', "-"));
+        let (fixture, _) = pinned_with(&name, &members);
         let port = refused_before_install(&originals, &fixture, message);
         assert!(port.leftovers.is_empty(), "{label}");
-        assert!(!std::path::Path::new("/tmp/h15-absolute").exists());
+        // Nothing was extracted outside the workspace either.
+        assert!(!std::path::Path::new(ABSOLUTE_MEMBER).exists());
         let run = fixture.run_dir(Side::Port);
         assert!(
             !run.join("escaped").exists() && !run.join("tmp/escaped").exists(),
             "{label}"
         );
     }
-
-    let npm_cases: Vec<(&str, Vec<Member>, &str)> = vec![
-        (
-            "npm device",
-            {
-                let mut members = Fixture::npm_members("1.2.3");
-                members.push(Member::special("package/server/fifo", b'6'));
-                members
-            },
-            "npm release archive contains a special file",
-        ),
-        (
-            "npm duplicate",
-            {
-                let mut members = Fixture::npm_members("1.2.3");
-                members.push(Member::file("package/server/VERSION", b"1.2.3\n"));
-                members
-            },
-            "npm release archive exceeds its extraction bounds",
-        ),
-        (
-            "npm layout",
-            {
-                let mut members = Fixture::npm_members("1.2.3");
-                members.push(Member::file("extra.txt", b"x"));
-                members
-            },
-            "npm release archive has an invalid layout",
-        ),
-        (
-            "npm identity",
-            {
-                let mut members = Fixture::npm_members("1.2.3");
-                members[2] = Member::file("package/server/VERSION", b"1.2.4\n");
-                members
-            },
-            "npm release archive payload identity does not match",
-        ),
-    ];
-    for (label, members, message) in npm_cases {
+    for HostileArchive {
+        label,
+        members,
+        message,
+    } in hostile_npm_archives()
+    {
         let fixture = npm(&label.replace(' ', "-"), &members, |_, _| {});
         let port = refused_before_install(&originals, &fixture, message);
         assert!(port.leftovers.is_empty(), "{label}");

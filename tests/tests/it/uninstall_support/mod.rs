@@ -153,7 +153,9 @@ pub(crate) fn start(
 }
 
 /// [`start`] with `ignored` signals set to `SIG_IGN` in the uninstaller, as a
-/// caller such as `nohup` or a masking installer leaves them.
+/// caller such as `nohup` or a masking installer leaves them. HUP, INT and
+/// TERM are otherwise at their defaults, whatever the test run inherited (a
+/// suite started in the background ignores INT).
 pub(crate) fn start_ignoring(
     implementation: Implementation<'_>,
     env: &[(String, OsString)],
@@ -165,6 +167,9 @@ pub(crate) fn start_ignoring(
     // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
             for &signal in ignored {
                 libc::signal(signal, libc::SIG_IGN);
             }
