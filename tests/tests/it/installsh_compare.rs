@@ -191,6 +191,19 @@ fn scenarios() -> Vec<Scenario> {
             steps: &[Install(RELEASE_A, NONE), Update(RELEASE_UNHEALTHY)],
         },
         Scenario {
+            // A second managed update (the running worker sealed anew, as
+            // the server does for each update) whose candidate never turns
+            // healthy, after a first one, then the uninstall: the chain the
+            // benchmark (scripts/bench-installsh.sh) runs.
+            name: "installsh-update-then-unhealthy-rolls-back",
+            steps: &[
+                Install(RELEASE_A, NONE),
+                Update(RELEASE_B),
+                Update(RELEASE_UNHEALTHY),
+                Uninstall,
+            ],
+        },
+        Scenario {
             name: "installsh-fresh-install-then-uninstall",
             steps: &[Install(RELEASE_A, NONE), Uninstall],
         },
