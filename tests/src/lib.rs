@@ -119,7 +119,7 @@ pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{
     descendants, process_alive, run_measured, GroupChild, Measured, ProcessIdentity,
 };
-pub use python_errors::{assert_error, assert_error_is, assert_os_error};
+pub use python_errors::{assert_case_refused, assert_error, assert_error_is, assert_os_error};
 pub use release_host::{
     legacy_release_manifest, schema1_manifest, schema2_manifest, ReleaseFile, ReleaseHost,
 };

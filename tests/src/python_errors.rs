@@ -19,6 +19,25 @@ pub fn assert_error<T: std::fmt::Debug>(
     }
 }
 
+/// [`assert_error`] for one row of a table of cases: every failure message
+/// names `case`, so a failing row says which one it is.
+#[track_caller]
+pub fn assert_case_refused<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    (class, message): (ErrorClass, &str),
+    case: &str,
+) {
+    match result {
+        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
+        Err(error) => assert_eq!(
+            (error.class(), error.message()),
+            (class, message),
+            "{case}: unexpected error: {}",
+            error.python_line()
+        ),
+    }
+}
+
 /// Asserts the Python exception class and the exact `str(exc)` of an error.
 #[track_caller]
 pub fn assert_error_is(error: &Error, class: ErrorClass, message: &str) {

@@ -2,6 +2,7 @@
 //! phase transition, the bytes it publishes (checked against the golden
 //! renderings), and each refusal leaving the files as they were.
 
+use agents_tests::assert_case_refused;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -207,24 +208,6 @@ impl Migration {
 
     fn load(&self) -> agents_common::Result<(Json, ExecutionLayout)> {
         ExecutionTransaction::load(&self.install.root())
-    }
-}
-
-/// `assert_error` for one case of a table: every message names the case.
-#[track_caller]
-fn assert_refused<T: std::fmt::Debug>(
-    result: agents_common::Result<T>,
-    (class, message): (ErrorClass, &str),
-    case: &str,
-) {
-    match result {
-        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
-        Err(error) => assert_eq!(
-            (error.class(), error.message()),
-            (class, message),
-            "{case}: unexpected error: {}",
-            error.python_line()
-        ),
     }
 }
 
@@ -646,7 +629,7 @@ fn commit_and_finish_refusals() {
     let published = migration.install.state();
     for (case, key, value, refusal) in receipts_not_matching() {
         let receipt = migration.receipt_with(key, value);
-        assert_refused(
+        assert_case_refused(
             migration.commit(&receipt),
             (ErrorClass::Value, refusal),
             case,
@@ -667,7 +650,7 @@ fn commit_and_finish_refusals() {
     );
     for (case, name, mode) in UNEXPECTED_FILES {
         write_file(&journal.join(name), b"{}", mode);
-        assert_refused(migration.finish(), unexpected, case);
+        assert_case_refused(migration.finish(), unexpected, case);
         fs::remove_file(journal.join(name)).unwrap();
     }
     // The temporary of a killed save is the journal's own: retirement
@@ -752,7 +735,7 @@ fn load_refuses_unsafe_or_stale_journals() {
         let mut journal = parse_json(&original).unwrap();
         edit(journal.as_object_mut().unwrap());
         write_file(&manifest, &encode_indented(&journal), 0o600);
-        assert_refused(migration.load(), (ErrorClass::Value, refusal), case);
+        assert_case_refused(migration.load(), (ErrorClass::Value, refusal), case);
     }
     write_file(&manifest, &original, 0o600);
     migration.load().unwrap();

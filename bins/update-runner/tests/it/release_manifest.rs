@@ -368,26 +368,28 @@ fn without(mut document: JsonObject, key: &str) -> JsonObject {
     document
 }
 
-fn with_archive(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObject {
+/// `document` with its `archive` object changed by `change`.
+fn edit_archive(document: JsonObject, change: impl FnOnce(&mut JsonObject)) -> JsonObject {
     let mut archive = document
         .get("archive")
         .unwrap()
         .as_object()
         .unwrap()
         .clone();
-    archive.insert(key, value);
+    change(&mut archive);
     with(document, "archive", archive)
 }
 
+fn with_archive(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObject {
+    edit_archive(document, |archive| {
+        archive.insert(key, value);
+    })
+}
+
 fn without_archive_key(document: JsonObject, key: &str) -> JsonObject {
-    let mut archive = document
-        .get("archive")
-        .unwrap()
-        .as_object()
-        .unwrap()
-        .clone();
-    archive.remove(key);
-    with(document, "archive", archive)
+    edit_archive(document, |archive| {
+        archive.remove(key);
+    })
 }
 
 fn with_npm(document: JsonObject, key: &str, value: impl Into<Json>) -> JsonObject {

@@ -4,6 +4,7 @@
 //! stop a control token from reaching a worker of another epoch.
 
 use agents_common::{ExecutionLayout, SealedHold, WorkerControl};
+use agents_tests::assert_case_refused;
 use agents_tests::assert_error;
 use agents_tests::worker_double::{
     absent, body_of, lease, native, own_pid, running, stopped, FakeServices, Installed,
@@ -158,30 +159,11 @@ fn runtime(message: &str) -> (ErrorClass, &str) {
     (ErrorClass::Runtime, message)
 }
 
-/// `assert_error` for one case of a table: every message names the case,
-/// so a failing row says which one it is.
-#[track_caller]
-fn assert_refused<T: std::fmt::Debug>(
-    result: agents_common::Result<T>,
-    (class, message): (ErrorClass, &str),
-    case: &str,
-) {
-    match result {
-        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
-        Err(error) => assert_eq!(
-            (error.class(), error.message()),
-            (class, message),
-            "{case}: unexpected error: {}",
-            error.python_line()
-        ),
-    }
-}
-
 /// The status call is refused by the owner re-check and nothing, least of
 /// all the control token, reached the worker.
 #[track_caller]
 fn assert_token_withheld(scenario: &Scenario, case: &str) {
-    assert_refused(scenario.status(), runtime(OWNER_CHANGED), case);
+    assert_case_refused(scenario.status(), runtime(OWNER_CHANGED), case);
     assert!(scenario.double.requests().is_empty(), "{case}");
 }
 
@@ -225,7 +207,7 @@ fn status_from_another_instance_or_without_a_boolean_idle_is_refused() {
     ];
     for (case, change) in cases {
         let scenario = Scenario::new("status-mismatch").with_worker(change);
-        assert_refused(scenario.status(), runtime(mismatch), case);
+        assert_case_refused(scenario.status(), runtime(mismatch), case);
     }
 }
 
@@ -354,7 +336,7 @@ fn worker_record_refuses_every_invalid_receipt() {
         let mut bad = scenario.record.clone();
         bad.insert(key, value.clone());
         let case = format!("{why}: {key} = {value:?} must be refused");
-        assert_refused(scenario.read_receipt(&bad), refusal, &case);
+        assert_case_refused(scenario.read_receipt(&bad), refusal, &case);
     }
     // Missing keys are refused like wrong ones.
     for key in ["role", "callback_origin", "release_root"] {
@@ -369,7 +351,7 @@ fn worker_record_refuses_a_receipt_that_is_not_a_json_object() {
     let scenario = Scenario::new("record-shape");
     let control = WorkerControl::new();
     scenario.installed.write_receipt_bytes(b"[1]");
-    assert_refused(
+    assert_case_refused(
         control.worker_record(scenario.layout()),
         INVALID_RECEIPT,
         "a JSON array",
@@ -455,7 +437,7 @@ fn seal_for_stop_reuses_the_operations_own_lease() {
 #[test]
 fn seal_for_stop_refusals_send_nothing_further() {
     let scenario = Scenario::new("seal-pid");
-    assert_refused(
+    assert_case_refused(
         scenario.seal_for_stop(own_pid() + 1),
         runtime("native service does not own the worker that granted admission"),
         "another native PID",
@@ -476,13 +458,13 @@ fn seal_for_stop_refusals_send_nothing_further() {
         ),
     ] {
         let scenario = Scenario::new("seal-other").holding(held);
-        assert_refused(scenario.seal_for_stop(own_pid()), other, case);
+        assert_case_refused(scenario.seal_for_stop(own_pid()), other, case);
         assert_eq!(scenario.sent(), [get_status()], "{case}");
     }
 
     // The acquire reply still shows no lease of ours.
     let scenario = Scenario::new("seal-acquire").replying("acquire", status_with(Json::Null, true));
-    assert_refused(
+    assert_case_refused(
         scenario.seal_for_stop(own_pid()),
         other,
         "an acquire reply without a lease",
@@ -509,7 +491,7 @@ fn seal_for_stop_refuses_a_seal_reply_without_an_idle_sealed_hold_of_its_lease()
         ("no lease", Json::Null, true),
     ] {
         let scenario = Scenario::new("seal-reply").replying("seal", status_with(reply, idle));
-        assert_refused(scenario.seal_for_stop(own_pid()), not_sealed, case);
+        assert_case_refused(scenario.seal_for_stop(own_pid()), not_sealed, case);
     }
 }
 
@@ -555,7 +537,7 @@ fn require_startup_hold_needs_an_idle_sealed_lease_of_the_operation() {
             state.lease = held;
             state.idle = Json::Bool(idle);
         });
-        assert_refused(scenario.require_startup_hold(), lost, case);
+        assert_case_refused(scenario.require_startup_hold(), lost, case);
     }
 }
 
@@ -633,7 +615,7 @@ fn no_running_native_worker_means_no_request() {
     ] {
         let services = FakeServices::new(vec![native(worker, absent())]);
         let scenario = Scenario::new("no-owner").managed_by(services);
-        assert_refused(scenario.status(), no_owner, case);
+        assert_case_refused(scenario.status(), no_owner, case);
         assert!(scenario.double.requests().is_empty(), "{case}");
     }
 }

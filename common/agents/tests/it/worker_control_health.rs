@@ -4,6 +4,7 @@
 //! cross-checked against `worker.json` and the native PIDs.
 
 use agents_common::WorkerControl;
+use agents_tests::assert_case_refused;
 use agents_tests::assert_error;
 use agents_tests::worker_double::{
     absent, native, own_pid, running, stopped, FakeServices, Installed, WorkerDouble, INSTANCE_ID,
@@ -368,24 +369,6 @@ impl ReceiptScenario {
     }
 }
 
-/// `assert_error` for one case of a table: a failure names the case.
-#[track_caller]
-fn assert_refused<T: std::fmt::Debug>(
-    result: agents_common::Result<T>,
-    (class, message): (ErrorClass, &str),
-    case: &str,
-) {
-    match result {
-        Ok(value) => panic!("{case}: expected {class:?} {message:?}, got Ok({value:?})"),
-        Err(error) => assert_eq!(
-            (error.class(), error.message()),
-            (class, message),
-            "{case}: unexpected error: {}",
-            error.python_line()
-        ),
-    }
-}
-
 const RECEIPT_MISMATCH: (ErrorClass, &str) = (
     ErrorClass::Runtime,
     "authenticated gateway/worker health does not match owned runtime receipts",
@@ -432,7 +415,7 @@ fn mismatched_health() -> [(&'static str, HealthChange); 8] {
 fn receipt_refuses_health_that_does_not_match_the_owned_receipts() {
     for (case, change) in mismatched_health() {
         let scenario = ReceiptScenario::new("receipt-bad").with_health(change);
-        assert_refused(scenario.receipt(), RECEIPT_MISMATCH, case);
+        assert_case_refused(scenario.receipt(), RECEIPT_MISMATCH, case);
     }
 
     // protocol 1.0 and pid as float compare equal in Python: accepted.
@@ -453,7 +436,7 @@ fn receipt_refuses_health_that_does_not_match_the_owned_receipts() {
     let mut record = installed.record(scenario.double.port());
     record.insert("release_root", other_release.to_str().unwrap());
     installed.write_record(&record);
-    assert_refused(
+    assert_case_refused(
         scenario.receipt(),
         RECEIPT_MISMATCH,
         "a receipt of another release",
@@ -462,7 +445,7 @@ fn receipt_refuses_health_that_does_not_match_the_owned_receipts() {
     // The PIDs the manager reports must be the authenticated components'.
     let scenario = ReceiptScenario::new("receipt-native");
     let manager = FakeServices::new(vec![native(running(own_pid()), running(own_pid() + 1))]);
-    assert_refused(
+    assert_case_refused(
         scenario.receipt_checked_by(&manager),
         (
             ErrorClass::Runtime,
