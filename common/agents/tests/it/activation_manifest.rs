@@ -9,7 +9,7 @@ use agents_common::{
     execution_context, test_support::canonical_manifest_bytes, ActivationManifest,
 };
 use agents_tests::journal_writer::{Begin, Install};
-use agents_tests::{assert_error, set_mode, write_file};
+use agents_tests::{assert_case_refused, assert_error, set_mode, write_file};
 use python_compat::{
     json::{parse_json, Json, JsonObject},
     json_object, ErrorClass,
@@ -298,15 +298,11 @@ fn refused_after(edit: impl FnOnce(&mut JsonObject), message: &str) {
 /// names `case`.
 #[track_caller]
 fn assert_read_refused(install: &Install, message: &str, case: &str) {
-    match ActivationManifest::read(&install.root(), true) {
-        Ok(_) => panic!("{case}: expected RuntimeError {message:?}, the journal was accepted"),
-        Err(error) => assert_eq!(
-            (error.class(), error.message()),
-            (ErrorClass::Runtime, message),
-            "{case}: unexpected error: {}",
-            error.python_line()
-        ),
-    }
+    assert_case_refused(
+        ActivationManifest::read(&install.root(), true),
+        (ErrorClass::Runtime, message),
+        case,
+    );
 }
 
 /// Runs every row of a refusal table, each on its own valid fresh journal.
