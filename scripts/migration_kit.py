@@ -113,8 +113,9 @@ PYTHON_LAUNCHER = '''
 # this file's path), environment, open descriptors and ignored signals. Where
 # none fits this host (another system or CPU, an older glibc or macOS, a file
 # missing, not executable, or not byte for byte the one the migration kit
-# recorded), an argument or environment entry is not UTF-8, or exec fails,
-# the original code below runs unchanged. Importing the module is unaffected.
+# recorded), an argument, environment entry, the working directory or the
+# home directory is not UTF-8, or exec fails, the original code below runs
+# unchanged. Importing the module is unaffected.
 if __name__ == "__main__":
     def _rust_helper_launch(binary, platforms):
         import os
@@ -152,14 +153,18 @@ if __name__ == "__main__":
                     return
             elif int(host.release.split(".")[0]) < minimum[1]:
                 return
-            # Bytes that are not UTF-8 in an argument or the environment reach
-            # Python as surrogate escapes, which the original carries into its
-            # journals and the binaries refuse: such a call is the original's.
+            # Bytes that are not UTF-8 in an argument, the environment, the
+            # working directory (relative paths) or the home directory (`~`
+            # without HOME) reach Python as surrogate escapes, which the
+            # original carries into its journals and the binaries refuse:
+            # such a call is the original's.
             for word in sys.argv:
                 os.fsencode(word).decode("utf-8")
             for key, value in getattr(os, "environb", {}).items():
                 key.decode("utf-8")
                 value.decode("utf-8")
+            os.getcwdb().decode("utf-8")
+            os.fsencode(os.path.expanduser("~")).decode("utf-8")
         except (OSError, ValueError, AttributeError, IndexError, ImportError):
             return
         if any(head[offset:offset + len(expected)] != expected for offset, expected in header):
@@ -179,13 +184,14 @@ SHELL_LAUNCHER = '''\
 # same arguments, environment, terminal and exit codes, with this script's
 # path as argv[0]. Where none fits this host (another system or CPU, an older
 # glibc or macOS, a file missing, not executable, or not byte for byte the
-# one the migration kit recorded), an argument or the environment is not
-# UTF-8, or exec fails, the original script below runs unchanged.
+# one the migration kit recorded), an argument, the environment, the working
+# directory or the home directory is not UTF-8, or exec fails, the original
+# script below runs unchanged.
 _rust_helper_launch() {
   local tag sha256 binary head digest version major minor
   # The binaries refuse paths that are not UTF-8, which the original takes as
   # they are; iconv's strict check fails on such bytes (or when it is absent).
-  { printf '%s\\0' "$0" "$@"; env; } \\
+  { printf '%s\\0' "$0" "$@" ~; env; pwd -P 2>/dev/null; } \\
     | LC_ALL=C iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1 || return 0
   case "$(uname -s 2>/dev/null)/$(uname -m 2>/dev/null)" in
 @SYSTEMS@

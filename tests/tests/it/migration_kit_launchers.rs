@@ -23,8 +23,20 @@ use agents_tests::{poll_until, Originals, Outcome, TempDir, HELPERS};
 use migration_kit_support::{dist, foreign_executable, staged, FakeRelease, HOST_TARGET};
 
 /// The interpreter install.sh would find for `detect` under an older release:
-/// the system python3, not the staged runtime's.
-const SYSTEM_PYTHON: &str = "python3";
+/// the system python3, not the staged runtime's. Resolved to the interpreter
+/// itself, because a version manager's shim on PATH changes the environment
+/// it passes on (pyenv exports the working directory as `PYENV_DIR`).
+fn system_python() -> &'static Path {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let output = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("run python3");
+        assert!(output.status.success(), "python3 names its interpreter");
+        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim_end())
+    })
+}
 
 /// A command with a small fixed environment, so a launcher run and a direct
 /// run see exactly the same one.
@@ -88,7 +100,7 @@ impl Runtime {
     /// `PYTHONPATH=<source> python3 -B -m <module> <args>`: install.sh's
     /// `detect` against the unpacked release it is about to install.
     fn module(&self, module: &str, args: &[&OsStr]) -> Command {
-        let mut command = command(SYSTEM_PYTHON, &self.home);
+        let mut command = command(system_python(), &self.home);
         command
             .env("PYTHONPATH", &self.release.source)
             .args(["-B", "-m", module])
@@ -1080,14 +1092,15 @@ impl Damage {
 /// outcome differs between them (so it proves which one ran), and the
 /// outcomes with this runtime's private directory written `<temp>`.
 fn probes(runtime: &Runtime) -> Vec<(&'static str, bool, Outcome)> {
-    probes_with(runtime, &[])
+    probes_with(runtime, &|_| {})
 }
 
-/// [`probes`], each run with `extra` added to its environment.
-fn probes_with(
-    runtime: &Runtime,
-    extra: &[(OsString, OsString)],
-) -> Vec<(&'static str, bool, Outcome)> {
+/// A change to a probe's command before it runs (an environment entry added,
+/// another working directory).
+type Adjust<'a> = &'a dyn Fn(&mut Command);
+
+/// [`probes`], each command changed by `adjust`.
+fn probes_with(runtime: &Runtime, adjust: Adjust) -> Vec<(&'static str, bool, Outcome)> {
     let scratch = |name: &str| runtime.scratch_dir(name).into_os_string();
     let legacy = [os(&["detect", "--root"]), vec![scratch("legacy-root")]].concat();
     let split_root = scratch("split-root");
@@ -1154,7 +1167,8 @@ fn probes_with(
     ];
     runs.iter_mut()
         .map(|(what, tells, command)| {
-            let mut outcome = Outcome::of(command.envs(extra.iter().cloned()));
+            adjust(command);
+            let mut outcome = Outcome::of(command);
             outcome.stderr = as_published(runtime, &outcome.stderr);
             outcome.stdout = outcome.stdout.replace(&temp, "<temp>");
             outcome.stderr = outcome.stderr.replace(&temp, "<temp>");
@@ -1269,31 +1283,52 @@ fn a_release_without_a_binary_for_this_host_answers_as_an_unmigrated_one() {
 
 /// A path that is not UTF-8 reaches Python as surrogate escapes, which the
 /// original writes on into its journals and the binaries refuse: wherever an
-/// argument or the environment holds such bytes, the migrated release must
-/// answer as the unmigrated one, and the binary alone must not.
+/// argument, the environment or the working directory holds such bytes, the
+/// migrated release must answer as the unmigrated one, and the binary alone
+/// must not.
 #[test]
-fn arguments_or_an_environment_that_are_not_utf8_run_the_original() {
+fn calls_whose_paths_may_not_be_utf8_run_the_original() {
     let originals = agents_tests::require_originals!();
     let unmigrated = Runtime::staged(&originals, None);
     let migrated = Runtime::new(&originals);
-    let not_utf8 = [(
-        OsString::from("AGENTS_NOT_UTF8"),
-        OsString::from_vec(b"/tmp/\xff".to_vec()),
-    )];
     let plain = probes(&migrated);
-    let expected = probes_with(&unmigrated, &not_utf8);
-    for (((what, tells, original), (_, _, binary)), (_, _, launched)) in expected
-        .iter()
-        .zip(&plain)
-        .zip(probes_with(&migrated, &not_utf8))
-    {
-        if *tells {
-            assert_ne!(original, binary, "{what}: the probe tells them apart");
+    let environment = |command: &mut Command| {
+        command.env("AGENTS_NOT_UTF8", OsString::from_vec(b"/tmp/\xff".to_vec()));
+    };
+    // A relative path is resolved against the working directory, so its
+    // bytes reach the helper as an argument's would. PWD names it through a
+    // link that is UTF-8, as a shell started there would keep it.
+    let directory = |runtime: &Runtime| {
+        let mut path = runtime.scratch("cwd").into_os_string().into_vec();
+        path.push(0xff);
+        let path = PathBuf::from(OsString::from_vec(path));
+        fs::create_dir_all(&path).unwrap();
+        let link = runtime.scratch("cwd-link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        move |command: &mut Command| {
+            command.current_dir(&path).env("PWD", &link);
         }
-        assert_eq!(
-            &launched, original,
-            "{what} with an environment that is not UTF-8"
-        );
+    };
+    let cases: [(&str, Adjust, Adjust); 2] = [
+        ("an environment", &environment, &environment),
+        (
+            "a working directory",
+            &directory(&unmigrated),
+            &directory(&migrated),
+        ),
+    ];
+    for (which, original_side, migrated_side) in cases {
+        let expected = probes_with(&unmigrated, original_side);
+        for (((what, tells, original), (_, _, binary)), (_, _, launched)) in expected
+            .iter()
+            .zip(&plain)
+            .zip(probes_with(&migrated, migrated_side))
+        {
+            if *tells {
+                assert_ne!(original, binary, "{what}: the probe tells them apart");
+            }
+            assert_eq!(&launched, original, "{what} with {which} that is not UTF-8");
+        }
     }
 
     let detect = |runtime: &Runtime| -> [OsString; 3] {
