@@ -128,6 +128,19 @@ if __name__ == "__main__":
         tag, header, minimum, size, sha256 = fit
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), binary + "-" + tag)
         try:
+            # Bytes that are not UTF-8 in an argument, the environment, the
+            # working directory (relative paths) or the home directory (`~`
+            # without HOME) reach Python as surrogate escapes, which the
+            # original carries into its journals and the binaries refuse:
+            # such a call is the original's.
+            for word in sys.argv:
+                os.fsencode(word).decode("utf-8")
+            for key, value in getattr(os, "environb", {}).items():
+                key.decode("utf-8")
+                value.decode("utf-8")
+            os.getcwdb().decode("utf-8")
+            os.fsencode(os.path.expanduser("~")).decode("utf-8")
+
             import hashlib
             import stat
 
@@ -153,18 +166,6 @@ if __name__ == "__main__":
                     return
             elif int(host.release.split(".")[0]) < minimum[1]:
                 return
-            # Bytes that are not UTF-8 in an argument, the environment, the
-            # working directory (relative paths) or the home directory (`~`
-            # without HOME) reach Python as surrogate escapes, which the
-            # original carries into its journals and the binaries refuse:
-            # such a call is the original's.
-            for word in sys.argv:
-                os.fsencode(word).decode("utf-8")
-            for key, value in getattr(os, "environb", {}).items():
-                key.decode("utf-8")
-                value.decode("utf-8")
-            os.getcwdb().decode("utf-8")
-            os.fsencode(os.path.expanduser("~")).decode("utf-8")
         except (OSError, ValueError, AttributeError, IndexError, ImportError):
             return
         if any(head[offset:offset + len(expected)] != expected for offset, expected in header):
