@@ -527,18 +527,40 @@ fn replace_literal(text: &str, literal: &str, name: &str) -> String {
         return text.replace(literal, name);
     }
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(literal) {
-        let before = rest[..at].bytes().last();
-        let after = rest[at + literal.len()..].bytes().next();
+    let mut done = 0;
+    while let Some(found) = text[done..].find(literal) {
+        let at = done + found;
+        let end = at + literal.len();
+        let before = text[..at].bytes().last();
+        let after = text[end..].bytes().next();
         let alone = !before.is_some_and(|b| b.is_ascii_digit())
-            && !after.is_some_and(|b| b.is_ascii_digit());
-        out.push_str(&rest[..at]);
+            && !after.is_some_and(|b| b.is_ascii_digit())
+            && !inside_token(text, at, end);
+        out.push_str(&text[done..at]);
         out.push_str(if alone { name } else { literal });
-        rest = &rest[at + literal.len()..];
+        done = end;
     }
-    out.push_str(rest);
+    out.push_str(&text[done..]);
     out
+}
+
+/// Whether `text[at..end]` lies inside a UUID or a long hex token, which
+/// [`Normalizer::tokens_in`] names as a whole: a random token (a control
+/// token's 64 hex digits) holds a run's PID or port now and then, and
+/// naming that run would make two sides' tokens look different.
+fn inside_token(text: &str, at: usize, end: usize) -> bool {
+    let bytes = text.as_bytes();
+    let is_token_byte = |b: u8| b.is_ascii_hexdigit() || b == b'-';
+    let start = bytes[..at]
+        .iter()
+        .rposition(|&b| !is_token_byte(b))
+        .map_or(0, |position| position + 1);
+    let stop = bytes[end..]
+        .iter()
+        .position(|&b| !is_token_byte(b))
+        .map_or(bytes.len(), |position| end + position);
+    let word = text[start..stop].trim_matches('-');
+    is_uuid(word) || (word.len() >= 16 && word.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 fn is_uuid(word: &str) -> bool {
@@ -1327,4 +1349,32 @@ pub fn run_to(
         std::thread::sleep(Duration::from_secs_f64(STALL_SECONDS));
     }
     (output, reached)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Normalizer;
+
+    fn normalizer() -> Normalizer {
+        Normalizer::new(&[("5813".to_string(), "test-pid")])
+    }
+
+    #[test]
+    fn a_pid_standing_alone_is_named() {
+        assert_eq!(
+            normalizer().text("lock .install-lock.5813.tmp pid 5813\n"),
+            "lock .install-lock.<test-pid>.tmp pid <test-pid>\n"
+        );
+        assert_eq!(normalizer().text("port 158130"), "port 158130");
+    }
+
+    #[test]
+    fn a_random_token_holding_the_pid_is_one_token() {
+        let plain = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let holding = "0123456789abcdef0123456789abcdefa5813b6789abcdef0123456789abcdef";
+        assert_eq!(normalizer().text(plain), "<hex1>");
+        assert_eq!(normalizer().text(holding), "<hex1>");
+        let uuid = "01234567-89ab-cdef-5813-0123456789ab";
+        assert_eq!(normalizer().text(uuid), "<uuid1>");
+    }
 }
