@@ -117,7 +117,8 @@ pub use originals::{
 pub use outcome::Outcome;
 pub use poll::{poll_until, try_poll_until, POLL_INTERVAL};
 pub use processes::{
-    descendants, process_alive, run_measured, GroupChild, Measured, ProcessIdentity,
+    descendants, process_alive, run_measured, with_termination_signals, GroupChild, Measured,
+    ProcessIdentity,
 };
 pub use python_errors::{assert_case_refused, assert_error, assert_error_is, assert_os_error};
 pub use release_host::{

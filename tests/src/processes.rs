@@ -185,3 +185,22 @@ pub fn run_measured(command: &mut Command) -> Measured {
         elapsed,
     }
 }
+
+/// Starts `command` with HUP, INT and TERM at their defaults, whatever the
+/// test run inherited (a suite started by `nohup` ignores HUP, one started in
+/// the background ignores INT), then with `ignored` set to `SIG_IGN`, as a
+/// caller such as `nohup` or a masking installer leaves them.
+pub fn with_termination_signals(command: &mut Command, ignored: &'static [libc::c_int]) {
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(move || {
+            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            for &signal in ignored {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+            Ok(())
+        });
+    }
+}

@@ -12,7 +12,7 @@ use crate::execution_manage_support;
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Child;
 
@@ -34,15 +34,8 @@ fn apply_stalled_at_seal(site: &Site, seconds: f64, ignore_sigint: bool) -> Chil
         .arg("--layout")
         .arg(file)
         .args(["--scope", "worker"]);
-    if ignore_sigint {
-        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
-        unsafe {
-            command.pre_exec(|| {
-                libc::signal(libc::SIGINT, libc::SIG_IGN);
-                Ok(())
-            });
-        }
-    }
+    let ignored: &'static [libc::c_int] = if ignore_sigint { &[libc::SIGINT] } else { &[] };
+    agents_tests::with_termination_signals(&mut command, ignored);
     let child = command.spawn().expect("execution-manage starts");
     site.wait_for_request(Role::Worker, mark, "seal", |record| {
         record.action.as_deref() == Some("seal") && record.outcome == "stalled"

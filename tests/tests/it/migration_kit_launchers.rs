@@ -553,17 +553,10 @@ impl FullPipe {
 /// Takes the command so its copies of the pipe's write end close once the
 /// child has them.
 fn spawn_masked(mut command: Command) -> std::process::Child {
-    // SAFETY: only async-signal-safe signal(2) calls run between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
-                if libc::signal(signal, libc::SIG_IGN) == libc::SIG_ERR {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    agents_tests::with_termination_signals(
+        &mut command,
+        &[libc::SIGHUP, libc::SIGINT, libc::SIGTERM],
+    );
     command.stdin(Stdio::null()).spawn().expect("spawn")
 }
 

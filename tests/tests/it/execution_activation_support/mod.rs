@@ -125,6 +125,8 @@ impl<'a> Monolith<'a> {
         } else {
             self.sandbox.command(binary_path("execution-activation"))
         };
+        // The masked window is the shell's trap alone, not the test run's.
+        agents_tests::with_termination_signals(&mut command, &[]);
         command.args(args);
         command
     }

@@ -164,18 +164,7 @@ pub(crate) fn start_ignoring(
     ignored: &'static [libc::c_int],
 ) -> Running {
     let mut command = implementation.command();
-    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
-                libc::signal(signal, libc::SIG_DFL);
-            }
-            for &signal in ignored {
-                libc::signal(signal, libc::SIG_IGN);
-            }
-            Ok(())
-        });
-    }
+    agents_tests::with_termination_signals(&mut command, ignored);
     command
         .args(args)
         .env_clear()
