@@ -470,10 +470,7 @@ impl Normalizer {
                         continue;
                     }
                     let hex = word.trim_end_matches('-');
-                    if hex.len() >= 16
-                        && hex.bytes().all(|b| b.is_ascii_hexdigit())
-                        && hex.bytes().any(|b| b.is_ascii_digit())
-                    {
+                    if is_long_hex(hex) {
                         out.push_str(&self.placeholder("hex", hex));
                         at += hex.len();
                         continue;
@@ -560,7 +557,15 @@ fn inside_token(text: &str, at: usize, end: usize) -> bool {
         .position(|&b| !is_token_byte(b))
         .map_or(bytes.len(), |position| end + position);
     let word = text[start..stop].trim_matches('-');
-    is_uuid(word) || (word.len() >= 16 && word.bytes().all(|b| b.is_ascii_hexdigit()))
+    is_uuid(word) || is_long_hex(word)
+}
+
+/// A hex token [`Normalizer::tokens_in`] names: 16 or more hex digits, at
+/// least one a decimal digit (so a word such as `deadbeefcafefeed` stays).
+fn is_long_hex(word: &str) -> bool {
+    word.len() >= 16
+        && word.bytes().all(|b| b.is_ascii_hexdigit())
+        && word.bytes().any(|b| b.is_ascii_digit())
 }
 
 fn is_uuid(word: &str) -> bool {
