@@ -194,11 +194,12 @@ pub fn with_termination_signals(command: &mut Command, ignored: &'static [libc::
     // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
     unsafe {
         command.pre_exec(move || {
-            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
-                libc::signal(signal, libc::SIG_DFL);
-            }
-            for &signal in ignored {
-                libc::signal(signal, libc::SIG_IGN);
+            let defaults = [libc::SIGHUP, libc::SIGINT, libc::SIGTERM].map(|s| (s, libc::SIG_DFL));
+            let ignores = ignored.iter().map(|&signal| (signal, libc::SIG_IGN));
+            for (signal, disposition) in defaults.into_iter().chain(ignores) {
+                if libc::signal(signal, disposition) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });

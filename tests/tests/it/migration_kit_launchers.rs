@@ -120,6 +120,16 @@ impl Runtime {
     fn scratch(&self, name: &str) -> PathBuf {
         self.release.temp().join(name)
     }
+
+    /// A folder in the scratch space named `name` and a byte that is not
+    /// UTF-8, made.
+    fn scratch_not_utf8(&self, name: &str) -> PathBuf {
+        let mut path = self.scratch(name).into_os_string().into_vec();
+        path.push(0xff);
+        let path = PathBuf::from(OsString::from_vec(path));
+        fs::create_dir_all(&path).unwrap();
+        path
+    }
 }
 
 fn os(words: &[&str]) -> Vec<std::ffi::OsString> {
@@ -1292,10 +1302,7 @@ fn calls_whose_paths_may_not_be_utf8_run_the_original() {
     // bytes reach the helper as an argument's would. PWD names it through a
     // link that is UTF-8, as a shell started there would keep it.
     let directory = |runtime: &Runtime| {
-        let mut path = runtime.scratch("cwd").into_os_string().into_vec();
-        path.push(0xff);
-        let path = PathBuf::from(OsString::from_vec(path));
-        fs::create_dir_all(&path).unwrap();
+        let path = runtime.scratch_not_utf8("cwd");
         let link = runtime.scratch("cwd-link");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         move |command: &mut Command| {
@@ -1325,10 +1332,7 @@ fn calls_whose_paths_may_not_be_utf8_run_the_original() {
     }
 
     let detect = |runtime: &Runtime| -> [OsString; 3] {
-        let mut root = runtime.scratch("legacy-root").into_os_string().into_vec();
-        root.push(0xff);
-        let root = OsString::from_vec(root);
-        fs::create_dir_all(&root).unwrap();
+        let root = runtime.scratch_not_utf8("legacy-root").into_os_string();
         [OsString::from("detect"), OsString::from("--root"), root]
     };
     let args = detect(&unmigrated);
